@@ -1,0 +1,27 @@
+#!/bin/sh
+# Installs the Debian packages searchgate needs that are missing, with apt-get (sudo when not
+# root). Usage: .ci/deps.sh [run|test|bench]  -- run: build + run; test: + test tools; bench: + peers.
+set -eu
+what=${1:-run}
+pkgs="build-essential cmake pkg-config libh2o-evloop-dev libcurl4-openssl-dev libcjson-dev libhiredis-dev libssl-dev
+      libfaiss-dev libopenblas-dev libutf8proc-dev libstemmer-dev dpkg-dev ca-certificates dict-gcide redis-server python3"
+case "$what" in
+  run) ;;
+  test) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium" ;;
+  bench) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium wrk python3-numpy python3-torch python3-faiss python3-fastapi
+               python3-uvicorn python3-uvloop python3-httptools" ;;
+  *) echo "usage: $0 [run|test|bench]" >&2; exit 2 ;;
+esac
+missing=""
+for p in $pkgs; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+echo "searchgate: installing missing packages:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,45 @@
+# searchgate -- the two commands of the README, and a few more for developers.
+#   make run    install what is missing, build into build/, start the gateway on configs/default.json
+#   make test   install what is missing, build, run the whole test suite (CTest)
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+CONFIG     ?= configs/default.json
+CMAKE_ARGS ?=
+
+.PHONY: all run test deps deps-test build build-asan test-asan bench format check-format clean
+
+all: build
+
+deps:
+	@.ci/deps.sh run
+
+deps-test:
+	@.ci/deps.sh test
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	@if [ -x $(BUILD)/prepare-default ]; then $(BUILD)/prepare-default; fi
+	$(BUILD)/searchgate --config $(CONFIG)
+
+test: deps-test build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900
+
+build-asan: deps-test
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSG_SANITIZE=ON $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+test-asan: build-asan
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1800 -LE no-asan
+
+format:
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+
+check-format:
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format --dry-run --Werror
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,196 @@
+/*
+ * cfg.c -- config validation helpers. Errors name the key and quote the offending value, the
+ * nginx way ("invalid value ... in ..."), so a start-up failure says exactly what to fix.
+ */
+#include "cfg.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d == NULL)
+        abort();
+    memcpy(d, s, n + 1);
+    return d;
+}
+
+int sg_cfg_fail(sg_cfg_t *c, const char *key, const cJSON *value, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    char shown[160] = "";
+    if (value != NULL) {
+        char *printed = cJSON_PrintUnformatted(value);
+        if (printed != NULL) {
+            size_t n = strlen(printed);
+            if (n > 120)
+                snprintf(shown, sizeof(shown), ", got %.120s...", printed);
+            else
+                snprintf(shown, sizeof(shown), ", got %s", printed);
+            free(printed);
+        }
+    }
+    const char *path = c->path != NULL ? c->path : "";
+    if (key != NULL)
+        snprintf(c->err, c->err_size, "%s%s%s: %s%s", path, *path != '\0' ? "." : "", key, what, shown);
+    else
+        snprintf(c->err, c->err_size, "%s: %s%s", *path != '\0' ? path : "(top level)", what, shown);
+    return -1;
+}
+
+int sg_cfg_check_keys(sg_cfg_t *c, const cJSON *obj, const char *const *allowed)
+{
+    if (!cJSON_IsObject(obj))
+        return sg_cfg_fail(c, NULL, obj, "expected a JSON object");
+    for (const cJSON *it = obj->child; it != NULL; it = it->next) {
+        int ok = 0;
+        for (size_t i = 0; allowed[i] != NULL; ++i)
+            if (it->string != NULL && strcmp(it->string, allowed[i]) == 0)
+                ok = 1;
+        if (!ok) {
+            char list[512] = "";
+            size_t off = 0;
+            for (size_t i = 0; allowed[i] != NULL && off < sizeof(list); ++i)
+                off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", i != 0 ? ", " : "", allowed[i]);
+            return sg_cfg_fail(c, it->string, NULL, "unknown key (allowed: %s)", list);
+        }
+    }
+    return 0;
+}
+
+static const cJSON *get(const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+int sg_cfg_int(sg_cfg_t *c, const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t def, int64_t *out)
+{
+    const cJSON *v = get(obj, key);
+    if (v == NULL) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < (double)min ||
+        v->valuedouble > (double)max)
+        return sg_cfg_fail(c, key, v, "expected an integer in [%lld, %lld]", (long long)min, (long long)max);
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+int sg_cfg_double(sg_cfg_t *c, const cJSON *obj, const char *key, double min, double max, double def, double *out)
+{
+    const cJSON *v = get(obj, key);
+    if (v == NULL) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < min || v->valuedouble > max)
+        return sg_cfg_fail(c, key, v, "expected a number in [%g, %g]", min, max);
+    *out = v->valuedouble;
+    return 0;
+}
+
+int sg_cfg_bool(sg_cfg_t *c, const cJSON *obj, const char *key, int def, int *out)
+{
+    const cJSON *v = get(obj, key);
+    if (v == NULL) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(v))
+        return sg_cfg_fail(c, key, v, "expected true or false");
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+int sg_cfg_string(sg_cfg_t *c, const cJSON *obj, const char *key, int required, const char *def, char **out)
+{
+    const cJSON *v = get(obj, key);
+    if (v == NULL) {
+        if (required)
+            return sg_cfg_fail(c, key, NULL, "required key is missing");
+        *out = def != NULL ? dup_str(def) : NULL;
+        return 0;
+    }
+    if (!cJSON_IsString(v) || v->valuestring[0] == '\0')
+        return sg_cfg_fail(c, key, v, "expected a non-empty string");
+    *out = dup_str(v->valuestring);
+    return 0;
+}
+
+int sg_cfg_enum(sg_cfg_t *c, const cJSON *obj, const char *key, const char *const *choices, int def, int *out)
+{
+    const cJSON *v = get(obj, key);
+    if (v == NULL) {
+        *out = def;
+        return 0;
+    }
+    if (cJSON_IsString(v))
+        for (int i = 0; choices[i] != NULL; ++i)
+            if (strcmp(v->valuestring, choices[i]) == 0) {
+                *out = i;
+                return 0;
+            }
+    char list[256] = "";
+    size_t off = 0;
+    for (size_t i = 0; choices[i] != NULL && off < sizeof(list); ++i)
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "%s\"%s\"", i != 0 ? ", " : "", choices[i]);
+    return sg_cfg_fail(c, key, v, "expected one of %s", list);
+}
+
+char *sg_cfg_resolve(const char *base_dir, const char *p)
+{
+    if (p[0] == '/' || base_dir == NULL || base_dir[0] == '\0')
+        return dup_str(p);
+    size_t nb = strlen(base_dir), np = strlen(p);
+    char *d = malloc(nb + np + 2);
+    if (d == NULL)
+        abort();
+    memcpy(d, base_dir, nb);
+    d[nb] = '/';
+    memcpy(d + nb + 1, p, np + 1);
+    return d;
+}
+
+int sg_cfg_path(sg_cfg_t *c, const cJSON *obj, const char *key, int required, const char *base_dir, char **out)
+{
+    char *raw;
+    if (sg_cfg_string(c, obj, key, required, NULL, &raw) != 0)
+        return -1;
+    if (raw == NULL) {
+        *out = NULL;
+        return 0;
+    }
+    *out = sg_cfg_resolve(base_dir, raw);
+    free(raw);
+    return 0;
+}
+
+int sg_cfg_secret_env(sg_cfg_t *c, const cJSON *obj, const char *key, int required, char **out)
+{
+    char *name;
+    *out = NULL;
+    if (sg_cfg_string(c, obj, key, required, NULL, &name) != 0)
+        return -1;
+    if (name == NULL)
+        return 0;
+    const char *val = getenv(name);
+    if (val == NULL || val[0] == '\0') {
+        int r = sg_cfg_fail(c, key, NULL, "environment variable %s (named here) is not set or empty", name);
+        free(name);
+        return r;
+    }
+    free(name);
+    *out = dup_str(val);
+    return 0;
+}

@@ -1,0 +1,206 @@
+/*
+ * sg_backend.h -- the ABI between the searchgate gateway and its backend plugins.
+ *
+ * A backend is a shared object that exports one function, sg_backend_entry(), returning a
+ * pointer to a constant sg_backend_vtable. The gateway dlopen()s it with RTLD_NOW|RTLD_LOCAL,
+ * checks the header of the table and refuses to start on any mismatch.
+ *
+ * This is the only project header a plugin includes. It uses fixed-width C types only: no
+ * libh2o, cJSON or libcurl type crosses the boundary, so a plugin may use any JSON or HTTP
+ * library it likes.
+ *
+ * Compatibility: the gateway loads a plugin when
+ *     plugin.abi_major == SG_BACKEND_ABI_MAJOR && plugin.abi_minor <= SG_BACKEND_ABI_MINOR
+ * Every struct and enum here is append-only: new members go at the end and are guarded by
+ * struct_size; enum values are never renumbered or reused.
+ *
+ * ABI history
+ *   1.0  create/destroy/search/cancel/health/stats, optional access and identity.
+ *
+ * Threading contract (see docs/plugins.md for the long form)
+ *   - create() and destroy() run on the main thread, before the loops start / after they stop.
+ *   - search(), access(), cancel(), health(), stats() and identity() run on any gateway event-loop
+ *     thread, concurrently. They must never block: no disk I/O, no network round trip, no
+ *     waiting on a lock that is held while doing either.
+ *   - search() returns SG_OK and then calls done() EXACTLY ONCE, from any thread (possibly from
+ *     inside search() itself), or it returns an error and never calls done().
+ *   - The sg_search passed to search() and every byte it points to stay valid until done() has
+ *     returned. The sg_result passed to done() is borrowed: it only has to stay valid until
+ *     done() returns; the gateway copies what it keeps.
+ *   - cancel() asks the plugin to finish a search early (the deadline passed or every client
+ *     waiting for it went away). It is only a hint: done() must still be called exactly once,
+ *     with results or with SG_ECANCELED.
+ *   - destroy() completes every pending search with SG_ECANCELED before it returns.
+ */
+#ifndef SG_BACKEND_H
+#define SG_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SG_BACKEND_ABI_MAJOR 1
+#define SG_BACKEND_ABI_MINOR 0
+#define SG_BACKEND_ENTRY_NAME "sg_backend_entry"
+
+#if defined(__GNUC__)
+#define SG_BACKEND_EXPORT __attribute__((visibility("default")))
+#define SG_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SG_BACKEND_EXPORT
+#define SG_PRINTF(f, a)
+#endif
+
+/**
+ * Outcome of a plugin operation. Append new codes at the end; never renumber or reuse.
+ * The gateway maps each to an HTTP status (docs/plugins.md has the table):
+ *   SG_EINVAL 422, SG_ETOOBIG 413, SG_ETIMEDOUT 504, SG_EUPSTREAM 502, SG_EINTERNAL 500,
+ *   SG_ENOMEM / SG_EUNAVAIL / SG_EOVERLOAD / SG_ECANCELED 503.
+ */
+typedef enum sg_status {
+    SG_OK = 0,
+    SG_EINVAL = 1,    /* the request is malformed for this backend (e.g. a query it cannot take) */
+    SG_ENOMEM = 2,    /* out of memory inside the plugin */
+    SG_ETIMEDOUT = 3, /* the deadline passed inside the plugin or upstream */
+    SG_EUNAVAIL = 4,  /* not ready, or the upstream could not be reached */
+    SG_EUPSTREAM = 5, /* the upstream answered with an error or garbage */
+    SG_EOVERLOAD = 6, /* the plugin's own bounded queue is full: try again later */
+    SG_ECANCELED = 7, /* finished early because of cancel() or destroy() */
+    SG_EINTERNAL = 8, /* a bug or an unexpected failure */
+    SG_ETOOBIG = 9    /* the request exceeds a limit of the plugin (e.g. topk) */
+} sg_status;
+
+enum { SG_LOG_ERROR = 0, SG_LOG_WARN = 1, SG_LOG_INFO = 2, SG_LOG_DEBUG = 3 };
+enum { SG_METRIC_COUNTER = 0, SG_METRIC_GAUGE = 1 };
+
+/**
+ * Services the gateway lends to a plugin; valid from create() until destroy() returns. All of
+ * them are thread-safe.
+ */
+typedef struct sg_host_api {
+    uint32_t struct_size; /* sizeof(sg_host_api) as compiled by the host: check before using members added after 1.0 */
+    uint32_t abi_minor;
+    /** Writes one log line, prefixed with the level, time and the backend name. */
+    void (*log)(int level, const char *backend, const char *fmt, ...) SG_PRINTF(3, 4);
+    /** Monotonic clock in milliseconds; the same clock as sg_search.deadline_ms. */
+    uint64_t (*now_ms)(void);
+    /**
+     * Reports one sample while inside stats(). `sink` is the opaque argument stats() received.
+     * `name` is a Prometheus metric name without the "searchgate_backend_" prefix the host adds;
+     * `labels` is NULL or extra label pairs in exposition syntax, e.g. `shard="0"`; the host adds
+     * the backend label itself. `type` is SG_METRIC_COUNTER or SG_METRIC_GAUGE.
+     */
+    void (*metric)(void *sink, const char *name, const char *help, int type, const char *labels, double value);
+} sg_host_api;
+
+/** One query: UTF-8 text, not NUL-terminated. */
+typedef struct sg_query {
+    const char *text;
+    size_t len;
+} sg_query;
+
+/** One search call: a batch of distinct queries that share topk and a deadline. */
+typedef struct sg_search {
+    uint32_t struct_size;    /* sizeof(sg_search) as compiled by the host */
+    uint32_t topk;           /* >= 1; the number of hits wanted per query */
+    const sg_query *queries; /* n_queries entries */
+    size_t n_queries;        /* >= 1 */
+    uint64_t deadline_ms;    /* absolute, in host->now_ms() time; 0 = none */
+    const char *request_id;  /* NUL-terminated, for log correlation */
+} sg_search;
+
+/**
+ * One hit. `doc` is a complete JSON object (the DOC of protocols.md: at least "contents", and
+ * "id"/"url" strings where the backend knows them). The gateway splices these bytes into the
+ * response as they are, so they must be valid JSON; non-ASCII stays raw UTF-8.
+ */
+typedef struct sg_hit {
+    const char *doc;
+    size_t doc_len;
+    double score;
+} sg_hit;
+
+/** The hits of one query, best first, at most topk of them. */
+typedef struct sg_hits {
+    const sg_hit *hits;
+    size_t n_hits;
+} sg_hits;
+
+/**
+ * The outcome of a search() or access(). When status is SG_OK, `queries` has one entry per
+ * query of the call, in order. Otherwise `detail` (NUL-terminated, may be NULL) says why; it
+ * reaches the client in the JSON error body, so it must not contain secrets.
+ */
+typedef struct sg_result {
+    sg_status status;
+    const char *detail;
+    const sg_hits *queries;
+    size_t n_queries;
+    uint32_t retry_after_s; /* for SG_EOVERLOAD/SG_EUNAVAIL: a hint for the Retry-After header; 0 = none */
+} sg_result;
+
+/**
+ * Completion callback. Called exactly once per search()/access() that returned SG_OK, from any
+ * thread. `result` and everything it points to are valid only until this call returns.
+ */
+typedef void (*sg_done_fn)(void *cb_data, const sg_result *result);
+
+typedef struct sg_backend sg_backend; /* plugin-private instance */
+
+typedef struct sg_backend_vtable {
+    /* --- header: layout frozen forever --- */
+    uint32_t abi_major;
+    uint32_t abi_minor;
+    uint32_t struct_size; /* sizeof(sg_backend_vtable) as the plugin saw it */
+    const char *name;     /* plugin kind, e.g. "local", "bm25", "qdrant", "serper", "upstream", "example" */
+    const char *version;  /* the plugin's own release string */
+
+    /* --- 1.0 --- */
+    /**
+     * Main thread, before serving. `config_json` is the backend's "config" object from the
+     * gateway config, serialised (NUL-terminated, `config_len` bytes). `instance` is the
+     * configured backend name (for logs). `base_dir` is the directory of the gateway config
+     * file, against which relative paths in the config are resolved. On failure, write a
+     * reason that names the offending key and value into `err` and return an error status.
+     */
+    sg_status (*create)(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
+                        size_t config_len, sg_backend **out, char *err, size_t err_size);
+    /** Main thread, after the loops stopped: completes pending searches with SG_ECANCELED and frees everything. */
+    void (*destroy)(sg_backend *self);
+    /** Any loop thread; must not block. See the threading contract at the top of this file. */
+    sg_status (*search)(sg_backend *self, const sg_search *search, sg_done_fn done, void *cb_data);
+    /** Any loop thread; may be NULL. A hint to finish the search started with this cb_data early. */
+    void (*cancel)(sg_backend *self, void *cb_data);
+    /** Cheap, non-blocking: the last known state. Writes a short reason into `detail` when not SG_OK. */
+    sg_status (*health)(sg_backend *self, char *detail, size_t detail_size);
+    /** May be NULL. Emits backend-specific metrics through host->metric(sink, ...). */
+    void (*stats)(sg_backend *self, void *sink);
+    /**
+     * May be NULL. A short string that changes whenever the data behind the backend changes
+     * (model, index, corpus, upstream settings); the gateway puts it into result-cache keys.
+     * Valid until destroy().
+     */
+    const char *(*identity)(sg_backend *self);
+    /**
+     * May be NULL. Page lookup for POST /access: each sg_query of `search` is a URL; the result
+     * has one entry per URL with zero hits (unknown) or one hit whose doc is the page object.
+     * Same completion contract as search().
+     */
+    sg_status (*access)(sg_backend *self, const sg_search *search, sg_done_fn done, void *cb_data);
+    /* --- 1.1+ members go below; the host checks struct_size first --- */
+} sg_backend_vtable;
+
+/** Fills the frozen header; use as the first initializer of the plugin's vtable. */
+#define SG_BACKEND_HEADER(name_, version_)                                                                                         \
+    .abi_major = SG_BACKEND_ABI_MAJOR, .abi_minor = SG_BACKEND_ABI_MINOR, .struct_size = sizeof(sg_backend_vtable),                \
+    .name = (name_), .version = (version_)
+
+typedef const sg_backend_vtable *(*sg_backend_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SG_BACKEND_H */

@@ -1,0 +1,339 @@
+/*
+ * redis.c -- hiredis 0.14 on the h2o evloop.
+ *
+ * The adapter follows h2o >= 2.3's lib/common/redis.c design (re-written for 2.2.5): the
+ * connection's fd is wrapped in an h2o socket with H2O_SOCKET_FLAG_DONT_READ, so h2o only
+ * reports readiness and hiredis does the I/O. h2o owns the fd: cleanup closes it through
+ * h2o_socket_close and sets c.fd = -1 so hiredis does not close it twice.
+ *
+ * hiredis 0.14 has no command timeouts, so every command with a callback is tracked in a FIFO
+ * with its start time; a per-loop timer fails commands older than timeout_ms and drops the
+ * connection (redisAsyncFree answers every pending callback with NULL). Reconnection backs off
+ * from 100 ms to 2 s.
+ */
+#include "redis.h"
+
+#include <async.h>
+#include <stdlib.h>
+
+#define MAX_FIRE_AND_FORGET 10000
+
+enum { ST_DOWN, ST_CONNECTING, ST_UP };
+
+typedef struct st_pending_t {
+    struct st_pending_t *next;
+    sg_redis_t *owner;
+    uint64_t start_ms;
+    sg_redis_cb cb; /* NULL once answered by the timeout */
+    void *arg;
+} pending_t;
+
+struct st_sg_redis_t {
+    sg_loop_t *loop;
+    char *host;
+    uint16_t port;
+    uint32_t timeout_ms;
+    redisAsyncContext *ac;    /* the live context; NULL once hiredis reported it down */
+    redisAsyncContext *ev_ac; /* the context the adapter is attached to, until its cleanup */
+    h2o_socket_t *sock;
+    int state;
+    uint32_t backoff_ms;
+    sg_timer_t reconnect_timer;
+    sg_timer_t check_timer;
+    pending_t *head, **tail; /* commands with callbacks, oldest first */
+    size_t n_forget;         /* fire-and-forget commands outstanding */
+    int closing;
+};
+
+static sg_counter_t *m_err_timeout, *m_err_disconnect, *m_err_connect, *m_err_reply, *m_dropped, *m_connects;
+static sg_gauge_t *m_up;
+
+static void init_metrics(void)
+{
+    static const char *help = "Redis cache errors by kind; each one is a cache bypass, never a failed request.";
+    m_err_timeout = sg_metrics_counter("searchgate_cache_redis_errors_total", help, "kind=\"timeout\"");
+    m_err_disconnect = sg_metrics_counter("searchgate_cache_redis_errors_total", help, "kind=\"disconnect\"");
+    m_err_connect = sg_metrics_counter("searchgate_cache_redis_errors_total", help, "kind=\"connect\"");
+    m_err_reply = sg_metrics_counter("searchgate_cache_redis_errors_total", help, "kind=\"reply\"");
+    m_dropped = sg_metrics_counter("searchgate_cache_redis_dropped_writes_total",
+                                   "Cache writes skipped because Redis was down or too many writes were outstanding.", "");
+    m_connects = sg_metrics_counter("searchgate_cache_redis_connects_total", "Successful (re)connections to Redis.", "");
+    m_up = sg_metrics_gauge("searchgate_cache_redis_connections_up", "Loop threads with a live Redis connection.", "");
+}
+
+/* ---- adapter ---- */
+
+static void on_sock_read(h2o_socket_t *sock, const char *err)
+{
+    (void)err;
+    sg_redis_t *r = sock->data;
+    if (r != NULL && r->ac != NULL)
+        redisAsyncHandleRead(r->ac);
+}
+
+static void on_sock_write(h2o_socket_t *sock, const char *err)
+{
+    (void)err;
+    sg_redis_t *r = sock->data;
+    if (r != NULL && r->ac != NULL)
+        redisAsyncHandleWrite(r->ac);
+}
+
+static void ev_add_read(void *privdata)
+{
+    sg_redis_t *r = privdata;
+    h2o_socket_read_start(r->sock, on_sock_read);
+}
+
+static void ev_del_read(void *privdata)
+{
+    sg_redis_t *r = privdata;
+    h2o_socket_read_stop(r->sock);
+}
+
+static void ev_add_write(void *privdata)
+{
+    sg_redis_t *r = privdata;
+    if (!h2o_socket_is_writing(r->sock))
+        h2o_socket_notify_write(r->sock, on_sock_write);
+}
+
+static void ev_del_write(void *privdata)
+{
+    (void)privdata; /* a pending one-shot notification is harmless: hiredis finds nothing to write */
+}
+
+static void ev_cleanup(void *privdata)
+{
+    sg_redis_t *r = privdata;
+    if (r->sock != NULL) {
+        r->sock->data = NULL;
+        h2o_socket_close(r->sock);
+        r->sock = NULL;
+    }
+    if (r->ev_ac != NULL) {
+        r->ev_ac->c.fd = -1; /* h2o closed it */
+        r->ev_ac->ev.data = NULL;
+        r->ev_ac = NULL;
+    }
+}
+
+/* ---- connection management ---- */
+
+static void connect_now(sg_redis_t *r);
+
+static void on_reconnect_timer(sg_timer_t *t)
+{
+    sg_redis_t *r = H2O_STRUCT_FROM_MEMBER(sg_redis_t, reconnect_timer, t);
+    connect_now(r);
+}
+
+static void schedule_reconnect(sg_redis_t *r)
+{
+    if (r->closing)
+        return;
+    sg_timer_start(r->loop, &r->reconnect_timer, sg_now_ms() + r->backoff_ms, on_reconnect_timer);
+    r->backoff_ms = r->backoff_ms * 2 > 2000 ? 2000 : r->backoff_ms * 2;
+}
+
+static void went_down(sg_redis_t *r)
+{
+    if (r->state == ST_UP)
+        sg_gauge_add(m_up, -1);
+    r->state = ST_DOWN;
+    r->ac = NULL;
+    r->n_forget = 0;
+    /* every tracked command has been answered with NULL by hiredis by now */
+    schedule_reconnect(r);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    sg_redis_t *r = ac->data;
+    if (status != REDIS_OK) {
+        sg_counter_add(m_err_connect, 1);
+        SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connect to %s:%u failed: %s", r->loop->id, r->host, r->port, ac->errstr);
+        went_down(r); /* hiredis frees the context after this callback */
+        return;
+    }
+    r->state = ST_UP;
+    r->backoff_ms = 100;
+    sg_counter_add(m_connects, 1);
+    sg_gauge_add(m_up, 1);
+    SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connected to %s:%u", r->loop->id, r->host, r->port);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    sg_redis_t *r = ac->data;
+    if (status != REDIS_OK)
+        sg_counter_add(m_err_disconnect, 1);
+    went_down(r);
+}
+
+static void connect_now(sg_redis_t *r)
+{
+    if (r->closing || r->state != ST_DOWN)
+        return;
+    redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+    if (ac == NULL || ac->err) {
+        sg_counter_add(m_err_connect, 1);
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        schedule_reconnect(r);
+        return;
+    }
+    ac->data = r;
+    r->ac = ac;
+    r->ev_ac = ac;
+    r->sock = h2o_evloop_socket_create(r->loop->loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
+    r->sock->data = r;
+    ac->ev.data = r;
+    ac->ev.addRead = ev_add_read;
+    ac->ev.delRead = ev_del_read;
+    ac->ev.addWrite = ev_add_write;
+    ac->ev.delWrite = ev_del_write;
+    ac->ev.cleanup = ev_cleanup;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    r->state = ST_CONNECTING;
+    /* hiredis waits for the non-blocking connect to finish through addWrite */
+    ev_add_write(r);
+}
+
+/* ---- commands ---- */
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    pending_t *p = privdata;
+    sg_redis_t *r = p->owner;
+    /* replies arrive in order, so p is the head (or was already timed out and unlinked) */
+    for (pending_t **pp = &r->head; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            if (r->tail == &p->next)
+                r->tail = pp;
+            break;
+        }
+    }
+    if (p->cb != NULL) {
+        redisReply *rep = reply;
+        if (rep != NULL && rep->type == REDIS_REPLY_ERROR) {
+            sg_counter_add(m_err_reply, 1);
+            SG_LOG(SG_LL_WARN, "redis", "error reply: %.*s", (int)rep->len, rep->str);
+            rep = NULL;
+        }
+        p->cb(p->arg, rep);
+    }
+    free(p);
+}
+
+static void on_forget_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    sg_redis_t *r = privdata;
+    redisReply *rep = reply;
+    if (rep != NULL && rep->type == REDIS_REPLY_ERROR)
+        sg_counter_add(m_err_reply, 1);
+    if (r->n_forget > 0)
+        --r->n_forget;
+}
+
+static void on_check_timer(sg_timer_t *t)
+{
+    sg_redis_t *r = H2O_STRUCT_FROM_MEMBER(sg_redis_t, check_timer, t);
+    uint64_t now = sg_now_ms();
+    int expired = 0;
+    for (pending_t *p = r->head; p != NULL && p->start_ms + r->timeout_ms <= now; p = p->next) {
+        if (p->cb != NULL) {
+            sg_redis_cb cb = p->cb;
+            p->cb = NULL;
+            sg_counter_add(m_err_timeout, 1);
+            cb(p->arg, NULL);
+            expired = 1;
+        }
+    }
+    if (expired && r->ac != NULL) {
+        /* Redis is stalled: drop the connection, every pending callback gets NULL (already
+         * answered ones are ignored), and reconnect with back-off */
+        SG_LOG(SG_LL_WARN, "redis", "loop %d: no reply within %u ms; reconnecting", r->loop->id, r->timeout_ms);
+        redisAsyncFree(r->ac);
+    }
+    if (r->head != NULL)
+        sg_timer_start(r->loop, &r->check_timer, r->head->start_ms + r->timeout_ms, on_check_timer);
+}
+
+int sg_redis_command(sg_redis_t *r, sg_redis_cb cb, void *arg, int argc, const char **argv, const size_t *argvlen)
+{
+    if (r == NULL || r->state != ST_UP || r->ac == NULL) {
+        if (cb == NULL)
+            sg_counter_add(m_dropped, 1);
+        return -1;
+    }
+    if (cb == NULL) {
+        if (r->n_forget >= MAX_FIRE_AND_FORGET) {
+            sg_counter_add(m_dropped, 1);
+            return -1;
+        }
+        if (redisAsyncCommandArgv(r->ac, on_forget_reply, r, argc, argv, argvlen) != REDIS_OK)
+            return -1;
+        ++r->n_forget;
+        return 0;
+    }
+    pending_t *p = sg_mem_calloc(1, sizeof(*p));
+    p->owner = r;
+    p->start_ms = sg_now_ms();
+    p->cb = cb;
+    p->arg = arg;
+    if (redisAsyncCommandArgv(r->ac, on_reply, p, argc, argv, argvlen) != REDIS_OK) {
+        free(p);
+        return -1;
+    }
+    *r->tail = p;
+    r->tail = &p->next;
+    if (!sg_timer_is_armed(&r->check_timer))
+        sg_timer_start(r->loop, &r->check_timer, p->start_ms + r->timeout_ms, on_check_timer);
+    return 0;
+}
+
+int sg_redis_is_up(const sg_redis_t *r)
+{
+    return r != NULL && r->state == ST_UP;
+}
+
+sg_redis_t *sg_redis_create(sg_loop_t *loop, const char *host, uint16_t port, uint32_t timeout_ms)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_metrics);
+    sg_redis_t *r = sg_mem_calloc(1, sizeof(*r));
+    r->loop = loop;
+    r->host = sg_strdup(host);
+    r->port = port;
+    r->timeout_ms = timeout_ms;
+    r->backoff_ms = 100;
+    r->tail = &r->head;
+    r->state = ST_DOWN;
+    connect_now(r);
+    return r;
+}
+
+void sg_redis_destroy(sg_redis_t *r)
+{
+    if (r == NULL)
+        return;
+    r->closing = 1;
+    sg_timer_stop(r->loop, &r->reconnect_timer);
+    sg_timer_stop(r->loop, &r->check_timer);
+    if (r->ac != NULL)
+        redisAsyncFree(r->ac); /* answers pending callbacks with NULL, then on_disconnect */
+    while (r->head != NULL) {
+        pending_t *p = r->head;
+        r->head = p->next;
+        if (p->cb != NULL)
+            p->cb(p->arg, NULL);
+        free(p);
+    }
+    free(r->host);
+    free(r);
+}

@@ -1,0 +1,30 @@
+/*
+ * redis.h -- one asynchronous hiredis connection per loop thread, driven by the h2o event loop
+ * through a small adapter (h2o 2.2.5 ships none). Commands carry a deadline; a slow or dead
+ * Redis turns into "no answer" quickly and the connection is rebuilt with back-off, so the cache
+ * can always be bypassed instead of stalling a request.
+ */
+#ifndef SG_CACHE_REDIS_H
+#define SG_CACHE_REDIS_H
+
+#include <hiredis.h>
+#include "../gateway/server.h"
+
+typedef struct st_sg_redis_t sg_redis_t;
+
+/** Callback for a command: `reply` is NULL when Redis is down, slow (past the timeout) or answered an error. */
+typedef void (*sg_redis_cb)(void *arg, redisReply *reply);
+
+sg_redis_t *sg_redis_create(sg_loop_t *loop, const char *host, uint16_t port, uint32_t timeout_ms);
+void sg_redis_destroy(sg_redis_t *r);
+/** 1 when connected. */
+int sg_redis_is_up(const sg_redis_t *r);
+/**
+ * Sends a command (argv form). Returns 0 and calls `cb` exactly once later (on this loop), or
+ * returns -1 without calling it when Redis is not connected. `cb` may be NULL (fire-and-forget);
+ * fire-and-forget commands are dropped while too many are outstanding, so a stalled Redis can
+ * never grow memory without bound.
+ */
+int sg_redis_command(sg_redis_t *r, sg_redis_cb cb, void *arg, int argc, const char **argv, const size_t *argvlen);
+
+#endif

@@ -1,0 +1,276 @@
+/*
+ * clients.c -- client identity and per-client rate limits.
+ *
+ * Keyed clients come from the config and live for the whole run. Anonymous clients (a trusted
+ * X-Client-Id, or the peer address) get the default quota and are tracked in a hash table with
+ * an LRU bound (clients.max_tracked), nginx limit_req style: the least recently seen entry that
+ * nothing references is evicted first, so memory stays bounded whatever the callers do.
+ */
+#include "clients.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MAX_LABELLED_ANON 64
+
+struct st_sg_clients_t {
+    pthread_mutex_t mu;
+    const sg_config_t *cfg;
+    sg_client_t *keyed; /* n_keyed entries */
+    unsigned char (*digests)[SHA256_DIGEST_LENGTH];
+    size_t n_keyed;
+    sg_client_t **buckets;
+    size_t n_buckets, n_anon;
+    sg_client_t lru; /* sentinel: lru.lru_next is the most recent */
+    size_t n_labelled;
+};
+
+static void client_metrics(sg_client_t *c, const char *label)
+{
+    char l[200];
+    snprintf(l, sizeof(l), "client=\"%s\"", label);
+    c->m_requests = sg_metrics_counter("searchgate_client_requests_total", "Requests by client.", l);
+    c->m_queries = sg_metrics_counter("searchgate_client_queries_total", "Queries by client.", l);
+    c->m_rate_limited =
+        sg_metrics_counter("searchgate_client_rate_limited_total",
+                           "Requests refused by the client's rate limit (429 in reject mode, 503 in queue mode).", l);
+    c->m_queued = sg_metrics_counter("searchgate_client_queued_total", "Requests that waited for the client's rate limit.", l);
+    c->m_shed = sg_metrics_counter("searchgate_client_shed_total", "Backend calls refused because the backend queue was full.", l);
+    c->m_timeouts =
+        sg_metrics_counter("searchgate_client_timeouts_total", "Requests or queued calls that passed their deadline.", l);
+    c->m_hits = sg_metrics_counter("searchgate_client_cache_hits_total", "Queries answered from the cache (any layer).", l);
+    c->m_misses = sg_metrics_counter("searchgate_client_cache_misses_total", "Queries the cache could not answer.", l);
+    c->m_wait = sg_metrics_hist("searchgate_client_ratelimit_wait_seconds", "Time requests waited for the client's rate limit.", l);
+}
+
+/* Label values must be safe inside quotes: keep [A-Za-z0-9_.:-], replace the rest. */
+static void safe_label(char *dst, size_t n, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < n; ++i) {
+        char ch = src[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+                 ch == ':' || ch == '-';
+        dst[i] = ok ? ch : '_';
+    }
+    dst[i] = '\0';
+}
+
+sg_clients_t *sg_clients_create(const sg_config_t *cfg)
+{
+    sg_clients_t *t = sg_mem_calloc(1, sizeof(*t));
+    pthread_mutex_init(&t->mu, NULL);
+    t->cfg = cfg;
+    t->n_keyed = cfg->clients.n_keyed;
+    t->keyed = sg_mem_calloc(t->n_keyed, sizeof(*t->keyed));
+    t->digests = sg_mem_calloc(t->n_keyed, sizeof(*t->digests));
+    for (size_t i = 0; i < t->n_keyed; ++i) {
+        sg_client_t *c = &t->keyed[i];
+        c->id = sg_strdup(cfg->clients.keyed[i].id);
+        c->conf = &cfg->clients.keyed[i];
+        c->keyed = 1;
+        atomic_init(&c->refs, 1);
+        char label[128];
+        safe_label(label, sizeof(label), c->id);
+        client_metrics(c, label);
+        SHA256((const unsigned char *)c->conf->key, strlen(c->conf->key), t->digests[i]);
+    }
+    t->n_buckets = 1024;
+    t->buckets = sg_mem_calloc(t->n_buckets, sizeof(*t->buckets));
+    t->lru.lru_next = t->lru.lru_prev = &t->lru;
+    return t;
+}
+
+void sg_clients_destroy(sg_clients_t *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n_keyed; ++i)
+        free(t->keyed[i].id);
+    free(t->keyed);
+    free(t->digests);
+    for (sg_client_t *c = t->lru.lru_next; c != &t->lru;) {
+        sg_client_t *next = c->lru_next;
+        free(c->id);
+        free(c);
+        c = next;
+    }
+    free(t->buckets);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+sg_client_t *sg_clients_ref(sg_client_t *c)
+{
+    if (c != NULL)
+        atomic_fetch_add(&c->refs, 1);
+    return c;
+}
+
+void sg_clients_release(sg_client_t *c)
+{
+    if (c != NULL)
+        atomic_fetch_sub(&c->refs, 1); /* anonymous entries are freed by LRU eviction once unreferenced */
+}
+
+size_t sg_clients_tracked(sg_clients_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    size_t n = t->n_anon;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+static void lru_unlink(sg_client_t *c)
+{
+    c->lru_prev->lru_next = c->lru_next;
+    c->lru_next->lru_prev = c->lru_prev;
+}
+
+static void lru_push_front(sg_clients_t *t, sg_client_t *c)
+{
+    c->lru_next = t->lru.lru_next;
+    c->lru_prev = &t->lru;
+    c->lru_next->lru_prev = c;
+    t->lru.lru_next = c;
+}
+
+static void hash_remove(sg_clients_t *t, sg_client_t *c)
+{
+    uint64_t h = sg_hash64(c->id, strlen(c->id), 7);
+    for (sg_client_t **p = &t->buckets[h & (t->n_buckets - 1)]; *p != NULL; p = &(*p)->hash_next)
+        if (*p == c) {
+            *p = c->hash_next;
+            return;
+        }
+}
+
+/* Evicts unreferenced entries from the cold end until there is room. Caller holds the mutex. */
+static void evict(sg_clients_t *t)
+{
+    sg_client_t *c = t->lru.lru_prev;
+    while (t->n_anon >= t->cfg->clients.max_tracked && c != &t->lru) {
+        sg_client_t *prev = c->lru_prev;
+        if (atomic_load(&c->refs) == 1) {
+            lru_unlink(c);
+            hash_remove(t, c);
+            --t->n_anon;
+            free(c->id);
+            free(c);
+        }
+        c = prev;
+    }
+}
+
+static sg_client_t *anon_get(sg_clients_t *t, const char *id)
+{
+    uint64_t h = sg_hash64(id, strlen(id), 7);
+    pthread_mutex_lock(&t->mu);
+    sg_client_t **slot = &t->buckets[h & (t->n_buckets - 1)];
+    sg_client_t *c;
+    for (c = *slot; c != NULL; c = c->hash_next)
+        if (strcmp(c->id, id) == 0)
+            break;
+    if (c != NULL) {
+        lru_unlink(c);
+    } else {
+        evict(t);
+        c = sg_mem_calloc(1, sizeof(*c));
+        c->id = sg_strdup(id);
+        c->conf = &t->cfg->clients.defaults;
+        atomic_init(&c->refs, 1); /* the table's own reference */
+        c->hash_next = *slot;
+        *slot = c;
+        ++t->n_anon;
+        char label[128];
+        if (t->n_labelled < MAX_LABELLED_ANON) {
+            ++t->n_labelled;
+            safe_label(label, sizeof(label), id);
+        } else {
+            snprintf(label, sizeof(label), "other");
+        }
+        client_metrics(c, label);
+    }
+    lru_push_front(t, c);
+    atomic_fetch_add(&c->refs, 1);
+    pthread_mutex_unlock(&t->mu);
+    return c;
+}
+
+sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len,
+                                 const struct sockaddr *peer, const char **why)
+{
+    if (key != NULL) {
+        unsigned char d[SHA256_DIGEST_LENGTH];
+        SHA256((const unsigned char *)key, key_len, d);
+        size_t match = SIZE_MAX;
+        for (size_t i = 0; i < t->n_keyed; ++i) { /* no early exit: every key costs the same */
+            int eq = CRYPTO_memcmp(d, t->digests[i], sizeof(d)) == 0;
+            match = eq ? i : match;
+        }
+        if (match == SIZE_MAX) {
+            *why = "invalid API key";
+            return NULL;
+        }
+        return sg_clients_ref(&t->keyed[match]);
+    }
+    if (t->cfg->clients.require_key) {
+        *why = "an API key is required (Authorization: Bearer <key> or X-API-Key: <key>)";
+        return NULL;
+    }
+    char id[160];
+    if (hdr_id != NULL && t->cfg->clients.trust_client_id_header && hdr_len > 0) {
+        size_t n = hdr_len < 120 ? hdr_len : 120;
+        snprintf(id, sizeof(id), "id:%.*s", (int)n, hdr_id);
+    } else if (peer != NULL && peer->sa_family == AF_INET) {
+        char a[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)peer)->sin_addr, a, sizeof(a));
+        snprintf(id, sizeof(id), "ip:%s", a);
+    } else if (peer != NULL && peer->sa_family == AF_INET6) {
+        char a[INET6_ADDRSTRLEN];
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)peer)->sin6_addr, a, sizeof(a));
+        snprintf(id, sizeof(id), "ip:%s", a);
+    } else {
+        snprintf(id, sizeof(id), "ip:unknown");
+    }
+    return anon_get(t, id);
+}
+
+int sg_gcra(uint64_t *tat_us, double rate, double burst, uint64_t n, uint64_t now_us, uint64_t max_wait_us, uint64_t *wait_us)
+{
+    *wait_us = 0;
+    if (rate <= 0)
+        return SG_RL_ALLOW;
+    double t = 1e6 / rate;                       /* emission interval, us per query */
+    uint64_t tau = (uint64_t)llround(t * burst); /* tolerance: a full bucket of `burst` queries */
+    uint64_t tat = *tat_us > now_us ? *tat_us : now_us;
+    uint64_t cost = (uint64_t)llround(t * (double)n);
+    uint64_t allow_at = tat > tau ? tat - tau : 0;
+    if (now_us >= allow_at) {
+        *tat_us = tat + cost;
+        return SG_RL_ALLOW;
+    }
+    *wait_us = allow_at - now_us;
+    if (max_wait_us > 0 && *wait_us <= max_wait_us) {
+        *tat_us = tat + cost; /* the slot is reserved: the caller starts after the wait */
+        return SG_RL_WAIT;
+    }
+    return SG_RL_DENY;
+}
+
+int sg_clients_ratelimit(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t now_us, uint64_t max_wait_us, uint64_t *wait_us)
+{
+    if (c->conf == NULL || c->conf->rate <= 0) {
+        *wait_us = 0;
+        return SG_RL_ALLOW;
+    }
+    pthread_mutex_lock(&t->mu);
+    int r = sg_gcra(&c->tat_us, c->conf->rate, c->conf->burst, n, now_us, max_wait_us, wait_us);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}

@@ -1,0 +1,48 @@
+/*
+ * clients.h -- who is calling: API keys, trusted X-Client-Id headers or the peer address, each
+ * mapped to a client with its own quota (GCRA rate limit counted in queries), concurrency cap
+ * and fair-share weight.
+ */
+#ifndef SG_GATEWAY_CLIENTS_H
+#define SG_GATEWAY_CLIENTS_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include "server.h"
+
+typedef struct st_sg_clients_t sg_clients_t;
+
+sg_clients_t *sg_clients_create(const sg_config_t *cfg);
+void sg_clients_destroy(sg_clients_t *t);
+
+/**
+ * Identifies the caller. `key` is the presented API key (NULL when none), `hdr_id` the
+ * X-Client-Id header (NULL when none). Returns a referenced client, or NULL with a 401 message
+ * in `*why` when a key is required and missing, or when a presented key matches none.
+ * Keys are compared in constant time (SHA-256 digests compared with CRYPTO_memcmp, every
+ * configured key checked) and never logged.
+ */
+sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len,
+                                 const struct sockaddr *peer, const char **why);
+sg_client_t *sg_clients_ref(sg_client_t *c);
+void sg_clients_release(sg_client_t *c);
+/** Number of anonymous clients tracked (for tests and /stats). */
+size_t sg_clients_tracked(sg_clients_t *t);
+
+enum { SG_RL_ALLOW = 0, SG_RL_WAIT = 1, SG_RL_DENY = 2 };
+
+/**
+ * GCRA over a theoretical arrival time `*tat_us` (one number per client). A request of `n`
+ * queries may start when now >= tat - tau (tau = burst / rate); starting advances tat by n / rate,
+ * so a batch larger than the burst is admitted when the bucket is full and pays its debt
+ * afterwards, and the long-run admitted rate is exactly `rate`. When it may not start yet:
+ * with `max_wait_us` > 0 and a wait within it, the slot is reserved and SG_RL_WAIT returned
+ * (the caller sleeps `*wait_us`); otherwise SG_RL_DENY with `*wait_us` = time until it could start.
+ * rate <= 0 means unlimited. Pure function of its arguments (unit-tested with a fake clock).
+ */
+int sg_gcra(uint64_t *tat_us, double rate, double burst, uint64_t n, uint64_t now_us, uint64_t max_wait_us, uint64_t *wait_us);
+
+/** Applies the client's own limit (thread-safe). Same return values as sg_gcra(). */
+int sg_clients_ratelimit(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t now_us, uint64_t max_wait_us, uint64_t *wait_us);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * common.h -- small utilities shared by every gateway file: allocation that aborts on OOM,
+ * a growable byte buffer, the monotonic clock, logging and hashing.
+ */
+#ifndef SG_GATEWAY_COMMON_H
+#define SG_GATEWAY_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SG_PRINTF_FMT(f, a) __attribute__((format(printf, f, a)))
+
+/** malloc/calloc/realloc/strdup that abort the process when memory runs out (h2o/Redis style). */
+void *sg_mem_alloc(size_t sz);
+void *sg_mem_calloc(size_t n, size_t sz);
+void *sg_mem_realloc(void *p, size_t sz);
+char *sg_strdup(const char *s);
+char *sg_strndup(const char *s, size_t n);
+
+/** A growable byte buffer. `base` is always NUL-terminated after an append (not counted in len). */
+typedef struct st_sg_buf_t {
+    char *base;
+    size_t len;
+    size_t cap;
+} sg_buf_t;
+
+void sg_buf_reserve(sg_buf_t *b, size_t extra);
+void sg_buf_append(sg_buf_t *b, const void *p, size_t n);
+void sg_buf_appendf(sg_buf_t *b, const char *fmt, ...) SG_PRINTF_FMT(2, 3);
+void sg_buf_free(sg_buf_t *b);
+static inline void sg_buf_appendc(sg_buf_t *b, char c)
+{
+    sg_buf_append(b, &c, 1);
+}
+static inline void sg_buf_appends(sg_buf_t *b, const char *s)
+{
+    sg_buf_append(b, s, strlen(s));
+}
+
+/** Monotonic milliseconds (CLOCK_MONOTONIC) and microseconds. */
+uint64_t sg_now_ms(void);
+uint64_t sg_now_us(void);
+/** Wall-clock seconds since the epoch, as a double. */
+double sg_wall_time(void);
+
+enum { SG_LL_ERROR = 0, SG_LL_WARN = 1, SG_LL_INFO = 2, SG_LL_DEBUG = 3 };
+extern int sg_log_level;
+/** Logs one line to stderr: time, level, subsystem, message. Arguments are not evaluated when the level is off. */
+#define SG_LOG(level, subsys, ...)                                                                                                 \
+    do {                                                                                                                           \
+        if ((level) <= sg_log_level)                                                                                               \
+            sg__log((level), (subsys), __VA_ARGS__);                                                                               \
+    } while (0)
+void sg__log(int level, const char *subsys, const char *fmt, ...) SG_PRINTF_FMT(3, 4);
+void sg__vlog(int level, const char *subsys, const char *fmt, va_list ap);
+
+/** 64-bit hash of a byte string (wyhash-style mixing); `seed` selects an independent function. */
+uint64_t sg_hash64(const void *p, size_t n, uint64_t seed);
+
+/** Number of online CPUs (at least 1). */
+int sg_num_cpus(void);
+
+#endif

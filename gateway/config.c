@@ -1,0 +1,392 @@
+/*
+ * config.c -- parse and validate the gateway's JSON config. Every key is checked here, before a
+ * socket is opened; unknown keys are errors so a typo never silently falls back to a default.
+ */
+#include "config.h"
+#include "common.h"
+#include "cfg.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *read_file(const char *path, size_t *len, char *err, size_t err_size)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        snprintf(err, err_size, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    sg_buf_t b = {0};
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0)
+        sg_buf_append(&b, chunk, n);
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        snprintf(err, err_size, "cannot read %s", path);
+        sg_buf_free(&b);
+        return NULL;
+    }
+    if (b.base == NULL)
+        sg_buf_append(&b, "", 0);
+    *len = b.len;
+    return b.base;
+}
+
+static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed)
+{
+    static const char *const keyed_keys[] = {"id",          "key_env",      "rate",   "burst", "mode",
+                                             "max_wait_ms", "max_inflight", "weight", NULL};
+    static const char *const default_keys[] = {"rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", NULL};
+    static const char *const modes[] = {"queue", "reject", NULL};
+    if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
+        return -1;
+    int64_t v;
+    if (keyed) {
+        if (sg_cfg_string(c, o, "id", 1, NULL, &out->id) != 0 || sg_cfg_secret_env(c, o, "key_env", 1, &out->key) != 0)
+            return -1;
+    }
+    if (sg_cfg_double(c, o, "rate", 0, 1e9, defaults != NULL ? defaults->rate : 0, &out->rate) != 0)
+        return -1;
+    double def_burst = defaults != NULL && cJSON_GetObjectItem(o, "rate") == NULL ? defaults->burst : out->rate;
+    if (sg_cfg_double(c, o, "burst", 0, 1e12, def_burst, &out->burst) != 0)
+        return -1;
+    if (out->rate > 0 && out->burst < 1) {
+        return sg_cfg_fail(c, "burst", cJSON_GetObjectItem(o, "burst"), "must be at least 1 when a rate is set");
+    }
+    if (sg_cfg_enum(c, o, "mode", modes, defaults != NULL ? defaults->mode : SG_RL_QUEUE, &out->mode) != 0)
+        return -1;
+    if (sg_cfg_int(c, o, "max_wait_ms", 0, 3600000, defaults != NULL ? defaults->max_wait_ms : 30000, &v) != 0)
+        return -1;
+    out->max_wait_ms = (uint32_t)v;
+    if (sg_cfg_int(c, o, "max_inflight", 0, 100000000, defaults != NULL ? defaults->max_inflight : 0, &v) != 0)
+        return -1;
+    out->max_inflight = (uint32_t)v;
+    if (sg_cfg_int(c, o, "weight", 1, 1000, defaults != NULL ? defaults->weight : 1, &v) != 0)
+        return -1;
+    out->weight = (uint32_t)v;
+    return 0;
+}
+
+static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys", "max_tracked", NULL};
+    sg_cfg_t c = {"clients", err, err_size};
+    cfg->clients.defaults.weight = 1;
+    cfg->clients.defaults.max_wait_ms = 30000;
+    cfg->clients.max_tracked = 65536;
+    if (o == NULL)
+        return 0;
+    if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_bool(&c, o, "require_key", 0, &cfg->clients.require_key) != 0 ||
+        sg_cfg_bool(&c, o, "trust_client_id_header", 0, &cfg->clients.trust_client_id_header) != 0)
+        return -1;
+    int64_t v;
+    if (sg_cfg_int(&c, o, "max_tracked", 16, 100000000, 65536, &v) != 0)
+        return -1;
+    cfg->clients.max_tracked = (size_t)v;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
+    if (d != NULL) {
+        sg_cfg_t cd = {"clients.default", err, err_size};
+        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0) != 0)
+            return -1;
+    }
+    const cJSON *ks = cJSON_GetObjectItemCaseSensitive(o, "keys");
+    if (ks != NULL) {
+        if (!cJSON_IsArray(ks))
+            return sg_cfg_fail(&c, "keys", ks, "expected an array of client objects");
+        size_t n = (size_t)cJSON_GetArraySize(ks), i = 0;
+        cfg->clients.keyed = sg_mem_calloc(n, sizeof(*cfg->clients.keyed));
+        for (const cJSON *it = ks->child; it != NULL; it = it->next, ++i) {
+            char path[64];
+            snprintf(path, sizeof(path), "clients.keys[%zu]", i);
+            sg_cfg_t ck = {path, err, err_size};
+            cfg->clients.n_keyed = i + 1;
+            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1) != 0)
+                return -1;
+            for (size_t j = 0; j < i; ++j)
+                if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)
+                    return sg_cfg_fail(&ck, "id", cJSON_GetObjectItem(it, "id"), "duplicate client id");
+        }
+    }
+    if (cfg->clients.require_key && cfg->clients.n_keyed == 0)
+        return sg_cfg_fail(&c, "require_key", cJSON_GetObjectItem(o, "require_key"), "needs at least one entry in clients.keys");
+    return 0;
+}
+
+static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"l1_bytes", "redis", "ttl_s", "global_rate_limit", NULL};
+    static const char *const rkeys[] = {"host", "port", "timeout_ms", "prefix", NULL};
+    static const char *const gkeys[] = {"rate", "burst", NULL};
+    sg_cfg_t c = {"cache", err, err_size};
+    int64_t v;
+    cfg->cache.l1_bytes = 64u << 20;
+    cfg->cache.default_ttl_s = 3600;
+    if (o == NULL)
+        return 0;
+    if (sg_cfg_check_keys(&c, o, keys) != 0)
+        return -1;
+    if (sg_cfg_int(&c, o, "l1_bytes", 0, (int64_t)1 << 40, 64 << 20, &v) != 0)
+        return -1;
+    cfg->cache.l1_bytes = (size_t)v;
+    if (sg_cfg_int(&c, o, "ttl_s", 1, 365 * 86400, 3600, &v) != 0)
+        return -1;
+    cfg->cache.default_ttl_s = (uint32_t)v;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "redis");
+    if (r != NULL && !cJSON_IsNull(r)) {
+        sg_cfg_t cr = {"cache.redis", err, err_size};
+        if (sg_cfg_check_keys(&cr, r, rkeys) != 0 || sg_cfg_string(&cr, r, "host", 0, "127.0.0.1", &cfg->cache.redis_host) != 0)
+            return -1;
+        if (sg_cfg_int(&cr, r, "port", 1, 65535, 6379, &v) != 0)
+            return -1;
+        cfg->cache.redis_port = (uint16_t)v;
+        if (sg_cfg_int(&cr, r, "timeout_ms", 1, 60000, 50, &v) != 0)
+            return -1;
+        cfg->cache.redis_timeout_ms = (uint32_t)v;
+        if (sg_cfg_string(&cr, r, "prefix", 0, "sg:", &cfg->cache.redis_prefix) != 0)
+            return -1;
+    }
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "global_rate_limit");
+    if (g != NULL && !cJSON_IsNull(g)) {
+        sg_cfg_t cg = {"cache.global_rate_limit", err, err_size};
+        if (cfg->cache.redis_host == NULL)
+            return sg_cfg_fail(&c, "global_rate_limit", g, "needs cache.redis");
+        if (sg_cfg_check_keys(&cg, g, gkeys) != 0 || sg_cfg_double(&cg, g, "rate", 0.001, 1e9, 0, &cfg->cache.global_rate) != 0 ||
+            sg_cfg_double(&cg, g, "burst", 1, 1e12, cfg->cache.global_rate, &cfg->cache.global_burst) != 0)
+            return -1;
+        if (cfg->cache.global_rate <= 0)
+            return sg_cfg_fail(&cg, "rate", NULL, "required key is missing");
+        if (cfg->cache.global_burst < 1)
+            cfg->cache.global_burst = 1;
+    }
+    return 0;
+}
+
+static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"name",      "plugin", "config", "topk",        "timeout_ms", "max_inflight",
+                                       "max_queue", "chunk",  "cache",  "cache_ttl_s", "fallback",   NULL};
+    char path[64];
+    snprintf(path, sizeof(path), "backends[%zu]", idx);
+    sg_cfg_t c = {path, err, err_size};
+    sg_backend_conf_t *b = &cfg->backends[idx];
+    int64_t v;
+    b->fallback = -1;
+    if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_string(&c, o, "name", 1, NULL, &b->name) != 0 ||
+        sg_cfg_string(&c, o, "plugin", 1, NULL, &b->plugin) != 0)
+        return -1;
+    for (const char *p = b->name; *p != '\0'; ++p)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+            return sg_cfg_fail(&c, "name", cJSON_GetObjectItem(o, "name"), "may only contain letters, digits, '-' and '_'");
+    for (size_t j = 0; j < idx; ++j)
+        if (strcmp(cfg->backends[j].name, b->name) == 0)
+            return sg_cfg_fail(&c, "name", cJSON_GetObjectItem(o, "name"), "duplicate backend name");
+    if (strchr(b->plugin, '/') != NULL)
+        b->plugin_path = sg_cfg_resolve(cfg->base_dir, b->plugin);
+    const cJSON *pc = cJSON_GetObjectItemCaseSensitive(o, "config");
+    if (pc != NULL && !cJSON_IsObject(pc))
+        return sg_cfg_fail(&c, "config", pc, "expected a JSON object");
+    b->config_json = pc != NULL ? cJSON_PrintUnformatted(pc) : sg_strdup("{}");
+    if (b->config_json == NULL)
+        abort();
+    if (sg_cfg_int(&c, o, "topk", 1, cfg->limits.max_topk, 3, &v) != 0)
+        return -1;
+    b->topk = (uint32_t)v;
+    if (sg_cfg_int(&c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, 30000, &v) != 0)
+        return -1;
+    b->timeout_ms = (uint32_t)v;
+    if (sg_cfg_int(&c, o, "max_inflight", 0, 100000000, 0, &v) != 0)
+        return -1;
+    b->max_inflight = (uint32_t)v;
+    if (sg_cfg_int(&c, o, "max_queue", 0, 100000000, 100000, &v) != 0)
+        return -1;
+    b->max_queue = (uint32_t)v;
+    if (sg_cfg_int(&c, o, "chunk", 1, 1000000, 64, &v) != 0)
+        return -1;
+    b->chunk = (uint32_t)v;
+    if (sg_cfg_bool(&c, o, "cache", 1, &b->cache) != 0)
+        return -1;
+    if (sg_cfg_int(&c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)
+        return -1;
+    b->cache_ttl_s = (uint32_t)v;
+    return 0;
+}
+
+int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",    "limits", "backends",
+                                       "default_backend", "clients", "cache",     "dashboard_dir", NULL};
+    static const char *const listen_keys[] = {"host", "port", NULL};
+    static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
+                                             "max_topk",       "max_deadline_ms", NULL};
+    static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
+    cfg->default_backend = -1;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (root == NULL) {
+        size_t off = end != NULL && end >= json ? (size_t)(end - json) : 0;
+        snprintf(err, err_size, "not valid JSON (near byte %zu)", off);
+        return -1;
+    }
+    int ret = -1;
+    sg_cfg_t c = {"", err, err_size};
+    int64_t v;
+    if (sg_cfg_check_keys(&c, root, keys) != 0)
+        goto out;
+    /* listen */
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "listen");
+    sg_cfg_t cl = {"listen", err, err_size};
+    if (l != NULL && sg_cfg_check_keys(&cl, l, listen_keys) != 0)
+        goto out;
+    if (sg_cfg_string(&cl, l, "host", 0, "127.0.0.1", &cfg->host) != 0 || sg_cfg_int(&cl, l, "port", 0, 65535, 8000, &v) != 0)
+        goto out;
+    cfg->port = (uint16_t)v;
+    if (sg_cfg_int(&c, root, "threads", 0, 1024, 0, &v) != 0)
+        goto out;
+    cfg->threads = (int)v;
+    if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
+        goto out;
+    if (sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir) != 0 ||
+        sg_cfg_path(&c, root, "dashboard_dir", 0, cfg->base_dir, &cfg->dashboard_dir) != 0)
+        goto out;
+    /* limits */
+    const cJSON *lim = cJSON_GetObjectItemCaseSensitive(root, "limits");
+    sg_cfg_t cm = {"limits", err, err_size};
+    if (lim != NULL && sg_cfg_check_keys(&cm, lim, limit_keys) != 0)
+        goto out;
+    if (sg_cfg_int(&cm, lim, "max_body_bytes", 1024, (int64_t)1 << 30, 16 << 20, &v) != 0)
+        goto out;
+    cfg->limits.max_body_bytes = (size_t)v;
+    if (sg_cfg_int(&cm, lim, "max_queries", 1, 1000000, 10000, &v) != 0)
+        goto out;
+    cfg->limits.max_queries = (uint32_t)v;
+    if (sg_cfg_int(&cm, lim, "max_query_bytes", 1, 1 << 20, 8192, &v) != 0)
+        goto out;
+    cfg->limits.max_query_bytes = (uint32_t)v;
+    if (sg_cfg_int(&cm, lim, "max_topk", 1, 100000, 1000, &v) != 0)
+        goto out;
+    cfg->limits.max_topk = (uint32_t)v;
+    if (sg_cfg_int(&cm, lim, "max_deadline_ms", 1, 3600000, 600000, &v) != 0)
+        goto out;
+    cfg->limits.max_deadline_ms = (uint32_t)v;
+    if (parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0)
+        goto out;
+    if (parse_clients(cfg, cJSON_GetObjectItemCaseSensitive(root, "clients"), err, err_size) != 0)
+        goto out;
+    /* backends */
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(root, "backends");
+    if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) == 0) {
+        sg_cfg_fail(&c, "backends", bs, "expected a non-empty array of backend objects");
+        goto out;
+    }
+    cfg->n_backends = (size_t)cJSON_GetArraySize(bs);
+    cfg->backends = sg_mem_calloc(cfg->n_backends, sizeof(*cfg->backends));
+    size_t i = 0;
+    for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i)
+        if (parse_backend(cfg, it, i, err, err_size) != 0)
+            goto out;
+    /* fallbacks refer to names, so resolve them once all backends are known */
+    i = 0;
+    for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(it, "fallback");
+        if (f == NULL || cJSON_IsNull(f))
+            continue;
+        char path[64];
+        snprintf(path, sizeof(path), "backends[%zu]", i);
+        sg_cfg_t cb = {path, err, err_size};
+        int idx = cJSON_IsString(f) ? sg_config_find_backend(cfg, f->valuestring, strlen(f->valuestring)) : -1;
+        if (idx < 0 || (size_t)idx == i) {
+            sg_cfg_fail(&cb, "fallback", f, "expected the name of another configured backend");
+            goto out;
+        }
+        cfg->backends[i].fallback = idx;
+    }
+    const cJSON *db = cJSON_GetObjectItemCaseSensitive(root, "default_backend");
+    if (db == NULL || cJSON_IsNull(db)) {
+        cfg->default_backend = 0;
+    } else if (!cJSON_IsString(db) ||
+               (cfg->default_backend = sg_config_find_backend(cfg, db->valuestring, strlen(db->valuestring))) < 0) {
+        sg_cfg_fail(&c, "default_backend", db, "expected the name of a configured backend");
+        goto out;
+    }
+    ret = 0;
+out:
+    cJSON_Delete(root);
+    return ret;
+}
+
+int sg_config_load(sg_config_t *cfg, const char *path, char *err, size_t err_size)
+{
+    size_t len;
+    char msg[1024];
+    char *json = read_file(path, &len, err, err_size);
+    if (json == NULL) {
+        memset(cfg, 0, sizeof(*cfg));
+        return -1;
+    }
+    char *dir = sg_strdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL) {
+        free(dir);
+        dir = sg_strdup(".");
+    } else if (slash == dir) {
+        slash[1] = '\0';
+    } else {
+        *slash = '\0';
+    }
+    int r = sg_config_parse(cfg, json, len, dir, msg, sizeof(msg));
+    free(json);
+    free(dir);
+    if (r != 0) {
+        snprintf(err, err_size, "%s: %s", path, msg);
+        return -1;
+    }
+    cfg->path = sg_strdup(path);
+    return 0;
+}
+
+static void free_client(sg_client_conf_t *c)
+{
+    free(c->id);
+    if (c->key != NULL) {
+        memset(c->key, 0, strlen(c->key));
+        free(c->key);
+    }
+}
+
+void sg_config_free(sg_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->n_backends; ++i) {
+        sg_backend_conf_t *b = &cfg->backends[i];
+        free(b->name);
+        free(b->plugin);
+        free(b->plugin_path);
+        free(b->config_json);
+    }
+    free(cfg->backends);
+    for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
+        free_client(&cfg->clients.keyed[i]);
+    free(cfg->clients.keyed);
+    free(cfg->cache.redis_host);
+    free(cfg->cache.redis_prefix);
+    free(cfg->path);
+    free(cfg->base_dir);
+    free(cfg->host);
+    free(cfg->plugin_dir);
+    free(cfg->dashboard_dir);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+int sg_config_find_backend(const sg_config_t *cfg, const char *name, size_t len)
+{
+    for (size_t i = 0; i < cfg->n_backends; ++i)
+        if (cfg->backends[i].name != NULL && strlen(cfg->backends[i].name) == len && memcmp(cfg->backends[i].name, name, len) == 0)
+            return (int)i;
+    return -1;
+}

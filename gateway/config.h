@@ -1,0 +1,88 @@
+/*
+ * config.h -- the gateway configuration: one JSON file, validated completely at start-up.
+ * docs/configuration.md is the reference for every key.
+ */
+#ifndef SG_GATEWAY_CONFIG_H
+#define SG_GATEWAY_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct st_sg_backend_conf_t {
+    char *name;        /* route name: POST /retrieve/<name> */
+    char *plugin;      /* as written in the config */
+    char *plugin_path; /* resolved path of the .so */
+    char *config_json; /* the backend's "config" object, serialised ("{}" when absent) */
+    uint32_t topk;     /* default topk for this route */
+    uint32_t timeout_ms;
+    uint32_t max_inflight; /* queries handed to the plugin at once; 0 = unlimited */
+    uint32_t max_queue;    /* queries waiting for admission; beyond that 503 */
+    uint32_t chunk;        /* a request's queries reach the plugin in calls of at most this many */
+    int cache;             /* result cache on/off for this route */
+    uint32_t cache_ttl_s;
+    int fallback; /* index of the fallback backend, -1 = none */
+} sg_backend_conf_t;
+
+typedef struct st_sg_client_conf_t {
+    char *id;
+    char *key;             /* the API key, read from the environment; NULL for the default entry */
+    double rate;           /* queries per second; 0 = unlimited */
+    double burst;          /* queries */
+    int mode;              /* SG_RL_QUEUE or SG_RL_REJECT */
+    uint32_t max_wait_ms;  /* queue mode: longest wait before 503 */
+    uint32_t max_inflight; /* queries in flight at once for this client; 0 = unlimited */
+    uint32_t weight;       /* share of a saturated backend relative to other clients */
+} sg_client_conf_t;
+
+enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };
+
+typedef struct st_sg_config_t {
+    char *path;     /* the config file */
+    char *base_dir; /* its directory: relative paths are resolved against it */
+    char *host;
+    uint16_t port;
+    int threads;
+    int log_level;
+    char *plugin_dir;
+    struct {
+        size_t max_body_bytes;
+        uint32_t max_queries;
+        uint32_t max_query_bytes;
+        uint32_t max_topk;
+        uint32_t max_deadline_ms;
+    } limits;
+    sg_backend_conf_t *backends;
+    size_t n_backends;
+    int default_backend;
+    /* clients: identity, quotas and fairness */
+    struct {
+        int require_key;
+        int trust_client_id_header;
+        sg_client_conf_t defaults; /* id is NULL */
+        sg_client_conf_t *keyed;
+        size_t n_keyed;
+        size_t max_tracked; /* distinct anonymous client ids kept (LRU) */
+    } clients;
+    /* result cache */
+    struct {
+        size_t l1_bytes;  /* 0 = L1 off */
+        char *redis_host; /* NULL = Redis off */
+        uint16_t redis_port;
+        uint32_t redis_timeout_ms;
+        char *redis_prefix;
+        uint32_t default_ttl_s;
+        double global_rate; /* queries/s shared by all replicas through Redis; 0 = off */
+        double global_burst;
+    } cache;
+    char *dashboard_dir; /* NULL = the built-in page */
+} sg_config_t;
+
+/** Reads and validates `path`. On failure returns -1 with a message naming the key and value in `err`. */
+int sg_config_load(sg_config_t *cfg, const char *path, char *err, size_t err_size);
+/** Same, from a string (for tests); `base_dir` resolves relative paths. */
+int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size);
+void sg_config_free(sg_config_t *cfg);
+/** Index of the backend called `name` (length `len`), or -1. */
+int sg_config_find_backend(const sg_config_t *cfg, const char *name, size_t len);
+
+#endif

@@ -1,0 +1,861 @@
+/*
+ * dispatch.c -- how distinct queries reach a backend: result blobs, singleflight, calls and
+ * admission.
+ *
+ * A *flight* is one (backend, topk, query text) being computed. The flight table is global and
+ * sharded, so identical queries from any loop thread share one computation (GRPO sends the same
+ * prompt n times). Every request waiting on a flight owns a *waiter*; when the flight resolves,
+ * each waiter is posted to its request's loop as an h2o_multithread message.
+ *
+ * A *call* is one plugin search(): up to `chunk` flights led by one request. Calls pass
+ * admission: a per-backend cap on queries in flight, and a bounded queue in front of it that is
+ * served deficit-round-robin across clients (weights from the config), so one job's 2,560-query
+ * burst cannot starve another job's single queries. Queued calls whose deadline passed, or whose
+ * waiters all left, are dropped before they reach the plugin; running calls are cancelled.
+ *
+ * Locks: a flight's waiter list and table membership are guarded by its shard mutex; admission
+ * state by the backend's admit_mutex. No lock is held while calling into a plugin.
+ */
+#include "server.h"
+#include "json.h"
+#include "clients.h"
+#include "../cache/cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- blobs ---- */
+
+sg_blob_t *sg_blob_from_hits(const sg_hits *hits)
+{
+    sg_buf_t b = {0};
+    size_t total = 2;
+    for (size_t i = 0; i < hits->n_hits; ++i)
+        total += hits->hits[i].doc_len + 40;
+    sg_buf_reserve(&b, total);
+    sg_blob_t *blob = sg_mem_calloc(1, sizeof(*blob));
+    atomic_init(&blob->refs, 1);
+    blob->shape = SG_SHAPE_BOTH;
+    blob->n_hits = (uint32_t)hits->n_hits;
+    blob->docs = hits->n_hits != 0 ? sg_mem_alloc(hits->n_hits * sizeof(*blob->docs)) : NULL;
+    sg_buf_appendc(&b, '[');
+    for (size_t i = 0; i < hits->n_hits; ++i) {
+        const sg_hit *h = &hits->hits[i];
+        if (i != 0)
+            sg_buf_appendc(&b, ',');
+        sg_buf_appends(&b, "{\"document\":");
+        blob->docs[i].off = (uint32_t)b.len;
+        blob->docs[i].len = (uint32_t)h->doc_len;
+        sg_buf_append(&b, h->doc, h->doc_len);
+        sg_buf_appends(&b, ",\"score\":");
+        sg_json_append_double(&b, h->score);
+        sg_buf_appendc(&b, '}');
+    }
+    sg_buf_appendc(&b, ']');
+    blob->json = b.base;
+    blob->json_len = b.len;
+    return blob;
+}
+
+sg_blob_t *sg_blob_from_fragment(int shape, const char *json, size_t len)
+{
+    sg_blob_t *blob = sg_mem_calloc(1, sizeof(*blob));
+    atomic_init(&blob->refs, 1);
+    blob->shape = (uint8_t)shape;
+    blob->json = sg_strndup(json, len);
+    blob->json_len = len;
+    return blob;
+}
+
+void sg_blob_release(sg_blob_t *b)
+{
+    if (b == NULL || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    free(b->docs);
+    free(b->json);
+    free(b);
+}
+
+size_t sg_blob_fragment_len(const sg_blob_t *b, int return_scores)
+{
+    if (b->shape != SG_SHAPE_BOTH || return_scores)
+        return b->json_len;
+    size_t n = 2 + (b->n_hits > 0 ? b->n_hits - 1 : 0);
+    for (uint32_t i = 0; i < b->n_hits; ++i)
+        n += b->docs[i].len;
+    return n;
+}
+
+void sg_blob_append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *out)
+{
+    if (b->shape != SG_SHAPE_BOTH || return_scores) {
+        sg_buf_append(out, b->json, b->json_len);
+        return;
+    }
+    sg_buf_appendc(out, '[');
+    for (uint32_t i = 0; i < b->n_hits; ++i) {
+        if (i != 0)
+            sg_buf_appendc(out, ',');
+        sg_buf_append(out, b->json + b->docs[i].off, b->docs[i].len);
+    }
+    sg_buf_appendc(out, ']');
+}
+
+char *sg_blob_write_fragment(const sg_blob_t *b, int return_scores, char *dst)
+{
+    if (b->shape != SG_SHAPE_BOTH || return_scores) {
+        memcpy(dst, b->json, b->json_len);
+        return dst + b->json_len;
+    }
+    *dst++ = '[';
+    for (uint32_t i = 0; i < b->n_hits; ++i) {
+        if (i != 0)
+            *dst++ = ',';
+        memcpy(dst, b->json + b->docs[i].off, b->docs[i].len);
+        dst += b->docs[i].len;
+    }
+    *dst++ = ']';
+    return dst;
+}
+
+size_t sg_blob_footprint(const sg_blob_t *b)
+{
+    return sizeof(*b) + b->json_len + (b->docs != NULL ? b->n_hits * sizeof(*b->docs) : 0);
+}
+
+/* ---- flights, waiters, calls ---- */
+
+#define NSHARDS 64
+#define CANCEL_BIT 0x80000000u
+
+struct st_sg_flight_t {
+    sg_flight_t *next; /* hash chain */
+    uint64_t hash;
+    uint32_t backend, topk, op;
+    uint32_t len;
+    char *text;
+    sg_waiter_t *waiters;
+    uint32_t n_waiters;
+    int in_table;
+    sg_call_t *call;
+};
+
+struct st_sg_waiter_t {
+    h2o_multithread_message_t msg;
+    sg_waiter_t *next, **pprev; /* in flight->waiters, under the shard lock */
+    sg_flight_t *flight;        /* under the shard lock; NULL once resolved (in transit) */
+    sg_rreq_t *rreq;            /* loop thread only; NULL when the request was abandoned */
+    uint64_t hash;              /* of the flight: selects the shard */
+    uint32_t uniq;
+    sg_loop_t *loop;
+    sg_blob_t *blob;
+    sg_status status;
+    char *detail;
+    uint32_t retry_after;
+};
+
+enum { CALL_QUEUED, CALL_RUNNING, CALL_DONE };
+
+struct st_sg_call_t {
+    h2o_multithread_message_t msg;
+    _Atomic uint32_t refs;
+    _Atomic uint32_t live; /* flights that still have waiters, | CANCEL_BIT once cancelled */
+    _Atomic int state;     /* guarded by the backend's admit_mutex for QUEUED -> RUNNING/DONE */
+    sg_backend_t *backend;
+    sg_client_t *client;
+    sg_loop_t *origin;
+    int is_access;     /* POST /access: vt->access() instead of vt->search() */
+    sg_call_t *q_next; /* admission queue link */
+    sg_search search;
+    sg_query *queries;
+    sg_flight_t **flights;
+    sg_blob_t **blobs; /* results, kept for the cache fill on the origin loop */
+    size_t n;
+    uint64_t start_us;
+    sg_status status;
+    char *detail;
+    uint32_t retry_after;
+    char request_id[24];
+};
+
+struct st_sg_admit_queue_t {
+    sg_admit_queue_t *next, *prev; /* ring of clients with queued calls */
+    sg_client_t *client;
+    sg_call_t *head, **tail;
+    int64_t deficit;
+};
+
+typedef struct st_shard_t {
+    pthread_mutex_t mu;
+    sg_flight_t **buckets;
+    size_t n_buckets, n;
+} shard_t;
+
+static shard_t shards[NSHARDS];
+
+void sg_dispatch_init(void)
+{
+    for (size_t i = 0; i < NSHARDS; ++i) {
+        pthread_mutex_init(&shards[i].mu, NULL);
+        shards[i].n_buckets = 64;
+        shards[i].buckets = sg_mem_calloc(shards[i].n_buckets, sizeof(sg_flight_t *));
+        shards[i].n = 0;
+    }
+}
+
+void sg_dispatch_dispose(void)
+{
+    for (size_t i = 0; i < NSHARDS; ++i) {
+        free(shards[i].buckets);
+        shards[i].buckets = NULL;
+        pthread_mutex_destroy(&shards[i].mu);
+    }
+}
+
+size_t sg_dispatch_flights(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < NSHARDS; ++i) {
+        pthread_mutex_lock(&shards[i].mu);
+        n += shards[i].n;
+        pthread_mutex_unlock(&shards[i].mu);
+    }
+    return n;
+}
+
+static uint64_t flight_hash(uint32_t backend, uint32_t topk, uint32_t op, const char *text, size_t len)
+{
+    return sg_hash64(text, len, ((uint64_t)backend << 40) ^ ((uint64_t)op << 32) ^ topk ^ 0x5ca1ab1eull);
+}
+
+static shard_t *shard_of(uint64_t hash)
+{
+    return &shards[(hash >> 58) % NSHARDS];
+}
+
+static sg_flight_t **bucket_of(shard_t *s, uint64_t hash)
+{
+    return &s->buckets[hash & (s->n_buckets - 1)];
+}
+
+static void shard_grow(shard_t *s)
+{
+    size_t nb = s->n_buckets * 2;
+    sg_flight_t **nbk = sg_mem_calloc(nb, sizeof(*nbk));
+    for (size_t i = 0; i < s->n_buckets; ++i) {
+        sg_flight_t *f = s->buckets[i];
+        while (f != NULL) {
+            sg_flight_t *next = f->next;
+            sg_flight_t **slot = &nbk[f->hash & (nb - 1)];
+            f->next = *slot;
+            *slot = f;
+            f = next;
+        }
+    }
+    free(s->buckets);
+    s->buckets = nbk;
+    s->n_buckets = nb;
+}
+
+static sg_flight_t *shard_find(shard_t *s, uint64_t hash, uint32_t backend, uint32_t topk, uint32_t op, const char *text,
+                               size_t len)
+{
+    for (sg_flight_t *f = *bucket_of(s, hash); f != NULL; f = f->next)
+        if (f->hash == hash && f->backend == backend && f->topk == topk && f->op == op && f->len == len &&
+            memcmp(f->text, text, len) == 0)
+            return f;
+    return NULL;
+}
+
+static void shard_insert(shard_t *s, sg_flight_t *f)
+{
+    if (s->n + 1 > s->n_buckets)
+        shard_grow(s);
+    sg_flight_t **slot = bucket_of(s, f->hash);
+    f->next = *slot;
+    *slot = f;
+    f->in_table = 1;
+    ++s->n;
+}
+
+static void shard_remove(shard_t *s, sg_flight_t *f)
+{
+    if (!f->in_table)
+        return;
+    for (sg_flight_t **p = bucket_of(s, f->hash); *p != NULL; p = &(*p)->next) {
+        if (*p == f) {
+            *p = f->next;
+            break;
+        }
+    }
+    f->in_table = 0;
+    --s->n;
+}
+
+static void waiter_link(sg_flight_t *f, sg_waiter_t *w)
+{
+    w->flight = f;
+    w->next = f->waiters;
+    if (w->next != NULL)
+        w->next->pprev = &w->next;
+    w->pprev = &f->waiters;
+    f->waiters = w;
+    ++f->n_waiters;
+}
+
+static void waiter_unlink(sg_waiter_t *w)
+{
+    *w->pprev = w->next;
+    if (w->next != NULL)
+        w->next->pprev = w->pprev;
+    --w->flight->n_waiters;
+    w->flight = NULL;
+}
+
+static void call_release(sg_call_t *c)
+{
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (size_t i = 0; i < c->n; ++i) {
+        free(c->flights[i]->text);
+        free(c->flights[i]);
+        sg_blob_release(c->blobs[i]);
+    }
+    free(c->flights);
+    free(c->queries);
+    free(c->blobs);
+    free(c->detail);
+    sg_clients_release(c->client);
+    free(c);
+}
+
+static void call_start(sg_call_t *c);
+static void call_complete(sg_call_t *c, const sg_result *res);
+static void admit_cancel(sg_call_t *c);
+
+/* Decrements the live-flight count of a call whose flight just lost its last waiter; the caller
+ * holds the flight's shard lock. Returns 1 when the call has no waiters left and is now
+ * cancelled (the caller must then call admit_cancel() after unlocking). */
+static int call_drop_live(sg_call_t *c)
+{
+    uint32_t cur = atomic_load(&c->live);
+    for (;;) {
+        uint32_t n = cur & ~CANCEL_BIT;
+        uint32_t next = n <= 1 ? CANCEL_BIT : (cur & CANCEL_BIT) | (n - 1);
+        if (atomic_compare_exchange_weak(&c->live, &cur, next))
+            return n <= 1 && !(cur & CANCEL_BIT);
+    }
+}
+
+/* A new waiter joins a flight that had none; fails when the call was already cancelled. */
+static int call_revive(sg_call_t *c)
+{
+    uint32_t cur = atomic_load(&c->live);
+    for (;;) {
+        if (cur & CANCEL_BIT)
+            return 0;
+        if (atomic_compare_exchange_weak(&c->live, &cur, cur + 1))
+            return 1;
+    }
+}
+
+/* ---- admission ---- */
+
+static int client_fits(const sg_client_t *cl, size_t n)
+{
+    if (cl == NULL || cl->conf == NULL || cl->conf->max_inflight == 0)
+        return 1;
+    uint64_t cur = atomic_load(&cl->inflight);
+    return cur == 0 || cur + n <= cl->conf->max_inflight;
+}
+
+static int backend_fits(const sg_backend_t *b, size_t n)
+{
+    return b->conf->max_inflight == 0 || b->admit_inflight == 0 || b->admit_inflight + n <= b->conf->max_inflight;
+}
+
+static sg_admit_queue_t *queue_for(sg_backend_t *b, sg_client_t *cl)
+{
+    sg_admit_queue_t *q = b->admit_queues;
+    if (q != NULL) {
+        do {
+            if (q->client == cl)
+                return q;
+            q = q->next;
+        } while (q != b->admit_queues);
+    }
+    q = sg_mem_calloc(1, sizeof(*q));
+    q->client = cl;
+    q->tail = &q->head;
+    if (b->admit_queues == NULL) {
+        q->next = q->prev = q;
+        b->admit_queues = q;
+    } else { /* insert just before the current position: it gets its turn after the others */
+        q->next = b->admit_queues;
+        q->prev = b->admit_queues->prev;
+        q->prev->next = q;
+        q->next->prev = q;
+    }
+    return q;
+}
+
+static void queue_drop(sg_backend_t *b, sg_admit_queue_t *q)
+{
+    if (q->next == q) {
+        b->admit_queues = NULL;
+    } else {
+        q->prev->next = q->next;
+        q->next->prev = q->prev;
+        if (b->admit_queues == q)
+            b->admit_queues = q->next;
+    }
+    free(q);
+}
+
+static sg_call_t *queue_pop(sg_admit_queue_t *q)
+{
+    sg_call_t *c = q->head;
+    q->head = c->q_next;
+    if (q->head == NULL)
+        q->tail = &q->head;
+    c->q_next = NULL;
+    return c;
+}
+
+static int call_is_dead(sg_call_t *c, uint64_t now_ms)
+{
+    return (atomic_load(&c->live) & CANCEL_BIT) != 0 || (c->search.deadline_ms != 0 && now_ms >= c->search.deadline_ms);
+}
+
+/* Takes runnable calls off the backend's queues (DRR across clients) while capacity allows.
+ * Dead calls are moved to `dead`; both lists are linked through q_next. Caller holds admit_mutex. */
+static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
+{
+    uint64_t now = sg_now_ms();
+    int64_t quantum = b->conf->chunk;
+    size_t n_queues = 0, idle = 0;
+    if (b->admit_queues != NULL) {
+        sg_admit_queue_t *q = b->admit_queues;
+        do {
+            ++n_queues;
+            q = q->next;
+        } while (q != b->admit_queues);
+    }
+    while (b->admit_queues != NULL && idle <= n_queues) {
+        sg_admit_queue_t *q = b->admit_queues;
+        /* dead calls at the head cost nothing: drop them first */
+        while (q->head != NULL && call_is_dead(q->head, now)) {
+            sg_call_t *c = queue_pop(q);
+            b->admit_queued -= c->n;
+            c->q_next = *dead;
+            *dead = c;
+        }
+        if (q->head == NULL) {
+            queue_drop(b, q);
+            idle = 0;
+            continue;
+        }
+        if (!backend_fits(b, q->head->n))
+            break; /* the backend is full: a completion pumps again */
+        if (!client_fits(q->client, q->head->n)) {
+            b->admit_queues = q->next; /* this client is at its own cap: next client */
+            ++idle;
+            continue;
+        }
+        if (q->deficit < (int64_t)q->head->n)
+            q->deficit += quantum * (int64_t)(q->client != NULL && q->client->conf != NULL ? q->client->conf->weight : 1);
+        while (q->head != NULL && q->deficit >= (int64_t)q->head->n && backend_fits(b, q->head->n) &&
+               client_fits(q->client, q->head->n) && !call_is_dead(q->head, now)) {
+            sg_call_t *c = queue_pop(q);
+            q->deficit -= (int64_t)c->n;
+            b->admit_queued -= c->n;
+            b->admit_inflight += c->n;
+            if (c->client != NULL)
+                atomic_fetch_add(&c->client->inflight, c->n);
+            atomic_store(&c->state, CALL_RUNNING);
+            c->q_next = *run;
+            *run = c;
+        }
+        idle = 0;
+        if (q->head == NULL) {
+            queue_drop(b, q);
+            continue;
+        }
+        b->admit_queues = q->next; /* next client's turn */
+    }
+    sg_gauge_set(b->queued_queries, (int64_t)b->admit_queued);
+    sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
+}
+
+static void run_lists(sg_call_t *run, sg_call_t *dead)
+{
+    /* `run` was built by prepending; start in submission order */
+    sg_call_t *rev = NULL;
+    while (run != NULL) {
+        sg_call_t *next = run->q_next;
+        run->q_next = rev;
+        rev = run;
+        run = next;
+    }
+    while (dead != NULL) {
+        sg_call_t *next = dead->q_next;
+        int canceled = (atomic_load(&dead->live) & CANCEL_BIT) != 0;
+        sg_counter_add(dead->backend->expired, 1);
+        if (dead->client != NULL)
+            sg_counter_add(dead->client->m_timeouts, 1);
+        sg_result res = {canceled ? SG_ECANCELED : SG_ETIMEDOUT,
+                         canceled ? "every waiting request went away" : "deadline passed while queued for the backend", NULL, 0, 0};
+        atomic_store(&dead->state, CALL_DONE);
+        call_complete(dead, &res);
+        dead = next;
+    }
+    while (rev != NULL) {
+        sg_call_t *next = rev->q_next;
+        rev->q_next = NULL;
+        call_start(rev);
+        rev = next;
+    }
+}
+
+static void pump(sg_backend_t *b)
+{
+    sg_call_t *run = NULL, *dead = NULL;
+    pthread_mutex_lock(&b->admit_mutex);
+    pump_locked(b, &run, &dead);
+    pthread_mutex_unlock(&b->admit_mutex);
+    run_lists(run, dead);
+}
+
+static void admit_submit(sg_call_t *c)
+{
+    sg_backend_t *b = c->backend;
+    sg_call_t *run = NULL, *dead = NULL;
+    int shed = 0;
+    pthread_mutex_lock(&b->admit_mutex);
+    if (b->admit_queues == NULL && backend_fits(b, c->n) && client_fits(c->client, c->n)) {
+        b->admit_inflight += c->n;
+        if (c->client != NULL)
+            atomic_fetch_add(&c->client->inflight, c->n);
+        atomic_store(&c->state, CALL_RUNNING);
+        run = c;
+        sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
+    } else if (b->admit_queued + c->n > b->conf->max_queue) {
+        shed = 1;
+    } else {
+        sg_admit_queue_t *q = queue_for(b, c->client);
+        *q->tail = c;
+        q->tail = &c->q_next;
+        b->admit_queued += c->n;
+        pump_locked(b, &run, &dead);
+    }
+    pthread_mutex_unlock(&b->admit_mutex);
+    if (shed) {
+        sg_counter_add(b->shed, 1);
+        if (c->client != NULL)
+            sg_counter_add(c->client->m_shed, 1);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "backend %s is saturated: %llu queries queued (max_queue %u)", b->conf->name,
+                 (unsigned long long)b->admit_queued, b->conf->max_queue);
+        sg_result res = {SG_EOVERLOAD, msg, NULL, 0, 1};
+        atomic_store(&c->state, CALL_DONE);
+        call_complete(c, &res);
+        return;
+    }
+    run_lists(run, dead);
+}
+
+/* Cancels a call that lost every waiter: a queued one leaves the queue at once, a running one is
+ * told to stop (the plugin still completes it exactly once). */
+static void admit_cancel(sg_call_t *c)
+{
+    sg_backend_t *b = c->backend;
+    int was_queued = 0;
+    pthread_mutex_lock(&b->admit_mutex);
+    if (atomic_load(&c->state) == CALL_QUEUED) {
+        sg_admit_queue_t *q = b->admit_queues;
+        if (q != NULL) {
+            do {
+                for (sg_call_t **p = &q->head; *p != NULL; p = &(*p)->q_next) {
+                    if (*p == c) {
+                        *p = c->q_next;
+                        if (q->tail == &c->q_next)
+                            q->tail = p;
+                        c->q_next = NULL;
+                        b->admit_queued -= c->n;
+                        was_queued = 1;
+                        break;
+                    }
+                }
+                if (was_queued) {
+                    if (q->head == NULL)
+                        queue_drop(b, q);
+                    break;
+                }
+                q = q->next;
+            } while (q != b->admit_queues);
+        }
+        if (was_queued) {
+            atomic_store(&c->state, CALL_DONE);
+            sg_gauge_set(b->queued_queries, (int64_t)b->admit_queued);
+        }
+    }
+    pthread_mutex_unlock(&b->admit_mutex);
+    if (was_queued) {
+        sg_counter_add(b->expired, 1);
+        sg_result res = {SG_ECANCELED, "every waiting request went away", NULL, 0, 0};
+        call_complete(c, &res);
+    } else if (atomic_load(&c->state) == CALL_RUNNING && b->plugin.vt->cancel != NULL) {
+        b->plugin.vt->cancel(b->inst, c);
+    }
+}
+
+/* ---- call lifecycle ---- */
+
+static void on_plugin_done(void *cb_data, const sg_result *res)
+{
+    sg_call_t *c = cb_data;
+    call_complete(c, res);
+}
+
+static void call_start(sg_call_t *c)
+{
+    sg_backend_t *b = c->backend;
+    c->start_us = sg_now_us();
+    sg_counter_add(b->calls, 1);
+    sg_counter_add(b->batch_queries, c->n);
+    sg_status st = c->is_access ? b->plugin.vt->access(b->inst, &c->search, on_plugin_done, c)
+                                : b->plugin.vt->search(b->inst, &c->search, on_plugin_done, c);
+    if (st != SG_OK) {
+        sg_result res = {st, "the backend refused the search", NULL, 0, st == SG_EOVERLOAD ? 1 : 0};
+        call_complete(c, &res);
+    }
+}
+
+/* Runs on any thread (usually the plugin's): turns the result into blobs, wakes every waiter of
+ * every flight of the call, then hands the call back to its origin loop for admission release
+ * and the cache fill. */
+static void call_complete(sg_call_t *c, const sg_result *res)
+{
+    sg_status st = res->status;
+    const char *detail = res->detail;
+    if (st == SG_OK && (res->n_queries != c->n || res->queries == NULL)) {
+        st = SG_EINTERNAL;
+        detail = "the backend returned a result for the wrong number of queries";
+    }
+    if (st == SG_OK) {
+        for (size_t i = 0; i < c->n; ++i) {
+            const sg_hits *h = &res->queries[i];
+            sg_hits capped = *h;
+            if (capped.n_hits > c->search.topk)
+                capped.n_hits = c->search.topk;
+            c->blobs[i] = sg_blob_from_hits(&capped);
+        }
+    } else {
+        if (detail == NULL || detail[0] == '\0')
+            detail = sg_plugin_status_name(st);
+        c->detail = sg_strdup(detail);
+    }
+    c->status = st;
+    c->retry_after = res->retry_after_s;
+    if (c->start_us != 0) {
+        sg_hist_observe_us(c->backend->call_latency, sg_now_us() - c->start_us);
+        if (st != SG_OK)
+            sg_counter_add(c->backend->call_errors, 1);
+    }
+    for (size_t i = 0; i < c->n; ++i) {
+        sg_flight_t *f = c->flights[i];
+        shard_t *s = shard_of(f->hash);
+        pthread_mutex_lock(&s->mu);
+        shard_remove(s, f);
+        sg_waiter_t *ws = f->waiters;
+        f->waiters = NULL;
+        for (sg_waiter_t *w = ws; w != NULL; w = w->next)
+            w->flight = NULL;
+        f->n_waiters = 0;
+        pthread_mutex_unlock(&s->mu);
+        while (ws != NULL) {
+            sg_waiter_t *w = ws;
+            ws = w->next;
+            w->next = NULL;
+            w->pprev = NULL;
+            w->status = st;
+            if (st == SG_OK)
+                w->blob = sg_blob_ref(c->blobs[i]);
+            else
+                w->detail = sg_strdup(c->detail);
+            w->retry_after = c->retry_after;
+            h2o_multithread_send_message(&w->loop->deliveries, &w->msg);
+        }
+    }
+    h2o_multithread_send_message(&c->origin->finished, &c->msg);
+}
+
+/* origin loop: the call is over */
+static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    (void)receiver;
+    while (!h2o_linklist_is_empty(messages)) {
+        sg_call_t *c = H2O_STRUCT_FROM_MEMBER(sg_call_t, msg.link, messages->next);
+        h2o_linklist_unlink(&c->msg.link);
+        sg_backend_t *b = c->backend;
+        int was_running = c->start_us != 0;
+        atomic_store(&c->state, CALL_DONE);
+        if (was_running) {
+            pthread_mutex_lock(&b->admit_mutex);
+            b->admit_inflight -= c->n;
+            sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
+            pthread_mutex_unlock(&b->admit_mutex);
+            if (c->client != NULL)
+                atomic_fetch_sub(&c->client->inflight, c->n);
+        }
+        if (c->status == SG_OK && b->conf->cache && !c->is_access) {
+            for (size_t i = 0; i < c->n; ++i)
+                sg_cache_store(c->origin, b, c->search.topk, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
+        }
+        if (was_running)
+            for (size_t i = 0; i < sg_server.n_backends; ++i)
+                pump(&sg_server.backends[i]);
+        call_release(c);
+    }
+}
+
+/* request loop: a waiter resolved */
+static void on_delivery(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    (void)receiver;
+    while (!h2o_linklist_is_empty(messages)) {
+        sg_waiter_t *w = H2O_STRUCT_FROM_MEMBER(sg_waiter_t, msg.link, messages->next);
+        h2o_linklist_unlink(&w->msg.link);
+        sg_rreq_t *r = w->rreq;
+        if (r != NULL) {
+            r->uniq[w->uniq].waiter = NULL;
+            sg_rreq_on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
+        }
+        sg_blob_release(w->blob);
+        free(w->detail);
+        free(w);
+    }
+}
+
+void sg_dispatch_init_loop(sg_loop_t *loop)
+{
+    h2o_multithread_register_receiver(loop->ctx.queue, &loop->deliveries, on_delivery);
+    h2o_multithread_register_receiver(loop->ctx.queue, &loop->finished, on_finished);
+}
+
+static sg_call_t *call_new(sg_rreq_t *r, size_t cap)
+{
+    sg_call_t *c = sg_mem_calloc(1, sizeof(*c));
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->live, 0);
+    atomic_init(&c->state, CALL_QUEUED);
+    c->backend = r->serving;
+    c->client = sg_clients_ref(r->client);
+    c->origin = r->loop;
+    c->is_access = r->is_access;
+    c->queries = sg_mem_calloc(cap, sizeof(*c->queries));
+    c->flights = sg_mem_calloc(cap, sizeof(*c->flights));
+    c->blobs = sg_mem_calloc(cap, sizeof(*c->blobs));
+    snprintf(c->request_id, sizeof(c->request_id), "%s", r->request_id);
+    c->search.struct_size = sizeof(c->search);
+    c->search.topk = r->topk;
+    c->search.queries = c->queries;
+    c->search.deadline_ms = r->deadline_ms;
+    c->search.request_id = c->request_id;
+    return c;
+}
+
+void sg_dispatch_misses(sg_rreq_t *r)
+{
+    sg_backend_t *b = r->serving;
+    uint32_t chunk = b->conf->chunk;
+    sg_call_t *cur = NULL;
+    sg_call_t **calls = NULL;
+    size_t n_calls = 0, cap_calls = 0;
+    for (uint32_t i = 0; i < r->n_uniq; ++i) {
+        sg_uq_t *u = &r->uniq[i];
+        if (u->blob != NULL || u->waiter != NULL)
+            continue;
+        uint32_t op = r->is_access ? 1 : 0;
+        uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, u->text, u->len);
+        shard_t *s = shard_of(h);
+        sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));
+        w->rreq = r;
+        w->hash = h;
+        w->uniq = i;
+        w->loop = r->loop;
+        u->waiter = w;
+        pthread_mutex_lock(&s->mu);
+        sg_flight_t *f = shard_find(s, h, (uint32_t)b->index, r->topk, op, u->text, u->len);
+        if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
+            waiter_link(f, w);
+            pthread_mutex_unlock(&s->mu);
+            u->from = SG_FROM_COALESCED;
+            ++r->coalesced;
+            sg_counter_add(b->coalesced, 1);
+            continue;
+        }
+        if (f != NULL)
+            shard_remove(s, f); /* its call was cancelled: start afresh */
+        f = sg_mem_calloc(1, sizeof(*f));
+        f->hash = h;
+        f->backend = (uint32_t)b->index;
+        f->topk = r->topk;
+        f->op = op;
+        f->len = u->len;
+        f->text = sg_strndup(u->text, u->len);
+        if (cur == NULL || cur->n == chunk) {
+            cur = call_new(r, chunk < r->n_uniq ? chunk : r->n_uniq);
+            if (n_calls == cap_calls) {
+                cap_calls = cap_calls != 0 ? cap_calls * 2 : 4;
+                calls = sg_mem_realloc(calls, cap_calls * sizeof(*calls));
+            }
+            calls[n_calls++] = cur;
+        }
+        f->call = cur;
+        atomic_fetch_add(&cur->live, 1);
+        cur->queries[cur->n].text = f->text;
+        cur->queries[cur->n].len = f->len;
+        cur->flights[cur->n] = f;
+        cur->n++;
+        cur->search.n_queries = cur->n;
+        waiter_link(f, w);
+        shard_insert(s, f);
+        pthread_mutex_unlock(&s->mu);
+        u->from = SG_FROM_BACKEND;
+    }
+    for (size_t i = 0; i < n_calls; ++i)
+        admit_submit(calls[i]);
+    free(calls);
+}
+
+void sg_dispatch_abandon(sg_rreq_t *r)
+{
+    for (uint32_t i = 0; i < r->n_uniq; ++i) {
+        sg_uq_t *u = &r->uniq[i];
+        sg_waiter_t *w = u->waiter;
+        if (w == NULL)
+            continue;
+        u->waiter = NULL;
+        shard_t *s = shard_of(w->hash);
+        sg_call_t *cancel = NULL;
+        pthread_mutex_lock(&s->mu);
+        if (w->flight != NULL) {
+            sg_flight_t *f = w->flight;
+            waiter_unlink(w);
+            if (f->n_waiters == 0 && call_drop_live(f->call)) {
+                cancel = f->call;
+                atomic_fetch_add(&cancel->refs, 1);
+            }
+            pthread_mutex_unlock(&s->mu);
+            free(w);
+        } else {
+            w->rreq = NULL; /* resolved and in transit to this loop: on_delivery frees it */
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (cancel != NULL) {
+            admit_cancel(cancel);
+            call_release(cancel);
+        }
+    }
+}

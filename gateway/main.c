@@ -1,0 +1,296 @@
+/*
+ * main.c -- searchgate: command line, start-up (config, plugins, listeners) and shutdown.
+ * Start-up either succeeds completely or exits with status 1 and one line saying why.
+ */
+#include "server.h"
+#include "clients.h"
+#include "../cache/cache.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int sg_server_start(sg_server_t *s, char *err, size_t err_size);
+void sg_server_stop(sg_server_t *s);
+void sg_server_dispose(sg_server_t *s);
+
+static void usage(FILE *fp)
+{
+    fprintf(fp, "usage: searchgate --config FILE [--port N] [--host ADDR] [--threads N] [--log-level LEVEL] [--check]\n"
+                "\n"
+                "  -c, --config FILE    gateway config (JSON; see docs/configuration.md)\n"
+                "  -p, --port N         listen port (overrides listen.port; 0 = any free port)\n"
+                "      --host ADDR      listen address (overrides listen.host)\n"
+                "  -t, --threads N      event-loop threads (overrides threads; 0 = one per CPU)\n"
+                "      --log-level L    error, warn, info or debug\n"
+                "      --check          load the config and every plugin, then exit\n"
+                "  -h, --help           this text\n"
+                "  -V, --version        print the version\n");
+}
+
+static void exe_dir(char *out, size_t n)
+{
+    char path[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (len <= 0) {
+        snprintf(out, n, ".");
+        return;
+    }
+    path[len] = '\0';
+    char *slash = strrchr(path, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    size_t l = strlen(path);
+    if (l >= n)
+        l = n - 1;
+    memcpy(out, path, l);
+    out[l] = '\0';
+}
+
+static int load_backends(sg_server_t *s, const char *plugin_dir)
+{
+    sg_config_t *cfg = s->cfg;
+    s->n_backends = cfg->n_backends;
+    s->backends = sg_mem_calloc(s->n_backends, sizeof(*s->backends));
+    for (size_t i = 0; i < s->n_backends; ++i) {
+        sg_backend_t *b = &s->backends[i];
+        sg_backend_conf_t *bc = &cfg->backends[i];
+        b->index = (int)i;
+        b->conf = bc;
+        pthread_mutex_init(&b->admit_mutex, NULL);
+        if (bc->plugin_path == NULL) {
+            size_t n = strlen(plugin_dir) + strlen(bc->plugin) + 16;
+            bc->plugin_path = sg_mem_alloc(n);
+            snprintf(bc->plugin_path, n, "%s/sg_%s.so", plugin_dir, bc->plugin);
+        }
+        char err[1024];
+        if (sg_plugin_load(&b->plugin, bc->plugin_path, err, sizeof(err)) != 0) {
+            fprintf(stderr, "searchgate: backend %s: %s\n", bc->name, err);
+            return -1;
+        }
+        err[0] = '\0';
+        sg_status st = b->plugin.vt->create(sg_plugin_host_api(), bc->name, cfg->base_dir, bc->config_json, strlen(bc->config_json),
+                                            &b->inst, err, sizeof(err));
+        if (st != SG_OK) {
+            fprintf(stderr, "searchgate: backend %s (%s): %s\n", bc->name, bc->plugin_path, err[0] != '\0' ? err : "create failed");
+            b->inst = NULL;
+            return -1;
+        }
+        const char *ident = b->plugin.vt->identity != NULL ? b->plugin.vt->identity(b->inst) : NULL;
+        size_t n = strlen(b->plugin.vt->name) + strlen(bc->name) + strlen(b->plugin.vt->version) + (ident ? strlen(ident) : 0) + 8;
+        b->identity = sg_mem_alloc(n);
+        snprintf(b->identity, n, "%s|%s|%s|%s", b->plugin.vt->name, bc->name, b->plugin.vt->version, ident != NULL ? ident : "");
+        /* metrics */
+        char l[256];
+        for (int c = 0; c < SG_NUM_CODES; ++c) {
+            if (c == SG_CODE_OTHER)
+                snprintf(l, sizeof(l), "backend=\"%s\",code=\"other\"", bc->name);
+            else
+                snprintf(l, sizeof(l), "backend=\"%s\",code=\"%d\"", bc->name, sg_code_values[c]);
+            b->requests[c] =
+                sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
+            b->queries[c] = sg_metrics_counter("searchgate_queries_total",
+                                               "Queries in retrieve/access requests by backend and HTTP status.", l);
+        }
+        snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
+        b->latency =
+            sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
+        b->inflight_requests = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
+        b->inflight_queries =
+            sg_metrics_gauge("searchgate_backend_inflight_queries", "Queries handed to the plugin and not yet answered.", l);
+        b->queued_queries =
+            sg_metrics_gauge("searchgate_backend_queued_queries", "Queries waiting for admission to the plugin.", l);
+        b->calls = sg_metrics_counter("searchgate_backend_calls_total", "Plugin search calls.", l);
+        b->call_errors = sg_metrics_counter("searchgate_backend_call_errors_total", "Plugin search calls that failed.", l);
+        b->call_latency = sg_metrics_hist("searchgate_backend_call_duration_seconds", "Plugin search call latency.", l);
+        b->batch_queries = sg_metrics_counter("searchgate_backend_call_queries_total",
+                                              "Queries sent in plugin calls (divide by calls for the mean batch size).", l);
+        b->shed =
+            sg_metrics_counter("searchgate_backend_shed_total", "Calls refused with 503 because the admission queue was full.", l);
+        b->expired = sg_metrics_counter("searchgate_backend_expired_total",
+                                        "Queued calls dropped before reaching the plugin (deadline passed or nobody waiting).", l);
+        b->coalesced = sg_metrics_counter("searchgate_coalesced_queries_total",
+                                          "Queries that joined an identical in-flight query instead of calling the backend.", l);
+        b->fallbacks = sg_metrics_counter("searchgate_fallbacks_total", "Requests that used the route's fallback backend.", l);
+        snprintf(l, sizeof(l), "backend=\"%s\",layer=\"l1\"", bc->name);
+        b->cache_hits_l1 = sg_metrics_counter("searchgate_cache_hits_total", "Queries answered by the cache, by layer.", l);
+        snprintf(l, sizeof(l), "backend=\"%s\",layer=\"redis\"", bc->name);
+        b->cache_hits_redis = sg_metrics_counter("searchgate_cache_hits_total", "Queries answered by the cache, by layer.", l);
+        snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
+        b->cache_misses = sg_metrics_counter("searchgate_cache_misses_total", "Queries the cache could not answer.", l);
+    }
+    return 0;
+}
+
+static void destroy_backends(sg_server_t *s)
+{
+    for (size_t i = 0; i < s->n_backends; ++i) {
+        sg_backend_t *b = &s->backends[i];
+        if (b->inst != NULL)
+            b->plugin.vt->destroy(b->inst);
+        b->inst = NULL;
+    }
+}
+
+static void free_backends(sg_server_t *s)
+{
+    for (size_t i = 0; i < s->n_backends; ++i) {
+        sg_backend_t *b = &s->backends[i];
+        sg_plugin_unload(&b->plugin);
+        free(b->identity);
+        pthread_mutex_destroy(&b->admit_mutex);
+    }
+    free(s->backends);
+    s->backends = NULL;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"port", required_argument, NULL, 'p'},
+                                         {"host", required_argument, NULL, 'H'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {"log-level", required_argument, NULL, 'l'},
+                                         {"check", no_argument, NULL, 'k'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
+                                         {NULL, 0, NULL, 0}};
+    const char *config = NULL, *host = NULL, *level = NULL;
+    long port = -1, threads = -1;
+    int check = 0, c;
+    while ((c = getopt_long(argc, argv, "c:p:t:hV", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'c':
+            config = optarg;
+            break;
+        case 'p':
+            port = strtol(optarg, &end, 10);
+            if (*end != '\0' || port < 0 || port > 65535) {
+                fprintf(stderr, "searchgate: --port: expected 0..65535, got %s\n", optarg);
+                return 1;
+            }
+            break;
+        case 'H':
+            host = optarg;
+            break;
+        case 't':
+            threads = strtol(optarg, &end, 10);
+            if (*end != '\0' || threads < 0 || threads > 1024) {
+                fprintf(stderr, "searchgate: --threads: expected 0..1024, got %s\n", optarg);
+                return 1;
+            }
+            break;
+        case 'l':
+            level = optarg;
+            break;
+        case 'k':
+            check = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("searchgate %s (h2o %s, plugin ABI %d.%d)\n", SG_VERSION, H2O_VERSION, SG_BACKEND_ABI_MAJOR,
+                   SG_BACKEND_ABI_MINOR);
+            return 0;
+        default:
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (config == NULL || optind != argc) {
+        usage(stderr);
+        return 1;
+    }
+    /* BLAS and OpenMP pools oversubscribe small machines badly (platform.md): plugins
+     * parallelise across requests instead, unless the operator says otherwise. */
+    setenv("OMP_NUM_THREADS", "1", 0);
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    signal(SIGPIPE, SIG_IGN);
+    /* every thread (plugins' included) inherits this mask; only sigwait() below takes the signals */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    static sg_config_t cfg;
+    char err[1024];
+    if (sg_config_load(&cfg, config, err, sizeof(err)) != 0) {
+        fprintf(stderr, "searchgate: config %s\n", err);
+        return 1;
+    }
+    if (port >= 0)
+        cfg.port = (uint16_t)port;
+    if (threads >= 0)
+        cfg.threads = (int)threads;
+    if (host != NULL) {
+        free(cfg.host);
+        cfg.host = sg_strdup(host);
+    }
+    sg_log_level = cfg.log_level;
+    if (level != NULL) {
+        static const char *names[] = {"error", "warn", "info", "debug"};
+        int found = -1;
+        for (int i = 0; i < 4; ++i)
+            if (strcmp(level, names[i]) == 0)
+                found = i;
+        if (found < 0) {
+            fprintf(stderr, "searchgate: --log-level: expected error, warn, info or debug, got %s\n", level);
+            return 1;
+        }
+        sg_log_level = found;
+    }
+
+    sg_server_t *s = &sg_server;
+    s->cfg = &cfg;
+    s->started_ms = sg_now_ms();
+    s->started_wall = sg_wall_time();
+    char dir[PATH_MAX];
+    if (cfg.plugin_dir != NULL) {
+        snprintf(dir, sizeof(dir), "%s", cfg.plugin_dir);
+    } else {
+        char exe[PATH_MAX - 16];
+        exe_dir(exe, sizeof(exe));
+        snprintf(dir, sizeof(dir), "%s/plugins", exe);
+    }
+    sg_dispatch_init();
+    int rc = 1;
+    if (load_backends(s, dir) != 0)
+        goto out;
+    if (check) {
+        printf("searchgate: config %s is valid; %zu backend(s) loaded\n", config, s->n_backends);
+        rc = 0;
+        goto out;
+    }
+    s->clients = sg_clients_create(&cfg);
+    sg_cache_init(s);
+    if (sg_server_start(s, err, sizeof(err)) != 0) {
+        fprintf(stderr, "searchgate: %s\n", err);
+        goto out;
+    }
+    SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
+           cfg.host, s->bound_port, s->n_loops, s->n_backends, cfg.backends[cfg.default_backend].name);
+    SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg.host, s->bound_port);
+
+    int sig = 0;
+    sigwait(&set, &sig);
+    SG_LOG(SG_LL_INFO, "main", "signal %d: shutting down", sig);
+    sg_server_stop(s);
+    destroy_backends(s);
+    sg_server_dispose(s);
+    rc = 0;
+out:
+    destroy_backends(s);
+    sg_cache_dispose(s);
+    sg_clients_destroy(s->clients);
+    free_backends(s);
+    sg_dispatch_dispose();
+    sg_metrics_reset();
+    sg_config_free(&cfg);
+    return rc;
+}

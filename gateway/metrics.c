@@ -1,0 +1,389 @@
+/*
+ * metrics.c -- metric registry, Prometheus/JSON rendering and the dashboard's per-second ring.
+ */
+#include "metrics.h"
+#include "json.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "sg_backend.h"
+
+const double sg_hist_bounds[SG_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,     0.25,
+                                                0.5,    1,     2.5,    5,     10,   30,    60,   INFINITY};
+
+enum { K_COUNTER, K_GAUGE, K_HIST };
+
+typedef struct st_series_t {
+    struct st_series_t *next;
+    char *labels;
+    union {
+        sg_counter_t c;
+        sg_gauge_t g;
+        sg_hist_t h;
+    } u;
+} series_t;
+
+typedef struct st_family_t {
+    struct st_family_t *next;
+    char *name;
+    char *help;
+    int kind;
+    series_t *series, **tail;
+} family_t;
+
+typedef struct st_collector_t {
+    struct st_collector_t *next;
+    sg_metrics_collector_fn fn;
+    void *arg;
+} collector_t;
+
+static pthread_mutex_t reg_mutex = PTHREAD_MUTEX_INITIALIZER;
+static family_t *families, **families_tail = &families;
+static collector_t *collectors, **collectors_tail = &collectors;
+
+void sg_hist_observe_us(sg_hist_t *h, uint64_t us)
+{
+    double s = (double)us / 1e6;
+    size_t i = 0;
+    while (i < SG_HIST_BUCKETS - 1 && s > sg_hist_bounds[i])
+        ++i;
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
+}
+
+static series_t *get_series(const char *name, const char *help, const char *labels, int kind)
+{
+    pthread_mutex_lock(&reg_mutex);
+    family_t *f;
+    for (f = families; f != NULL; f = f->next)
+        if (strcmp(f->name, name) == 0)
+            break;
+    if (f == NULL) {
+        f = sg_mem_calloc(1, sizeof(*f));
+        f->name = sg_strdup(name);
+        f->help = sg_strdup(help);
+        f->kind = kind;
+        f->tail = &f->series;
+        *families_tail = f;
+        families_tail = &f->next;
+    }
+    series_t *s;
+    for (s = f->series; s != NULL; s = s->next)
+        if (strcmp(s->labels, labels) == 0)
+            break;
+    if (s == NULL) {
+        s = sg_mem_calloc(1, sizeof(*s));
+        s->labels = sg_strdup(labels);
+        *f->tail = s;
+        f->tail = &s->next;
+    }
+    pthread_mutex_unlock(&reg_mutex);
+    return s;
+}
+
+sg_counter_t *sg_metrics_counter(const char *name, const char *help, const char *labels)
+{
+    return &get_series(name, help, labels, K_COUNTER)->u.c;
+}
+
+sg_gauge_t *sg_metrics_gauge(const char *name, const char *help, const char *labels)
+{
+    return &get_series(name, help, labels, K_GAUGE)->u.g;
+}
+
+sg_hist_t *sg_metrics_hist(const char *name, const char *help, const char *labels)
+{
+    return &get_series(name, help, labels, K_HIST)->u.h;
+}
+
+void sg_metrics_add_collector(sg_metrics_collector_fn fn, void *arg)
+{
+    collector_t *c = sg_mem_calloc(1, sizeof(*c));
+    c->fn = fn;
+    c->arg = arg;
+    pthread_mutex_lock(&reg_mutex);
+    *collectors_tail = c;
+    collectors_tail = &c->next;
+    pthread_mutex_unlock(&reg_mutex);
+}
+
+static void render_value(sg_buf_t *out, double v)
+{
+    if (isnan(v))
+        sg_buf_appends(out, "NaN");
+    else if (isinf(v))
+        sg_buf_appends(out, v > 0 ? "+Inf" : "-Inf");
+    else if (v == floor(v) && fabs(v) < 1e15)
+        sg_buf_appendf(out, "%.0f", v);
+    else
+        sg_buf_appendf(out, "%.17g", v);
+}
+
+static void render_sample(sg_buf_t *out, const char *name, const char *suffix, const char *labels, const char *extra, double v)
+{
+    sg_buf_appends(out, name);
+    sg_buf_appends(out, suffix);
+    int has_l = labels != NULL && labels[0] != '\0', has_e = extra != NULL && extra[0] != '\0';
+    if (has_l || has_e)
+        sg_buf_appendf(out, "{%s%s%s}", has_l ? labels : "", has_l && has_e ? "," : "", has_e ? extra : "");
+    sg_buf_appendc(out, ' ');
+    render_value(out, v);
+    sg_buf_appendc(out, '\n');
+}
+
+void sg_metrics_render(sg_buf_t *out)
+{
+    pthread_mutex_lock(&reg_mutex);
+    for (family_t *f = families; f != NULL; f = f->next) {
+        static const char *types[] = {"counter", "gauge", "histogram"};
+        sg_buf_appendf(out, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, types[f->kind]);
+        for (series_t *s = f->series; s != NULL; s = s->next) {
+            switch (f->kind) {
+            case K_COUNTER:
+                render_sample(out, f->name, "", s->labels, NULL, (double)atomic_load(&s->u.c.v));
+                break;
+            case K_GAUGE:
+                render_sample(out, f->name, "", s->labels, NULL, (double)atomic_load(&s->u.g.v));
+                break;
+            case K_HIST: {
+                uint64_t cum = 0;
+                for (size_t i = 0; i < SG_HIST_BUCKETS; ++i) {
+                    char le[48];
+                    cum += atomic_load(&s->u.h.buckets[i]);
+                    if (isinf(sg_hist_bounds[i]))
+                        snprintf(le, sizeof(le), "le=\"+Inf\"");
+                    else
+                        snprintf(le, sizeof(le), "le=\"%g\"", sg_hist_bounds[i]);
+                    render_sample(out, f->name, "_bucket", s->labels, le, (double)cum);
+                }
+                render_sample(out, f->name, "_sum", s->labels, NULL, (double)atomic_load(&s->u.h.sum_us) / 1e6);
+                render_sample(out, f->name, "_count", s->labels, NULL, (double)atomic_load(&s->u.h.count));
+            } break;
+            }
+        }
+    }
+    collector_t *cs = collectors;
+    pthread_mutex_unlock(&reg_mutex);
+    /* collectors are append-only and never freed while serving, so walk them unlocked */
+    for (collector_t *c = cs; c != NULL; c = c->next)
+        c->fn(out, c->arg);
+}
+
+void sg_metrics_render_json(sg_buf_t *out)
+{
+    pthread_mutex_lock(&reg_mutex);
+    sg_buf_appendc(out, '{');
+    int first = 1;
+    for (family_t *f = families; f != NULL; f = f->next) {
+        for (series_t *s = f->series; s != NULL; s = s->next) {
+            sg_buf_t key = {0};
+            sg_buf_appends(&key, f->name);
+            if (s->labels[0] != '\0')
+                sg_buf_appendf(&key, "{%s}", s->labels);
+            if (!first)
+                sg_buf_appendc(out, ',');
+            first = 0;
+            sg_json_append_string(out, key.base, key.len);
+            sg_buf_free(&key);
+            sg_buf_appendc(out, ':');
+            switch (f->kind) {
+            case K_COUNTER:
+                sg_buf_appendf(out, "%llu", (unsigned long long)atomic_load(&s->u.c.v));
+                break;
+            case K_GAUGE:
+                sg_buf_appendf(out, "%lld", (long long)atomic_load(&s->u.g.v));
+                break;
+            case K_HIST:
+                sg_buf_appendf(out, "{\"count\":%llu,\"sum\":", (unsigned long long)atomic_load(&s->u.h.count));
+                sg_json_append_double(out, (double)atomic_load(&s->u.h.sum_us) / 1e6);
+                sg_buf_appends(out, "}");
+                break;
+            }
+        }
+    }
+    sg_buf_appendc(out, '}');
+    pthread_mutex_unlock(&reg_mutex);
+}
+
+uint64_t sg_metrics_counter_total(const char *name)
+{
+    uint64_t total = 0;
+    pthread_mutex_lock(&reg_mutex);
+    for (family_t *f = families; f != NULL; f = f->next)
+        if (f->kind == K_COUNTER && strcmp(f->name, name) == 0)
+            for (series_t *s = f->series; s != NULL; s = s->next)
+                total += atomic_load(&s->u.c.v);
+    pthread_mutex_unlock(&reg_mutex);
+    return total;
+}
+
+void sg_metrics_reset(void)
+{
+    pthread_mutex_lock(&reg_mutex);
+    while (families != NULL) {
+        family_t *f = families;
+        families = f->next;
+        while (f->series != NULL) {
+            series_t *s = f->series;
+            f->series = s->next;
+            free(s->labels);
+            free(s);
+        }
+        free(f->name);
+        free(f->help);
+        free(f);
+    }
+    families_tail = &families;
+    while (collectors != NULL) {
+        collector_t *c = collectors;
+        collectors = c->next;
+        free(c);
+    }
+    collectors_tail = &collectors;
+    pthread_mutex_unlock(&reg_mutex);
+}
+
+void sg_metrics_plugin_sample(void *sinkp, const char *name, const char *help, int type, const char *labels, double value)
+{
+    sg_metrics_sink_t *sink = sinkp;
+    if (sink == NULL || name == NULL)
+        return;
+    /* only [a-zA-Z0-9_:] may appear in a metric name; drop anything else rather than break the exposition */
+    for (const char *p = name; *p != '\0'; ++p)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == ':'))
+            return;
+    if (strcmp(sink->last_name, name) != 0) {
+        sg_buf_appendf(sink->out, "# HELP searchgate_backend_%s %s\n# TYPE searchgate_backend_%s %s\n", name,
+                       help != NULL ? help : "", name, type == SG_METRIC_COUNTER ? "counter" : "gauge");
+        snprintf(sink->last_name, sizeof(sink->last_name), "%s", name);
+    }
+    sg_buf_appendf(sink->out, "searchgate_backend_%s{backend=\"%s\"%s%s} ", name, sink->backend,
+                   labels != NULL && labels[0] != '\0' ? "," : "", labels != NULL ? labels : "");
+    render_value(sink->out, value);
+    sg_buf_appendc(sink->out, '\n');
+}
+
+/* ---- per-second ring ---- */
+
+#define RING_LAT_BUCKETS 48 /* log2-spaced latency buckets from 16 us */
+
+typedef struct st_ring_slot_t {
+    uint64_t sec;
+    uint64_t requests, queries, hits, misses, errors;
+    uint32_t lat[RING_LAT_BUCKETS];
+} ring_slot_t;
+
+static pthread_mutex_t ring_mutex = PTHREAD_MUTEX_INITIALIZER;
+static ring_slot_t ring[SG_RING_SECONDS];
+
+static uint64_t now_sec(void)
+{
+    return sg_now_ms() / 1000;
+}
+
+static ring_slot_t *slot_for(uint64_t sec)
+{
+    ring_slot_t *s = &ring[sec % SG_RING_SECONDS];
+    if (s->sec != sec) {
+        memset(s, 0, sizeof(*s));
+        s->sec = sec;
+    }
+    return s;
+}
+
+static int lat_bucket(uint64_t us)
+{
+    int b = 0;
+    uint64_t v = us >> 4;
+    while (v > 0 && b < RING_LAT_BUCKETS - 1) {
+        v >>= 1;
+        ++b;
+    }
+    return b;
+}
+
+static double lat_bucket_ms(int b)
+{
+    /* upper edge of the bucket */
+    return (double)((uint64_t)16 << b) / 1000.0;
+}
+
+void sg_ring_record_request(uint64_t queries, uint64_t hits, uint64_t misses, int is_error, uint64_t latency_us)
+{
+    uint64_t sec = now_sec();
+    pthread_mutex_lock(&ring_mutex);
+    ring_slot_t *s = slot_for(sec);
+    s->requests += 1;
+    s->queries += queries;
+    s->hits += hits;
+    s->misses += misses;
+    s->errors += is_error ? 1 : 0;
+    s->lat[lat_bucket(latency_us)] += 1;
+    pthread_mutex_unlock(&ring_mutex);
+}
+
+static double quantile(const uint32_t *lat, uint64_t n, double q)
+{
+    if (n == 0)
+        return NAN;
+    uint64_t want = (uint64_t)ceil(q * (double)n), cum = 0;
+    for (int b = 0; b < RING_LAT_BUCKETS; ++b) {
+        cum += lat[b];
+        if (cum >= want)
+            return lat_bucket_ms(b);
+    }
+    return lat_bucket_ms(RING_LAT_BUCKETS - 1);
+}
+
+void sg_ring_render_json(sg_buf_t *out, int seconds)
+{
+    if (seconds < 1)
+        seconds = 1;
+    if (seconds > SG_RING_SECONDS - 1)
+        seconds = SG_RING_SECONDS - 1;
+    uint64_t now = now_sec();
+    double wall = floor(sg_wall_time());
+    sg_buf_appends(out, "\"series\":[");
+    pthread_mutex_lock(&ring_mutex);
+    for (int i = seconds; i >= 1; --i) { /* whole seconds only: the current one is still filling */
+        uint64_t sec = now - (uint64_t)i;
+        const ring_slot_t *s = &ring[sec % SG_RING_SECONDS];
+        ring_slot_t zero = {0};
+        if (s->sec != sec)
+            s = &zero;
+        if (i != seconds)
+            sg_buf_appendc(out, ',');
+        sg_buf_appendf(out,
+                       "{\"t\":%.0f,\"requests\":%llu,\"queries\":%llu,\"hits\":%llu,\"misses\":%llu,\"errors\":%llu,\"p50_ms\":",
+                       wall - i, (unsigned long long)s->requests, (unsigned long long)s->queries, (unsigned long long)s->hits,
+                       (unsigned long long)s->misses, (unsigned long long)s->errors);
+        sg_json_append_double(out, quantile(s->lat, s->requests, 0.5));
+        sg_buf_appends(out, ",\"p99_ms\":");
+        sg_json_append_double(out, quantile(s->lat, s->requests, 0.99));
+        sg_buf_appendc(out, '}');
+    }
+    pthread_mutex_unlock(&ring_mutex);
+    sg_buf_appendc(out, ']');
+}
+
+double sg_ring_hit_ratio(int seconds)
+{
+    uint64_t now = now_sec(), hits = 0, misses = 0;
+    if (seconds > SG_RING_SECONDS - 1)
+        seconds = SG_RING_SECONDS - 1;
+    pthread_mutex_lock(&ring_mutex);
+    for (int i = 0; i <= seconds; ++i) {
+        uint64_t sec = now - (uint64_t)i;
+        const ring_slot_t *s = &ring[sec % SG_RING_SECONDS];
+        if (s->sec == sec) {
+            hits += s->hits;
+            misses += s->misses;
+        }
+    }
+    pthread_mutex_unlock(&ring_mutex);
+    return hits + misses == 0 ? NAN : (double)hits / (double)(hits + misses);
+}

@@ -1,0 +1,89 @@
+/*
+ * metrics.h -- the metric registry behind GET /metrics (Prometheus text exposition 0.0.4) and
+ * GET /stats (JSON), plus the per-second ring the dashboard plots.
+ *
+ * Series are created once (find-or-create under a mutex) and then updated lock-free with relaxed
+ * atomics; callers keep the returned pointers, so the hot path never looks anything up.
+ */
+#ifndef SG_GATEWAY_METRICS_H
+#define SG_GATEWAY_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common.h"
+
+typedef struct st_sg_counter_t {
+    _Atomic uint64_t v;
+} sg_counter_t;
+
+typedef struct st_sg_gauge_t {
+    _Atomic int64_t v;
+} sg_gauge_t;
+
+#define SG_HIST_BUCKETS 17
+typedef struct st_sg_hist_t {
+    _Atomic uint64_t buckets[SG_HIST_BUCKETS]; /* cumulative counts are computed at exposition */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_us;
+} sg_hist_t;
+
+/** Upper bounds of the latency histogram buckets, in seconds (the last is +Inf). */
+extern const double sg_hist_bounds[SG_HIST_BUCKETS];
+
+static inline void sg_counter_add(sg_counter_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(&c->v, n, memory_order_relaxed);
+}
+static inline void sg_gauge_add(sg_gauge_t *g, int64_t n)
+{
+    atomic_fetch_add_explicit(&g->v, n, memory_order_relaxed);
+}
+static inline void sg_gauge_set(sg_gauge_t *g, int64_t n)
+{
+    atomic_store_explicit(&g->v, n, memory_order_relaxed);
+}
+void sg_hist_observe_us(sg_hist_t *h, uint64_t us);
+
+/**
+ * Find-or-create a series. `labels` is the label set in exposition syntax without braces
+ * (e.g. `backend="local",code="200"`), or "" for none. The family's help text and type are fixed
+ * by the first call. The returned pointer lives until sg_metrics_reset().
+ */
+sg_counter_t *sg_metrics_counter(const char *name, const char *help, const char *labels);
+sg_gauge_t *sg_metrics_gauge(const char *name, const char *help, const char *labels);
+sg_hist_t *sg_metrics_hist(const char *name, const char *help, const char *labels);
+
+/** Called while /metrics is rendered: lets other modules append computed samples (e.g. backend stats). */
+typedef void (*sg_metrics_collector_fn)(sg_buf_t *out, void *arg);
+void sg_metrics_add_collector(sg_metrics_collector_fn fn, void *arg);
+
+/** Renders every family in Prometheus text format. */
+void sg_metrics_render(sg_buf_t *out);
+/** Renders every series as JSON: {"name{labels}": value, ...} (histograms as {count,sum,buckets}). */
+void sg_metrics_render_json(sg_buf_t *out);
+/** Sum of all series of a counter family (0 when unknown); for /stats and tests. */
+uint64_t sg_metrics_counter_total(const char *name);
+/** Frees the registry (at exit). */
+void sg_metrics_reset(void);
+
+/** The sink handed to plugin stats(): plugin samples are rendered with a backend label. */
+typedef struct st_sg_metrics_sink_t {
+    sg_buf_t *out;
+    const char *backend;
+    char last_name[128];
+} sg_metrics_sink_t;
+void sg_metrics_plugin_sample(void *sink, const char *name, const char *help, int type, const char *labels, double value);
+
+/*
+ * The per-second ring (last 15 minutes) that /stats serves to the dashboard: requests, queries,
+ * cache hits/misses, errors and a coarse latency histogram for p50/p99 per second.
+ */
+#define SG_RING_SECONDS 900
+void sg_ring_record_request(uint64_t queries, uint64_t cache_hits, uint64_t cache_misses, int is_error, uint64_t latency_us);
+/** Appends `"series":[{t, requests, queries, hits, misses, errors, p50_ms, p99_ms}, ...]` for the last `seconds`. */
+void sg_ring_render_json(sg_buf_t *out, int seconds);
+/** Hit ratio over the last `seconds` (NaN when nothing was looked up). */
+double sg_ring_hit_ratio(int seconds);
+
+#endif

@@ -1,0 +1,148 @@
+/*
+ * plugin.c -- the plugin loader. The checks follow the order in style.md 1.8: open, find the
+ * entry, read the frozen header, then make sure every mandatory 1.0 function is present. Any
+ * failure unloads the object and reports "<path>: <reason>".
+ */
+#include "plugin.h"
+#include "common.h"
+#include "metrics.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int sg_plugin_load(sg_plugin_t *p, const char *path, char *err, size_t err_size)
+{
+    memset(p, 0, sizeof(*p));
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL) {
+        snprintf(err, err_size, "%s: cannot load: %s", path, dlerror());
+        return -1;
+    }
+    const char *why = NULL;
+    char whybuf[256];
+    sg_backend_entry_fn entry;
+    void *sym = dlsym(dl, SG_BACKEND_ENTRY_NAME);
+    memcpy(&entry, &sym, sizeof(entry));
+    const sg_backend_vtable *vt = NULL;
+    if (sym == NULL) {
+        why = "no " SG_BACKEND_ENTRY_NAME "() exported (is it a searchgate plugin?)";
+    } else if ((vt = entry()) == NULL) {
+        why = SG_BACKEND_ENTRY_NAME "() returned NULL";
+    } else if (vt->abi_major != SG_BACKEND_ABI_MAJOR || vt->abi_minor > SG_BACKEND_ABI_MINOR) {
+        snprintf(whybuf, sizeof(whybuf), "built for plugin ABI %u.%u, this gateway speaks %d.%d", vt->abi_major, vt->abi_minor,
+                 SG_BACKEND_ABI_MAJOR, SG_BACKEND_ABI_MINOR);
+        why = whybuf;
+    } else if (vt->struct_size < offsetof(sg_backend_vtable, access) + sizeof(vt->access)) {
+        snprintf(whybuf, sizeof(whybuf), "vtable too small (%u bytes) for ABI %u.%u", vt->struct_size, vt->abi_major,
+                 vt->abi_minor);
+        why = whybuf;
+    } else if (vt->name == NULL || vt->version == NULL) {
+        why = "vtable lacks a name or version";
+    } else if (vt->create == NULL || vt->destroy == NULL || vt->search == NULL || vt->health == NULL) {
+        why = "vtable lacks one of create/destroy/search/health";
+    }
+    if (why != NULL) {
+        snprintf(err, err_size, "%s: %s", path, why);
+        dlclose(dl);
+        return -1;
+    }
+    p->dl = dl;
+    p->vt = vt;
+    p->path = sg_strdup(path);
+    return 0;
+}
+
+void sg_plugin_unload(sg_plugin_t *p)
+{
+    /* Under AddressSanitizer keep the object mapped so leak reports can still symbolise it. */
+#if !defined(__SANITIZE_ADDRESS__)
+    if (p->dl != NULL)
+        dlclose(p->dl);
+#endif
+    free(p->path);
+    memset(p, 0, sizeof(*p));
+}
+
+static void host_log(int level, const char *backend, const char *fmt, ...) SG_PRINTF(3, 4);
+static void host_log(int level, const char *backend, const char *fmt, ...)
+{
+    if (level > sg_log_level)
+        return;
+    char subsys[96];
+    snprintf(subsys, sizeof(subsys), "backend:%s", backend != NULL ? backend : "?");
+    va_list ap;
+    va_start(ap, fmt);
+    sg__vlog(level, subsys, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t host_now_ms(void)
+{
+    return sg_now_ms();
+}
+
+static const sg_host_api host_api = {
+    .struct_size = sizeof(sg_host_api),
+    .abi_minor = SG_BACKEND_ABI_MINOR,
+    .log = host_log,
+    .now_ms = host_now_ms,
+    .metric = sg_metrics_plugin_sample,
+};
+
+const sg_host_api *sg_plugin_host_api(void)
+{
+    return &host_api;
+}
+
+int sg_plugin_status_http(sg_status st)
+{
+    switch (st) {
+    case SG_OK:
+        return 200;
+    case SG_EINVAL:
+        return 422;
+    case SG_ETOOBIG:
+        return 413;
+    case SG_ETIMEDOUT:
+        return 504;
+    case SG_EUPSTREAM:
+        return 502;
+    case SG_EINTERNAL:
+        return 500;
+    case SG_ENOMEM:
+    case SG_EUNAVAIL:
+    case SG_EOVERLOAD:
+    case SG_ECANCELED:
+        return 503;
+    }
+    return 500;
+}
+
+const char *sg_plugin_status_name(sg_status st)
+{
+    switch (st) {
+    case SG_OK:
+        return "ok";
+    case SG_EINVAL:
+        return "invalid_request";
+    case SG_ENOMEM:
+        return "out_of_memory";
+    case SG_ETIMEDOUT:
+        return "timeout";
+    case SG_EUNAVAIL:
+        return "unavailable";
+    case SG_EUPSTREAM:
+        return "upstream_error";
+    case SG_EOVERLOAD:
+        return "overloaded";
+    case SG_ECANCELED:
+        return "canceled";
+    case SG_EINTERNAL:
+        return "internal_error";
+    case SG_ETOOBIG:
+        return "too_large";
+    }
+    return "internal_error";
+}

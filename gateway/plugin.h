@@ -1,0 +1,30 @@
+/*
+ * plugin.h -- loading backend plugins (dlopen) and the host services table lent to them.
+ */
+#ifndef SG_GATEWAY_PLUGIN_H
+#define SG_GATEWAY_PLUGIN_H
+
+#include <stddef.h>
+#include "sg_backend.h"
+
+typedef struct st_sg_plugin_t {
+    void *dl;
+    const sg_backend_vtable *vt;
+    char *path;
+} sg_plugin_t;
+
+/**
+ * dlopen()s `path` with RTLD_NOW|RTLD_LOCAL, looks up sg_backend_entry and checks the vtable
+ * header (ABI major/minor, struct size, mandatory functions). On failure returns -1, writes
+ * "<path>: <reason>" into `err` and leaves nothing open.
+ */
+int sg_plugin_load(sg_plugin_t *p, const char *path, char *err, size_t err_size);
+void sg_plugin_unload(sg_plugin_t *p);
+/** The host services table every plugin receives in create(). */
+const sg_host_api *sg_plugin_host_api(void);
+/** HTTP status for a plugin status code. */
+int sg_plugin_status_http(sg_status st);
+/** Short machine-readable name ("unavailable", "timeout", ...) of a status code. */
+const char *sg_plugin_status_name(sg_status st);
+
+#endif

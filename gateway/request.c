@@ -1,0 +1,167 @@
+/*
+ * request.c -- the /retrieve request model, done the way the Python servers' clients expect:
+ * 400 for a body that is not JSON, 422 for a body that does not fit the model (FastAPI's
+ * status), 413 for anything over the configured limits. cJSON decodes \uXXXX escapes and
+ * surrogate pairs (the Python clients send ASCII-escaped JSON); raw UTF-8 passes unchanged.
+ */
+#include "request.h"
+#include "common.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int fail(char *err, size_t n, int status, const char *fmt, ...) SG_PRINTF_FMT(4, 5);
+static int fail(char *err, size_t n, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* cJSON stops a string at an embedded NUL (\u0000); such a query cannot be represented faithfully. */
+static int has_nul_escape(const char *raw, size_t len)
+{
+    for (size_t i = 0; i + 6 <= len; ++i)
+        if (raw[i] == '\\') {
+            if (memcmp(raw + i, "\\u0000", 6) == 0)
+                return 1;
+            ++i; /* skip the escaped character */
+        }
+    return 0;
+}
+
+int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *lim, int is_access, sg_parsed_t *out, char *err,
+                     size_t err_size)
+{
+    memset(out, 0, sizeof(*out));
+    const char *list_key = is_access ? "urls" : "queries";
+    if (len > lim->max_body_bytes)
+        return fail(err, err_size, 413, "request body of %zu bytes exceeds limits.max_body_bytes (%zu)", len, lim->max_body_bytes);
+    if (body == NULL || len == 0)
+        return fail(err, err_size, 422, "a JSON body is required, e.g. {\"%s\": [\"...\"]}", list_key);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (root == NULL) {
+        size_t at = end != NULL && end >= body ? (size_t)(end - body) : 0;
+        return fail(err, err_size, 400, "request body is not valid JSON (error near byte %zu)", at);
+    }
+    int status = 0;
+    if (!cJSON_IsObject(root)) {
+        status = fail(err, err_size, 422, "request body must be a JSON object");
+        goto out;
+    }
+    const cJSON *qs = cJSON_GetObjectItemCaseSensitive(root, list_key);
+    const cJSON *q1 = is_access ? NULL : cJSON_GetObjectItemCaseSensitive(root, "query");
+    if (cJSON_IsNull(q1))
+        q1 = NULL;
+    if (qs != NULL && q1 != NULL) {
+        status = fail(err, err_size, 422, "give either \"queries\" (a list) or \"query\" (a string), not both");
+        goto out;
+    }
+    if (qs == NULL && q1 == NULL) {
+        status = fail(err, err_size, 422, "field \"%s\" is required (a list of strings)", list_key);
+        goto out;
+    }
+    if (q1 != NULL && !cJSON_IsString(q1)) {
+        status = fail(err, err_size, 422, "field \"query\" must be a string");
+        goto out;
+    }
+    if (qs != NULL && !cJSON_IsArray(qs)) {
+        status = fail(err, err_size, 422, "field \"%s\" must be a list of strings", list_key);
+        goto out;
+    }
+    uint32_t n = q1 != NULL ? 1 : (uint32_t)cJSON_GetArraySize(qs);
+    if (n > lim->max_queries) {
+        status = fail(err, err_size, 413, "%u %s exceed limits.max_queries (%u)", n, list_key, lim->max_queries);
+        goto out;
+    }
+    /* topk: null, 0 or absent fall back to the default (Search-R1's `if not request.topk`) */
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "topk");
+    if (tk != NULL && !cJSON_IsNull(tk) && !is_access) {
+        if (!cJSON_IsNumber(tk) || !isfinite(tk->valuedouble) || tk->valuedouble != floor(tk->valuedouble)) {
+            status = fail(err, err_size, 422, "field \"topk\" must be an integer or null");
+            goto out;
+        }
+        if (tk->valuedouble < 0) {
+            status = fail(err, err_size, 422, "field \"topk\" must not be negative");
+            goto out;
+        }
+        if (tk->valuedouble > lim->max_topk) {
+            status = fail(err, err_size, 413, "topk %.0f exceeds limits.max_topk (%u)", tk->valuedouble, lim->max_topk);
+            goto out;
+        }
+        out->topk = (uint32_t)tk->valuedouble;
+    }
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "return_scores");
+    if (rs != NULL && !cJSON_IsNull(rs)) {
+        if (cJSON_IsBool(rs)) {
+            out->return_scores = cJSON_IsTrue(rs);
+        } else if (cJSON_IsNumber(rs) && (rs->valuedouble == 0 || rs->valuedouble == 1)) {
+            out->return_scores = rs->valuedouble == 1; /* pydantic accepts 0/1 for bool */
+        } else {
+            status = fail(err, err_size, 422, "field \"return_scores\" must be true or false");
+            goto out;
+        }
+    }
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(root, "backend");
+    if (be != NULL && !cJSON_IsNull(be)) {
+        if (!cJSON_IsString(be)) {
+            status = fail(err, err_size, 422, "field \"backend\" must be a string");
+            goto out;
+        }
+        out->backend = sg_strdup(be->valuestring);
+    }
+    /* the queries */
+    size_t total = 0;
+    uint32_t i = 0;
+    const cJSON *first = q1 != NULL ? q1 : qs->child;
+    for (const cJSON *it = first; it != NULL && i < n; it = it->next, ++i) {
+        if (!cJSON_IsString(it)) {
+            status = fail(err, err_size, 422, "%s[%u] must be a string", list_key, i);
+            goto out;
+        }
+        size_t l = strlen(it->valuestring);
+        if (l > lim->max_query_bytes) {
+            status = fail(err, err_size, 413, "%s[%u] is %zu bytes, over limits.max_query_bytes (%u)", list_key, i, l,
+                          lim->max_query_bytes);
+            goto out;
+        }
+        total += l;
+    }
+    if (has_nul_escape(body, len)) {
+        status = fail(err, err_size, 422, "strings may not contain NUL characters (\\u0000)");
+        goto out;
+    }
+    out->n = n;
+    out->arena = sg_mem_alloc(total + 1);
+    out->off = sg_mem_alloc((n != 0 ? n : 1) * sizeof(uint32_t));
+    out->len = sg_mem_alloc((n != 0 ? n : 1) * sizeof(uint32_t));
+    size_t pos = 0;
+    i = 0;
+    for (const cJSON *it = first; it != NULL && i < n; it = it->next, ++i) {
+        size_t l = strlen(it->valuestring);
+        memcpy(out->arena + pos, it->valuestring, l);
+        out->off[i] = (uint32_t)pos;
+        out->len[i] = (uint32_t)l;
+        pos += l;
+    }
+    out->arena[pos] = '\0';
+out:
+    cJSON_Delete(root);
+    if (status != 0)
+        sg_parsed_free(out);
+    return status;
+}
+
+void sg_parsed_free(sg_parsed_t *p)
+{
+    free(p->arena);
+    free(p->off);
+    free(p->len);
+    free(p->backend);
+    memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,596 @@
+/*
+ * server.c -- event-loop threads, listeners, timers and the HTTP routes other than /retrieve.
+ *
+ * Each loop thread owns an h2o context, its own SO_REUSEPORT listener (the kernel spreads
+ * connections across them) and a timer heap. h2o 2.2.5 only has fixed-duration timeout lists,
+ * so deadlines of any length live in the heap and the loop passes the time to the next one as
+ * h2o_evloop_run()'s max_wait.
+ */
+#include "server.h"
+#include "clients.h"
+#include "json.h"
+#include "../cache/cache.h"
+
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+sg_server_t sg_server;
+
+const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 404, 405, 413, 422, 429, 500, 502, 503, 504, 0};
+
+int sg_code_index(int status)
+{
+    for (int i = 0; i < SG_NUM_CODES - 1; ++i)
+        if (sg_code_values[i] == status)
+            return i;
+    return SG_CODE_OTHER;
+}
+
+/* ---- timers ---- */
+
+static void heap_swap(sg_loop_t *l, size_t a, size_t b)
+{
+    sg_timer_t *t = l->heap[a];
+    l->heap[a] = l->heap[b];
+    l->heap[b] = t;
+    l->heap[a]->_heap_index = a + 1;
+    l->heap[b]->_heap_index = b + 1;
+}
+
+static void heap_up(sg_loop_t *l, size_t i)
+{
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (l->heap[p]->at_ms <= l->heap[i]->at_ms)
+            break;
+        heap_swap(l, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(sg_loop_t *l, size_t i)
+{
+    for (;;) {
+        size_t c = 2 * i + 1, m = i;
+        if (c < l->heap_len && l->heap[c]->at_ms < l->heap[m]->at_ms)
+            m = c;
+        if (c + 1 < l->heap_len && l->heap[c + 1]->at_ms < l->heap[m]->at_ms)
+            m = c + 1;
+        if (m == i)
+            break;
+        heap_swap(l, i, m);
+        i = m;
+    }
+}
+
+void sg_timer_stop(sg_loop_t *l, sg_timer_t *t)
+{
+    if (t->_heap_index == 0)
+        return;
+    size_t i = t->_heap_index - 1;
+    t->_heap_index = 0;
+    --l->heap_len;
+    if (i == l->heap_len)
+        return;
+    l->heap[i] = l->heap[l->heap_len];
+    l->heap[i]->_heap_index = i + 1;
+    heap_down(l, i);
+    heap_up(l, i);
+}
+
+void sg_timer_start(sg_loop_t *l, sg_timer_t *t, uint64_t at_ms, sg_timer_cb cb)
+{
+    sg_timer_stop(l, t);
+    t->at_ms = at_ms;
+    t->cb = cb;
+    if (l->heap_len == l->heap_cap) {
+        l->heap_cap = l->heap_cap != 0 ? l->heap_cap * 2 : 64;
+        l->heap = sg_mem_realloc(l->heap, l->heap_cap * sizeof(*l->heap));
+    }
+    l->heap[l->heap_len] = t;
+    t->_heap_index = ++l->heap_len;
+    heap_up(l, l->heap_len - 1);
+}
+
+static int32_t timers_next_wait(sg_loop_t *l, int32_t max)
+{
+    if (l->heap_len == 0)
+        return max;
+    uint64_t now = sg_now_ms(), at = l->heap[0]->at_ms;
+    if (at <= now)
+        return 0;
+    return at - now < (uint64_t)max ? (int32_t)(at - now) : max;
+}
+
+static void timers_run(sg_loop_t *l)
+{
+    uint64_t now = sg_now_ms();
+    while (l->heap_len > 0 && l->heap[0]->at_ms <= now) {
+        sg_timer_t *t = l->heap[0];
+        sg_timer_stop(l, t);
+        t->cb(t);
+    }
+}
+
+/* ---- responses ---- */
+
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Payload Too Large";
+    case 422:
+        return "Unprocessable Entity";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    }
+    return "Error";
+}
+
+static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
+{
+    static h2o_generator_t generator = {NULL, NULL};
+    req->res.status = status;
+    req->res.reason = reason_of(status);
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
+    h2o_iovec_t buf = h2o_strdup(&req->pool, body, len);
+    h2o_start_response(req, &generator);
+    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
+}
+
+void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len)
+{
+    send_body(req, status, "application/json", body, len);
+}
+
+void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s)
+{
+    sg_buf_t b = {0};
+    sg_json_error_body(&b, status, type, msg);
+    if (retry_after_s > 0) {
+        char tmp[16];
+        int n = snprintf(tmp, sizeof(tmp), "%u", retry_after_s);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, h2o_strdup(&req->pool, tmp, (size_t)n).base,
+                       (size_t)n);
+    }
+    sg_send_json(req, status, b.base, b.len);
+    sg_buf_free(&b);
+}
+
+/* ---- small routes ---- */
+
+enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_OTHER, R_COUNT };
+static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "other"};
+
+static void count(int route, int status)
+{
+    sg_counter_add(sg_server.http_requests[route][sg_code_index(status)], 1);
+}
+
+static void on_root(h2o_req_t *req)
+{
+    sg_buf_t b = {0};
+    sg_buf_appends(&b, "{\"name\":\"searchgate\",\"version\":\"" SG_VERSION "\",\"default_backend\":");
+    const char *def = sg_server.backends[sg_server.cfg->default_backend].conf->name;
+    sg_json_append_string(&b, def, strlen(def));
+    sg_buf_appends(&b, ",\"backends\":[");
+    for (size_t i = 0; i < sg_server.n_backends; ++i) {
+        const sg_backend_t *be = &sg_server.backends[i];
+        if (i != 0)
+            sg_buf_appendc(&b, ',');
+        sg_buf_appends(&b, "{\"name\":");
+        sg_json_append_string(&b, be->conf->name, strlen(be->conf->name));
+        sg_buf_appends(&b, ",\"plugin\":");
+        sg_json_append_string(&b, be->plugin.vt->name, strlen(be->plugin.vt->name));
+        sg_buf_appends(&b, ",\"version\":");
+        sg_json_append_string(&b, be->plugin.vt->version, strlen(be->plugin.vt->version));
+        sg_buf_appendf(&b, ",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s}", be->conf->topk, be->conf->name,
+                       be->plugin.vt->access != NULL ? "true" : "false");
+    }
+    sg_buf_appends(&b, "],\"links\":{\"retrieve\":\"/retrieve\",\"access\":\"/access\",\"health\":\"/health\",\"metrics\":\"/"
+                       "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"}}");
+    sg_send_json(req, 200, b.base, b.len);
+    sg_buf_free(&b);
+    count(R_ROOT, 200);
+}
+
+static void on_health(h2o_req_t *req)
+{
+    sg_buf_t b = {0};
+    int ok = 1;
+    sg_buf_appends(&b, "{\"backends\":{");
+    for (size_t i = 0; i < sg_server.n_backends; ++i) {
+        sg_backend_t *be = &sg_server.backends[i];
+        char detail[256] = "";
+        sg_status st = be->plugin.vt->health(be->inst, detail, sizeof(detail));
+        if (st != SG_OK)
+            ok = 0;
+        if (i != 0)
+            sg_buf_appendc(&b, ',');
+        sg_json_append_string(&b, be->conf->name, strlen(be->conf->name));
+        sg_buf_appendf(&b, ":{\"status\":\"%s\"", st == SG_OK ? "ok" : "unhealthy");
+        if (st != SG_OK) {
+            sg_buf_appends(&b, ",\"error\":");
+            const char *d = detail[0] != '\0' ? detail : sg_plugin_status_name(st);
+            sg_json_append_string(&b, d, strlen(d));
+        }
+        sg_buf_appendc(&b, '}');
+    }
+    int redis = sg_cache_redis_state();
+    sg_buf_appendf(&b, "},\"cache\":{\"redis\":\"%s\"},\"uptime_s\":%.3f,\"status\":\"%s\"}",
+                   redis < 0 ? "off"
+                   : redis   ? "up"
+                             : "down (bypassed)",
+                   (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, ok ? "ok" : "degraded");
+    sg_send_json(req, ok ? 200 : 503, b.base, b.len);
+    sg_buf_free(&b);
+    count(R_HEALTH, ok ? 200 : 503);
+}
+
+static void backend_stats_collector(sg_buf_t *out, void *arg)
+{
+    (void)arg;
+    for (size_t i = 0; i < sg_server.n_backends; ++i) {
+        sg_backend_t *be = &sg_server.backends[i];
+        if (be->plugin.vt->stats == NULL)
+            continue;
+        sg_metrics_sink_t sink = {out, be->conf->name, ""};
+        be->plugin.vt->stats(be->inst, &sink);
+    }
+    double hr = sg_ring_hit_ratio(60), hr5 = sg_ring_hit_ratio(300);
+    sg_buf_appends(out,
+                   "# HELP searchgate_cache_hit_ratio Share of queries answered by the cache (L1 or Redis) over a rolling window.\n"
+                   "# TYPE searchgate_cache_hit_ratio gauge\n");
+    sg_buf_appendf(out, "searchgate_cache_hit_ratio{window=\"60s\"} %s\n", isnan(hr) ? "NaN" : "");
+    if (!isnan(hr)) {
+        out->len -= 1;
+        sg_buf_appendf(out, "%.6f\n", hr);
+    }
+    sg_buf_appendf(out, "searchgate_cache_hit_ratio{window=\"300s\"} %s\n", isnan(hr5) ? "NaN" : "");
+    if (!isnan(hr5)) {
+        out->len -= 1;
+        sg_buf_appendf(out, "%.6f\n", hr5);
+    }
+    sg_buf_appendf(out,
+                   "# HELP searchgate_flights In-flight distinct queries (singleflight table size).\n# TYPE searchgate_flights "
+                   "gauge\nsearchgate_flights %zu\n",
+                   sg_dispatch_flights());
+    sg_buf_appendf(out,
+                   "# HELP searchgate_clients_tracked Anonymous clients tracked for rate limiting.\n# TYPE "
+                   "searchgate_clients_tracked gauge\nsearchgate_clients_tracked %zu\n",
+                   sg_clients_tracked(sg_server.clients));
+}
+
+static void on_metrics(h2o_req_t *req)
+{
+    sg_buf_t b = {0};
+    sg_metrics_render(&b);
+    send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
+    sg_buf_free(&b);
+    count(R_METRICS, 200);
+}
+
+static void on_stats(h2o_req_t *req)
+{
+    int window = 300;
+    if (req->query_at != SIZE_MAX) {
+        const char *q = req->path.base + req->query_at + 1;
+        size_t qlen = req->path.len - req->query_at - 1;
+        const char *w = memmem(q, qlen, "window=", 7);
+        if (w != NULL)
+            window = atoi(w + 7);
+    }
+    if (window < 10)
+        window = 10;
+    if (window > SG_RING_SECONDS - 1)
+        window = SG_RING_SECONDS - 1;
+    sg_buf_t b = {0};
+    double hr60 = sg_ring_hit_ratio(60);
+    sg_buf_appendf(&b, "{\"version\":\"" SG_VERSION "\",\"uptime_s\":%.3f,\"window_s\":%d,\"hit_ratio_60s\":",
+                   (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, window);
+    sg_json_append_double(&b, hr60);
+    sg_buf_appends(&b, ",\"backends\":{");
+    for (size_t i = 0; i < sg_server.n_backends; ++i) {
+        sg_backend_t *be = &sg_server.backends[i];
+        if (i != 0)
+            sg_buf_appendc(&b, ',');
+        sg_json_append_string(&b, be->conf->name, strlen(be->conf->name));
+        uint64_t req_total = 0, q_total = 0;
+        for (int c = 0; c < SG_NUM_CODES; ++c) {
+            req_total += atomic_load(&be->requests[c]->v);
+            q_total += atomic_load(&be->queries[c]->v);
+        }
+        sg_buf_appendf(
+            &b,
+            ":{\"requests\":%llu,\"queries\":%llu,\"cache_hits_l1\":%llu,\"cache_hits_redis\":%llu,\"cache_misses\":%llu,"
+            "\"coalesced\":%llu,\"calls\":%llu,\"inflight_queries\":%lld,\"queued_queries\":%lld,\"shed\":%llu,"
+            "\"expired\":%llu,\"fallbacks\":%llu}",
+            (unsigned long long)req_total, (unsigned long long)q_total, (unsigned long long)atomic_load(&be->cache_hits_l1->v),
+            (unsigned long long)atomic_load(&be->cache_hits_redis->v), (unsigned long long)atomic_load(&be->cache_misses->v),
+            (unsigned long long)atomic_load(&be->coalesced->v), (unsigned long long)atomic_load(&be->calls->v),
+            (long long)atomic_load(&be->inflight_queries->v), (long long)atomic_load(&be->queued_queries->v),
+            (unsigned long long)atomic_load(&be->shed->v), (unsigned long long)atomic_load(&be->expired->v),
+            (unsigned long long)atomic_load(&be->fallbacks->v));
+    }
+    sg_buf_appends(&b, "},\"cache\":{");
+    sg_cache_stats_json(&b);
+    sg_buf_appends(&b, "},\"metrics\":");
+    sg_metrics_render_json(&b);
+    sg_buf_appendc(&b, ',');
+    sg_ring_render_json(&b, window);
+    sg_buf_appendc(&b, '}');
+    sg_send_json(req, 200, b.base, b.len);
+    sg_buf_free(&b);
+    count(R_STATS, 200);
+}
+
+extern const char sg_dashboard_html[];
+extern const size_t sg_dashboard_html_len;
+
+static void on_dashboard(h2o_req_t *req)
+{
+    send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
+    count(R_DASHBOARD, 200);
+}
+
+static void method_not_allowed(h2o_req_t *req, const char *allow)
+{
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, allow, strlen(allow));
+    char msg[96];
+    snprintf(msg, sizeof(msg), "method %.*s is not allowed here; use %s", (int)(req->method.len > 16 ? 16 : req->method.len),
+             req->method.base, allow);
+    sg_send_error(req, 405, "method_not_allowed", msg, 0);
+    count(R_OTHER, 405);
+}
+
+static int path_is(h2o_iovec_t p, const char *s)
+{
+    size_t n = strlen(s);
+    return p.len == n && memcmp(p.base, s, n) == 0;
+}
+
+/* "/retrieve/<name>" -> name */
+static int path_sub(h2o_iovec_t p, const char *prefix, const char **name, size_t *len)
+{
+    size_t n = strlen(prefix);
+    if (p.len <= n + 1 || memcmp(p.base, prefix, n) != 0 || p.base[n] != '/')
+        return 0;
+    *name = p.base + n + 1;
+    *len = p.len - n - 1;
+    return memchr(*name, '/', *len) == NULL;
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    (void)self;
+    sg_loop_t *loop = H2O_STRUCT_FROM_MEMBER(sg_loop_t, ctx, req->conn->ctx);
+    h2o_iovec_t p = req->path_normalized;
+    int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
+                 h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
+    int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
+    const char *name;
+    size_t nlen;
+    if (path_is(p, "/retrieve") || path_is(p, "/access")) {
+        if (!is_post) {
+            method_not_allowed(req, "POST");
+            return 0;
+        }
+        return sg_retrieve_handle(loop, req, path_is(p, "/access"), NULL, 0);
+    }
+    if (path_sub(p, "/retrieve", &name, &nlen) || path_sub(p, "/access", &name, &nlen)) {
+        if (!is_post) {
+            method_not_allowed(req, "POST");
+            return 0;
+        }
+        return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
+    }
+    static const struct {
+        const char *path;
+        int route;
+        void (*fn)(h2o_req_t *);
+    } gets[] = {{"/", R_ROOT, on_root},
+                {"/health", R_HEALTH, on_health},
+                {"/metrics", R_METRICS, on_metrics},
+                {"/stats", R_STATS, on_stats},
+                {"/dashboard", R_DASHBOARD, on_dashboard}};
+    for (size_t i = 0; i < sizeof(gets) / sizeof(gets[0]); ++i) {
+        if (path_is(p, gets[i].path)) {
+            if (!is_get) {
+                method_not_allowed(req, "GET");
+                return 0;
+            }
+            gets[i].fn(req);
+            return 0;
+        }
+    }
+    char msg[160];
+    snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
+    sg_send_error(req, 404, "not_found", msg, 0);
+    count(R_OTHER, 404);
+    return 0;
+}
+
+/* ---- listeners and loops ---- */
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    if (err != NULL)
+        return;
+    sg_loop_t *l = listener->data;
+    for (int i = 0; i < 64; ++i) { /* accept a burst, then give other events a turn */
+        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+        if (sock == NULL)
+            return;
+        h2o_accept(&l->accept_ctx, sock);
+    }
+}
+
+static int open_listener(const char *host, uint16_t port, uint16_t *bound, char *err, size_t err_size)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[8];
+    snprintf(ps, sizeof(ps), "%u", port);
+    int gai = getaddrinfo(host, ps, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, err_size, "listen.host %s: %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+        listen(fd, 4096) != 0) {
+        snprintf(err, err_size, "cannot listen on %s:%u: %s", host, port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+static void *loop_main(void *arg)
+{
+    sg_loop_t *l = arg;
+    while (!atomic_load(&sg_server.stopping)) {
+        h2o_evloop_run(l->loop, timers_next_wait(l, 500));
+        timers_run(l);
+    }
+    return NULL;
+}
+
+int sg_server_start(sg_server_t *s, char *err, size_t err_size);
+void sg_server_stop(sg_server_t *s);
+
+int sg_server_start(sg_server_t *s, char *err, size_t err_size)
+{
+    const sg_config_t *cfg = s->cfg;
+    h2o_config_init(&s->h2o);
+    s->h2o.max_request_entity_size = cfg->limits.max_body_bytes;
+    s->h2o.server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
+    /* a long backend call must not be cut by the HTTP/1 request timer; idle connections still are */
+    s->h2o.http1.req_timeout = 60000;
+    s->hostconf = h2o_config_register_host(&s->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *pc = h2o_config_register_path(s->hostconf, "/", 0);
+    h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
+    h->on_req = on_req;
+    for (int r = 0; r < R_COUNT; ++r)
+        for (int c = 0; c < SG_NUM_CODES; ++c) {
+            char labels[64];
+            if (c == SG_CODE_OTHER)
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", route_names[r]);
+            else
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
+            s->http_requests[r][c] =
+                sg_metrics_counter("searchgate_http_requests_total", "Requests to routes other than /retrieve.", labels);
+        }
+    sg_metrics_add_collector(backend_stats_collector, NULL);
+
+    s->n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
+    s->loops = sg_mem_calloc((size_t)s->n_loops, sizeof(*s->loops));
+    uint16_t port = cfg->port;
+    for (int i = 0; i < s->n_loops; ++i) {
+        sg_loop_t *l = &s->loops[i];
+        l->id = i;
+        l->server = s;
+        uint16_t bound = 0;
+        int fd = open_listener(cfg->host, port, &bound, err, err_size);
+        if (fd < 0)
+            return -1;
+        if (i == 0) {
+            port = bound; /* port 0: every loop binds the port the first one got */
+            s->bound_port = bound;
+        }
+        l->loop = h2o_evloop_create();
+        h2o_context_init(&l->ctx, l->loop, &s->h2o);
+        l->accept_ctx.ctx = &l->ctx;
+        l->accept_ctx.hosts = s->h2o.hosts;
+        l->listener = h2o_evloop_socket_create(l->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+        l->listener->data = l;
+        h2o_socket_read_start(l->listener, on_accept);
+        sg_dispatch_init_loop(l);
+        sg_cache_init_loop(l);
+    }
+    for (int i = 0; i < s->n_loops; ++i)
+        h2o_multithread_create_thread(&s->loops[i].tid, NULL, loop_main, &s->loops[i]);
+    return 0;
+}
+
+static void drain(sg_loop_t *l)
+{
+    for (int i = 0; i < 3; ++i) {
+        h2o_evloop_run(l->loop, 0);
+        timers_run(l);
+    }
+}
+
+void sg_server_stop(sg_server_t *s)
+{
+    atomic_store(&s->stopping, 1);
+    for (int i = 0; i < s->n_loops; ++i)
+        h2o_multithread_send_message(&s->loops[i].deliveries, NULL); /* wake it up */
+    for (int i = 0; i < s->n_loops; ++i)
+        pthread_join(s->loops[i].tid, NULL);
+    /* the loops are stopped: from here the main thread owns their objects */
+    for (int i = 0; i < s->n_loops; ++i) {
+        sg_loop_t *l = &s->loops[i];
+        h2o_socket_read_stop(l->listener);
+        h2o_socket_close(l->listener);
+        l->listener = NULL;
+    }
+}
+
+void sg_server_dispose(sg_server_t *s);
+void sg_server_dispose(sg_server_t *s)
+{
+    /* the plugins were destroyed: their cancellations are queued on the loops; deliver them */
+    for (int i = 0; i < s->n_loops; ++i)
+        drain(&s->loops[i]);
+    for (int i = 0; i < s->n_loops; ++i) {
+        sg_loop_t *l = &s->loops[i];
+        sg_cache_dispose_loop(l);
+        drain(l);
+        h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
+        h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
+        h2o_context_dispose(&l->ctx);
+        free(l->heap);
+    }
+    free(s->loops);
+    s->loops = NULL;
+    h2o_config_dispose(&s->h2o);
+}
