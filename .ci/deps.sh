@@ -7,7 +7,7 @@ pkgs="build-essential cmake pkg-config libh2o-evloop-dev libcurl4-openssl-dev li
       libfaiss-dev libopenblas-dev libutf8proc-dev libstemmer-dev dpkg-dev ca-certificates dict-gcide redis-server python3"
 case "$what" in
   run) ;;
-  test) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium" ;;
+  test) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium nghttp2-client" ;;
   bench) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium wrk python3-numpy python3-torch python3-faiss python3-fastapi
                python3-uvicorn python3-uvloop python3-httptools" ;;
   *) echo "usage: $0 [run|test|bench]" >&2; exit 2 ;;

@@ -246,8 +246,9 @@ int sg_gcra(uint64_t *tat_us, double rate, double burst, uint64_t n, uint64_t no
     *wait_us = 0;
     if (rate <= 0)
         return SG_RL_ALLOW;
-    double t = 1e6 / rate;                       /* emission interval, us per query */
-    uint64_t tau = (uint64_t)llround(t * burst); /* tolerance: a full bucket of `burst` queries */
+    double t = 1e6 / rate; /* emission interval, us per query */
+    /* tolerance: a full bucket admits `burst` queries at once */
+    uint64_t tau = (uint64_t)llround(t * (burst > 1 ? burst - 1 : 0));
     uint64_t tat = *tat_us > now_us ? *tat_us : now_us;
     uint64_t cost = (uint64_t)llround(t * (double)n);
     uint64_t allow_at = tat > tau ? tat - tau : 0;

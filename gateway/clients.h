@@ -33,7 +33,8 @@ enum { SG_RL_ALLOW = 0, SG_RL_WAIT = 1, SG_RL_DENY = 2 };
 
 /**
  * GCRA over a theoretical arrival time `*tat_us` (one number per client). A request of `n`
- * queries may start when now >= tat - tau (tau = burst / rate); starting advances tat by n / rate,
+ * queries may start when now >= tat - tau (tau = (burst - 1) / rate, so a full
+ * bucket admits `burst` queries at once); starting advances tat by n / rate,
  * so a batch larger than the burst is admitted when the bucket is full and pays its debt
  * afterwards, and the long-run admitted rate is exactly `rate`. When it may not start yet:
  * with `max_wait_us` > 0 and a wait within it, the slot is reserved and SG_RL_WAIT returned

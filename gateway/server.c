@@ -23,6 +23,9 @@
 
 sg_server_t sg_server;
 
+/* How long a stopping loop keeps serving the requests it already has. */
+#define SG_SHUTDOWN_GRACE_MS 5000
+
 const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 404, 405, 413, 422, 429, 500, 502, 503, 504, 0};
 
 int sg_code_index(int status)
@@ -484,11 +487,43 @@ static int open_listener(const char *host, uint16_t port, uint16_t *bound, char 
     return fd;
 }
 
+static int has_connections(sg_loop_t *l)
+{
+    return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns);
+}
+
+/* The loop runs until shutdown is requested, then stops accepting, asks h2o to close idle
+ * connections (and HTTP/2 ones with GOAWAY) and keeps serving until the requests in progress have
+ * answered (their deadlines bound that) or the grace period ends. */
 static void *loop_main(void *arg)
 {
     sg_loop_t *l = arg;
-    while (!atomic_load(&sg_server.stopping)) {
-        h2o_evloop_run(l->loop, timers_next_wait(l, 500));
+    uint64_t grace_end = 0;
+    for (;;) {
+        if (atomic_load(&sg_server.stopping) && grace_end == 0) {
+            grace_end = sg_now_ms() + SG_SHUTDOWN_GRACE_MS;
+            h2o_socket_read_stop(l->listener);
+            h2o_socket_close(l->listener);
+            l->listener = NULL;
+            h2o_context_request_shutdown(&l->ctx);
+            /* h2o 2.2.5 closes an HTTP/1 keep-alive connection only after its next request (or
+             * after the 10 s idle timer): expire the idle timers now so idle connections close at
+             * once; a connection with a request in progress has no such timer armed. */
+            l->ctx.http1.req_timeout.timeout = 0;
+            l->ctx.http2.idle_timeout.timeout = 0;
+        }
+        if (grace_end != 0 && !has_connections(l)) {
+            /* h2o re-sends GOAWAY once a second while HTTP/2 connections remain; none do */
+            if (h2o_timeout_is_linked(&l->ctx.http2._graceful_shutdown_timeout))
+                h2o_timeout_unlink(&l->ctx.http2._graceful_shutdown_timeout);
+            break;
+        }
+        if (grace_end != 0 && sg_now_ms() >= grace_end) {
+            SG_LOG(SG_LL_WARN, "main", "loop %d: connections still open after %d ms; exiting anyway", l->id, SG_SHUTDOWN_GRACE_MS);
+            l->abandoned = 1;
+            break;
+        }
+        h2o_evloop_run(l->loop, timers_next_wait(l, grace_end != 0 ? 50 : 500));
         timers_run(l);
     }
     return NULL;
@@ -501,10 +536,13 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
     h2o_config_init(&s->h2o);
-    s->h2o.max_request_entity_size = cfg->limits.max_body_bytes;
+    /* h2o refuses larger bodies itself (a plain-text 413, before reading them); up to twice the
+     * limit the handler answers with a JSON 413 that names limits.max_body_bytes */
+    s->h2o.max_request_entity_size = cfg->limits.max_body_bytes * 2;
     s->h2o.server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
-    /* a long backend call must not be cut by the HTTP/1 request timer; idle connections still are */
-    s->h2o.http1.req_timeout = 60000;
+    /* h2o's HTTP/1 req_timeout (10 s) only covers reading a request and idle keep-alive: a long
+     * backend call is bounded by the route's deadline instead (checked: a 4 s call with a 2 s
+     * req_timeout completes). */
     s->hostconf = h2o_config_register_host(&s->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *pc = h2o_config_register_path(s->hostconf, "/", 0);
     h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
@@ -567,12 +605,6 @@ void sg_server_stop(sg_server_t *s)
     for (int i = 0; i < s->n_loops; ++i)
         pthread_join(s->loops[i].tid, NULL);
     /* the loops are stopped: from here the main thread owns their objects */
-    for (int i = 0; i < s->n_loops; ++i) {
-        sg_loop_t *l = &s->loops[i];
-        h2o_socket_read_stop(l->listener);
-        h2o_socket_close(l->listener);
-        l->listener = NULL;
-    }
 }
 
 void sg_server_dispose(sg_server_t *s);
@@ -585,9 +617,15 @@ void sg_server_dispose(sg_server_t *s)
         sg_loop_t *l = &s->loops[i];
         sg_cache_dispose_loop(l);
         drain(l);
+        if (l->abandoned)
+            continue; /* h2o cannot dispose a context with live connections: the process exits anyway */
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
-        h2o_context_dispose(&l->ctx);
+        h2o_multithread_queue_t *queue = l->ctx.queue;
+        h2o_context_dispose(&l->ctx); /* destroys the queue but, with evloop, does not free it */
+        drain(l);                     /* lets the queue's sockets finish closing */
+        free(queue);
+        h2o_evloop_destroy(l->loop);
         free(l->heap);
     }
     free(s->loops);

@@ -175,6 +175,7 @@ struct st_sg_loop_t {
     /* timer heap */
     sg_timer_t **heap;
     size_t heap_len, heap_cap;
+    int abandoned; /* the loop exited with connections still open (shutdown grace expired) */
     /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */
     struct st_sg_redis_t *redis;
 };

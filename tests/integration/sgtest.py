@@ -82,6 +82,7 @@ class Gateway:
         self.log_path = os.path.join(self.dir, "searchgate.log")
         self.log = open(self.log_path, "wb")
         e = dict(os.environ)
+        e.setdefault("LSAN_OPTIONS", "suppressions=" + os.path.join(SOURCE_DIR, "tests", "lsan.supp"))
         e.update(env or {})
         self.proc = subprocess.Popen([binary("searchgate"), "--config", self.config_path, "--port", "0"] + list(extra_args),
                                      stdout=self.log, stderr=subprocess.STDOUT, env=e)

@@ -1,0 +1,372 @@
+"""Integration tests of the gateway core with the example plugin: the /retrieve contract of
+protocols.md section 4 and Appendix A, error statuses, concurrency, keep-alive, hang-ups."""
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import unittest
+
+import sgtest
+from sgtest import DOCS, Gateway, example_backend, parallel, scaled
+
+
+def config(**extra):
+    cfg = {
+        "backends": [
+            example_backend("example", directives=True, workers=2,
+                            pages=[{"url": "https://en.wikipedia.org/wiki/Hamlet", "contents": "Hamlet page"}]),
+            example_backend("slow", hang=True, timeout_ms=400),
+            example_backend("broken", error={"status": "unavailable", "message": "index not loaded"}),
+            example_backend("bad-upstream", error={"status": "upstream", "message": "upstream said no"}),
+            example_backend("nocache", cache=False),
+        ],
+        "limits": {"max_body_bytes": 400000, "max_queries": 3000, "max_query_bytes": 512, "max_topk": 50},
+    }
+    cfg.update(extra)
+    return cfg
+
+
+class Core(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.gw = Gateway(config())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+
+    # --- protocols.md Appendix A ---
+
+    def test_appendix_a_scored_shape(self):
+        r = self.gw.post("/retrieve", {"queries": ["who wrote hamlet", "capital of france"], "topk": 3, "return_scores": True},
+                         headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.headers["content-type"], "application/json")
+        res = r.json()["result"]
+        self.assertEqual(len(res), 2)
+        for q in res:
+            self.assertEqual(len(q), 3)
+            scores = [item["score"] for item in q]
+            self.assertEqual(scores, sorted(scores, reverse=True))
+            for item in q:
+                self.assertEqual(set(item), {"document", "score"})
+                self.assertIsInstance(item["score"], float)
+                doc = item["document"]
+                self.assertIsInstance(doc["id"], str)
+                self.assertIsInstance(doc["url"], str)
+                self.assertTrue(doc["contents"].startswith('"'))
+        self.assertTrue(res[0][0]["document"]["contents"].startswith('"Hamlet"\n'))
+        self.assertTrue(res[1][0]["document"]["contents"].startswith('"Paris"\n'))
+
+    def test_appendix_a_flat_shape(self):
+        r = self.gw.retrieve(["who wrote hamlet"], topk=3, return_scores=False)
+        self.assertEqual(r.status, 200)
+        res = r.json()["result"]
+        self.assertEqual(len(res), 1)
+        self.assertEqual(len(res[0]), 3)
+        first = res[0][0]
+        self.assertNotIn("document", first)
+        self.assertEqual(first["id"], "0")
+        self.assertEqual(first["url"], "")  # RLinf/ASearcher read r["url"]
+        self.assertTrue(first["contents"].startswith('"Hamlet"\n'))
+
+    def test_appendix_a_empty_batch(self):
+        r = self.gw.post("/retrieve", {"queries": [], "topk": 3, "return_scores": True})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, b'{"result":[]}')
+
+    def test_appendix_a_access(self):
+        r = self.gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet", "https://nowhere.example/x"]})
+        self.assertEqual(r.status, 200)
+        res = r.json()["result"]
+        self.assertEqual(res[0]["contents"], "Hamlet page")
+        self.assertIsNone(res[1])
+
+    def test_both_shapes_same_documents(self):
+        q = ["largest city", "similarity search library"]
+        a = self.gw.retrieve(q, topk=4, return_scores=True).json()["result"]
+        b = self.gw.retrieve(q, topk=4, return_scores=False).json()["result"]
+        self.assertEqual([[i["document"] for i in x] for x in a], b)
+
+    def test_topk_defaults(self):
+        for body in ({"queries": ["paris"]}, {"queries": ["paris"], "topk": None}, {"queries": ["paris"], "topk": 0}):
+            r = self.gw.post("/retrieve", body)
+            self.assertEqual(r.status, 200, body)
+            self.assertEqual(len(r.json()["result"][0]), 3, body)  # the configured default
+        r = self.gw.post("/retrieve", {"queries": ["paris"], "topk": 5})
+        self.assertEqual(len(r.json()["result"][0]), 5)
+        # more than the corpus holds: every document, no padding
+        r = self.gw.post("/retrieve", {"queries": ["paris"], "topk": 50})
+        self.assertEqual(len(r.json()["result"][0]), len(DOCS))
+
+    def test_unknown_fields_and_skyrl_form(self):
+        r = self.gw.post("/retrieve", {"queries": ["tokyo"], "topk": 1, "return_scores": True, "extra": {"a": [1, 2]}, "n": 3})
+        self.assertEqual(r.status, 200)
+        r = self.gw.post("/retrieve", {"query": "tokyo", "topk": 1, "return_scores": True})
+        self.assertEqual(r.status, 200)
+        res = r.json()["result"]
+        self.assertEqual(len(res), 1)
+        self.assertTrue(res[0][0]["document"]["contents"].startswith('"Tokyo"'))
+
+    def test_order_and_duplicates(self):
+        qs = ["tokyo", "paris", "tokyo", "hamlet", "paris", "redis cache"]
+        res = self.gw.retrieve(qs, topk=1).json()["result"]
+        titles = [x[0]["document"]["contents"].split("\n")[0] for x in res]
+        self.assertEqual(titles, ['"Tokyo"', '"Paris"', '"Tokyo"', '"Hamlet"', '"Paris"', '"Redis"'])
+
+    def test_large_batch_2560(self):
+        words = ["hamlet", "paris", "tokyo", "faiss", "redis", "zürich"]
+        qs = ["%s q%d" % (words[i % 6], i) for i in range(2560)]  # 2,560 distinct queries (SR1's 512 x 5)
+        r = self.gw.retrieve(qs, topk=3, return_scores=True)
+        self.assertEqual(r.status, 200)
+        res = r.json()["result"]
+        self.assertEqual(len(res), 2560)
+        want = ['"Hamlet"', '"Paris"', '"Tokyo"', '"FAISS"', '"Redis"', '"Zürich"']
+        for i, q in enumerate(res):
+            self.assertEqual(len(q), 3)
+            self.assertEqual(q[0]["document"]["contents"].split("\n")[0], want[i % 6], i)
+
+    def test_non_ascii_round_trip(self):
+        # Python clients send json.dumps(ensure_ascii=True): \u escapes incl. surrogate pairs
+        body = json.dumps({"queries": ["東京 tokyo 😀", "zürich city"], "topk": 1, "return_scores": False})
+        self.assertIn("\\ud83d\\ude00", body)
+        r = self.gw.post("/retrieve", body.encode("ascii"), headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200)
+        self.assertIn("東京都".encode(), r.body)  # raw UTF-8 out, not escaped
+        self.assertIn("Zürich".encode(), r.body)
+        self.assertNotIn(b"\\u", r.body)
+        res = r.json()["result"]
+        self.assertTrue(res[0][0]["contents"].startswith('"Tokyo"'))
+        self.assertTrue(res[1][0]["contents"].startswith('"Zürich"'))
+        # raw UTF-8 in the request works too
+        r = self.gw.post("/retrieve", '{"queries":["Zürich"],"topk":1}'.encode())
+        self.assertTrue(r.json()["result"][0][0]["contents"].startswith('"Zürich"'))
+
+    def test_backend_selection(self):
+        r = self.gw.retrieve(["x"], path="/retrieve/broken")
+        self.assertEqual(r.status, 503)
+        r = self.gw.post("/retrieve", {"queries": ["x"], "backend": "broken"})
+        self.assertEqual(r.status, 503)
+        r = self.gw.retrieve(["paris"], path="/retrieve/nocache")
+        self.assertEqual(r.status, 200)
+        r = self.gw.retrieve(["paris"], path="/retrieve/nosuch")
+        self.assertEqual(r.status, 404)
+        self.assertIn("nosuch", r.json()["error"]["message"])
+        r = self.gw.post("/retrieve", {"queries": ["x"], "backend": "nosuch"})
+        self.assertEqual(r.status, 404)
+
+    # --- errors ---
+
+    def assertError(self, r, status, needle):
+        self.assertEqual(r.status, status, r)
+        self.assertEqual(r.headers["content-type"], "application/json")
+        body = r.json()
+        self.assertEqual(body["error"]["code"], status)
+        self.assertIn(needle, body["error"]["message"])
+        self.assertEqual(body["detail"], body["error"]["message"])
+
+    def test_error_statuses(self):
+        gw = self.gw
+        self.assertError(gw.post("/retrieve", "not json"), 400, "not valid JSON")
+        self.assertError(gw.post("/retrieve", '{"queries": ["a"'), 400, "not valid JSON")
+        self.assertError(gw.post("/retrieve", b""), 422, "body is required")
+        self.assertError(gw.post("/retrieve", {"topk": 3}), 422, '"queries" is required')
+        self.assertError(gw.post("/retrieve", {"queries": "a"}), 422, "list of strings")
+        self.assertError(gw.post("/retrieve", {"queries": ["a", 7]}), 422, "queries[1] must be a string")
+        self.assertError(gw.post("/retrieve", {"queries": ["a"], "topk": -1}), 422, "negative")
+        self.assertError(gw.post("/retrieve", {"queries": ["a"], "topk": 1.5}), 422, "integer")
+        self.assertError(gw.post("/retrieve", {"queries": ["a"], "topk": 51}), 413, "max_topk")
+        self.assertError(gw.post("/retrieve", {"queries": ["a"] * 3001}), 413, "max_queries")
+        self.assertError(gw.post("/retrieve", {"queries": ["a" * 513]}), 413, "max_query_bytes")
+        self.assertError(gw.post("/retrieve", {"queries": ["a"], "padding": "x" * 400001}), 413, "max_body_bytes")
+        self.assertError(gw.get("/retrieve"), 405, "use POST")
+        self.assertEqual(gw.get("/retrieve").headers["allow"], "POST")
+        self.assertError(gw.post("/health", {}), 405, "use GET")
+        self.assertError(gw.get("/nope"), 404, "no route")
+        self.assertError(gw.post("/retrieve/a/b", {"queries": ["x"]}), 404, "no route")
+        self.assertError(gw.retrieve(["x"], path="/retrieve/broken"), 503, "index not loaded")
+        self.assertError(gw.retrieve(["x"], path="/retrieve/bad-upstream"), 502, "upstream said no")
+        self.assertIn("retry-after", gw.retrieve(["x"], path="/retrieve/broken").headers)
+        self.assertError(gw.retrieve(["@error=internal boom"]), 500, "scripted failure")
+        self.assertError(gw.retrieve(["@error=timeout boom"]), 504, "scripted failure")
+        self.assertError(gw.retrieve(["x"], headers={"X-Timeout-Ms": "soon"}), 422, "X-Timeout-Ms")
+        self.assertError(gw.post("/access", {"urls": [1]}), 422, "urls[0] must be a string")
+
+    def test_body_over_h2o_limit(self):
+        # h2o itself refuses bodies beyond the limit before the handler runs: still a 413
+        r = self.gw.post("/retrieve", b"x" * 900000, headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 413)
+
+    def test_deadline_504_and_other_routes_fast(self):
+        t0 = time.time()
+        r = self.gw.retrieve(["hang"], path="/retrieve/slow")
+        took = time.time() - t0
+        self.assertError(r, 504, "deadline of 400 ms exceeded")
+        self.assertLess(took, 0.4 + scaled(0.3))
+        self.assertGreaterEqual(took, 0.39)
+        # the client may shorten the deadline, never lengthen it
+        t0 = time.time()
+        r = self.gw.retrieve(["hang"], path="/retrieve/slow", headers={"X-Timeout-Ms": "100"})
+        self.assertEqual(r.status, 504)
+        self.assertLess(time.time() - t0, 0.1 + scaled(0.3))
+        t0 = time.time()
+        r = self.gw.retrieve(["hang"], path="/retrieve/slow", headers={"X-Timeout-Ms": "100000"})
+        self.assertEqual(r.status, 504)
+        self.assertLess(time.time() - t0, 0.4 + scaled(0.3))
+
+    # --- concurrency and connections ---
+
+    def test_concurrent_requests(self):
+        words = ["hamlet", "paris", "tokyo", "faiss", "redis"]
+        want = ['"Hamlet"', '"Paris"', '"Tokyo"', '"FAISS"', '"Redis"']
+
+        def worker(k):
+            conn = http.client.HTTPConnection("127.0.0.1", self.gw.port, timeout=60)
+            for j in range(10):
+                i = (k + j) % 5
+                conn.request("POST", "/retrieve", json.dumps({"queries": [words[i] + " c%d" % k], "topk": 1}),
+                             {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = json.loads(resp.read())
+                assert resp.status == 200, resp.status
+                got = body["result"][0][0]["document"]["contents"].split("\n")[0] if body["result"][0] and "document" in \
+                    body["result"][0][0] else body["result"][0][0]["contents"].split("\n")[0]
+                assert got == want[i], (got, want[i])
+            conn.close()
+            return True
+
+        self.assertTrue(all(parallel(worker, [(k,) for k in range(64)])))
+
+    def test_keep_alive_and_connection_per_request(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.gw.port, timeout=30)
+        for i in range(20):
+            conn.request("POST", "/retrieve", json.dumps({"queries": ["paris %d" % i], "topk": 1}),
+                         {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200)
+            r.read()
+            sock = conn.sock
+        self.assertIs(conn.sock, sock)  # the same TCP connection served all of them
+        conn.close()
+        for i in range(20):
+            r = sgtest.request(self.gw.port, "POST", "/retrieve", {"queries": ["tokyo %d" % i], "topk": 1},
+                               headers={"Connection": "close"})
+            self.assertEqual(r.status, 200)
+
+    def test_client_hangs_up_mid_request(self):
+        before = self.gw.metric("searchgate_requests_total", backend="example")
+        body = json.dumps({"queries": ["@delay=300 hangup %d" % os.getpid()], "topk": 1}).encode()
+        for i in range(20):
+            s = socket.create_connection(("127.0.0.1", self.gw.port))
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+            if i % 2:
+                s.shutdown(socket.SHUT_WR)
+            s.close()
+        # half a request, then gone
+        s = socket.create_connection(("127.0.0.1", self.gw.port))
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\"")
+        s.close()
+        time.sleep(scaled(0.6))
+        self.assertEqual(self.gw.get("/").status, 200)
+        self.assertEqual(self.gw.retrieve(["paris"], topk=1).status, 200)
+        self.assertGreaterEqual(self.gw.metric("searchgate_requests_total", backend="example") - before, 20)
+
+    @unittest.skipUnless(shutil.which("nghttp"), "nghttp (nghttp2-client) not installed")
+    def test_http2_client_resets_before_completion(self):
+        # h2c: the client gives up after 100 ms while the backend takes 500 ms; h2o disposes the
+        # request while the search is in flight, and the late completion must be dropped safely
+        for i in range(5):
+            subprocess.run(["nghttp", "-t", "100ms", "-d", "-", "-H", ":method: POST",
+                            "http://127.0.0.1:%d/retrieve" % self.gw.port],
+                           input=json.dumps({"queries": ["@delay=500 h2 %d" % i], "topk": 1}).encode(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        time.sleep(scaled(0.8))
+        out = subprocess.run(["nghttp", "-d", "-", "-H", ":method: POST", "http://127.0.0.1:%d/retrieve" % self.gw.port],
+                             input=b'{"queries":["paris"],"topk":1}', capture_output=True, timeout=30)
+        self.assertIn(b'Paris is the capital', out.stdout)
+        self.assertGreaterEqual(self.gw.metric("searchgate_requests_total", backend="example", code="other"), 1)
+
+    # --- health, metrics, root ---
+
+    def test_health_metrics_root(self):
+        r = self.gw.get("/health")
+        self.assertEqual(r.status, 503)  # "broken" is configured to fail
+        h = r.json()
+        self.assertEqual(h["status"], "degraded")
+        self.assertEqual(h["backends"]["example"]["status"], "ok")
+        self.assertEqual(h["backends"]["broken"]["status"], "unhealthy")
+        self.assertIn("index not loaded", h["backends"]["broken"]["error"])
+        root = self.gw.get("/").json()
+        self.assertEqual(root["default_backend"], "example")
+        self.assertEqual([b["name"] for b in root["backends"]], ["example", "slow", "broken", "bad-upstream", "nocache"])
+        self.gw.retrieve(["metrics probe"], topk=1)
+        m = self.gw.get("/metrics")
+        self.assertTrue(m.headers["content-type"].startswith("text/plain; version=0.0.4"))
+        text = m.body.decode()
+        for name in ("searchgate_requests_total", "searchgate_queries_total", "searchgate_request_duration_seconds_bucket",
+                     "searchgate_inflight_requests", "searchgate_backend_calls_total", "searchgate_cache_hits_total",
+                     "searchgate_backend_example_calls_total", "searchgate_http_requests_total"):
+            self.assertIn(name, text)
+        self.assertGreaterEqual(self.gw.metric("searchgate_requests_total", backend="example", code="200"), 1)
+        self.assertGreaterEqual(self.gw.metric("searchgate_request_duration_seconds_count", backend="example"), 1)
+        # every sample line parses as "name{labels} value"
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                float(value.replace("+Inf", "inf").replace("NaN", "nan"))
+
+
+class StartupErrors(unittest.TestCase):
+    def run_gw(self, cfg, *args):
+        gw = Gateway(cfg, expect_fail=True, extra_args=args)
+        rc = gw.wait_exit(30)
+        return rc, gw.read_log()
+
+    def test_bad_config(self):
+        rc, log = self.run_gw({"backends": [{"name": "x", "plugin": "example", "topk": 0}]})
+        self.assertEqual(rc, 1)
+        self.assertIn("backends[0].topk: expected an integer in [1, 1000], got 0", log)
+
+    def test_bad_plugin_config(self):
+        rc, log = self.run_gw({"backends": [{"name": "x", "plugin": "example", "config": {"documents": []}}]})
+        self.assertEqual(rc, 1)
+        self.assertIn("backend x", log)
+        self.assertIn("config.documents: needs at least one document", log)
+
+    def test_missing_and_wrong_plugins(self):
+        rc, log = self.run_gw({"backends": [{"name": "x", "plugin": "nonexistent"}]})
+        self.assertEqual(rc, 1)
+        self.assertIn("sg_nonexistent.so: cannot load", log)
+        bad = os.path.join(sgtest.BUILD_DIR, "tests", "unit", "plugins", "sg_test_bad_abi.so")
+        rc, log = self.run_gw({"backends": [{"name": "x", "plugin": bad}]})
+        self.assertEqual(rc, 1)
+        self.assertIn("built for plugin ABI 2.0", log)
+
+    def test_port_in_use(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            rc, log = self.run_gw({"backends": [example_backend()]}, "--port", str(port))
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot listen on 127.0.0.1:%d" % port, log)
+
+    def test_version_and_help(self):
+        out = subprocess.run([sgtest.binary("searchgate"), "--version"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0)
+        self.assertIn("searchgate", out.stdout)
+        out = subprocess.run([sgtest.binary("searchgate"), "--help"], capture_output=True, text=True)
+        self.assertIn("--config", out.stdout)
+        out = subprocess.run([sgtest.binary("searchgate")], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        out = subprocess.run([sgtest.binary("searchgate"), "--config", "x", "--port", "99999"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--port", out.stderr)
+
+
+if __name__ == "__main__":
+    sgtest.main()

@@ -1,0 +1,148 @@
+/* Unit tests: config validation (gateway/config.c); every error names the key and the value. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "config.h"
+
+#define BACKEND "{\"name\":\"ex\",\"plugin\":\"example\"}"
+
+static int parse(const char *json, sg_config_t *cfg, char *err)
+{
+    return sg_config_parse(cfg, json, strlen(json), "/etc/sg", err, 512);
+}
+
+static void test_minimal_defaults(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(parse("{\"backends\":[" BACKEND "]}", &cfg, err), 0);
+    assert_string_equal(cfg.host, "127.0.0.1");
+    assert_int_equal(cfg.port, 8000);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.n_backends, 1);
+    assert_int_equal(cfg.default_backend, 0);
+    assert_int_equal(cfg.backends[0].topk, 3);
+    assert_string_equal(cfg.backends[0].config_json, "{}");
+    assert_null(cfg.backends[0].plugin_path);
+    assert_int_equal(cfg.limits.max_topk, 1000);
+    assert_true(cfg.cache.l1_bytes > 0);
+    assert_null(cfg.cache.redis_host);
+    assert_int_equal(cfg.clients.defaults.weight, 1);
+    sg_config_free(&cfg);
+}
+
+static void test_full(void **state)
+{
+    (void)state;
+    setenv("SG_TEST_KEY_A", "secret-a", 1);
+    sg_config_t cfg;
+    char err[512];
+    const char *json = "{\"listen\":{\"host\":\"0.0.0.0\",\"port\":9000},\"threads\":4,\"limits\":{\"max_queries\":100},"
+                       "\"cache\":{\"l1_bytes\":1048576,\"redis\":{\"port\":6390},\"ttl_s\":60},"
+                       "\"clients\":{\"require_key\":true,\"default\":{\"rate\":10,\"burst\":20},"
+                       "\"keys\":[{\"id\":\"job-a\",\"key_env\":\"SG_TEST_KEY_A\",\"rate\":100,\"weight\":2,\"mode\":\"reject\"}]},"
+                       "\"default_backend\":\"b\",\"backends\":[" BACKEND
+                       ",{\"name\":\"b\",\"plugin\":\"./x/sg_b.so\",\"config\":{\"k\":[1]},\"topk\":5,\"fallback\":\"ex\","
+                       "\"cache\":false}]}";
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_string_equal(cfg.host, "0.0.0.0");
+    assert_int_equal(cfg.port, 9000);
+    assert_int_equal(cfg.default_backend, 1);
+    assert_string_equal(cfg.backends[1].plugin_path, "/etc/sg/./x/sg_b.so");
+    assert_string_equal(cfg.backends[1].config_json, "{\"k\":[1]}");
+    assert_int_equal(cfg.backends[1].fallback, 0);
+    assert_int_equal(cfg.backends[1].cache, 0);
+    assert_int_equal(cfg.backends[0].cache_ttl_s, 60);
+    assert_string_equal(cfg.cache.redis_host, "127.0.0.1");
+    assert_int_equal(cfg.cache.redis_port, 6390);
+    assert_int_equal(cfg.clients.n_keyed, 1);
+    assert_string_equal(cfg.clients.keyed[0].key, "secret-a");
+    assert_int_equal(cfg.clients.keyed[0].weight, 2);
+    assert_int_equal(cfg.clients.keyed[0].mode, SG_RL_REJECT);
+    assert_true(cfg.clients.keyed[0].burst == 100); /* burst defaults to one second of the client's own rate */
+    assert_true(cfg.clients.defaults.burst == 20);
+    sg_config_free(&cfg);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        const char *needle;
+    } cases[] = {
+        {"{", "not valid JSON"},
+        {"[]", "expected a JSON object"},
+        {"{\"backends\":[" BACKEND "],\"bogus\":1}", "bogus: unknown key"},
+        {"{}", "backends: expected a non-empty array"},
+        {"{\"backends\":[]}", "backends: expected a non-empty array"},
+        {"{\"backends\":[{\"name\":\"ex\"}]}", "backends[0].plugin: required key is missing"},
+        {"{\"backends\":[{\"name\":\"a b\",\"plugin\":\"x\"}]}", "backends[0].name: may only contain"},
+        {"{\"backends\":[" BACKEND "," BACKEND "]}", "backends[1].name: duplicate backend name, got \"ex\""},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"topk\":0}]}",
+         "backends[0].topk: expected an integer in [1, 1000], got 0"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"timeout_ms\":\"5\"}]}", "backends[0].timeout_ms: expected an integer"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"config\":[]}]}", "backends[0].config: expected a JSON object"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"fallback\":\"ex\"}]}",
+         "backends[0].fallback: expected the name of another"},
+        {"{\"backends\":[" BACKEND "],\"default_backend\":\"nope\"}",
+         "default_backend: expected the name of a configured backend, got \"nope\""},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"port\":70000}}", "listen.port: expected an integer in [0, 65535], got 70000"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"addr\":\"x\"}}", "listen.addr: unknown key"},
+        {"{\"backends\":[" BACKEND "],\"limits\":{\"max_queries\":0}}",
+         "limits.max_queries: expected an integer in [1, 1000000], got 0"},
+        {"{\"backends\":[" BACKEND "],\"log_level\":\"loud\"}", "log_level: expected one of"},
+        {"{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"port\":0}}}",
+         "cache.redis.port: expected an integer in [1, 65535], got 0"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_UNSET_VAR\"}]}}",
+         "clients.keys[0].key_env: environment variable SG_TEST_UNSET_VAR (named here) is not set or empty"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"require_key\":true}}", "clients.require_key: needs at least one entry"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"mode\":\"drop\"}}}", "clients.default.mode: expected one of"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"rate\":-1}}}", "clients.default.rate: expected a number"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"key_env\":\"X\"}}}", "clients.default.key_env: unknown key"},
+    };
+    unsetenv("SG_TEST_UNSET_VAR");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        sg_config_t cfg;
+        char err[512] = "";
+        int r = parse(cases[i].json, &cfg, err);
+        sg_config_free(&cfg);
+        if (r == 0 || strstr(err, cases[i].needle) == NULL)
+            fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, err, cases[i].needle);
+    }
+}
+
+static void test_load_file(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_not_equal(sg_config_load(&cfg, "/nonexistent/sg.json", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "cannot open /nonexistent/sg.json"));
+    char path[] = "/tmp/sgcfgXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *fp = fdopen(fd, "w");
+    fputs("{\"backends\":[{\"name\":\"ex\",\"plugin\":\"rel/sg_x.so\"}]}", fp);
+    fclose(fp);
+    assert_int_equal(sg_config_load(&cfg, path, err, sizeof(err)), 0);
+    assert_string_equal(cfg.backends[0].plugin_path, "/tmp/rel/sg_x.so"); /* relative to the config's directory */
+    assert_int_equal(sg_config_find_backend(&cfg, "ex", 2), 0);
+    assert_int_equal(sg_config_find_backend(&cfg, "e", 1), -1);
+    sg_config_free(&cfg);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),
+                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_load_file)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,109 @@
+/* Unit tests: the GCRA limiter with a fake clock (gateway/clients.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+#include "clients.h"
+
+/* Offer `offered` queries/s in batches of `batch` for `seconds`; count what is admitted at once. */
+static double admitted_rate(double rate, double burst, double offered, uint64_t batch, double seconds)
+{
+    uint64_t tat = 0, wait, admitted = 0;
+    uint64_t t0 = 1000000000ull, step = (uint64_t)(1e6 * (double)batch / offered);
+    uint64_t end = t0 + (uint64_t)(seconds * 1e6);
+    for (uint64_t now = t0; now < end; now += step)
+        if (sg_gcra(&tat, rate, burst, batch, now, 0, &wait) == SG_RL_ALLOW)
+            admitted += batch;
+    return (double)admitted / seconds;
+}
+
+static void test_accuracy(void **state)
+{
+    (void)state;
+    /* offered 3x the rate for 10 s: admitted within 5% of the rate (the burst adds at most burst/10 s) */
+    double r = admitted_rate(100, 10, 300, 1, 10);
+    assert_true(fabs(r - 100) / 100 < 0.05);
+    r = admitted_rate(1000, 50, 5000, 8, 10);
+    assert_true(fabs(r - 1000) / 1000 < 0.05);
+    /* under the rate everything passes */
+    r = admitted_rate(100, 10, 50, 1, 10);
+    assert_true(fabs(r - 50) / 50 < 0.02);
+}
+
+static void test_burst(void **state)
+{
+    (void)state;
+    uint64_t tat = 0, wait;
+    uint64_t now = 5000000;
+    int ok = 0;
+    for (int i = 0; i < 30; ++i)
+        ok += sg_gcra(&tat, 10, 20, 1, now, 0, &wait) == SG_RL_ALLOW;
+    assert_int_equal(ok, 20); /* a full bucket admits exactly `burst` queries at once */
+    assert_int_equal(sg_gcra(&tat, 10, 20, 1, now, 0, &wait), SG_RL_DENY);
+    assert_true(wait > 0 && wait <= 100000); /* the next query fits after one emission interval (100 ms) */
+    assert_int_equal(sg_gcra(&tat, 10, 20, 1, now + wait, 0, &wait), SG_RL_ALLOW);
+}
+
+static void test_large_batch_pays_debt(void **state)
+{
+    (void)state;
+    uint64_t tat = 0, wait;
+    uint64_t now = 10000000;
+    /* a 512-query batch on a 100 q/s, burst-10 limit: admitted when the bucket is full... */
+    assert_int_equal(sg_gcra(&tat, 100, 10, 512, now, 0, &wait), SG_RL_ALLOW);
+    /* ...and the next request waits for the debt: 5.12 s minus the 0.09 s burst tolerance */
+    assert_int_equal(sg_gcra(&tat, 100, 10, 1, now, 0, &wait), SG_RL_DENY);
+    assert_int_equal(wait, 5030000);
+}
+
+static void test_queue_mode_reserves(void **state)
+{
+    (void)state;
+    uint64_t tat = 0, wait;
+    uint64_t now = 1000000;
+    assert_int_equal(sg_gcra(&tat, 10, 2, 1, now, 0, &wait), SG_RL_ALLOW);
+    assert_int_equal(sg_gcra(&tat, 10, 2, 1, now, 0, &wait), SG_RL_ALLOW);
+    /* queue mode: within max_wait the slot is reserved and the caller told how long to sleep */
+    assert_int_equal(sg_gcra(&tat, 10, 2, 1, now, 500000, &wait), SG_RL_WAIT);
+    assert_int_equal(wait, 100000);
+    assert_int_equal(sg_gcra(&tat, 10, 2, 1, now, 500000, &wait), SG_RL_WAIT);
+    assert_int_equal(wait, 200000);
+    /* beyond max_wait: refused, nothing reserved */
+    uint64_t before = tat;
+    assert_int_equal(sg_gcra(&tat, 10, 2, 1, now, 150000, &wait), SG_RL_DENY);
+    assert_int_equal(tat, before);
+    /* a queued stream is admitted at exactly the rate: 100 requests at t=now are spread over 10 s */
+    uint64_t tat2 = 0, last = 0;
+    for (int i = 0; i < 100; ++i) {
+        int r = sg_gcra(&tat2, 10, 1, 1, now, 60000000, &wait);
+        assert_true(r == SG_RL_ALLOW || r == SG_RL_WAIT);
+        last = wait;
+    }
+    assert_true(last >= 9700000 && last <= 9900000);
+}
+
+static void test_unlimited_and_clock_skew(void **state)
+{
+    (void)state;
+    uint64_t tat = 0, wait;
+    for (int i = 0; i < 1000; ++i)
+        assert_int_equal(sg_gcra(&tat, 0, 0, 1000, 5, 0, &wait), SG_RL_ALLOW);
+    /* an earlier `now` than the last one (threads racing on one client) never underflows */
+    tat = 0;
+    assert_int_equal(sg_gcra(&tat, 1, 2, 1, 100, 0, &wait), SG_RL_ALLOW);
+    assert_int_equal(sg_gcra(&tat, 1, 2, 1, 50, 0, &wait), SG_RL_DENY);
+    assert_int_equal(wait, 50);
+    assert_int_equal(sg_gcra(&tat, 1, 2, 1, 0, 0, &wait), SG_RL_DENY);
+    assert_int_equal(wait, 100);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_accuracy), cmocka_unit_test(test_burst),
+                                       cmocka_unit_test(test_large_batch_pays_debt), cmocka_unit_test(test_queue_mode_reserves),
+                                       cmocka_unit_test(test_unlimited_and_clock_skew)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
