@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 static sg_server_t *server;
-static sg_counter_t *m_redis_bypass, *m_redis_lookups;
+static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_global_failopen;
 
 void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *text, size_t len)
 {
@@ -105,6 +105,9 @@ void sg_cache_init(sg_server_t *s)
         sg_metrics_counter("searchgate_cache_redis_bypass_total",
                            "Lookups that skipped Redis because no connection was up (the request went on without it).", "");
     m_redis_lookups = sg_metrics_counter("searchgate_cache_redis_lookups_total", "Pipelined MGET lookups sent to Redis.", "");
+    m_global_failopen =
+        sg_metrics_counter("searchgate_ratelimit_global_failopen_total",
+                           "Requests admitted without the shared (Redis) rate limit because Redis was down or slow.", "");
 }
 
 void sg_cache_init_loop(sg_loop_t *loop)
@@ -286,4 +289,90 @@ void sg_cache_stats_json(sg_buf_t *out)
                    server->l1 != NULL ? "true" : "false", bytes, server->cfg->cache.l1_bytes, entries);
     int rs = sg_cache_redis_state();
     sg_buf_appendf(out, ",\"redis\":{\"enabled\":%s,\"up\":%s}", rs >= 0 ? "true" : "false", rs == 1 ? "true" : "false");
+}
+
+/* ---- rate limits shared by replicas ----
+ *
+ * GCRA in one Lua script, so the read-modify-write of a client's theoretical arrival time is
+ * atomic across every gateway replica. Redis' own clock (TIME) is the time base, so replicas need
+ * no synchronised clocks. Same semantics as sg_gcra() in gateway/clients.c. Returns
+ * {decision, wait_us}: 0 allow, 1 wait (slot reserved), 2 deny. */
+static const char gcra_lua[] = "local t = redis.call('TIME')\n"
+                               "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+                               "local period = 1000000 / tonumber(ARGV[1])\n"
+                               "local tau = period * math.max(tonumber(ARGV[2]) - 1, 0)\n"
+                               "local tat = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+                               "if tat < now then tat = now end\n"
+                               "local allow_at = tat - tau\n"
+                               "local new_tat = tat + period * tonumber(ARGV[3])\n"
+                               "local max_wait = tonumber(ARGV[4])\n"
+                               "local ttl = math.ceil((new_tat - now) / 1000) + 1000\n"
+                               "if now >= allow_at then\n"
+                               "  redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl)\n"
+                               "  return {0, 0}\n"
+                               "end\n"
+                               "local wait = allow_at - now\n"
+                               "if max_wait > 0 and wait <= max_wait then\n"
+                               "  redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl)\n"
+                               "  return {1, math.floor(wait)}\n"
+                               "end\n"
+                               "return {2, math.floor(wait)}\n";
+
+typedef struct st_glimit_t {
+    sg_rreq_t *r;
+    sg_global_limit_cb cb;
+} glimit_t;
+
+static void on_glimit(void *arg, redisReply *reply)
+{
+    glimit_t *g = arg;
+    sg_rreq_t *r = g->r;
+    sg_global_limit_cb cb = g->cb;
+    free(g);
+    r->redis_pending = 0;
+    int decision = -1;
+    uint64_t wait = 0;
+    if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_INTEGER && reply->element[1]->type == REDIS_REPLY_INTEGER) {
+        decision = (int)reply->element[0]->integer;
+        wait = reply->element[1]->integer > 0 ? (uint64_t)reply->element[1]->integer : 0;
+    }
+    if (decision < 0)
+        sg_counter_add(m_global_failopen, 1);
+    if (r->responded) {
+        sg_rreq_unref(r);
+        return;
+    }
+    sg_rreq_unref(r);
+    cb(r, decision, wait);
+}
+
+int sg_cache_global_limit(sg_rreq_t *r, const sg_client_t *c, uint64_t n, uint64_t max_wait_us, sg_global_limit_cb cb)
+{
+    sg_redis_t *redis = r->loop->redis;
+    if (redis == NULL || !sg_redis_is_up(redis)) {
+        sg_counter_add(m_global_failopen, 1);
+        return -1;
+    }
+    char key[256], rate[32], burst[32], cnt[24], wait[24];
+    snprintf(key, sizeof(key), "%srl:%s", server->cfg->cache.redis_prefix, c->id);
+    snprintf(rate, sizeof(rate), "%.17g", c->conf->rate);
+    snprintf(burst, sizeof(burst), "%.17g", c->conf->burst);
+    snprintf(cnt, sizeof(cnt), "%llu", (unsigned long long)n);
+    snprintf(wait, sizeof(wait), "%llu", (unsigned long long)max_wait_us);
+    const char *argv[] = {"EVAL", gcra_lua, "1", key, rate, burst, cnt, wait};
+    size_t argvlen[8];
+    for (size_t i = 0; i < 8; ++i)
+        argvlen[i] = strlen(argv[i]);
+    glimit_t *g = sg_mem_alloc(sizeof(*g));
+    g->r = r;
+    g->cb = cb;
+    if (sg_redis_command(redis, on_glimit, g, 8, argv, argvlen) != 0) {
+        free(g);
+        sg_counter_add(m_global_failopen, 1);
+        return -1;
+    }
+    r->redis_pending = 1;
+    sg_rreq_ref(r);
+    return 0;
 }

@@ -45,6 +45,13 @@ void sg_cache_dispose(sg_server_t *s);
 void sg_cache_lookup(sg_rreq_t *r);
 /** Stores one result in L1 and (asynchronously, fire-and-forget) in Redis. Loop thread. */
 void sg_cache_store(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob);
+/**
+ * The shared (cross-replica) rate limit of a client whose config says "global": one atomic Lua
+ * GCRA in Redis. Returns 0 and later calls `cb(r, decision, wait_us)` (decision SG_RL_*, or -1
+ * when Redis did not answer: fail open), or -1 at once when Redis is not connected (fail open).
+ */
+typedef void (*sg_global_limit_cb)(sg_rreq_t *r, int decision, uint64_t wait_us);
+int sg_cache_global_limit(sg_rreq_t *r, const sg_client_t *c, uint64_t n, uint64_t max_wait_us, sg_global_limit_cb cb);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats. */
 void sg_cache_stats_json(sg_buf_t *out);
 /** 1 when at least one loop has a live Redis connection, 0 when none, -1 when Redis is off. */

@@ -43,7 +43,13 @@ static void client_metrics(sg_client_t *c, const char *label)
     c->m_shed = sg_metrics_counter("searchgate_client_shed_total", "Backend calls refused because the backend queue was full.", l);
     c->m_timeouts =
         sg_metrics_counter("searchgate_client_timeouts_total", "Requests or queued calls that passed their deadline.", l);
-    c->m_hits = sg_metrics_counter("searchgate_client_cache_hits_total", "Queries answered from the cache (any layer).", l);
+    char ll[240];
+    snprintf(ll, sizeof(ll), "%s,layer=\"l1\"", l);
+    c->m_hits_l1 =
+        sg_metrics_counter("searchgate_client_cache_hits_total", "Queries of the client answered by the cache, by layer.", ll);
+    snprintf(ll, sizeof(ll), "%s,layer=\"redis\"", l);
+    c->m_hits_redis =
+        sg_metrics_counter("searchgate_client_cache_hits_total", "Queries of the client answered by the cache, by layer.", ll);
     c->m_misses = sg_metrics_counter("searchgate_client_cache_misses_total", "Queries the cache could not answer.", l);
     c->m_wait = sg_metrics_hist("searchgate_client_ratelimit_wait_seconds", "Time requests waited for the client's rate limit.", l);
 }

@@ -69,6 +69,8 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
     if (sg_cfg_int(c, o, "weight", 1, 1000, defaults != NULL ? defaults->weight : 1, &v) != 0)
         return -1;
     out->weight = (uint32_t)v;
+    if (sg_cfg_bool(c, o, "global", defaults != NULL ? defaults->global : 0, &out->global) != 0)
+        return -1;
     return 0;
 }
 
@@ -119,9 +121,8 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
 
 static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"l1_bytes", "redis", "ttl_s", "global_rate_limit", NULL};
+    static const char *const keys[] = {"l1_bytes", "redis", "ttl_s", NULL};
     static const char *const rkeys[] = {"host", "port", "timeout_ms", "prefix", NULL};
-    static const char *const gkeys[] = {"rate", "burst", NULL};
     sg_cfg_t c = {"cache", err, err_size};
     int64_t v;
     cfg->cache.l1_bytes = 64u << 20;
@@ -149,19 +150,6 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
         cfg->cache.redis_timeout_ms = (uint32_t)v;
         if (sg_cfg_string(&cr, r, "prefix", 0, "sg:", &cfg->cache.redis_prefix) != 0)
             return -1;
-    }
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "global_rate_limit");
-    if (g != NULL && !cJSON_IsNull(g)) {
-        sg_cfg_t cg = {"cache.global_rate_limit", err, err_size};
-        if (cfg->cache.redis_host == NULL)
-            return sg_cfg_fail(&c, "global_rate_limit", g, "needs cache.redis");
-        if (sg_cfg_check_keys(&cg, g, gkeys) != 0 || sg_cfg_double(&cg, g, "rate", 0.001, 1e9, 0, &cfg->cache.global_rate) != 0 ||
-            sg_cfg_double(&cg, g, "burst", 1, 1e12, cfg->cache.global_rate, &cfg->cache.global_burst) != 0)
-            return -1;
-        if (cfg->cache.global_rate <= 0)
-            return sg_cfg_fail(&cg, "rate", NULL, "required key is missing");
-        if (cfg->cache.global_burst < 1)
-            cfg->cache.global_burst = 1;
     }
     return 0;
 }

@@ -32,6 +32,7 @@ typedef struct st_sg_client_conf_t {
     uint32_t max_wait_ms;  /* queue mode: longest wait before 503 */
     uint32_t max_inflight; /* queries in flight at once for this client; 0 = unlimited */
     uint32_t weight;       /* share of a saturated backend relative to other clients */
+    int global;            /* the rate limit is shared by every replica through Redis (fails open) */
 } sg_client_conf_t;
 
 enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };

@@ -52,7 +52,8 @@ static void record(sg_rreq_t *r, int status)
     if (r->client != NULL) {
         sg_counter_add(r->client->m_requests, 1);
         sg_counter_add(r->client->m_queries, r->n_queries);
-        sg_counter_add(r->client->m_hits, r->hits_l1 + r->hits_redis);
+        sg_counter_add(r->client->m_hits_l1, r->hits_l1);
+        sg_counter_add(r->client->m_hits_redis, r->hits_redis);
         sg_counter_add(r->client->m_misses, r->misses);
         if (status == 504)
             sg_counter_add(r->client->m_timeouts, 1);
@@ -195,6 +196,39 @@ void sg_rreq_on_result(sg_rreq_t *r, uint32_t ui, sg_blob_t *blob, sg_status sta
     char msg[600];
     snprintf(msg, sizeof(msg), "backend %s: %s", r->serving->conf->name, detail != NULL ? detail : sg_plugin_status_name(status));
     fail_request(r, http, sg_plugin_status_name(status), msg, http == 503 && retry_after_s == 0 ? 1 : retry_after_s);
+}
+
+/* Acts on a rate-limit decision: -1 (no answer: fail open) and SG_RL_ALLOW go on at once. */
+static void on_rate_decision(sg_rreq_t *r, int rl, uint64_t wait_us)
+{
+    sg_client_t *client = r->client;
+    const sg_client_conf_t *cc = client->conf;
+    if (rl == SG_RL_DENY) {
+        sg_counter_add(client->m_rate_limited, 1);
+        uint32_t retry = (uint32_t)((wait_us + 999999) / 1000000);
+        if (retry == 0)
+            retry = 1;
+        char msg[240];
+        if (cc->mode == SG_RL_REJECT) {
+            snprintf(msg, sizeof(msg), "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", client->id,
+                     cc->rate, cc->burst, retry);
+            fail_request(r, 429, "rate_limited", msg, retry);
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", client->id,
+                     (double)wait_us / 1000, (unsigned long long)(r->max_wait_us / 1000), retry);
+            fail_request(r, 503, "rate_limited", msg, retry);
+        }
+        return;
+    }
+    if (rl == SG_RL_WAIT) {
+        sg_counter_add(client->m_queued, 1);
+        sg_hist_observe_us(client->m_wait, wait_us);
+        r->timer_is_ratelimit = 1;
+        sg_timer_start(r->loop, &r->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+        return;
+    }
+    start_lookup(r);
 }
 
 static void on_req_dispose(void *p)
@@ -397,35 +431,17 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
 
     /* the client's rate limit, counted in queries */
     const sg_client_conf_t *cc = client->conf;
-    uint64_t wait_us = 0;
     uint64_t remaining_us = timeout * 1000;
     uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
     if (max_wait_us > remaining_us)
         max_wait_us = remaining_us;
-    int rl = sg_clients_ratelimit(s->clients, client, r->n_queries, start_us, max_wait_us, &wait_us);
-    if (rl == SG_RL_DENY) {
-        sg_counter_add(client->m_rate_limited, 1);
-        uint32_t retry = (uint32_t)((wait_us + 999999) / 1000000);
-        if (retry == 0)
-            retry = 1;
-        char msg[240];
-        if (cc->mode == SG_RL_REJECT) {
-            snprintf(msg, sizeof(msg), "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", client->id,
-                     cc->rate, cc->burst, retry);
-            fail_request(r, 429, "rate_limited", msg, retry);
-        } else {
-            snprintf(msg, sizeof(msg),
-                     "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", client->id,
-                     (double)wait_us / 1000, (unsigned long long)(max_wait_us / 1000), retry);
-            fail_request(r, 503, "rate_limited", msg, retry);
-        }
-        return 0;
-    }
-    if (rl == SG_RL_WAIT) {
-        sg_counter_add(client->m_queued, 1);
-        sg_hist_observe_us(client->m_wait, wait_us);
-        r->timer_is_ratelimit = 1;
-        sg_timer_start(loop, &r->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+    r->max_wait_us = max_wait_us;
+    if (cc->rate > 0 && cc->global && sg_cache_global_limit(r, client, r->n_queries, max_wait_us, on_rate_decision) == 0)
+        return 0; /* Redis decides; when it cannot, the request goes on (fail open) */
+    uint64_t wait_us = 0;
+    int rl = cc->global ? SG_RL_ALLOW : sg_clients_ratelimit(s->clients, client, r->n_queries, start_us, max_wait_us, &wait_us);
+    if (rl != SG_RL_ALLOW) {
+        on_rate_decision(r, rl, wait_us);
         return 0;
     }
     start_lookup(r);

@@ -492,15 +492,41 @@ static int has_connections(sg_loop_t *l)
     return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns);
 }
 
-/* The loop runs until shutdown is requested, then stops accepting, asks h2o to close idle
- * connections (and HTTP/2 ones with GOAWAY) and keeps serving until the requests in progress have
- * answered (their deadlines bound that) or the grace period ends. */
+static void drain(sg_loop_t *l)
+{
+    for (int i = 0; i < 3; ++i) {
+        h2o_evloop_run(l->loop, 0);
+        timers_run(l);
+    }
+}
+
+/* Everything h2o about a loop -- the evloop, the context and its queue, the listener socket,
+ * the Redis connection -- is created, run and disposed on the loop's own thread: h2o keeps
+ * per-thread buffer free lists (__thread prototypes) that a socket created on one thread and
+ * read on another would corrupt.
+ *
+ * Life of a loop: init, serve until shutdown is requested, then stop accepting, expire idle
+ * keep-alive connections, serve the requests in progress (their deadlines bound that) or give up
+ * after the grace period; wait while the main thread destroys the plugins (which completes their
+ * pending searches), deliver those completions, and dispose. */
 static void *loop_main(void *arg)
 {
     sg_loop_t *l = arg;
+    sg_server_t *s = l->server;
+    l->loop = h2o_evloop_create();
+    h2o_context_init(&l->ctx, l->loop, &s->h2o);
+    l->accept_ctx.ctx = &l->ctx;
+    l->accept_ctx.hosts = s->h2o.hosts;
+    l->listener = h2o_evloop_socket_create(l->loop, l->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    l->listener->data = l;
+    h2o_socket_read_start(l->listener, on_accept);
+    sg_dispatch_init_loop(l);
+    sg_cache_init_loop(l);
+    pthread_barrier_wait(&s->barrier);
+
     uint64_t grace_end = 0;
     for (;;) {
-        if (atomic_load(&sg_server.stopping) && grace_end == 0) {
+        if (atomic_load(&s->stopping) && grace_end == 0) {
             grace_end = sg_now_ms() + SG_SHUTDOWN_GRACE_MS;
             h2o_socket_read_stop(l->listener);
             h2o_socket_close(l->listener);
@@ -526,11 +552,27 @@ static void *loop_main(void *arg)
         h2o_evloop_run(l->loop, timers_next_wait(l, grace_end != 0 ? 50 : 500));
         timers_run(l);
     }
+    pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
+    pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
+    drain(l);                          /* their cancellations */
+    sg_cache_dispose_loop(l);
+    drain(l);
+    if (!l->abandoned) { /* h2o cannot dispose a context with live connections: the process exits anyway */
+        h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
+        h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
+        h2o_multithread_queue_t *queue = l->ctx.queue;
+        h2o_context_dispose(&l->ctx); /* destroys the queue but, with evloop, does not free it */
+        drain(l);                     /* lets the queue's sockets finish closing */
+        free(queue);
+        h2o_evloop_destroy(l->loop);
+    }
+    free(l->heap);
     return NULL;
 }
 
 int sg_server_start(sg_server_t *s, char *err, size_t err_size);
 void sg_server_stop(sg_server_t *s);
+void sg_server_dispose(sg_server_t *s);
 
 int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
@@ -567,34 +609,25 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
         l->id = i;
         l->server = s;
         uint16_t bound = 0;
-        int fd = open_listener(cfg->host, port, &bound, err, err_size);
-        if (fd < 0)
+        l->listen_fd = open_listener(cfg->host, port, &bound, err, err_size);
+        if (l->listen_fd < 0) {
+            for (int j = 0; j < i; ++j)
+                close(s->loops[j].listen_fd);
+            free(s->loops);
+            s->loops = NULL;
+            s->n_loops = 0;
             return -1;
+        }
         if (i == 0) {
             port = bound; /* port 0: every loop binds the port the first one got */
             s->bound_port = bound;
         }
-        l->loop = h2o_evloop_create();
-        h2o_context_init(&l->ctx, l->loop, &s->h2o);
-        l->accept_ctx.ctx = &l->ctx;
-        l->accept_ctx.hosts = s->h2o.hosts;
-        l->listener = h2o_evloop_socket_create(l->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
-        l->listener->data = l;
-        h2o_socket_read_start(l->listener, on_accept);
-        sg_dispatch_init_loop(l);
-        sg_cache_init_loop(l);
     }
+    pthread_barrier_init(&s->barrier, NULL, (unsigned)s->n_loops + 1);
     for (int i = 0; i < s->n_loops; ++i)
         h2o_multithread_create_thread(&s->loops[i].tid, NULL, loop_main, &s->loops[i]);
+    pthread_barrier_wait(&s->barrier); /* every loop is serving */
     return 0;
-}
-
-static void drain(sg_loop_t *l)
-{
-    for (int i = 0; i < 3; ++i) {
-        h2o_evloop_run(l->loop, 0);
-        timers_run(l);
-    }
 }
 
 void sg_server_stop(sg_server_t *s)
@@ -602,32 +635,17 @@ void sg_server_stop(sg_server_t *s)
     atomic_store(&s->stopping, 1);
     for (int i = 0; i < s->n_loops; ++i)
         h2o_multithread_send_message(&s->loops[i].deliveries, NULL); /* wake it up */
-    for (int i = 0; i < s->n_loops; ++i)
-        pthread_join(s->loops[i].tid, NULL);
-    /* the loops are stopped: from here the main thread owns their objects */
+    pthread_barrier_wait(&s->barrier);                               /* every loop stopped serving */
 }
 
-void sg_server_dispose(sg_server_t *s);
 void sg_server_dispose(sg_server_t *s)
 {
-    /* the plugins were destroyed: their cancellations are queued on the loops; deliver them */
+    if (s->loops == NULL)
+        return;
+    pthread_barrier_wait(&s->barrier); /* the plugins are destroyed: the loops deliver and dispose */
     for (int i = 0; i < s->n_loops; ++i)
-        drain(&s->loops[i]);
-    for (int i = 0; i < s->n_loops; ++i) {
-        sg_loop_t *l = &s->loops[i];
-        sg_cache_dispose_loop(l);
-        drain(l);
-        if (l->abandoned)
-            continue; /* h2o cannot dispose a context with live connections: the process exits anyway */
-        h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
-        h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
-        h2o_multithread_queue_t *queue = l->ctx.queue;
-        h2o_context_dispose(&l->ctx); /* destroys the queue but, with evloop, does not free it */
-        drain(l);                     /* lets the queue's sockets finish closing */
-        free(queue);
-        h2o_evloop_destroy(l->loop);
-        free(l->heap);
-    }
+        pthread_join(s->loops[i].tid, NULL);
+    pthread_barrier_destroy(&s->barrier);
     free(s->loops);
     s->loops = NULL;
     h2o_config_dispose(&s->h2o);

@@ -156,7 +156,7 @@ struct st_sg_client_t {
     sg_client_t *hash_next;
     _Atomic uint32_t refs;
     /* metrics; label value is the id, or "other" beyond the cardinality cap */
-    sg_counter_t *m_requests, *m_queries, *m_rate_limited, *m_queued, *m_shed, *m_timeouts, *m_hits, *m_misses;
+    sg_counter_t *m_requests, *m_queries, *m_rate_limited, *m_queued, *m_shed, *m_timeouts, *m_hits_l1, *m_hits_redis, *m_misses;
     sg_hist_t *m_wait;
 };
 
@@ -169,6 +169,7 @@ struct st_sg_loop_t {
     h2o_evloop_t *loop;
     h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
+    int listen_fd;
     h2o_socket_t *listener;
     h2o_multithread_receiver_t deliveries; /* sg_waiter_t: results for requests of this loop */
     h2o_multithread_receiver_t finished;   /* sg_call_t: calls started by this loop that completed */
@@ -188,8 +189,8 @@ struct st_sg_server_t {
     h2o_hostconf_t *hostconf;
     sg_loop_t *loops;
     int n_loops;
-    int listen_fd_template; /* for port 0: the first listener's port is reused by the others */
     uint16_t bound_port;
+    pthread_barrier_t barrier; /* the loops and the main thread meet at start-up and shutdown */
     atomic_int stopping;
     uint64_t started_ms;
     double started_wall;
@@ -229,6 +230,7 @@ struct st_sg_rreq_t {
     uint64_t deadline_ms;
     sg_timer_t timer; /* deadline, or the rate-limit wake-up */
     int timer_is_ratelimit;
+    uint64_t max_wait_us; /* longest rate-limit wait this request accepts */
     uint32_t n_queries, n_uniq;
     uint32_t *slot_uniq;
     sg_uq_t *uniq;

@@ -5,6 +5,7 @@
  *
  *   "documents":  [ {"id": "0", "contents": "\"Title\"\nText"}, ... ]   (required, non-empty)
  *   "delay_ms":   answer after this long (default 0)
+ *   "delay_per_query_ms": plus this much per query of the call, like a real encoder (default 0)
  *   "hang":       never answer until cancelled or destroyed (default false)
  *   "error":      {"status": "unavailable"|"timeout"|"upstream"|"internal"|"invalid"|"overload",
  *                  "message": "..."} -- fail every search with that status
@@ -53,7 +54,7 @@ struct sg_backend {
     size_t n_docs;
     doc_t *pages;
     size_t n_pages;
-    uint32_t delay_ms;
+    uint32_t delay_ms, delay_per_query_ms;
     int hang, directives;
     sg_status error;
     char *error_msg;
@@ -285,7 +286,7 @@ static sg_status enqueue(sg_backend *self, const sg_search *s, sg_done_fn done, 
     j->done = done;
     j->cb_data = cb_data;
     j->is_access = is_access;
-    uint64_t delay = self->delay_ms;
+    uint64_t delay = self->delay_ms + (uint64_t)self->delay_per_query_ms * s->n_queries;
     int hang = self->hang;
     j->fail = self->error;
     if (self->error_msg != NULL)
@@ -423,8 +424,8 @@ static sg_status ex_create(const sg_host_api *host, const char *instance, const 
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
     (void)base_dir;
-    static const char *const keys[] = {"documents",   "delay_ms",   "hang",  "error", "workers",
-                                       "max_pending", "directives", "pages", NULL};
+    static const char *const keys[] = {"documents", "delay_ms",    "delay_per_query_ms", "hang",  "error",
+                                       "workers",   "max_pending", "directives",         "pages", NULL};
     static const char *const ekeys[] = {"status", "message", NULL};
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
@@ -460,6 +461,9 @@ static sg_status ex_create(const sg_host_api *host, const char *instance, const 
     if (sg_cfg_int(&c, root, "delay_ms", 0, 3600000, 0, &v) != 0)
         goto fail;
     self->delay_ms = (uint32_t)v;
+    if (sg_cfg_int(&c, root, "delay_per_query_ms", 0, 60000, 0, &v) != 0)
+        goto fail;
+    self->delay_per_query_ms = (uint32_t)v;
     if (sg_cfg_bool(&c, root, "hang", 0, &self->hang) != 0 || sg_cfg_bool(&c, root, "directives", 0, &self->directives) != 0)
         goto fail;
     if (sg_cfg_int(&c, root, "workers", 1, 64, 1, &v) != 0)
