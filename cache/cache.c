@@ -168,10 +168,9 @@ static void on_mget(void *arg, redisReply *reply)
         sg_buf_free(&key);
     }
     free(m);
-    if (r->responded)
-        sg_rreq_unref(r);
-    else
+    if (!r->responded)
         sg_rreq_after_cache(r);
+    sg_rreq_unref(r); /* the lookup's reference, taken in sg_cache_lookup() */
 }
 
 void sg_cache_lookup(sg_rreq_t *r)

@@ -39,9 +39,9 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_size
 
 static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed)
 {
-    static const char *const keyed_keys[] = {"id",          "key_env",      "rate",   "burst", "mode",
-                                             "max_wait_ms", "max_inflight", "weight", NULL};
-    static const char *const default_keys[] = {"rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", NULL};
+    static const char *const keyed_keys[] = {"id",           "key_env", "rate",   "burst", "mode", "max_wait_ms",
+                                             "max_inflight", "weight",  "global", NULL};
+    static const char *const default_keys[] = {"rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", "global", NULL};
     static const char *const modes[] = {"queue", "reject", NULL};
     if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
         return -1;

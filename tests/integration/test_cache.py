@@ -1,0 +1,233 @@
+"""Integration tests of the result cache with a real redis-server: byte-identical hits (L1, Redis,
+partial), TTL, cache identity, Redis failures (killed, restarted, stalled), and the rate limit
+that replicas share through Redis."""
+import os
+import threading
+import time
+import unittest
+
+import sgtest
+from sgtest import Gateway, Redis, example_backend, parallel, scaled
+
+
+def cfg(redis_port, **backend):
+    b = dict(cache=True, cache_ttl_s=60, directives=True)
+    b.update(backend)
+    return {
+        "backends": [example_backend("example", **b), example_backend("nocache", cache=False)],
+        "cache": {"l1_bytes": 8 << 20, "redis": {"host": "127.0.0.1", "port": redis_port, "timeout_ms": 100}},
+    }
+
+
+def wait_for(pred, timeout=10.0):
+    deadline = time.time() + scaled(timeout)
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class CacheHits(unittest.TestCase):
+    def setUp(self):
+        self.redis = Redis()
+
+    def tearDown(self):
+        self.redis.close()
+
+    def calls(self, gw):
+        return gw.metric("searchgate_backend_example_calls_total", backend="example")
+
+    def test_hits_are_byte_identical(self):
+        plain = Gateway({"backends": [example_backend("example", cache=False)]})
+        gw = Gateway(cfg(self.redis.port))
+        try:
+            wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up")
+            batches = [
+                (["who wrote hamlet", "capital of france", "tokyo"], 3, True),   # all misses
+                (["who wrote hamlet", "capital of france", "tokyo"], 3, True),   # all L1 hits
+                (["who wrote hamlet", "capital of france", "tokyo"], 3, False),  # the other shape, same entries
+                (["tokyo", "redis cache", "who wrote hamlet", "faiss"], 3, True),  # partial: 2 hits, 2 misses
+                (["zürich", "zürich", "東京"], 2, False),
+            ]
+            for qs, k, rs in batches:
+                want = plain.retrieve(qs, topk=k, return_scores=rs)
+                got = gw.retrieve(qs, topk=k, return_scores=rs)
+                self.assertEqual(got.status, 200)
+                self.assertEqual(got.body, want.body, (qs, k, rs))
+            self.assertEqual(gw.metric("searchgate_cache_hits_total", backend="example", layer="l1"), 3 + 3 + 2)
+            # the partial batch sent only its 2 misses to the backend
+            self.assertEqual(gw.metric("searchgate_backend_call_queries_total", backend="example"), 3 + 2 + 2)
+            self.assertTrue(wait_for(lambda: len(self.redis.command("KEYS", "sg:r1:*")) == 7))
+            # Redis-only hits: a fresh process (empty L1) answers from Redis, byte-identically
+            gw.stop()
+            gw = Gateway(cfg(self.redis.port))
+            wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up")
+            for qs, k, rs in batches:
+                self.assertEqual(gw.retrieve(qs, topk=k, return_scores=rs).body, plain.retrieve(qs, topk=k, return_scores=rs).body)
+            self.assertEqual(self.calls(gw), 0)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_hits_total", backend="example", layer="redis"), 7)
+            # topk is part of the key
+            gw.retrieve(["tokyo"], topk=1)
+            self.assertEqual(self.calls(gw), 1)
+            # a route with the cache off never stores or reads
+            gw.retrieve(["paris"], path="/retrieve/nocache")
+            gw.retrieve(["paris"], path="/retrieve/nocache")
+            self.assertEqual(gw.metric("searchgate_backend_example_calls_total", backend="nocache"), 2)
+            self.assertEqual(gw.metric("searchgate_cache_hits_total", backend="nocache"), 0)
+            # errors are never cached
+            gw.retrieve(["@error=internal x"])
+            self.assertEqual(gw.retrieve(["@error=internal x"]).status, 500)
+        finally:
+            gw.stop()
+            plain.stop()
+
+    def test_ttl_expiry(self):
+        gw = Gateway(cfg(self.redis.port, cache_ttl_s=1))
+        try:
+            wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up")
+            gw.retrieve(["paris"])
+            self.assertTrue(wait_for(lambda: len(self.redis.command("KEYS", "sg:r1:*")) == 1))
+            key = self.redis.command("KEYS", "sg:r1:*")[0]
+            self.assertIn(self.redis.command("TTL", key), (0, 1))
+            gw.retrieve(["paris"])
+            self.assertEqual(self.calls(gw), 1)
+            time.sleep(1.3)
+            gw.retrieve(["paris"])  # expired in L1 and in Redis
+            self.assertEqual(self.calls(gw), 2)
+        finally:
+            gw.stop()
+
+    def test_identity_changes_with_backend_data(self):
+        gw = Gateway(cfg(self.redis.port))
+        try:
+            wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up")
+            before = gw.retrieve(["paris"], topk=1).json()
+            wait_for(lambda: len(self.redis.command("KEYS", "sg:r1:*")) == 1)
+        finally:
+            gw.stop()
+        # the same backend name with other documents: the cached answer must not be served
+        c = cfg(self.redis.port)
+        c["backends"][0]["config"]["documents"] = [{"id": "9", "contents": "\"Paris, Texas\"\nParis is a city in Texas."}]
+        gw = Gateway(c)
+        try:
+            wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up")
+            after = gw.retrieve(["paris"], topk=1).json()
+            self.assertNotEqual(before, after)
+            self.assertEqual(after["result"][0][0]["document"]["id"], "9")
+            self.assertEqual(self.calls(gw), 1)
+        finally:
+            gw.stop()
+
+
+class RedisFailures(unittest.TestCase):
+    def test_redis_killed_mid_load_and_restarted(self):
+        redis = Redis()
+        gw = Gateway(cfg(redis.port, delay_ms=2))
+        stop = threading.Event()
+        statuses = []
+        lock = threading.Lock()
+
+        def load(k):
+            i = 0
+            while not stop.is_set():
+                r = gw.retrieve(["load %d %d" % (k, i % 5000)], topk=2)
+                with lock:
+                    statuses.append(r.status)
+                i += 1
+
+        try:
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            threads = [threading.Thread(target=load, args=(k,)) for k in range(8)]
+            for t in threads:
+                t.start()
+            time.sleep(0.5)
+            redis.stop()  # killed under load
+            time.sleep(1.0)
+            self.assertEqual(gw.get("/health").json()["cache"]["redis"], "down (bypassed)")
+            redis.start()  # back on the same port
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            time.sleep(0.5)
+            stop.set()
+            for t in threads:
+                t.join()
+            self.assertGreater(len(statuses), 100)
+            self.assertEqual(set(statuses), {200})  # nothing failed
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total"), 1)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_connects_total"), 2 * 2)  # 2 loops, connected twice
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_bypass_total") + gw.metric("searchgate_cache_redis_dropped_writes_total"), 1)
+            # and the cache works again after the restart
+            gw.retrieve(["after restart"])
+            self.assertTrue(wait_for(lambda: len(redis.command("KEYS", "sg:r1:*")) >= 1))
+        finally:
+            stop.set()
+            gw.stop()
+            redis.close()
+
+    def test_stalled_redis_is_bypassed_quickly(self):
+        redis = Redis()
+        gw = Gateway(cfg(redis.port))
+        try:
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            redis.pause()  # accepts nothing, answers nothing
+            lat = []
+            for i in range(10):
+                t0 = time.time()
+                r = gw.retrieve(["stalled %d" % i])
+                lat.append(time.time() - t0)
+                self.assertEqual(r.status, 200)
+            # at most one lookup waits for cache.redis.timeout_ms (100 ms) per reconnect attempt
+            self.assertLess(sum(lat), scaled(1.5), lat)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total", kind="timeout"), 1)
+            redis.resume()
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", 15))
+        finally:
+            redis.resume()
+            gw.stop()
+            redis.close()
+
+    def test_no_redis_at_start(self):
+        port = sgtest.free_port()  # nothing listens there
+        gw = Gateway(cfg(port))
+        try:
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)  # served from L1
+            self.assertEqual(gw.metric("searchgate_cache_hits_total", layer="l1", backend="example"), 1)
+            self.assertEqual(gw.get("/health").json()["cache"]["redis"], "down (bypassed)")
+        finally:
+            gw.stop()
+
+
+class GlobalRateLimit(unittest.TestCase):
+    def test_limit_shared_by_two_replicas(self):
+        redis = Redis()
+        os.environ["SG_TEST_KEY_G"] = "global-key"
+        c = cfg(redis.port)
+        c["clients"] = {"keys": [{"id": "shared", "key_env": "SG_TEST_KEY_G", "rate": 5, "burst": 10, "mode": "reject",
+                                  "global": True}]}
+        a, b = Gateway(c), Gateway(c)
+        try:
+            for gw in (a, b):
+                self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            h = {"X-API-Key": "global-key"}
+            codes = [gw.retrieve(["q %d" % i], headers=h).status for i in range(12) for gw in (a, b)]
+            # 24 requests within a fraction of a second: the burst (10) plus at most a couple refilled
+            self.assertGreaterEqual(codes.count(200), 10)
+            self.assertLessEqual(codes.count(200), 12)
+            self.assertEqual(codes.count(200) + codes.count(429), 24)
+            self.assertGreaterEqual(a.metric("searchgate_client_rate_limited_total", client="shared"), 1)
+            self.assertGreaterEqual(b.metric("searchgate_client_rate_limited_total", client="shared"), 1)
+            self.assertTrue(redis.command("EXISTS", "sg:rl:shared"))
+            # Redis down: the shared limit fails open
+            redis.stop()
+            wait_for(lambda: a.get("/health").json()["cache"]["redis"] != "up")
+            self.assertEqual([a.retrieve(["open %d" % i], headers=h).status for i in range(20)], [200] * 20)
+            self.assertGreaterEqual(a.metric("searchgate_ratelimit_global_failopen_total"), 20)
+        finally:
+            a.stop()
+            b.stop()
+            redis.close()
+
+
+if __name__ == "__main__":
+    sgtest.main()

@@ -1,0 +1,58 @@
+"""The dashboard page (GET /dashboard) loaded in headless Chromium: its script must fetch /stats
+and render numbers for the hit rate, queries/s and latency, and a row per backend."""
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+import sgtest
+from sgtest import Gateway, example_backend
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+class Dashboard(unittest.TestCase):
+    def test_renders_numbers(self):
+        self.assertTrue(shutil.which(CHROMIUM), "chromium is required (Debian package chromium; .ci/deps.sh test installs it)")
+        gw = Gateway({"backends": [example_backend()]})
+        profile = tempfile.mkdtemp(prefix="sgchromium-")
+        try:
+            for i in range(40):  # 8 distinct queries, 40 requests: 32 cache hits
+                self.assertEqual(gw.retrieve(["paris %d" % (i % 8)], topk=1).status, 200)
+            time.sleep(1.2)  # the per-second series only shows whole seconds
+            page = gw.get("/dashboard")
+            self.assertEqual(page.status, 200)
+            self.assertTrue(page.headers["content-type"].startswith("text/html"))
+            self.assertNotIn(b"https://", page.body)  # no external CDN
+            out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                                  "--user-data-dir=" + profile, "--virtual-time-budget=5000", "--dump-dom",
+                                  "http://127.0.0.1:%d/dashboard" % gw.port],
+                                 capture_output=True, text=True, timeout=120)
+            dom = out.stdout
+            self.assertIn('id="hit-rate"', dom, out.stderr[-2000:])
+
+            def card(name):
+                m = re.search(r'id="%s">([^<]*)<' % name, dom)
+                self.assertIsNotNone(m, name)
+                return m.group(1)
+
+            hit = card("hit-rate")
+            self.assertRegex(hit, r"^\d+(\.\d)? %$")
+            self.assertAlmostEqual(float(hit.split()[0]), 80.0, delta=0.1)
+            self.assertRegex(card("qps"), r"^\d+\.\d$")
+            self.assertGreater(float(card("qps")), 0)
+            self.assertRegex(card("p50"), r"^\d+\.\d\d ms$")
+            self.assertRegex(card("p99"), r"^\d+\.\d\d ms$")
+            self.assertRegex(card("uptime"), r"^\d+ s$")
+            self.assertRegex(dom, r"<tr><td>example</td><td>40</td><td>40</td><td>32</td><td>0</td><td>8</td>")
+            self.assertIn('id="error"></span>', dom)  # no fetch error shown
+        finally:
+            gw.stop()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sgtest.main()
