@@ -39,8 +39,8 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_size
 
 static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed)
 {
-    static const char *const keyed_keys[] = {"id",           "key_env", "rate",   "burst", "mode", "max_wait_ms",
-                                             "max_inflight", "weight",  "global", NULL};
+    static const char *const keyed_keys[] = {"id",          "key_env",      "rate",   "burst",  "mode",
+                                             "max_wait_ms", "max_inflight", "weight", "global", NULL};
     static const char *const default_keys[] = {"rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", "global", NULL};
     static const char *const modes[] = {"queue", "reject", NULL};
     if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
@@ -206,8 +206,8 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, char *err
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",    "limits", "backends",
-                                       "default_backend", "clients", "cache",     "dashboard_dir", NULL};
+    static const char *const keys[] = {"listen",   "threads",         "log_level", "plugin_dir", "limits",
+                                       "backends", "default_backend", "clients",   "cache",      NULL};
     static const char *const listen_keys[] = {"host", "port", NULL};
     static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
                                              "max_topk",       "max_deadline_ms", NULL};
@@ -240,8 +240,7 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     cfg->threads = (int)v;
     if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
         goto out;
-    if (sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir) != 0 ||
-        sg_cfg_path(&c, root, "dashboard_dir", 0, cfg->base_dir, &cfg->dashboard_dir) != 0)
+    if (sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir) != 0)
         goto out;
     /* limits */
     const cJSON *lim = cJSON_GetObjectItemCaseSensitive(root, "limits");
@@ -367,7 +366,6 @@ void sg_config_free(sg_config_t *cfg)
     free(cfg->base_dir);
     free(cfg->host);
     free(cfg->plugin_dir);
-    free(cfg->dashboard_dir);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -75,7 +75,6 @@ typedef struct st_sg_config_t {
         double global_rate; /* queries/s shared by all replicas through Redis; 0 = off */
         double global_burst;
     } cache;
-    char *dashboard_dir; /* NULL = the built-in page */
 } sg_config_t;
 
 /** Reads and validates `path`. On failure returns -1 with a message naming the key and value in `err`. */

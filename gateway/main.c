@@ -103,6 +103,11 @@ static int load_backends(sg_server_t *s, const char *plugin_dir)
             sg_metrics_gauge("searchgate_backend_inflight_queries", "Queries handed to the plugin and not yet answered.", l);
         b->queued_queries =
             sg_metrics_gauge("searchgate_backend_queued_queries", "Queries waiting for admission to the plugin.", l);
+        sg_gauge_set(sg_metrics_gauge("searchgate_backend_queue_limit_queries", "The route's max_queue (queries).", l),
+                     bc->max_queue);
+        sg_gauge_set(
+            sg_metrics_gauge("searchgate_backend_inflight_limit_queries", "The route's max_inflight (queries; 0 = unlimited).", l),
+            bc->max_inflight);
         b->calls = sg_metrics_counter("searchgate_backend_calls_total", "Plugin search calls.", l);
         b->call_errors = sg_metrics_counter("searchgate_backend_call_errors_total", "Plugin search calls that failed.", l);
         b->call_latency = sg_metrics_hist("searchgate_backend_call_duration_seconds", "Plugin search call latency.", l);

@@ -3,7 +3,7 @@
 #   1. GET /health (a trivial endpoint) vs POST /retrieve answered from L1 vs from Redis only,
 #      wrk at concurrency 64, one query per request; prints each as a ratio of /health;
 #   2. a GRPO-like stream (each distinct query 5 times, 64 concurrent clients) against a saturated
-#      backend (5 ms per query, 8 queries admitted at a time: ~200 queries/s), with the cache on vs
+#      backend (5 ms per query, 2 queries admitted at a time: ~400 queries/s), with the cache on vs
 #      off; prints the speed-up.
 # Usage: tests/bench/bench_cache.sh [BUILD_DIR]   (needs wrk and redis-server: .ci/deps.sh bench)
 set -eu
@@ -55,13 +55,13 @@ echo "GET /health                        $health req/s"
 echo "POST /retrieve, L1 hit             $l1 req/s   ratio $(echo "$l1 $health" | awk '{printf "%.2f", $1/$2}')  (target >= 0.50)"
 echo "POST /retrieve, Redis-only hit     $redis_rps req/s   ratio $(echo "$redis_rps $health" | awk '{printf "%.2f", $1/$2}')  (target >= 0.25; $hits Redis hits)"
 
-echo "== GRPO-like stream: ${DISTINCT:-400} distinct queries x 5, 64 clients, backend 5 ms/query, 8 queries at a time =="
-P=$(start_gw grpo_on 67108864 yes true 5 8)
+echo "== GRPO-like stream: ${DISTINCT:-400} distinct queries x 5, 64 clients, backend 5 ms/query, 2 queries at a time (~400 queries/s) =="
+P=$(start_gw grpo_on 67108864 yes true 5 2)
 on=$(/usr/bin/python3 "$HERE/grpo_stream.py" "$P" --distinct "${DISTINCT:-400}")
 calls_on=$(curl -s "http://127.0.0.1:$P/metrics" | awk '/^searchgate_backend_call_queries_total/{print $2}')
 stop_gw grpo_on
 redis-cli -p "$RPORT" flushall > /dev/null 2>&1 || true
-P=$(start_gw grpo_off 0 no false 5 8)
+P=$(start_gw grpo_off 0 no false 5 2)
 off=$(/usr/bin/python3 "$HERE/grpo_stream.py" "$P" --distinct "${DISTINCT:-400}")
 calls_off=$(curl -s "http://127.0.0.1:$P/metrics" | awk '/^searchgate_backend_call_queries_total/{print $2}')
 stop_gw grpo_off

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -320,6 +321,33 @@ class Core(unittest.TestCase):
                 float(value.replace("+Inf", "inf").replace("NaN", "nan"))
 
 
+class DocsPluginExample(unittest.TestCase):
+    def test_minimal_plugin_from_docs_builds_and_serves(self):
+        """docs/plugins.md's minimal plugin, compiled as the page says, loads and answers."""
+        text = open(os.path.join(sgtest.SOURCE_DIR, "docs", "plugins.md"), encoding="utf-8").read()
+        blocks = [b.split("```", 1)[0] for b in text.split("```c\n")[1:]]
+        code = [b for b in blocks if '#include "sg_backend.h"' in b and "sg_backend_entry" in b]
+        self.assertEqual(len(code), 1)
+        d = tempfile.mkdtemp(prefix="sgdoc-")
+        try:
+            src, so = os.path.join(d, "hello.c"), os.path.join(d, "sg_hello.so")
+            with open(src, "w") as f:
+                f.write(code[0])
+            cc = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+                                 "-I", os.path.join(sgtest.SOURCE_DIR, "backends", "include"), src, "-o", so, "-Wl,-z,defs"],
+                                capture_output=True, text=True)
+            self.assertEqual(cc.returncode, 0, cc.stderr)
+            gw = Gateway({"backends": [{"name": "hello", "plugin": so}]})
+            try:
+                r = gw.retrieve(["a", "b"], topk=1, return_scores=False)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.json(), {"result": [[{"id": "0", "contents": '"Hello"\nworld', "url": ""}]] * 2})
+            finally:
+                gw.stop()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class StartupErrors(unittest.TestCase):
     def run_gw(self, cfg, *args):
         gw = Gateway(cfg, expect_fail=True, extra_args=args)
@@ -354,6 +382,14 @@ class StartupErrors(unittest.TestCase):
             rc, log = self.run_gw({"backends": [example_backend()]}, "--port", str(port))
         self.assertEqual(rc, 1)
         self.assertIn("cannot listen on 127.0.0.1:%d" % port, log)
+
+    def test_index_dispatcher(self):
+        out = subprocess.run([sgtest.binary("searchgate-index"), "nosuchkind", "x"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn('no index builder for "nosuchkind"', out.stderr)
+        out = subprocess.run([sgtest.binary("searchgate-index"), "--help"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0)
+        self.assertIn("bm25", out.stdout)
 
     def test_version_and_help(self):
         out = subprocess.run([sgtest.binary("searchgate"), "--version"], capture_output=True, text=True)
