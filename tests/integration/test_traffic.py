@@ -190,6 +190,36 @@ class Fairness(unittest.TestCase):
         self.assertLess(max(lat), scaled(0.25), lat)
 
 
+class ClientConcurrencyCap(unittest.TestCase):
+    def test_client_max_inflight(self):
+        os.environ["SG_TEST_KEY_CAP"] = "capped-key"
+        gw = Gateway({
+            "backends": [example_backend(cache=False, delay_ms=300, workers=4)],
+            "clients": {"keys": [{"id": "capped", "key_env": "SG_TEST_KEY_CAP", "max_inflight": 2}]},
+        })
+        try:
+            def capped(i):
+                t0 = time.time()
+                self.assertEqual(gw.retrieve(["capped %d" % i], headers={"X-API-Key": "capped-key"}).status, 200)
+                return time.time() - t0
+
+            box = []
+            t = threading.Thread(target=lambda: box.extend(parallel(capped, [(i,) for i in range(6)])))
+            t.start()
+            time.sleep(0.1)
+            t0 = time.time()
+            self.assertEqual(gw.retrieve(["uncapped"]).status, 200)  # another client is not held back
+            other = time.time() - t0
+            t.join()
+            lat = sorted(box)
+            # 2 at a time, 300 ms each: three waves
+            self.assertLess(lat[1], 0.3 + scaled(0.2))
+            self.assertGreater(lat[-1], 0.85)
+            self.assertLess(other, 0.3 + scaled(0.2))
+        finally:
+            gw.stop()
+
+
 class Deadlines(unittest.TestCase):
     def test_hanging_backend_504_others_fast_and_queued_work_dropped(self):
         gw = Gateway({"backends": [
