@@ -1,0 +1,60 @@
+"""configs/shared-gateway.json, as shipped (only the listen port, the Redis port and the demo index
+path are pointed at this test's own): several jobs with different quotas on the BM25 demo."""
+import json
+import os
+import subprocess
+import time
+import unittest
+
+import sgtest
+from sgtest import Gateway, Redis, parallel
+
+
+class SharedGateway(unittest.TestCase):
+    def test_shared_gateway_config(self):
+        prep = subprocess.run([sgtest.binary("prepare-default")], capture_output=True, text=True, timeout=sgtest.scaled(300))
+        self.assertEqual(prep.returncode, 0, prep.stdout + prep.stderr)
+        with open(os.path.join(sgtest.SOURCE_DIR, "configs", "shared-gateway.json")) as f:
+            cfg = json.load(f)
+        redis = Redis()
+        cfg["listen"] = {"host": "127.0.0.1", "port": 0}
+        cfg["cache"]["redis"]["port"] = redis.port
+        cfg["backends"][0]["config"]["index"] = os.path.join(sgtest.BUILD_DIR, "demo", "bm25")
+        env = {"SG_KEY_GRPO_MAIN": "k-grpo", "SG_KEY_PPO_ABLATION": "k-ppo", "SG_KEY_EVAL": "k-eval"}
+        check = subprocess.run([sgtest.binary("searchgate"), "--check", "--config", os.path.join(sgtest.SOURCE_DIR, "configs",
+                                "shared-gateway.json")], capture_output=True, text=True, env=dict(os.environ, **env))
+        # as shipped the config names ../build/demo (make run's build dir): valid when that exists, else a clear error
+        if os.path.exists(os.path.join(sgtest.SOURCE_DIR, "build", "demo", "bm25", "bm25.meta")):
+            self.assertEqual(check.returncode, 0, check.stderr)
+            self.assertIn("shared-gateway.json is valid", check.stdout)
+        else:
+            self.assertEqual(check.returncode, 1)
+            self.assertIn("build/demo/bm25", check.stderr)
+        gw = Gateway(cfg, env=env)
+        try:
+            deadline = time.time() + sgtest.scaled(10)
+            while time.time() < deadline and gw.get("/health").json()["cache"]["redis"] != "up":
+                time.sleep(0.05)
+            r = gw.retrieve(["what is a volcano"], headers={"X-API-Key": "k-grpo"})
+            self.assertEqual(r.status, 200)
+            self.assertIn("olcano", r.json()["result"][0][0]["document"]["contents"])
+            self.assertEqual(gw.retrieve(["lava"], headers={"X-API-Key": "wrong"}).status, 401)
+            # eval-nightly: 100 q/s, burst 200, reject mode -> a 250-query batch passes on a full
+            # bucket, the next request is refused with 429
+            self.assertEqual(gw.retrieve(["eval %d" % i for i in range(250)], headers={"X-API-Key": "k-eval"}).status, 200)
+            r = gw.retrieve(["eval again"], headers={"X-API-Key": "k-eval"})
+            self.assertEqual(r.status, 429)
+            self.assertIn("retry-after", r.headers)
+            # grpo-main's limit lives in Redis (shared by replicas)
+            self.assertTrue(redis.command("EXISTS", "sg:rl:grpo-main"))
+            # anonymous callers: the default quota (queue mode) still answers a burst
+            self.assertEqual(parallel(lambda i: gw.retrieve(["anon %d" % i]).status, [(i,) for i in range(20)]), [200] * 20)
+            self.assertEqual(gw.metric("searchgate_client_requests_total", client="ppo-ablation"), 0)
+            self.assertGreaterEqual(gw.metric("searchgate_client_requests_total", client="ip:127.0.0.1"), 20)
+        finally:
+            gw.stop()
+            redis.close()
+
+
+if __name__ == "__main__":
+    sgtest.main()
