@@ -206,8 +206,8 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, char *err
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"listen",   "threads",         "log_level", "plugin_dir", "limits",
-                                       "backends", "default_backend", "clients",   "cache",      NULL};
+    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
+                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", NULL};
     static const char *const listen_keys[] = {"host", "port", NULL};
     static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
                                              "max_topk",       "max_deadline_ms", NULL};
@@ -240,6 +240,9 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     cfg->threads = (int)v;
     if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
         goto out;
+    if (sg_cfg_int(&c, root, "shutdown_grace_ms", 0, 600000, 5000, &v) != 0)
+        goto out;
+    cfg->shutdown_grace_ms = (uint32_t)v;
     if (sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir) != 0)
         goto out;
     /* limits */

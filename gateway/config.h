@@ -44,6 +44,7 @@ typedef struct st_sg_config_t {
     uint16_t port;
     int threads;
     int log_level;
+    uint32_t shutdown_grace_ms; /* how long a stopping gateway keeps serving the requests it has */
     char *plugin_dir;
     struct {
         size_t max_body_bytes;

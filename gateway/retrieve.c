@@ -67,6 +67,8 @@ static void record(sg_rreq_t *r, int status)
 static void finish(sg_rreq_t *r, int status)
 {
     r->responded = 1;
+    if (h2o_linklist_is_linked(&r->link))
+        h2o_linklist_unlink(&r->link);
     sg_timer_stop(r->loop, &r->timer);
     sg_dispatch_abandon(r);
     record(r, status);
@@ -231,6 +233,14 @@ static void on_rate_decision(sg_rreq_t *r, int rl, uint64_t wait_us)
     start_lookup(r);
 }
 
+void sg_retrieve_fail_all(sg_loop_t *loop, const char *why)
+{
+    while (!h2o_linklist_is_empty(&loop->active)) {
+        sg_rreq_t *r = H2O_STRUCT_FROM_MEMBER(sg_rreq_t, link, loop->active.next);
+        fail_request(r, 503, "unavailable", why, 1); /* unlinks it */
+    }
+}
+
 static void on_req_dispose(void *p)
 {
     sg_rreq_t **slot = p;
@@ -357,6 +367,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
     static __thread uint64_t seq;
     snprintf(r->request_id, sizeof(r->request_id), "%d-%llu", loop->id, (unsigned long long)++seq);
     r->refs = 1;
+    h2o_linklist_insert(&loop->active, &r->link);
     r->req = req;
     r->loop = loop;
     r->backend = r->serving = b;

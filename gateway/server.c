@@ -23,9 +23,6 @@
 
 sg_server_t sg_server;
 
-/* How long a stopping loop keeps serving the requests it already has. */
-#define SG_SHUTDOWN_GRACE_MS 5000
-
 const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 404, 405, 413, 422, 429, 500, 502, 503, 504, 0};
 
 int sg_code_index(int status)
@@ -520,14 +517,16 @@ static void *loop_main(void *arg)
     l->listener = h2o_evloop_socket_create(l->loop, l->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     l->listener->data = l;
     h2o_socket_read_start(l->listener, on_accept);
+    h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     sg_cache_init_loop(l);
     pthread_barrier_wait(&s->barrier);
 
     uint64_t grace_end = 0;
+    int failed_active = 0;
     for (;;) {
         if (atomic_load(&s->stopping) && grace_end == 0) {
-            grace_end = sg_now_ms() + SG_SHUTDOWN_GRACE_MS;
+            grace_end = sg_now_ms() + s->cfg->shutdown_grace_ms;
             h2o_socket_read_stop(l->listener);
             h2o_socket_close(l->listener);
             l->listener = NULL;
@@ -545,9 +544,17 @@ static void *loop_main(void *arg)
             break;
         }
         if (grace_end != 0 && sg_now_ms() >= grace_end) {
-            SG_LOG(SG_LL_WARN, "main", "loop %d: connections still open after %d ms; exiting anyway", l->id, SG_SHUTDOWN_GRACE_MS);
-            l->abandoned = 1;
-            break;
+            if (!failed_active) {
+                /* requests still waiting (a slow or hanging backend): answer them 503 now, which
+                 * also cancels their backend work, and give the answers a moment to go out */
+                failed_active = 1;
+                sg_retrieve_fail_all(l, "the gateway is shutting down");
+                grace_end = sg_now_ms() + 1000;
+            } else {
+                SG_LOG(SG_LL_WARN, "main", "loop %d: connections still open after the shutdown grace; exiting anyway", l->id);
+                l->abandoned = 1;
+                break;
+            }
         }
         h2o_evloop_run(l->loop, timers_next_wait(l, grace_end != 0 ? 50 : 500));
         timers_run(l);

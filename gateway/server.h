@@ -176,7 +176,8 @@ struct st_sg_loop_t {
     /* timer heap */
     sg_timer_t **heap;
     size_t heap_len, heap_cap;
-    int abandoned; /* the loop exited with connections still open (shutdown grace expired) */
+    int abandoned;         /* the loop exited with connections still open (shutdown grace expired) */
+    h2o_linklist_t active; /* sg_rreq_t not yet answered (for shutdown) */
     /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */
     struct st_sg_redis_t *redis;
 };
@@ -216,6 +217,7 @@ typedef struct st_sg_uq_t {
 enum { SG_FROM_NONE, SG_FROM_L1, SG_FROM_REDIS, SG_FROM_BACKEND, SG_FROM_COALESCED };
 
 struct st_sg_rreq_t {
+    h2o_linklist_t link;      /* in loop->active until answered */
     int refs;                 /* loop thread only: the request itself + an outstanding Redis lookup */
     h2o_req_t *req;           /* NULL once the client went away */
     sg_rreq_t **dispose_slot; /* in req->pool: cleared when the request is freed first */
@@ -257,6 +259,8 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
 /** A waiter finished (result or failure) for `r`; continues the request. Loop thread. */
 void sg_rreq_on_result(sg_rreq_t *r, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
                        uint32_t retry_after_s);
+/** Answers every request of the loop still waiting with 503 (the gateway is shutting down). */
+void sg_retrieve_fail_all(sg_loop_t *loop, const char *why);
 /** Continues a request after the cache lookups finished (cache/cache.c calls it). */
 void sg_rreq_after_cache(sg_rreq_t *r);
 static inline void sg_rreq_ref(sg_rreq_t *r)

@@ -4,9 +4,11 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -322,6 +324,32 @@ class Core(unittest.TestCase):
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
                 float(value.replace("+Inf", "inf").replace("NaN", "nan"))
+
+
+class Shutdown(unittest.TestCase):
+    def test_sigterm_with_requests_in_flight(self):
+        gw = Gateway({"backends": [example_backend(hang=True, timeout_ms=60000), example_backend("fast", delay_ms=200)],
+                      "shutdown_grace_ms": 400})
+        out = {}
+
+        def call(name, path):
+            out[name] = gw.retrieve(["x"], path=path)
+
+        ts = [threading.Thread(target=call, args=("hang", "/retrieve")),
+              threading.Thread(target=call, args=("fast", "/retrieve/fast"))]
+        for t in ts:
+            t.start()
+        time.sleep(0.1)
+        t0 = time.time()
+        gw.proc.send_signal(signal.SIGTERM)
+        for t in ts:
+            t.join()
+        self.assertEqual(out["fast"].status, 200)  # finished within the grace period
+        self.assertEqual(out["hang"].status, 503)  # still waiting when it ended
+        self.assertIn("shutting down", out["hang"].json()["error"]["message"])
+        self.assertLess(time.time() - t0, 0.4 + scaled(0.5))
+        gw.stop()  # exit 0, and no sanitizer report
+        self.assertEqual(gw.proc.returncode, 0)
 
 
 class DocsPluginExample(unittest.TestCase):
