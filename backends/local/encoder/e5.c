@@ -1,0 +1,763 @@
+/*
+ * e5.c -- the e5 encoder: a BERT model read straight from a Hugging Face folder and run on the
+ * CPU with OpenBLAS sgemm (protocols.md section 5).
+ *
+ * Load: config.json gives every dimension (nothing assumes e5-base); vocab.txt gives the
+ * WordPiece vocabulary; model.safetensors is mmapped and each tensor is checked by name and
+ * shape. F32 tensors are used in place; F16/BF16 tensors are converted to F32 once.
+ *
+ * Forward: the sequences of a batch are packed back to back (no padding rows): the dense layers
+ * run as one sgemm over all tokens of the batch and attention runs per sequence and head over
+ * that sequence's own tokens only. This computes exactly what BertModel computes for a padded
+ * batch with its attention mask -- masked keys get weight exp(-inf) = 0 there -- without spending
+ * work on padding. Then mean pooling over each sequence's tokens and L2 normalisation
+ * (x / max(|x|, 1e-12), torch.nn.functional.normalize).
+ *
+ * BLAS runs in the calling thread (the host keeps OpenBLAS single-threaded and parallelises
+ * across workspaces).
+ */
+#include "e5.h"
+#include "e5_internal.h"
+#include "safetensors.h"
+#include "wordpiece.h"
+
+#include <cJSON.h>
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* token budget of one forward pass; larger encode calls run in several passes */
+#define PASS_TOKENS 2048
+
+typedef struct st_lin_t {
+    const float *w; /* [out, in] row-major, as torch.nn.Linear stores it */
+    const float *b; /* [out] */
+} lin_t;
+
+typedef struct st_ln_t {
+    const float *g, *b;
+} ln_t;
+
+typedef struct st_layer_t {
+    lin_t q, k, v, o, inter, out;
+    ln_t ln_attn, ln_out;
+} layer_t;
+
+struct sg_e5_model {
+    sg_e5_config cfg;
+    sg_wp_t *wp;
+    sg_st_file_t st;
+    float **owned;
+    size_t n_owned;
+    const float *word, *pos, *type;
+    ln_t ln_emb;
+    layer_t *layers;
+    char identity[160];
+};
+
+struct sg_e5_workspace {
+    const sg_e5_model *m;
+    size_t cap_tokens, cap_scores, cap_ids;
+    float *x, *tmp, *q, *k, *v, *ctx, *inter, *scores;
+    int32_t *ids;   /* token ids of the current encode call */
+    size_t *offs;   /* per text: offset into ids */
+    uint32_t *lens; /* per text: number of ids */
+    size_t cap_texts;
+};
+
+/* ---- helpers ---- */
+
+uint64_t sg__e5_hash(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h ^= v * 0x9E3779B97F4A7C15ull;
+        h = (h << 27 | h >> 37) * 0xC2B2AE3D27D4EB4Full + 0x165667B19E3779F9ull;
+    }
+    for (; i < n; ++i)
+        h = (h ^ p[i]) * 1099511628211ull;
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    return h;
+}
+
+int sg__e5_fingerprint(const char *path, uint64_t *size, uint64_t *hash, char *err, size_t err_size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    uint64_t h = sg__e5_hash(0x5e5e5e5eull, size, sizeof(*size));
+    /* the first and last 64 KiB and 64 blocks of 4 KiB spread evenly in between */
+    enum { EDGE = 65536, BLOCK = 4096, BLOCKS = 64 };
+    unsigned char *buf = malloc(EDGE);
+    if (buf == NULL)
+        abort();
+    uint64_t sz = *size;
+    struct {
+        uint64_t off, len;
+    } parts[BLOCKS + 2];
+    size_t np = 0;
+    parts[np].off = 0;
+    parts[np++].len = sz < EDGE ? sz : EDGE;
+    if (sz > 2 * (uint64_t)EDGE) {
+        for (int i = 1; i <= BLOCKS; ++i) {
+            parts[np].off = (sz / (BLOCKS + 1)) * (uint64_t)i;
+            parts[np].len = sz - parts[np].off < BLOCK ? sz - parts[np].off : BLOCK;
+            ++np;
+        }
+    }
+    if (sz > EDGE) {
+        parts[np].off = sz - (sz < 2 * (uint64_t)EDGE ? sz - EDGE : EDGE);
+        parts[np].len = sz - parts[np].off;
+        ++np;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < np && rc == 0; ++i) {
+        ssize_t r = pread(fd, buf, (size_t)parts[i].len, (off_t)parts[i].off);
+        if (r < 0 || (uint64_t)r != parts[i].len) {
+            snprintf(err, err_size, "%s: read error", path);
+            rc = -1;
+            break;
+        }
+        h = sg__e5_hash(h, buf, (size_t)r);
+    }
+    free(buf);
+    close(fd);
+    *hash = h;
+    return rc;
+}
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p == NULL)
+        abort();
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int cfg_int(const cJSON *root, const char *path, const char *key, int required, long def, long min, long max, long *out,
+                   char *err, size_t err_size)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (v == NULL || cJSON_IsNull(v)) {
+        if (required) {
+            snprintf(err, err_size, "%s: \"%s\" is missing", path, key);
+            return -1;
+        }
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble || v->valuedouble < (double)min ||
+        v->valuedouble > (double)max) {
+        snprintf(err, err_size, "%s: \"%s\" must be an integer in [%ld, %ld]", path, key, min, max);
+        return -1;
+    }
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+static int read_config(const char *dir, sg_e5_config *cfg, uint64_t *hash, char *err, size_t err_size)
+{
+    char *path = join(dir, "config.json");
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    char chunk[8192];
+    while ((got = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+        if (len + got > cap) {
+            cap = (len + got) * 2;
+            buf = realloc(buf, cap);
+            if (buf == NULL)
+                abort();
+        }
+        memcpy(buf + len, chunk, got);
+        len += got;
+    }
+    fclose(fp);
+    *hash = sg__e5_hash(0xc0f1ull, buf, len);
+    cJSON *root = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    int rc = -1;
+    long v;
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, err_size, "%s: not a JSON object", path);
+        goto out;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (mt != NULL && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "bert") != 0)) {
+        snprintf(err, err_size, "%s: \"model_type\" is %s%.40s%s; only \"bert\" models are supported", path,
+                 cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "not a string",
+                 cJSON_IsString(mt) ? "\"" : "");
+        goto out;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act != NULL && (!cJSON_IsString(act) || strcmp(act->valuestring, "gelu") != 0)) {
+        snprintf(err, err_size, "%s: \"hidden_act\" is %.40s; only \"gelu\" (exact erf GELU) is supported", path,
+                 cJSON_IsString(act) ? act->valuestring : "not a string");
+        goto out;
+    }
+    const cJSON *pet = cJSON_GetObjectItemCaseSensitive(root, "position_embedding_type");
+    if (pet != NULL && !cJSON_IsNull(pet) && (!cJSON_IsString(pet) || strcmp(pet->valuestring, "absolute") != 0)) {
+        snprintf(err, err_size, "%s: \"position_embedding_type\" is %.40s; only \"absolute\" is supported", path,
+                 cJSON_IsString(pet) ? pet->valuestring : "not a string");
+        goto out;
+    }
+    if (cfg_int(root, path, "hidden_size", 1, 0, 1, 65536, &v, err, err_size) != 0)
+        goto out;
+    cfg->hidden = (int)v;
+    if (cfg_int(root, path, "num_hidden_layers", 1, 0, 0, 1024, &v, err, err_size) != 0)
+        goto out;
+    cfg->layers = (int)v;
+    if (cfg_int(root, path, "num_attention_heads", 1, 0, 1, 1024, &v, err, err_size) != 0)
+        goto out;
+    cfg->heads = (int)v;
+    if (cfg_int(root, path, "intermediate_size", 1, 0, 1, 1 << 20, &v, err, err_size) != 0)
+        goto out;
+    cfg->intermediate = (int)v;
+    if (cfg_int(root, path, "vocab_size", 1, 0, 1, 1 << 24, &v, err, err_size) != 0)
+        goto out;
+    cfg->vocab = (int)v;
+    if (cfg_int(root, path, "max_position_embeddings", 0, 512, 2, 1 << 20, &v, err, err_size) != 0)
+        goto out;
+    cfg->max_positions = (int)v;
+    if (cfg_int(root, path, "type_vocab_size", 0, 2, 1, 1 << 16, &v, err, err_size) != 0)
+        goto out;
+    cfg->type_vocab = (int)v;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, "layer_norm_eps");
+    cfg->ln_eps = 1e-12;
+    if (eps != NULL) {
+        if (!cJSON_IsNumber(eps) || !(eps->valuedouble >= 0) || eps->valuedouble > 1) {
+            snprintf(err, err_size, "%s: \"layer_norm_eps\" must be a number in [0, 1]", path);
+            goto out;
+        }
+        cfg->ln_eps = eps->valuedouble;
+    }
+    if (cfg->hidden % cfg->heads != 0) {
+        snprintf(err, err_size, "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" %d", path, cfg->hidden,
+                 cfg->heads);
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    free(path);
+    return rc;
+}
+
+/* Finds `name` (with the model's prefix), checks its shape, returns float32 data. */
+static const float *tensor(sg_e5_model *m, const char *prefix, const char *name, const char *alt, int ndim, int64_t d0, int64_t d1,
+                           char *err, size_t err_size)
+{
+    char full[256];
+    snprintf(full, sizeof(full), "%s%s", prefix, name);
+    const sg_st_tensor_t *t = sg_st_find(&m->st, full);
+    if (t == NULL && alt != NULL) {
+        char full2[256];
+        snprintf(full2, sizeof(full2), "%s%s", prefix, alt);
+        t = sg_st_find(&m->st, full2);
+    }
+    if (t == NULL) {
+        snprintf(err, err_size, "model.safetensors: tensor %s is missing", full);
+        return NULL;
+    }
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
+        char got[96] = "", want[64];
+        size_t n = 0;
+        for (int i = 0; i < t->ndim && n + 24 < sizeof(got); ++i)
+            n += (size_t)snprintf(got + n, sizeof(got) - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (ndim == 2)
+            snprintf(want, sizeof(want), "%lld, %lld", (long long)d0, (long long)d1);
+        else
+            snprintf(want, sizeof(want), "%lld", (long long)d0);
+        snprintf(err, err_size, "model.safetensors: tensor %s has shape [%s], config.json implies [%s]", t->name, got, want);
+        return NULL;
+    }
+    float *owned = NULL;
+    char e2[200];
+    const float *p = sg_st_as_f32(t, &owned, e2, sizeof(e2));
+    if (p == NULL) {
+        snprintf(err, err_size, "model.safetensors: %s", e2);
+        return NULL;
+    }
+    if (owned != NULL) {
+        m->owned = realloc(m->owned, (m->n_owned + 1) * sizeof(*m->owned));
+        if (m->owned == NULL)
+            abort();
+        m->owned[m->n_owned++] = owned;
+    }
+    return p;
+}
+
+static int lin(sg_e5_model *m, const char *pfx, const char *name, int out, int in, lin_t *l, char *err, size_t err_size)
+{
+    char n1[200], n2[200];
+    snprintf(n1, sizeof(n1), "%s.weight", name);
+    snprintf(n2, sizeof(n2), "%s.bias", name);
+    l->w = tensor(m, pfx, n1, NULL, 2, out, in, err, err_size);
+    if (l->w == NULL)
+        return -1;
+    l->b = tensor(m, pfx, n2, NULL, 1, out, 0, err, err_size);
+    return l->b == NULL ? -1 : 0;
+}
+
+static int ln(sg_e5_model *m, const char *pfx, const char *name, int h, ln_t *l, char *err, size_t err_size)
+{
+    char n1[200], n2[200], a1[200], a2[200];
+    snprintf(n1, sizeof(n1), "%s.weight", name);
+    snprintf(n2, sizeof(n2), "%s.bias", name);
+    snprintf(a1, sizeof(a1), "%s.gamma", name);
+    snprintf(a2, sizeof(a2), "%s.beta", name);
+    l->g = tensor(m, pfx, n1, a1, 1, h, 0, err, err_size);
+    if (l->g == NULL)
+        return -1;
+    l->b = tensor(m, pfx, n2, a2, 1, h, 0, err, err_size);
+    return l->b == NULL ? -1 : 0;
+}
+
+int sg_e5_load(const char *dir, sg_e5_model **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    sg_e5_model *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    uint64_t cfg_hash;
+    char e2[512];
+    char *vocab = join(dir, "vocab.txt"), *st = join(dir, "model.safetensors");
+    int rc = -1;
+    if (read_config(dir, &m->cfg, &cfg_hash, err, err_size) != 0)
+        goto out;
+    if (sg_wp_load(vocab, &m->wp, err, err_size) != 0)
+        goto out;
+    if (sg_wp_size(m->wp) > (size_t)m->cfg.vocab) {
+        snprintf(err, err_size, "%s has %zu tokens but config.json \"vocab_size\" is %d", vocab, sg_wp_size(m->wp), m->cfg.vocab);
+        goto out;
+    }
+    if (sg_st_open(st, &m->st, err, err_size) != 0)
+        goto out;
+    const sg_e5_config *c = &m->cfg;
+    const char *pfx = sg_st_find(&m->st, "bert.embeddings.word_embeddings.weight") != NULL ? "bert." : "";
+    if ((m->word = tensor(m, pfx, "embeddings.word_embeddings.weight", NULL, 2, c->vocab, c->hidden, err, err_size)) == NULL ||
+        (m->pos = tensor(m, pfx, "embeddings.position_embeddings.weight", NULL, 2, c->max_positions, c->hidden, err, err_size)) ==
+            NULL ||
+        (m->type = tensor(m, pfx, "embeddings.token_type_embeddings.weight", NULL, 2, c->type_vocab, c->hidden, err, err_size)) ==
+            NULL ||
+        ln(m, pfx, "embeddings.LayerNorm", c->hidden, &m->ln_emb, err, err_size) != 0)
+        goto out;
+    m->layers = calloc((size_t)c->layers + 1, sizeof(*m->layers));
+    if (m->layers == NULL)
+        abort();
+    for (int i = 0; i < c->layers; ++i) {
+        layer_t *L = &m->layers[i];
+        char b[160];
+#define NAME(s) (snprintf(b, sizeof(b), "encoder.layer.%d.%s", i, s), b)
+        if (lin(m, pfx, NAME("attention.self.query"), c->hidden, c->hidden, &L->q, err, err_size) != 0 ||
+            lin(m, pfx, NAME("attention.self.key"), c->hidden, c->hidden, &L->k, err, err_size) != 0 ||
+            lin(m, pfx, NAME("attention.self.value"), c->hidden, c->hidden, &L->v, err, err_size) != 0 ||
+            lin(m, pfx, NAME("attention.output.dense"), c->hidden, c->hidden, &L->o, err, err_size) != 0 ||
+            ln(m, pfx, NAME("attention.output.LayerNorm"), c->hidden, &L->ln_attn, err, err_size) != 0 ||
+            lin(m, pfx, NAME("intermediate.dense"), c->intermediate, c->hidden, &L->inter, err, err_size) != 0 ||
+            lin(m, pfx, NAME("output.dense"), c->hidden, c->intermediate, &L->out, err, err_size) != 0 ||
+            ln(m, pfx, NAME("output.LayerNorm"), c->hidden, &L->ln_out, err, err_size) != 0)
+            goto out;
+#undef NAME
+    }
+    char extra[40];
+    snprintf(extra, sizeof(extra), "encoder.layer.%d.", c->layers);
+    for (size_t i = 0; i < m->st.n_tensors; ++i) {
+        if (strncmp(m->st.tensors[i].name + strlen(pfx), extra, strlen(extra)) == 0 &&
+            strncmp(m->st.tensors[i].name, pfx, strlen(pfx)) == 0) {
+            snprintf(err, err_size, "model.safetensors: tensor %s exists but config.json \"num_hidden_layers\" is %d",
+                     m->st.tensors[i].name, c->layers);
+            goto out;
+        }
+    }
+    uint64_t st_size, st_hash;
+    if (sg__e5_fingerprint(st, &st_size, &st_hash, e2, sizeof(e2)) != 0) {
+        snprintf(err, err_size, "%s", e2);
+        goto out;
+    }
+    snprintf(m->identity, sizeof(m->identity), "e5:h%d.l%d.st%llu-%016llx-%016llx.v%016llx.c%016llx", c->hidden, c->layers,
+             (unsigned long long)st_size, (unsigned long long)m->st.header_hash, (unsigned long long)st_hash,
+             (unsigned long long)sg_wp_hash(m->wp), (unsigned long long)cfg_hash);
+    rc = 0;
+out:
+    free(vocab);
+    free(st);
+    if (rc != 0) {
+        sg_e5_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void sg_e5_free(sg_e5_model *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->n_owned; ++i)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    sg_st_close(&m->st);
+    sg_wp_free(m->wp);
+    free(m);
+}
+
+int sg_e5_dim(const sg_e5_model *m)
+{
+    return m->cfg.hidden;
+}
+
+const char *sg_e5_identity(const sg_e5_model *m)
+{
+    return m->identity;
+}
+
+const sg_e5_config *sg_e5_get_config(const sg_e5_model *m)
+{
+    return &m->cfg;
+}
+
+uint32_t sg_e5_max_length(const sg_e5_model *m, uint32_t max_len)
+{
+    return max_len > (uint32_t)m->cfg.max_positions ? (uint32_t)m->cfg.max_positions : max_len;
+}
+
+int sg_e5_tokenize(const sg_e5_model *m, const char *prefix, const char *text, size_t len, uint32_t max_len, int32_t *ids)
+{
+    return sg_wp_encode(m->wp, prefix, text, len, max_len, ids);
+}
+
+/* ---- workspace ---- */
+
+sg_e5_workspace *sg_e5_workspace_new(const sg_e5_model *m)
+{
+    sg_e5_workspace *w = calloc(1, sizeof(*w));
+    if (w != NULL)
+        w->m = m;
+    return w;
+}
+
+void sg_e5_workspace_free(sg_e5_workspace *w)
+{
+    if (w == NULL)
+        return;
+    free(w->x);
+    free(w->tmp);
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->ctx);
+    free(w->inter);
+    free(w->scores);
+    free(w->ids);
+    free(w->offs);
+    free(w->lens);
+    free(w);
+}
+
+static int grow(float **p, size_t n)
+{
+    float *q = realloc(*p, n * sizeof(float) + 16);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+static int reserve_tokens(sg_e5_workspace *w, size_t t)
+{
+    if (t <= w->cap_tokens)
+        return 0;
+    const sg_e5_config *c = &w->m->cfg;
+    size_t h = (size_t)c->hidden, in = (size_t)c->intermediate;
+    if (grow(&w->x, t * h) || grow(&w->tmp, t * h) || grow(&w->q, t * h) || grow(&w->k, t * h) || grow(&w->v, t * h) ||
+        grow(&w->ctx, t * h) || grow(&w->inter, t * in))
+        return -1;
+    w->cap_tokens = t;
+    return 0;
+}
+
+/* ---- forward ---- */
+
+/* y[t, out] = x[t, in] . W^T + b */
+static void linear(const lin_t *l, const float *x, size_t t, int in, int out, float *y)
+{
+    for (size_t r = 0; r < t; ++r)
+        memcpy(y + r * (size_t)out, l->b, (size_t)out * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, out, in, 1.0f, x, in, l->w, in, 1.0f, y, out);
+}
+
+/* x = LayerNorm(x + r) row by row (r may be NULL) */
+static void layer_norm(float *x, const float *r, size_t t, int h, const ln_t *l, double eps)
+{
+    for (size_t i = 0; i < t; ++i) {
+        float *row = x + i * (size_t)h;
+        if (r != NULL) {
+            const float *rr = r + i * (size_t)h;
+            for (int j = 0; j < h; ++j)
+                row[j] += rr[j];
+        }
+        double mean = 0, var = 0;
+        for (int j = 0; j < h; ++j)
+            mean += row[j];
+        mean /= h;
+        for (int j = 0; j < h; ++j) {
+            double d = row[j] - mean;
+            var += d * d;
+        }
+        var /= h;
+        double inv = 1.0 / sqrt(var + eps);
+        for (int j = 0; j < h; ++j)
+            row[j] = (float)((row[j] - mean) * inv) * l->g[j] + l->b[j];
+    }
+}
+
+static void gelu(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+/* Runs the model over `n` packed sequences (ids at offs[i], lens[i]) and writes the pooled,
+ * normalised embeddings to out[i * hidden]. */
+static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, const uint32_t *lens, size_t n, float *out)
+{
+    const sg_e5_model *m = w->m;
+    const sg_e5_config *c = &m->cfg;
+    const int h = c->hidden, dh = c->hidden / c->heads;
+    size_t t = 0;
+    uint32_t max_l = 0;
+    for (size_t i = 0; i < n; ++i) {
+        t += lens[i];
+        if (lens[i] > max_l)
+            max_l = lens[i];
+    }
+    if (reserve_tokens(w, t) != 0)
+        return -1;
+    if ((size_t)max_l * max_l > w->cap_scores) {
+        if (grow(&w->scores, (size_t)max_l * max_l) != 0)
+            return -1;
+        w->cap_scores = (size_t)max_l * max_l;
+    }
+    /* embeddings: word + token type 0 + position, then LayerNorm */
+    size_t r = 0;
+    for (size_t s = 0; s < n; ++s) {
+        for (uint32_t p = 0; p < lens[s]; ++p, ++r) {
+            const float *we = m->word + (size_t)ids[offs[s] + p] * (size_t)h;
+            const float *pe = m->pos + (size_t)p * (size_t)h;
+            float *row = w->x + r * (size_t)h;
+            for (int j = 0; j < h; ++j)
+                row[j] = (we[j] + m->type[j]) + pe[j];
+        }
+    }
+    layer_norm(w->x, NULL, t, h, &m->ln_emb, c->ln_eps);
+    const float scale = 1.0f / sqrtf((float)dh);
+    for (int li = 0; li < c->layers; ++li) {
+        const layer_t *L = &m->layers[li];
+        linear(&L->q, w->x, t, h, h, w->q);
+        linear(&L->k, w->x, t, h, h, w->k);
+        linear(&L->v, w->x, t, h, h, w->v);
+        size_t base = 0;
+        for (size_t s = 0; s < n; ++s) {
+            const int ls = (int)lens[s];
+            for (int hd = 0; hd < c->heads; ++hd) {
+                const float *q = w->q + base * (size_t)h + (size_t)hd * (size_t)dh;
+                const float *k = w->k + base * (size_t)h + (size_t)hd * (size_t)dh;
+                const float *v = w->v + base * (size_t)h + (size_t)hd * (size_t)dh;
+                float *sc = w->scores;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ls, ls, dh, scale, q, h, k, h, 0.0f, sc, ls);
+                for (int i = 0; i < ls; ++i) {
+                    float *row = sc + (size_t)i * (size_t)ls;
+                    float mx = row[0];
+                    for (int j = 1; j < ls; ++j)
+                        if (row[j] > mx)
+                            mx = row[j];
+                    float sum = 0;
+                    for (int j = 0; j < ls; ++j) {
+                        row[j] = expf(row[j] - mx);
+                        sum += row[j];
+                    }
+                    float inv = 1.0f / sum;
+                    for (int j = 0; j < ls; ++j)
+                        row[j] *= inv;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ls, dh, ls, 1.0f, sc, ls, v, h, 0.0f,
+                            w->ctx + base * (size_t)h + (size_t)hd * (size_t)dh, h);
+            }
+            base += (size_t)ls;
+        }
+        linear(&L->o, w->ctx, t, h, h, w->tmp);
+        layer_norm(w->tmp, w->x, t, h, &L->ln_attn, c->ln_eps);
+        linear(&L->inter, w->tmp, t, h, c->intermediate, w->inter);
+        gelu(w->inter, t * (size_t)c->intermediate);
+        linear(&L->out, w->inter, t, c->intermediate, h, w->x);
+        layer_norm(w->x, w->tmp, t, h, &L->ln_out, c->ln_eps);
+    }
+    /* mean pooling over each sequence, then L2 normalisation */
+    r = 0;
+    for (size_t s = 0; s < n; ++s) {
+        float *o = out + s * (size_t)h;
+        for (int j = 0; j < h; ++j) {
+            double acc = 0;
+            for (uint32_t p = 0; p < lens[s]; ++p)
+                acc += w->x[(r + p) * (size_t)h + (size_t)j];
+            o[j] = (float)(acc / lens[s]);
+        }
+        r += lens[s];
+        double norm = 0;
+        for (int j = 0; j < h; ++j)
+            norm += (double)o[j] * o[j];
+        norm = sqrt(norm);
+        float inv = (float)(1.0 / (norm > 1e-12 ? norm : 1e-12));
+        for (int j = 0; j < h; ++j)
+            o[j] *= inv;
+    }
+    return 0;
+}
+
+int sg_e5_encode_ids(sg_e5_workspace *w, const int32_t *const *ids, const uint32_t *lens, size_t n, float *out, char *err,
+                     size_t err_size)
+{
+    const sg_e5_model *m = w->m;
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (lens[i] == 0 || lens[i] > (uint32_t)m->cfg.max_positions) {
+            snprintf(err, err_size, "sequence %zu has %u tokens (1 to %d allowed)", i, lens[i], m->cfg.max_positions);
+            return -1;
+        }
+        for (uint32_t j = 0; j < lens[i]; ++j) {
+            if (ids[i][j] < 0 || ids[i][j] >= m->cfg.vocab) {
+                snprintf(err, err_size, "sequence %zu: token id %d outside the vocabulary", i, ids[i][j]);
+                return -1;
+            }
+        }
+        total += lens[i];
+    }
+    if (total > w->cap_ids) {
+        int32_t *p = realloc(w->ids, total * sizeof(*p) + 16);
+        if (p == NULL)
+            goto oom;
+        w->ids = p;
+        w->cap_ids = total;
+    }
+    if (n > w->cap_texts) {
+        size_t *o = realloc(w->offs, n * sizeof(*o) + 16);
+        if (o == NULL)
+            goto oom;
+        w->offs = o;
+        uint32_t *l = realloc(w->lens, n * sizeof(*l) + 16);
+        if (l == NULL)
+            goto oom;
+        w->lens = l;
+        w->cap_texts = n;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; ++i) {
+        memcpy(w->ids + off, ids[i], lens[i] * sizeof(int32_t));
+        w->offs[i] = off;
+        w->lens[i] = lens[i];
+        off += lens[i];
+    }
+    /* passes of at most PASS_TOKENS tokens (one sequence may exceed it alone) */
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i, tok = 0;
+        while (j < n && (j == i || tok + w->lens[j] <= PASS_TOKENS))
+            tok += w->lens[j++];
+        if (forward(w, w->ids, w->offs + i, w->lens + i, j - i, out + i * (size_t)m->cfg.hidden) != 0)
+            goto oom;
+        i = j;
+    }
+    return 0;
+oom:
+    snprintf(err, err_size, "out of memory encoding %zu texts", n);
+    return -1;
+}
+
+int sg_e5_encode(const sg_e5_model *m, sg_e5_workspace *w, const char *prefix, const char *const *texts, const size_t *lens,
+                 size_t n, uint32_t max_len, float *out, char *err, size_t err_size)
+{
+    if (w->m != m) {
+        snprintf(err, err_size, "the workspace belongs to another model");
+        return -1;
+    }
+    max_len = sg_e5_max_length(m, max_len);
+    if (max_len < 2) {
+        snprintf(err, err_size, "max_len must be at least 2");
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    int32_t *buf = malloc(n * (size_t)max_len * sizeof(int32_t));
+    int32_t **ptrs = malloc(n * sizeof(*ptrs));
+    uint32_t *tl = malloc(n * sizeof(*tl));
+    int rc = -1;
+    if (buf == NULL || ptrs == NULL || tl == NULL) {
+        snprintf(err, err_size, "out of memory tokenising %zu texts", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        ptrs[i] = buf + i * (size_t)max_len;
+        int k = sg_wp_encode(m->wp, prefix, texts[i], lens[i], max_len, ptrs[i]);
+        if (k < 0) {
+            snprintf(err, err_size, "out of memory tokenising text %zu", i);
+            goto out;
+        }
+        tl[i] = (uint32_t)k;
+    }
+    rc = sg_e5_encode_ids(w, (const int32_t *const *)ptrs, tl, n, out, err, err_size);
+out:
+    free(buf);
+    free(ptrs);
+    free(tl);
+    return rc;
+}
+
+void sg_e5_get_embedding_weights(const sg_e5_model *m, sg_e5_embedding_weights *out)
+{
+    out->word = m->word;
+    out->position = m->pos;
+    out->token_type = m->type;
+    out->ln_gamma = m->ln_emb.g;
+    out->ln_beta = m->ln_emb.b;
+}
+
+int sg_e5_get_layer_weights(const sg_e5_model *m, int layer, sg_e5_layer_weights *out)
+{
+    if (layer < 0 || layer >= m->cfg.layers)
+        return -1;
+    const layer_t *L = &m->layers[layer];
+    *out = (sg_e5_layer_weights){L->q.w,       L->q.b,       L->k.w,     L->k.b,     L->v.w,   L->v.b,   L->o.w,      L->o.b,
+                                 L->ln_attn.g, L->ln_attn.b, L->inter.w, L->inter.b, L->out.w, L->out.b, L->ln_out.g, L->ln_out.b};
+    return 0;
+}

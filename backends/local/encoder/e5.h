@@ -1,0 +1,85 @@
+/*
+ * e5.h -- the e5 query encoder as a library (static, PIC: target `sg_e5`), shared by the local
+ * dense backend, the Qdrant backend and the tools. A BERT model read straight from a Hugging
+ * Face folder (config.json, vocab.txt, model.safetensors), uncased WordPiece tokenisation
+ * exactly as BertTokenizer, forward pass on OpenBLAS, mean pooling over the attention mask and
+ * L2 normalisation (protocols.md section 5).
+ *
+ * Thread-safety: a loaded model is read-only and may be shared by any number of threads; each
+ * thread encodes with its own workspace.
+ */
+#ifndef SG_E5_H
+#define SG_E5_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sg_e5_model sg_e5_model;
+typedef struct sg_e5_workspace sg_e5_workspace;
+
+/** Loads `dir`; on failure returns -1 with a message naming the file/tensor/key in `err`. */
+int sg_e5_load(const char *dir, sg_e5_model **out, char *err, size_t err_size);
+void sg_e5_free(sg_e5_model *m);
+/** Embedding dimension (hidden size from config.json). */
+int sg_e5_dim(const sg_e5_model *m);
+/** A short identity of the model files (for cache keys), e.g. size+mtime+hash of the header. */
+const char *sg_e5_identity(const sg_e5_model *m);
+
+/**
+ * Token ids of `prefix` + `text` (e.g. "query: "), with [CLS]/[SEP], truncated to `max_len`
+ * (special tokens included). Writes at most `max_len` ids; returns the count, or -1 on error.
+ */
+int sg_e5_tokenize(const sg_e5_model *m, const char *prefix, const char *text, size_t len, uint32_t max_len, int32_t *ids);
+
+sg_e5_workspace *sg_e5_workspace_new(const sg_e5_model *m);
+void sg_e5_workspace_free(sg_e5_workspace *w);
+
+/**
+ * Encodes `n` texts (each prefixed with `prefix`, tokenised with `max_len`, padded to the longest
+ * in the batch) into `out` (n * dim floats, L2-normalised). Returns 0, or -1 with `err` set.
+ */
+int sg_e5_encode(const sg_e5_model *m, sg_e5_workspace *w, const char *prefix, const char *const *texts, const size_t *lens,
+                 size_t n, uint32_t max_len, float *out, char *err, size_t err_size);
+
+/* ---- additions for the local backend, the tools and the CUDA encoder ---- */
+
+/** The architecture as read from config.json. */
+typedef struct sg_e5_config {
+    int hidden, layers, heads, intermediate, vocab, max_positions, type_vocab;
+    double ln_eps;
+} sg_e5_config;
+
+const sg_e5_config *sg_e5_get_config(const sg_e5_model *m);
+/** `max_len` capped to the model's max_position_embeddings. */
+uint32_t sg_e5_max_length(const sg_e5_model *m, uint32_t max_len);
+
+/**
+ * Float32 views of the weights (valid until sg_e5_free), for other forward implementations
+ * (the CUDA encoder). Linear weights are [out, in] row-major as torch stores them.
+ */
+typedef struct sg_e5_embedding_weights {
+    const float *word, *position, *token_type, *ln_gamma, *ln_beta;
+} sg_e5_embedding_weights;
+typedef struct sg_e5_layer_weights {
+    const float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *attn_out_w, *attn_out_b, *attn_ln_gamma, *attn_ln_beta;
+    const float *inter_w, *inter_b, *out_w, *out_b, *out_ln_gamma, *out_ln_beta;
+} sg_e5_layer_weights;
+void sg_e5_get_embedding_weights(const sg_e5_model *m, sg_e5_embedding_weights *out);
+/** Returns -1 when `layer` is out of range. */
+int sg_e5_get_layer_weights(const sg_e5_model *m, int layer, sg_e5_layer_weights *out);
+
+/**
+ * Encodes already tokenised sequences (`ids[i]` has `lens[i]` ids, [CLS]/[SEP] included, at most
+ * max_position_embeddings) into `out` (n * dim floats). Same maths as sg_e5_encode.
+ */
+int sg_e5_encode_ids(sg_e5_workspace *w, const int32_t *const *ids, const uint32_t *lens, size_t n, float *out, char *err,
+                     size_t err_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

