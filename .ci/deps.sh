@@ -5,10 +5,11 @@ set -eu
 what=${1:-run}
 pkgs="build-essential cmake pkg-config libh2o-evloop-dev libcurl4-openssl-dev libcjson-dev libhiredis-dev libssl-dev
       libfaiss-dev libopenblas-dev libutf8proc-dev libstemmer-dev zlib1g-dev dpkg-dev ca-certificates dict-gcide redis-server python3"
+test_pkgs="libcmocka-dev clang clang-format curl chromium nghttp2-client nghttp2-server openssl"
 case "$what" in
   run) ;;
-  test) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium nghttp2-client" ;;
-  bench) pkgs="$pkgs libcmocka-dev clang clang-format curl chromium wrk python3-numpy python3-torch python3-faiss python3-fastapi python3-stemmer
+  test) pkgs="$pkgs $test_pkgs" ;;
+  bench) pkgs="$pkgs $test_pkgs wrk python3-numpy python3-torch python3-faiss python3-fastapi python3-stemmer
                python3-uvicorn python3-uvloop python3-httptools" ;;
   *) echo "usage: $0 [run|test|bench]" >&2; exit 2 ;;
 esac

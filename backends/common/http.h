@@ -1,0 +1,233 @@
+/*
+ * http.h -- the outbound HTTP engine shared by the remote backends (serper, qdrant, upstream).
+ *
+ * One engine = one thread running a libcurl multi handle with curl_multi_poll(); other threads
+ * hand it transfers through a mutex-protected inbox and wake it with curl_multi_wakeup(), so a
+ * gateway loop thread never blocks on the network. The engine keeps connections alive (one
+ * connection cache per engine), speaks HTTP/1.1 over plain TCP and negotiates HTTP/2 by ALPN
+ * over TLS only (Debian's libcurl 7.88 breaks h2c: platform.md section 7), verifies TLS peers by
+ * default, caps the response size, and applies per-transfer connect and total timeouts bounded
+ * by the caller's deadline.
+ *
+ * It also owns the admission that protects a paid upstream key: at most `max_inflight`
+ * transfers at once and at most `qps` starts per second (token bucket with `burst`), with a
+ * bounded queue of transfers waiting for a slot; a queued transfer whose deadline passes fails
+ * with SG_HTTP_ETIMEDOUT without ever being sent.
+ *
+ * Completion callbacks run on the engine thread, one at a time, with no engine lock held: they
+ * may submit new transfers (retries) and cancel others. They must not block.
+ *
+ * The file also holds what the three plugins share around the engine: the common config keys
+ * (sg_http_conf_parse), a registry of running jobs so cancel() can find a job by its cb_data
+ * (sg_http_jobs_t), and small JSON/UTF-8 helpers for the reply parsers.
+ */
+#ifndef SG_BACKENDS_COMMON_HTTP_H
+#define SG_BACKENDS_COMMON_HTTP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "sg_backend.h"
+
+/* ---- engine ---- */
+
+typedef struct st_sg_http_t sg_http_t;
+
+/** Engine settings; sg_http_conf_parse() fills them from the common config keys. */
+typedef struct st_sg_http_conf_t {
+    uint32_t connect_timeout_ms; /* TCP + TLS handshake bound for new connections */
+    uint32_t timeout_ms;         /* default total bound of one transfer (a deadline may shorten it) */
+    size_t max_response_bytes;   /* larger bodies fail with SG_HTTP_ETOOBIG */
+    char *ca_file;               /* PEM bundle to verify TLS peers with; NULL = the system store */
+    int tls_verify;              /* verify the peer certificate and host name (default 1) */
+    char *proxy;                 /* proxy URL; NULL = none (proxy environment variables are ignored) */
+    int http2;                   /* offer HTTP/2 by ALPN on https:// URLs (never h2c) */
+    uint32_t max_inflight;       /* transfers running at once; 0 = unlimited */
+    double qps;                  /* transfer starts per second; 0 = unlimited */
+    double burst;                /* token bucket depth for qps (>= 1) */
+    uint32_t max_queue;          /* transfers waiting for an in-flight/qps slot before submit fails */
+    uint32_t max_connections;    /* per-host connection cap (CURLMOPT_MAX_HOST_CONNECTIONS); 0 = none */
+    uint64_t (*now_ms)(void);    /* the clock deadlines are expressed in (host->now_ms) */
+    const char *name;            /* for the thread name */
+} sg_http_conf_t;
+
+/** Outcome class of a transfer. SG_HTTP_OK means an HTTP response arrived (any status). */
+typedef enum sg_http_err {
+    SG_HTTP_OK = 0,
+    SG_HTTP_ECONNECT,  /* could not resolve or connect (refused, unreachable, connect timeout) */
+    SG_HTTP_ETIMEDOUT, /* the total timeout or the deadline passed */
+    SG_HTTP_ETOOBIG,   /* the response exceeded max_response_bytes */
+    SG_HTTP_ETLS,      /* TLS handshake or certificate verification failed */
+    SG_HTTP_EPROTO,    /* the connection broke mid-exchange, empty or malformed HTTP reply */
+    SG_HTTP_ECANCELED, /* sg_http_cancel() or engine shutdown */
+    SG_HTTP_EINTERNAL  /* anything else (out of memory, libcurl refused an option) */
+} sg_http_err;
+
+/** What a completion callback sees; valid only during the callback. */
+typedef struct st_sg_http_resp_t {
+    sg_http_err err;
+    long status;      /* HTTP status when err == SG_HTTP_OK, else 0 */
+    const char *body; /* NUL-terminated (the NUL is not counted); never NULL */
+    size_t body_len;
+    const char *content_type; /* "" when absent */
+    int32_t retry_after_s;    /* Retry-After in seconds; -1 when absent */
+    const char *message;      /* why it failed (libcurl's words), "" on SG_HTTP_OK */
+    uint32_t elapsed_ms;      /* from start to completion (0 when never started) */
+    int deadline;             /* SG_HTTP_ETIMEDOUT because the caller's deadline (not timeout_ms) ran out */
+} sg_http_resp_t;
+
+typedef void (*sg_http_cb)(void *ud, const sg_http_resp_t *resp);
+
+/** One transfer to submit. Strings are copied; `body` is taken over on success (freed with free()). */
+typedef struct st_sg_http_req_t {
+    const char *method; /* "GET" or "POST" */
+    const char *url;
+    const char *const *headers; /* NULL or NULL-terminated "Name: value" lines */
+    char *body;                 /* POST body (malloc'ed) or NULL */
+    size_t body_len;
+    uint64_t deadline_ms;   /* absolute, in conf.now_ms() time; 0 = none */
+    uint32_t timeout_ms;    /* 0 = conf.timeout_ms */
+    uint64_t not_before_ms; /* do not start before this time (retry backoff); 0 = at once */
+    uint64_t tag;           /* sg_http_cancel() cancels every transfer with this tag */
+    int bypass_limits;      /* not counted against max_inflight/qps/max_queue (health probes) */
+    sg_http_cb cb;
+    void *ud;
+} sg_http_req_t;
+
+/** Snapshot of the engine counters (monotonic totals and current gauges). */
+typedef struct st_sg_http_stats_t {
+    uint64_t started, completed, failed, canceled;
+    uint64_t qps_delayed; /* transfers that had to wait for a qps token */
+    uint64_t connections; /* new connections opened (the rest reused a kept-alive one) */
+    uint64_t bytes_in;
+    uint64_t err[8]; /* by sg_http_err */
+    uint64_t inflight, queued;
+} sg_http_stats_t;
+
+/** Calls curl_global_init() once per process image; main thread, before any engine starts. */
+void sg_http_global_init(void);
+
+/** Starts an engine thread. Main thread (create()). Returns NULL with `err` set on failure. */
+sg_http_t *sg_http_new(const sg_http_conf_t *conf, char *err, size_t err_size);
+
+/**
+ * Stops the engine: every queued or running transfer completes with SG_HTTP_ECANCELED (its
+ * callback runs on the engine thread before this returns), then the thread is joined and
+ * everything freed. Main thread (destroy()).
+ */
+void sg_http_free(sg_http_t *h);
+
+/**
+ * Submits `n` transfers, all or none: returns 0 when every one was accepted (each callback will
+ * run exactly once), or -1 without taking anything when the engine is stopping or the queue is
+ * full (`*why` then says which). Any thread, including a completion callback.
+ */
+int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why);
+
+/** Cancels every queued or running transfer carrying `tag` (asynchronously). Any thread. */
+void sg_http_cancel(sg_http_t *h, uint64_t tag);
+
+void sg_http_stats(sg_http_t *h, sg_http_stats_t *out);
+
+/**
+ * Emits the engine counters through host->metric() inside a plugin's stats(): names start with
+ * `prefix` (e.g. "serper"), followed by _http_started_total, _http_responses_total,
+ * _http_errors_total{kind=...}, _http_canceled_total, _http_connections_total,
+ * _http_bytes_in_total, _http_qps_delayed_total, _http_inflight and _http_queued.
+ */
+void sg_http_report(sg_http_t *h, const sg_host_api *host, void *sink, const char *prefix);
+
+/** The engine's current clock (conf.now_ms). */
+uint64_t sg_http_now_ms(const sg_http_t *h);
+
+/**
+ * A blocking transfer with the same settings, for create()-time checks only (never on a loop
+ * thread). Fills `resp` like a callback would see it; `*body_out` (malloc'ed) keeps the body.
+ */
+void sg_http_fetch_sync(const sg_http_conf_t *conf, const char *method, const char *url, const char *const *headers,
+                        const char *body, size_t body_len, sg_http_resp_t *resp, char **body_out, char *msg, size_t msg_size);
+
+/**
+ * Reads the common keys of every remote backend from `obj` into `conf` (defaults for absent
+ * keys): connect_timeout_ms, timeout_ms, max_response_bytes, ca_file, tls_verify, proxy, http2,
+ * max_inflight, qps, burst, max_queue, max_connections. `defaults` gives the per-plugin defaults.
+ */
+int sg_http_conf_parse(sg_cfg_t *c, const cJSON *obj, const char *base_dir, const sg_http_conf_t *defaults, sg_http_conf_t *conf);
+void sg_http_conf_free(sg_http_conf_t *conf);
+/** The names sg_http_conf_parse() reads, for the plugin's list of allowed keys. */
+extern const char *const sg_http_conf_keys[];
+
+/** "connection refused"-style name of an error class, for messages and metrics labels. */
+const char *sg_http_err_name(sg_http_err e);
+/** Maps a transport failure (err != SG_HTTP_OK) to the ABI status the gateway answers with. */
+sg_status sg_http_err_status(sg_http_err e);
+
+/* ---- registry of running jobs (cancel by cb_data) ---- */
+
+typedef struct st_sg_http_job_t {
+    struct st_sg_http_job_t *next, **pprev;
+    uint64_t tag; /* the engine tag of the job's transfers; never reused */
+    void *cb_data;
+    sg_done_fn done;
+    atomic_int canceled; /* cancel() was asked for */
+    atomic_int finished; /* done() was called */
+} sg_http_job_t;
+
+typedef struct st_sg_http_jobs_t {
+    pthread_mutex_t mu;
+    sg_http_job_t *head;
+    uint64_t next_tag;
+    size_t n;
+} sg_http_jobs_t;
+
+void sg_http_jobs_init(sg_http_jobs_t *r);
+void sg_http_jobs_dispose(sg_http_jobs_t *r);
+/** Registers `j` (assigns j->tag). Hold r->mu around this and the first submit (see qdrant.c). */
+void sg_http_jobs_add_locked(sg_http_jobs_t *r, sg_http_job_t *j, sg_done_fn done, void *cb_data);
+void sg_http_jobs_remove(sg_http_jobs_t *r, sg_http_job_t *j);
+/** Marks the job of `cb_data` canceled and cancels its transfers on `h`. Returns 1 when found. */
+int sg_http_jobs_cancel(sg_http_jobs_t *r, sg_http_t *h, void *cb_data);
+/** Calls done() unless it was already called; returns 1 when this call delivered the result. */
+int sg_http_job_finish(sg_http_job_t *j, const sg_result *res);
+/** Convenience: finishes with an error status and a formatted detail. */
+int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- small helpers for the reply parsers ---- */
+
+/** A growable byte buffer; aborts on out-of-memory. */
+typedef struct st_sg_hbuf_t {
+    char *base;
+    size_t len, cap;
+} sg_hbuf_t;
+
+void sg_hbuf_reserve(sg_hbuf_t *b, size_t extra);
+void sg_hbuf_append(sg_hbuf_t *b, const void *p, size_t n);
+void sg_hbuf_appends(sg_hbuf_t *b, const char *s);
+void sg_hbuf_appendf(sg_hbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Appends `s` as a JSON string literal (quotes included), replacing invalid UTF-8 with U+FFFD. */
+void sg_hbuf_append_json_string(sg_hbuf_t *b, const char *s, size_t n);
+void sg_hbuf_free(sg_hbuf_t *b);
+/**
+ * Appends the JSON text of `v` (compact). Strings go through sg_hbuf_append_json_string, so the
+ * output is valid UTF-8 even when the input was not; NaN and infinities become null.
+ */
+void sg_hbuf_append_json(sg_hbuf_t *b, const cJSON *v);
+
+/** Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not valid UTF-8. */
+size_t sg_utf8_seq_len(const unsigned char *s, size_t n);
+
+/**
+ * A short, printable excerpt of an upstream error body for a client-facing message: at most
+ * `max` bytes, control characters replaced by spaces, invalid UTF-8 dropped, and every
+ * occurrence of `secret` (when non-NULL and non-empty) replaced by "***".
+ */
+void sg_http_excerpt(const char *body, size_t len, const char *secret, char *out, size_t out_size, size_t max);
+
+/** Splits "http://host:port/prefix" style base URLs: returns a malloc'ed copy without trailing '/'. */
+char *sg_http_trim_url(const char *url);
+
+#endif

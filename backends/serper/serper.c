@@ -1,0 +1,609 @@
+/*
+ * serper.c -- the "serper" backend: Google results through serper.dev, formatted as slime's
+ * search_backend "google" does (protocols.md 8), so RL clients get the same observations as
+ * with their own google_search_server.py while the gateway adds caching, limits and metrics.
+ *
+ * One search() = one job; each query of it is one POST {base_url}/search with
+ * {"q","num","gl","hl"} and the X-API-KEY header, all submitted at once to this instance's HTTP
+ * engine (which caps in-flight requests and starts per second to protect the paid key). The
+ * engine thread runs the completions: a 200 is parsed (serper_parse.c); 429, 5xx, timeouts and
+ * connection failures are retried with exponential backoff while the retry budget and the
+ * deadline allow; the first final failure completes the whole job (and cancels its other
+ * queries), mapped so the gateway answers 503/502/504 and never a 4xx for a transient fault:
+ *   401/403 bad key -> SG_EUNAVAIL, 429 -> SG_EOVERLOAD (+Retry-After), 5xx/garbage/too big ->
+ *   SG_EUPSTREAM, timeout -> SG_ETIMEDOUT, refused/unreachable/TLS -> SG_EUNAVAIL.
+ */
+#include "sg_backend.h"
+#include "cfg.h"
+#include "http.h"
+#include "serper_parse.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct st_job_t job_t;
+
+typedef struct st_query_t {
+    job_t *job;
+    char *body; /* the request body, kept for retries */
+    size_t body_len;
+    uint32_t attempts;
+    int ok;
+    sg_serper_docs_t docs;
+} query_t;
+
+struct st_job_t {
+    sg_http_job_t base; /* first: the registry links jobs through it */
+    sg_backend *self;
+    uint64_t deadline_ms;
+    uint32_t topk;
+    size_t n, n_ok, outstanding;
+    char request_id[40];
+    query_t q[];
+};
+
+struct sg_backend {
+    const sg_host_api *host;
+    char *name;
+    char *endpoint; /* {base_url}/search */
+    char *key;      /* never logged, never in a message */
+    char *key_env;
+    char *gl, *hl;
+    char *params_json; /* extra body fields, "" or ",\"k\":v..." */
+    uint32_t retries, backoff_ms, backoff_max_ms, max_topk;
+    sg_http_conf_t conf;
+    sg_http_t *http;
+    sg_http_jobs_t jobs;
+    const char *headers[4];
+    char *key_header;
+    char identity[96];
+    /* health: the last final outcome */
+    pthread_mutex_t health_mu;
+    sg_status health;
+    char health_detail[256];
+    unsigned consecutive_failures;
+    /* counters */
+    atomic_uint_fast64_t searches, queries, retries_done, results_ok, fails[6];
+};
+
+static uint64_t jitter_state(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void set_health(sg_backend *self, sg_status st, int bad_key, const char *detail)
+{
+    pthread_mutex_lock(&self->health_mu);
+    if (st == SG_OK) {
+        self->consecutive_failures = 0;
+        self->health = SG_OK;
+        self->health_detail[0] = '\0';
+    } else if (st == SG_EUNAVAIL || st == SG_ETIMEDOUT || st == SG_EUPSTREAM) {
+        ++self->consecutive_failures;
+        /* a rejected key is unhealthy at once; transport trouble after a few failures in a row */
+        if (bad_key || self->consecutive_failures >= 3) {
+            self->health = st;
+            snprintf(self->health_detail, sizeof(self->health_detail), "%s", detail);
+        }
+    }
+    pthread_mutex_unlock(&self->health_mu);
+}
+
+static void job_free(job_t *j)
+{
+    for (size_t i = 0; i < j->n; ++i) {
+        free(j->q[i].body);
+        sg_serper_docs_free(&j->q[i].docs);
+    }
+    free(j);
+}
+
+/* A transfer of the job reported back for good; frees the job after the last one. Engine thread. */
+static void job_release(job_t *j)
+{
+    if (--j->outstanding != 0)
+        return;
+    sg_http_jobs_remove(&j->self->jobs, &j->base);
+    if (!atomic_load(&j->base.finished)) /* cannot happen: every path finishes first */
+        sg_http_job_fail(&j->base, SG_EINTERNAL, 0, "serper: a search ended without a result");
+    job_free(j);
+}
+
+enum { OUT_AUTH, OUT_RATE, OUT_UPSTREAM, OUT_TIMEOUT, OUT_UNAVAIL, OUT_CANCELED };
+
+/* Completes the job with a failure (first failure wins) and cancels its other queries. */
+static void job_fail(job_t *j, sg_status st, uint32_t retry_after, int outcome, const char *detail)
+{
+    sg_backend *self = j->self;
+    if (!sg_http_job_fail(&j->base, st, retry_after, "%s", detail))
+        return;
+    atomic_fetch_add(&self->fails[outcome], 1);
+    if (outcome != OUT_CANCELED)
+        set_health(self, st, outcome == OUT_AUTH, detail);
+    if (j->n > 1)
+        sg_http_cancel(self->http, j->base.tag); /* the job's other queries are moot now */
+}
+
+static void job_succeed(job_t *j)
+{
+    sg_backend *self = j->self;
+    size_t total = 0;
+    for (size_t i = 0; i < j->n; ++i)
+        total += j->q[i].docs.n;
+    sg_hits *per = calloc(j->n, sizeof(*per));
+    sg_hit *hits = calloc(total + 1, sizeof(*hits));
+    if (per == NULL || hits == NULL)
+        abort();
+    sg_hit *h = hits;
+    for (size_t i = 0; i < j->n; ++i) {
+        per[i].hits = h;
+        per[i].n_hits = j->q[i].docs.n;
+        for (size_t k = 0; k < j->q[i].docs.n; ++k, ++h) {
+            h->doc = j->q[i].docs.docs[k].json;
+            h->doc_len = j->q[i].docs.docs[k].len;
+            h->score = j->q[i].docs.docs[k].score;
+        }
+    }
+    sg_result res = {SG_OK, NULL, per, j->n, 0};
+    atomic_fetch_add(&self->results_ok, 1);
+    set_health(self, SG_OK, 0, "");
+    sg_http_job_finish(&j->base, &res);
+    free(hits);
+    free(per);
+}
+
+static void on_response(void *ud, const sg_http_resp_t *r);
+
+static int submit_attempt(query_t *q, uint64_t not_before)
+{
+    job_t *j = q->job;
+    sg_backend *self = j->self;
+    char *body = malloc(q->body_len + 1);
+    if (body == NULL)
+        abort();
+    memcpy(body, q->body, q->body_len + 1);
+    sg_http_req_t req = {.method = "POST",
+                         .url = self->endpoint,
+                         .headers = self->headers,
+                         .body = body,
+                         .body_len = q->body_len,
+                         .deadline_ms = j->deadline_ms,
+                         .not_before_ms = not_before,
+                         .tag = j->base.tag,
+                         .cb = on_response,
+                         .ud = q};
+    ++q->attempts;
+    if (sg_http_submit(self->http, &req, 1, NULL) != 0) {
+        free(body);
+        return -1;
+    }
+    return 0;
+}
+
+/* Decides whether a failed attempt is worth another try; returns the delay in ms or -1. */
+static long retry_delay(sg_backend *self, query_t *q, const sg_http_resp_t *r, uint64_t now)
+{
+    job_t *j = q->job;
+    if (q->attempts > self->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
+        return -1;
+    int transient = 0;
+    if (r->err == SG_HTTP_OK)
+        transient = r->status == 429 || r->status >= 500;
+    else
+        transient = r->err == SG_HTTP_ECONNECT || r->err == SG_HTTP_EPROTO || (r->err == SG_HTTP_ETIMEDOUT && !r->deadline);
+    if (!transient)
+        return -1;
+    uint64_t delay = self->backoff_ms;
+    for (uint32_t a = 1; a < q->attempts && delay < self->backoff_max_ms; ++a)
+        delay *= 2;
+    if (delay > self->backoff_max_ms)
+        delay = self->backoff_max_ms;
+    uint64_t seed = now ^ (uint64_t)(uintptr_t)q;
+    delay = delay / 2 + jitter_state(&seed) % (delay / 2 + 1); /* "equal jitter" */
+    if (r->err == SG_HTTP_OK && r->retry_after_s > 0 && (uint64_t)r->retry_after_s * 1000 > delay)
+        delay = (uint64_t)r->retry_after_s * 1000;
+    if (j->deadline_ms != 0 && now + delay + 1 >= j->deadline_ms)
+        return -1; /* no time left for another attempt */
+    return (long)delay;
+}
+
+static void on_response(void *ud, const sg_http_resp_t *r)
+{
+    query_t *q = ud;
+    job_t *j = q->job;
+    sg_backend *self = j->self;
+    uint64_t now = sg_http_now_ms(self->http);
+    char msg[512];
+    if (r->err == SG_HTTP_ECANCELED) {
+        job_fail(j, SG_ECANCELED, 0, OUT_CANCELED, r->message[0] != '\0' ? r->message : "canceled");
+        job_release(j);
+        return;
+    }
+    if (atomic_load(&j->base.finished)) { /* another query already failed the job */
+        job_release(j);
+        return;
+    }
+    if (r->err == SG_HTTP_OK && r->status == 200) {
+        char err[128];
+        if (sg_serper_parse_reply(r->body, r->body_len, j->topk, &q->docs, err, sizeof(err)) != 0) {
+            char excerpt[96];
+            sg_http_excerpt(r->body, r->body_len, self->key, excerpt, sizeof(excerpt), 80);
+            snprintf(msg, sizeof(msg), "serper.dev returned an unusable reply: %s (body starts: %s)", err, excerpt);
+            job_fail(j, SG_EUPSTREAM, 0, OUT_UPSTREAM, msg);
+        } else {
+            q->ok = 1;
+            if (++j->n_ok == j->n)
+                job_succeed(j);
+        }
+        job_release(j);
+        return;
+    }
+    long delay = retry_delay(self, q, r, now);
+    if (delay >= 0) {
+        int resubmitted = 0;
+        pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
+        if (!atomic_load(&j->base.canceled))
+            resubmitted = submit_attempt(q, now + (uint64_t)delay) == 0;
+        pthread_mutex_unlock(&self->jobs.mu);
+        if (resubmitted) {
+            atomic_fetch_add(&self->retries_done, 1);
+            return; /* the new attempt carries this transfer's share of `outstanding` */
+        }
+    }
+    /* final failure */
+    char what[300];
+    sg_status st;
+    int outcome;
+    uint32_t retry_after = 0;
+    const char *attempts = q->attempts > 1 ? " after retries" : "";
+    if (r->err != SG_HTTP_OK) {
+        st = sg_http_err_status(r->err);
+        outcome = st == SG_ETIMEDOUT ? OUT_TIMEOUT : st == SG_EUNAVAIL ? OUT_UNAVAIL : OUT_UPSTREAM;
+        if (r->err == SG_HTTP_ETIMEDOUT)
+            snprintf(msg, sizeof(msg), "serper.dev did not answer in time%s: %s", attempts, r->message);
+        else if (r->err == SG_HTTP_ECONNECT || r->err == SG_HTTP_ETLS)
+            snprintf(msg, sizeof(msg), "cannot reach serper.dev at %s%s: %s", self->endpoint, attempts, r->message);
+        else
+            snprintf(msg, sizeof(msg), "serper.dev request failed%s: %s", attempts, r->message);
+    } else {
+        sg_serper_error_message(r->body, r->body_len, self->key, what, sizeof(what));
+        if (r->status == 401 || r->status == 403) {
+            st = SG_EUNAVAIL;
+            outcome = OUT_AUTH;
+            snprintf(msg, sizeof(msg), "serper.dev rejected the API key from $%s (HTTP %ld): %s", self->key_env, r->status, what);
+        } else if (r->status == 429) {
+            st = SG_EOVERLOAD;
+            outcome = OUT_RATE;
+            retry_after = r->retry_after_s > 0 ? (uint32_t)r->retry_after_s : 1;
+            snprintf(msg, sizeof(msg), "serper.dev rate limit (HTTP 429)%s: %s", attempts, what);
+        } else if (r->status >= 500) {
+            st = SG_EUPSTREAM;
+            outcome = OUT_UPSTREAM;
+            snprintf(msg, sizeof(msg), "serper.dev failed (HTTP %ld)%s: %s", r->status, attempts, what);
+        } else {
+            st = SG_EUPSTREAM;
+            outcome = OUT_UPSTREAM;
+            snprintf(msg, sizeof(msg), "serper.dev refused the request (HTTP %ld): %s", r->status, what);
+        }
+    }
+    self->host->log(SG_LOG_WARN, self->name, "%s: %s", j->request_id, msg);
+    job_fail(j, st, retry_after, outcome, msg);
+    job_release(j);
+}
+
+static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
+{
+    if (s->topk > self->max_topk)
+        return SG_ETOOBIG;
+    job_t *j = calloc(1, sizeof(*j) + s->n_queries * sizeof(query_t));
+    if (j == NULL)
+        return SG_ENOMEM;
+    j->self = self;
+    j->deadline_ms = s->deadline_ms;
+    j->topk = s->topk;
+    j->n = s->n_queries;
+    snprintf(j->request_id, sizeof(j->request_id), "%s", s->request_id != NULL ? s->request_id : "-");
+    sg_http_req_t *reqs = calloc(j->n, sizeof(*reqs));
+    if (reqs == NULL)
+        abort();
+    sg_hbuf_t b = {0};
+    for (size_t i = 0; i < j->n; ++i) {
+        query_t *q = &j->q[i];
+        q->job = j;
+        b.len = 0;
+        sg_hbuf_appends(&b, "{\"q\":");
+        sg_hbuf_append_json_string(&b, s->queries[i].text, s->queries[i].len);
+        sg_hbuf_appendf(&b, ",\"num\":%u", s->topk);
+        if (self->gl[0] != '\0') {
+            sg_hbuf_appends(&b, ",\"gl\":");
+            sg_hbuf_append_json_string(&b, self->gl, strlen(self->gl));
+        }
+        if (self->hl[0] != '\0') {
+            sg_hbuf_appends(&b, ",\"hl\":");
+            sg_hbuf_append_json_string(&b, self->hl, strlen(self->hl));
+        }
+        sg_hbuf_appends(&b, self->params_json);
+        sg_hbuf_append(&b, "}", 1);
+        q->body = malloc(b.len + 1);
+        char *copy = malloc(b.len + 1);
+        if (q->body == NULL || copy == NULL)
+            abort();
+        memcpy(q->body, b.base, b.len + 1);
+        memcpy(copy, b.base, b.len + 1);
+        q->body_len = b.len;
+        q->attempts = 1;
+        reqs[i] = (sg_http_req_t){.method = "POST",
+                                  .url = self->endpoint,
+                                  .headers = self->headers,
+                                  .body = copy,
+                                  .body_len = b.len,
+                                  .deadline_ms = s->deadline_ms,
+                                  .cb = on_response,
+                                  .ud = q};
+    }
+    sg_hbuf_free(&b);
+    j->outstanding = j->n;
+    size_t n_queries = j->n;
+    const char *why = NULL;
+    pthread_mutex_lock(&self->jobs.mu);
+    sg_http_jobs_add_locked(&self->jobs, &j->base, done, cb_data);
+    for (size_t i = 0; i < j->n; ++i)
+        reqs[i].tag = j->base.tag;
+    int rc = sg_http_submit(self->http, reqs, j->n, &why);
+    pthread_mutex_unlock(&self->jobs.mu);
+    if (rc != 0) {
+        for (size_t i = 0; i < j->n; ++i)
+            free(reqs[i].body);
+        free(reqs);
+        sg_http_jobs_remove(&self->jobs, &j->base);
+        atomic_fetch_add(&self->fails[OUT_RATE], 1);
+        sg_http_job_fail(&j->base, SG_EOVERLOAD, 1, "serper: %s", why);
+        job_free(j);
+        return SG_OK;
+    }
+    free(reqs);
+    atomic_fetch_add(&self->searches, 1);
+    atomic_fetch_add(&self->queries, n_queries); /* j may be gone already */
+    return SG_OK;
+}
+
+static void sp_cancel(sg_backend *self, void *cb_data)
+{
+    sg_http_jobs_cancel(&self->jobs, self->http, cb_data);
+}
+
+static sg_status sp_health(sg_backend *self, char *detail, size_t n)
+{
+    pthread_mutex_lock(&self->health_mu);
+    sg_status st = self->health;
+    if (st != SG_OK)
+        snprintf(detail, n, "%s", self->health_detail);
+    pthread_mutex_unlock(&self->health_mu);
+    return st;
+}
+
+static void sp_stats(sg_backend *self, void *sink)
+{
+    const sg_host_api *h = self->host;
+    h->metric(sink, "serper_searches_total", "search() calls received by the serper backend.", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->searches));
+    h->metric(sink, "serper_queries_total", "Queries sent to serper.dev (first attempts).", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->queries));
+    h->metric(sink, "serper_retries_total", "Retried serper.dev requests (429, 5xx, timeouts, connection failures).",
+              SG_METRIC_COUNTER, NULL, (double)atomic_load(&self->retries_done));
+    static const char help[] = "Completed serper searches by outcome.";
+    h->metric(sink, "serper_results_total", help, SG_METRIC_COUNTER, "outcome=\"ok\"", (double)atomic_load(&self->results_ok));
+    static const char *const outcomes[] = {"outcome=\"bad_key\"", "outcome=\"rate_limited\"", "outcome=\"upstream_error\"",
+                                           "outcome=\"timeout\"", "outcome=\"unavailable\"",  "outcome=\"canceled\""};
+    for (size_t i = 0; i < 6; ++i)
+        h->metric(sink, "serper_results_total", help, SG_METRIC_COUNTER, outcomes[i], (double)atomic_load(&self->fails[i]));
+    sg_http_report(self->http, h, sink, "serper");
+}
+
+static const char *sp_identity(sg_backend *self)
+{
+    return self->identity;
+}
+
+static void sp_destroy(sg_backend *self)
+{
+    sg_http_free(self->http); /* completes every pending search with SG_ECANCELED */
+    sg_http_jobs_dispose(&self->jobs);
+    sg_http_conf_free(&self->conf);
+    pthread_mutex_destroy(&self->health_mu);
+    if (self->key != NULL)
+        memset(self->key, 0, strlen(self->key));
+    if (self->key_header != NULL)
+        memset(self->key_header, 0, strlen(self->key_header));
+    free(self->key);
+    free(self->key_header);
+    free(self->key_env);
+    free(self->endpoint);
+    free(self->gl);
+    free(self->hl);
+    free(self->params_json);
+    free(self->name);
+    free(self);
+}
+
+static int read_lang(sg_cfg_t *c, const cJSON *root, const char *key, const char *def, char **out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (v == NULL || cJSON_IsNull(v)) {
+        *out = strdup(def);
+    } else if (cJSON_IsString(v) && strlen(v->valuestring) < 32) {
+        *out = strdup(v->valuestring); /* "" = leave the field out of the request */
+    } else {
+        return sg_cfg_fail(c, key, v, "expected a short string (\"\" leaves it out of the request)");
+    }
+    if (*out == NULL)
+        abort();
+    return 0;
+}
+
+static uint64_t fnv(uint64_t h, const char *s)
+{
+    for (; s != NULL && *s != '\0'; ++s)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (h ^ 0xff) * 1099511628211ull;
+}
+
+static sg_status sp_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
+                           size_t config_len, sg_backend **out, char *err, size_t err_size)
+{
+    static const char *const own_keys[] = {"base_url",   "api_key_env",    "gl",           "hl",       "params", "retries",
+                                           "backoff_ms", "backoff_max_ms", "data_version", "max_topk", NULL};
+    const char *keys[64];
+    size_t nk = 0;
+    for (size_t i = 0; own_keys[i] != NULL; ++i)
+        keys[nk++] = own_keys[i];
+    for (size_t i = 0; sg_http_conf_keys[i] != NULL; ++i)
+        keys[nk++] = sg_http_conf_keys[i];
+    keys[nk] = NULL;
+    sg_cfg_t c = {"config", err, err_size};
+    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
+    sg_backend *self = calloc(1, sizeof(*self));
+    if (self == NULL) {
+        cJSON_Delete(root);
+        return SG_ENOMEM;
+    }
+    self->host = host;
+    self->name = strdup(instance);
+    pthread_mutex_init(&self->health_mu, NULL);
+    sg_http_jobs_init(&self->jobs);
+    char *base_url = NULL, *data_version = NULL;
+    int64_t v;
+    if (root == NULL) {
+        snprintf(err, err_size, "config: not valid JSON");
+        goto fail;
+    }
+    if (sg_cfg_check_keys(&c, root, keys) != 0)
+        goto fail;
+    if (sg_cfg_string(&c, root, "base_url", 0, "https://google.serper.dev", &base_url) != 0)
+        goto fail;
+    if (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0) {
+        sg_cfg_fail(&c, "base_url", cJSON_GetObjectItem(root, "base_url"), "expected an http:// or https:// URL");
+        goto fail;
+    }
+    char *trimmed = sg_http_trim_url(base_url);
+    size_t tl = strlen(trimmed);
+    self->endpoint = malloc(tl + sizeof("/search"));
+    if (self->endpoint == NULL)
+        abort();
+    memcpy(self->endpoint, trimmed, tl);
+    memcpy(self->endpoint + tl, "/search", sizeof("/search"));
+    free(trimmed);
+    if (sg_cfg_string(&c, root, "api_key_env", 1, NULL, &self->key_env) != 0 ||
+        sg_cfg_secret_env(&c, root, "api_key_env", 1, &self->key) != 0)
+        goto fail;
+    if (read_lang(&c, root, "gl", "us", &self->gl) != 0 || read_lang(&c, root, "hl", "en", &self->hl) != 0)
+        goto fail;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    sg_hbuf_t pj = {0};
+    sg_hbuf_append(&pj, "", 0);
+    if (params != NULL && !cJSON_IsNull(params)) {
+        if (!cJSON_IsObject(params)) {
+            sg_cfg_fail(&c, "params", params, "expected an object of extra request fields (e.g. {\"tbs\": \"qdr:y\"})");
+            sg_hbuf_free(&pj);
+            goto fail;
+        }
+        for (const cJSON *it = params->child; it != NULL; it = it->next) {
+            if (strcmp(it->string, "q") == 0 || strcmp(it->string, "num") == 0 || strcmp(it->string, "gl") == 0 ||
+                strcmp(it->string, "hl") == 0) {
+                sg_cfg_t cp = {"config.params", err, err_size};
+                sg_cfg_fail(&cp, it->string, it, "is set by the backend itself (use the gl/hl keys)");
+                sg_hbuf_free(&pj);
+                goto fail;
+            }
+            char *val = cJSON_PrintUnformatted(it);
+            sg_hbuf_append(&pj, ",", 1);
+            sg_hbuf_append_json_string(&pj, it->string, strlen(it->string));
+            sg_hbuf_append(&pj, ":", 1);
+            sg_hbuf_appends(&pj, val);
+            free(val);
+        }
+    }
+    self->params_json = pj.base;
+    if (sg_cfg_int(&c, root, "retries", 0, 10, 2, &v) != 0)
+        goto fail;
+    self->retries = (uint32_t)v;
+    if (sg_cfg_int(&c, root, "backoff_ms", 1, 60000, 200, &v) != 0)
+        goto fail;
+    self->backoff_ms = (uint32_t)v;
+    if (sg_cfg_int(&c, root, "backoff_max_ms", self->backoff_ms, 600000, self->backoff_ms > 5000 ? self->backoff_ms : 5000, &v) !=
+        0)
+        goto fail;
+    self->backoff_max_ms = (uint32_t)v;
+    if (sg_cfg_int(&c, root, "max_topk", 1, 1000, 100, &v) != 0)
+        goto fail;
+    self->max_topk = (uint32_t)v;
+    if (sg_cfg_string(&c, root, "data_version", 0, "", &data_version) != 0)
+        goto fail;
+    sg_http_conf_t defaults = {.connect_timeout_ms = 5000,
+                               .timeout_ms = 20000,
+                               .max_response_bytes = 4u << 20,
+                               .http2 = 1,
+                               .max_inflight = 16,
+                               .qps = 10,
+                               .max_queue = 10000,
+                               .max_connections = 0,
+                               .now_ms = host->now_ms,
+                               .name = "serper"};
+    if (sg_http_conf_parse(&c, root, base_dir, &defaults, &self->conf) != 0)
+        goto fail;
+    size_t kl = strlen(self->key) + sizeof("X-API-KEY: ");
+    self->key_header = malloc(kl);
+    if (self->key_header == NULL)
+        abort();
+    snprintf(self->key_header, kl, "X-API-KEY: %s", self->key);
+    self->headers[0] = self->key_header;
+    self->headers[1] = "Content-Type: application/json";
+    self->headers[2] = "Accept: application/json";
+    self->headers[3] = NULL;
+    uint64_t h = 1469598103934665603ull;
+    h = fnv(h, self->endpoint);
+    h = fnv(h, self->gl);
+    h = fnv(h, self->hl);
+    h = fnv(h, self->params_json);
+    h = fnv(h, data_version);
+    snprintf(self->identity, sizeof(self->identity), "serper:%016llx", (unsigned long long)h);
+    self->http = sg_http_new(&self->conf, err, err_size);
+    if (self->http == NULL)
+        goto fail;
+    host->log(SG_LOG_INFO, instance, "serper backend ready: %s, gl=%s hl=%s, qps %g (burst %g), max_inflight %u, retries %u",
+              self->endpoint, self->gl[0] ? self->gl : "(none)", self->hl[0] ? self->hl : "(none)", self->conf.qps,
+              self->conf.burst, self->conf.max_inflight, self->retries);
+    free(base_url);
+    free(data_version);
+    cJSON_Delete(root);
+    *out = self;
+    return SG_OK;
+fail:
+    free(base_url);
+    free(data_version);
+    cJSON_Delete(root);
+    sp_destroy(self);
+    return SG_EINVAL;
+}
+
+static const sg_backend_vtable vtable = {
+    SG_BACKEND_HEADER("serper", "1.0.0"),
+    .create = sp_create,
+    .destroy = sp_destroy,
+    .search = sp_search,
+    .cancel = sp_cancel,
+    .health = sp_health,
+    .stats = sp_stats,
+    .identity = sp_identity,
+    .access = NULL,
+};
+
+SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)
+{
+    return &vtable;
+}
