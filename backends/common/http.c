@@ -305,6 +305,71 @@ char *sg_http_trim_url(const char *url)
     return d;
 }
 
+void sg_http_error_excerpt(const cJSON *v, const char *body, size_t len, const char *secret, size_t max, char *out, size_t out_size)
+{
+    if (cJSON_IsString(v) && v->valuestring != NULL && v->valuestring[0] != '\0')
+        sg_http_excerpt(v->valuestring, strlen(v->valuestring), secret, out, out_size, max);
+    else
+        sg_http_excerpt(body, len, secret, out, out_size, max);
+    if (out_size > 0 && out[0] == '\0')
+        snprintf(out, out_size, "(empty body)");
+}
+
+/* ---- DOC lists ---- */
+
+size_t sg_http_docs_reserve(sg_http_docs_t *l, size_t items, size_t topk)
+{
+    size_t n = items < topk ? items : topk;
+    l->docs = calloc(n != 0 ? n : 1, sizeof(*l->docs));
+    if (l->docs == NULL)
+        abort();
+    l->n = 0;
+    return n;
+}
+
+void sg_http_docs_push(sg_http_docs_t *l, const sg_hbuf_t *b, double score)
+{
+    sg_http_doc_t *d = &l->docs[l->n++];
+    d->json = xmalloc(b->len + 1);
+    memcpy(d->json, b->base, b->len + 1);
+    d->len = b->len;
+    d->score = score;
+}
+
+void sg_http_docs_free(sg_http_docs_t *lists, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t k = 0; k < lists[i].n; ++k)
+            free(lists[i].docs[k].json);
+        free(lists[i].docs);
+        lists[i].docs = NULL;
+        lists[i].n = 0;
+    }
+}
+
+cJSON *sg_http_parse_result(const char *body, size_t len, size_t n, const char *what, const cJSON **result, char *err,
+                            size_t err_size)
+{
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (root == NULL) {
+        snprintf(err, err_size, "malformed JSON in the reply");
+        return NULL;
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "result");
+    if (!cJSON_IsObject(root) || !cJSON_IsArray(r)) {
+        snprintf(err, err_size, "the reply has no \"result\" array");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if ((size_t)cJSON_GetArraySize(r) != n) {
+        snprintf(err, err_size, "the reply has %d %s for %zu queries", cJSON_GetArraySize(r), what, n);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    *result = r;
+    return root;
+}
+
 const char *sg_http_err_name(sg_http_err e)
 {
     switch (e) {
@@ -1165,6 +1230,18 @@ int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why
     return 0;
 }
 
+int sg_http_submit_copy(sg_http_t *h, const sg_http_req_t *req)
+{
+    sg_http_req_t copy = *req;
+    copy.body = xmalloc(req->body_len + 1);
+    memcpy(copy.body, req->body, req->body_len + 1);
+    if (sg_http_submit(h, &copy, 1, NULL) != 0) {
+        free(copy.body);
+        return -1;
+    }
+    return 0;
+}
+
 void sg_http_cancel(sg_http_t *h, uint64_t tag)
 {
     pthread_mutex_lock(&h->mu);
@@ -1349,6 +1426,32 @@ int sg_http_job_finish(sg_http_job_t *j, const sg_result *res)
         return 0;
     j->done(j->cb_data, res);
     return 1;
+}
+
+int sg_http_job_finish_docs(sg_http_job_t *j, const sg_http_docs_t *lists, size_t n)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i)
+        total += lists[i].n;
+    sg_hits *per = calloc(n, sizeof(*per));
+    sg_hit *hits = calloc(total + 1, sizeof(*hits));
+    if (per == NULL || hits == NULL)
+        abort();
+    sg_hit *h = hits;
+    for (size_t i = 0; i < n; ++i) {
+        per[i].hits = h;
+        per[i].n_hits = lists[i].n;
+        for (size_t k = 0; k < lists[i].n; ++k, ++h) {
+            h->doc = lists[i].docs[k].json;
+            h->doc_len = lists[i].docs[k].len;
+            h->score = lists[i].docs[k].score;
+        }
+    }
+    sg_result res = {SG_OK, NULL, per, n, 0};
+    int delivered = sg_http_job_finish(j, &res);
+    free(hits);
+    free(per);
+    return delivered;
 }
 
 int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, const char *fmt, ...)

@@ -19,7 +19,9 @@
  *
  * The file also holds what the three plugins share around the engine: the common config keys
  * (sg_http_conf_parse), a registry of running jobs so cancel() can find a job by its cb_data
- * (sg_http_jobs_t), and small JSON/UTF-8 helpers for the reply parsers.
+ * (sg_http_jobs_t), and small JSON/UTF-8 helpers and the DOC lists of the reply parsers (the fuzz
+ * targets compile http.c alone with a parser, so what a parser calls lives here). The rest of
+ * the plugin scaffolding they share (health state, retry policy, config opening) is remote.h.
  */
 #ifndef SG_BACKENDS_COMMON_HTTP_H
 #define SG_BACKENDS_COMMON_HTTP_H
@@ -127,6 +129,12 @@ void sg_http_free(sg_http_t *h);
  */
 int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why);
 
+/**
+ * Submits one transfer with a malloc'ed copy of req->body (body_len bytes and the NUL that must
+ * follow them); the caller keeps req->body, e.g. for a retry. Returns 0 or -1 like sg_http_submit().
+ */
+int sg_http_submit_copy(sg_http_t *h, const sg_http_req_t *req);
+
 /** Cancels every queued or running transfer carrying `tag` (asynchronously). Any thread. */
 void sg_http_cancel(sg_http_t *h, uint64_t tag);
 
@@ -229,5 +237,53 @@ void sg_http_excerpt(const char *body, size_t len, const char *secret, char *out
 
 /** Splits "http://host:port/prefix" style base URLs: returns a malloc'ed copy without trailing '/'. */
 char *sg_http_trim_url(const char *url);
+
+/**
+ * The message of an upstream error reply for a client-facing error: an excerpt (at most `max`
+ * bytes, `secret` masked, see sg_http_excerpt) of `v` when it is a non-empty JSON string, else of
+ * the raw body; "(empty body)" when nothing printable is left.
+ */
+void sg_http_error_excerpt(const cJSON *v, const char *body, size_t len, const char *secret, size_t max, char *out,
+                           size_t out_size);
+
+/* ---- DOC lists: what the reply parsers produce, one list per query ---- */
+
+/** One DOC: a compact JSON object (valid UTF-8, NUL-terminated, malloc'ed), and its score. */
+typedef struct st_sg_http_doc_t {
+    char *json;
+    size_t len;
+    double score;
+} sg_http_doc_t;
+
+/** The DOCs of one query, best first. */
+typedef struct st_sg_http_docs_t {
+    sg_http_doc_t *docs;
+    size_t n;
+} sg_http_docs_t;
+
+/**
+ * Allocates room in the empty list `l` for min(`items`, `topk`) DOCs and returns that number;
+ * aborts on out-of-memory.
+ */
+size_t sg_http_docs_reserve(sg_http_docs_t *l, size_t items, size_t topk);
+/** Appends a copy of the JSON text in `b` with `score` to `l` (room must have been reserved). */
+void sg_http_docs_push(sg_http_docs_t *l, const sg_hbuf_t *b, double score);
+/** Frees the DOCs of `n` lists and leaves them empty (the array itself is the caller's). */
+void sg_http_docs_free(sg_http_docs_t *lists, size_t n);
+
+/**
+ * Finishes the job with SG_OK and the hits of `lists` (one list per query, `n` >= 1, in query
+ * order; the DOC bytes are only borrowed by done()). Returns what sg_http_job_finish() returns.
+ */
+int sg_http_job_finish_docs(sg_http_job_t *j, const sg_http_docs_t *lists, size_t n);
+
+/**
+ * Parses a reply that must be a JSON object whose "result" is an array of exactly `n` entries.
+ * Returns the parsed root (free with cJSON_Delete) and sets `*result`, or returns NULL with a
+ * reason in `err`: "malformed JSON in the reply", "the reply has no "result" array", or
+ * "the reply has <k> <what> for <n> queries".
+ */
+cJSON *sg_http_parse_result(const char *body, size_t len, size_t n, const char *what, const cJSON **result, char *err,
+                            size_t err_size);
 
 #endif

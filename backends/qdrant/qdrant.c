@@ -17,6 +17,7 @@
 #include "e5.h"
 #include "http.h"
 #include "qdrant_parse.h"
+#include "remote.h"
 
 #include <cJSON.h>
 #include <stdio.h>
@@ -62,32 +63,11 @@ struct sg_backend {
     int stopping;
     pthread_t *workers;
     size_t n_workers;
-    /* health */
-    pthread_mutex_t health_mu;
-    sg_status health;
-    char health_detail[256];
-    unsigned consecutive_failures;
+    sg_remote_health_t health;
     /* counters */
-    atomic_uint_fast64_t searches, queries, encoded, encode_batches, encode_us, retries_done, ok, failed, canceled;
+    atomic_uint_fast64_t searches, queries, encoded, encode_batches, encode_us, retries_done;
+    sg_remote_outcomes_t outcomes;
 };
-
-static void set_health(sg_backend *self, sg_status st, int at_once, const char *detail)
-{
-    pthread_mutex_lock(&self->health_mu);
-    if (st == SG_OK) {
-        self->consecutive_failures = 0;
-        self->health = SG_OK;
-        self->health_detail[0] = '\0';
-    } else if (++self->consecutive_failures >= 3 || at_once) {
-        self->health = st;
-        size_t n = strlen(detail);
-        if (n >= sizeof(self->health_detail))
-            n = sizeof(self->health_detail) - 1;
-        memcpy(self->health_detail, detail, n);
-        self->health_detail[n] = '\0';
-    }
-    pthread_mutex_unlock(&self->health_mu);
-}
 
 static void job_free(job_t *j)
 {
@@ -109,13 +89,7 @@ static void job_end(job_t *j)
 
 static void fail(job_t *j, sg_status st, uint32_t retry_after, const char *msg)
 {
-    sg_backend *self = j->self;
-    if (sg_http_job_fail(&j->base, st, retry_after, "%s", msg)) {
-        if (st == SG_ECANCELED)
-            atomic_fetch_add(&self->canceled, 1);
-        else
-            atomic_fetch_add(&self->failed, 1);
-    }
+    sg_remote_job_fail(&j->base, &j->self->outcomes, st, retry_after, msg);
 }
 
 static void on_response(void *ud, const sg_http_resp_t *r);
@@ -123,14 +97,10 @@ static void on_response(void *ud, const sg_http_resp_t *r);
 static int submit_attempt(job_t *j, uint64_t not_before)
 {
     sg_backend *self = j->self;
-    char *body = malloc(j->body_len + 1);
-    if (body == NULL)
-        abort();
-    memcpy(body, j->body, j->body_len + 1);
     sg_http_req_t req = {.method = "POST",
                          .url = self->query_url,
                          .headers = self->headers,
-                         .body = body,
+                         .body = j->body,
                          .body_len = j->body_len,
                          .deadline_ms = j->deadline_ms,
                          .not_before_ms = not_before,
@@ -138,37 +108,7 @@ static int submit_attempt(job_t *j, uint64_t not_before)
                          .cb = on_response,
                          .ud = j};
     ++j->attempts;
-    if (sg_http_submit(self->http, &req, 1, NULL) != 0) {
-        free(body);
-        return -1;
-    }
-    return 0;
-}
-
-static void finish_ok(job_t *j, sg_qd_list_t *lists)
-{
-    size_t total = 0;
-    for (size_t i = 0; i < j->n; ++i)
-        total += lists[i].n;
-    sg_hits *per = calloc(j->n, sizeof(*per));
-    sg_hit *hits = calloc(total + 1, sizeof(*hits));
-    if (per == NULL || hits == NULL)
-        abort();
-    sg_hit *h = hits;
-    for (size_t i = 0; i < j->n; ++i) {
-        per[i].hits = h;
-        per[i].n_hits = lists[i].n;
-        for (size_t k = 0; k < lists[i].n; ++k, ++h) {
-            h->doc = lists[i].docs[k].json;
-            h->doc_len = lists[i].docs[k].len;
-            h->score = lists[i].docs[k].score;
-        }
-    }
-    sg_result res = {SG_OK, NULL, per, j->n, 0};
-    if (sg_http_job_finish(&j->base, &res))
-        atomic_fetch_add(&j->self->ok, 1);
-    free(hits);
-    free(per);
+    return sg_http_submit_copy(self->http, &req);
 }
 
 static void on_response(void *ud, const sg_http_resp_t *r)
@@ -187,13 +127,13 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         if (lists == NULL)
             abort();
         if (sg_qdrant_parse_batch(r->body, r->body_len, j->n, j->topk, lists, what, sizeof(what)) == 0) {
-            set_health(self, SG_OK, 0, "");
-            finish_ok(j, lists);
+            sg_remote_health_note(&self->health, SG_OK, 0, "");
+            sg_remote_job_finish_docs(&j->base, &self->outcomes, lists, j->n);
         } else {
             char excerpt[96];
             sg_http_excerpt(r->body, r->body_len, self->key, excerpt, sizeof(excerpt), 80);
             snprintf(msg, sizeof(msg), "Qdrant returned an unusable reply: %s (body starts: %s)", what, excerpt);
-            set_health(self, SG_EUPSTREAM, 0, msg);
+            sg_remote_health_note(&self->health, SG_EUPSTREAM, 0, msg);
             fail(j, SG_EUPSTREAM, 0, msg);
         }
         sg_qdrant_lists_free(lists, j->n);
@@ -201,16 +141,9 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         job_end(j);
         return;
     }
-    int transient = r->err == SG_HTTP_OK
-                        ? (r->status == 429 || r->status >= 500)
-                        : (r->err == SG_HTTP_ECONNECT || r->err == SG_HTTP_EPROTO || (r->err == SG_HTTP_ETIMEDOUT && !r->deadline));
-    if (transient && j->attempts <= self->retries && !atomic_load(&j->base.canceled)) {
-        uint64_t delay = self->backoff_ms;
-        for (uint32_t a = 1; a < j->attempts && delay < 60000; ++a)
-            delay *= 2;
-        if (r->err == SG_HTTP_OK && r->retry_after_s > 0 && (uint64_t)r->retry_after_s * 1000 > delay)
-            delay = (uint64_t)r->retry_after_s * 1000;
-        if (j->deadline_ms == 0 || now + delay + 1 < j->deadline_ms) {
+    if (sg_remote_transient(r) && j->attempts <= self->retries && !atomic_load(&j->base.canceled)) {
+        uint64_t delay = sg_remote_retry_after_ms(r, sg_remote_backoff_ms(self->backoff_ms, j->attempts, 60000));
+        if (sg_remote_in_time(now, delay, j->deadline_ms)) {
             int ok = 0;
             pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
             if (!atomic_load(&j->base.canceled))
@@ -272,7 +205,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         }
     }
     self->host->log(SG_LOG_WARN, self->name, "%s: %s", j->request_id, msg);
-    set_health(self, st, at_once, msg);
+    sg_remote_health_note(&self->health, st, at_once, msg);
     fail(j, st, retry_after, msg);
     job_end(j);
 }
@@ -461,12 +394,7 @@ static void qd_cancel(sg_backend *self, void *cb_data)
 
 static sg_status qd_health(sg_backend *self, char *detail, size_t n)
 {
-    pthread_mutex_lock(&self->health_mu);
-    sg_status st = self->health;
-    if (st != SG_OK)
-        snprintf(detail, n, "%s", self->health_detail);
-    pthread_mutex_unlock(&self->health_mu);
-    return st;
+    return sg_remote_health_get(&self->health, detail, n);
 }
 
 static void qd_stats(sg_backend *self, void *sink)
@@ -488,10 +416,7 @@ static void qd_stats(sg_backend *self, void *sink)
     h->metric(sink, "qdrant_encoder_queue", "Calls waiting for an encoder thread.", SG_METRIC_GAUGE, NULL, queued);
     h->metric(sink, "qdrant_retries_total", "Qdrant requests retried.", SG_METRIC_COUNTER, NULL,
               (double)atomic_load(&self->retries_done));
-    static const char help[] = "Completed qdrant calls by outcome.";
-    h->metric(sink, "qdrant_results_total", help, SG_METRIC_COUNTER, "outcome=\"ok\"", (double)atomic_load(&self->ok));
-    h->metric(sink, "qdrant_results_total", help, SG_METRIC_COUNTER, "outcome=\"error\"", (double)atomic_load(&self->failed));
-    h->metric(sink, "qdrant_results_total", help, SG_METRIC_COUNTER, "outcome=\"canceled\"", (double)atomic_load(&self->canceled));
+    sg_remote_outcomes_report(&self->outcomes, h, sink, "qdrant_results_total", "Completed qdrant calls by outcome.");
     sg_http_report(self->http, h, sink, "qdrant");
 }
 
@@ -523,13 +448,9 @@ static void qd_destroy(sg_backend *self)
         sg_e5_free(self->model);
     pthread_mutex_destroy(&self->qmu);
     pthread_cond_destroy(&self->qcv);
-    pthread_mutex_destroy(&self->health_mu);
-    if (self->key != NULL)
-        memset(self->key, 0, strlen(self->key));
-    if (self->key_header != NULL)
-        memset(self->key_header, 0, strlen(self->key_header));
-    free(self->key);
-    free(self->key_header);
+    sg_remote_health_dispose(&self->health);
+    sg_remote_secret_free(self->key);
+    sg_remote_secret_free(self->key_header);
     free(self->key_env);
     free(self->base);
     free(self->collection);
@@ -539,25 +460,6 @@ static void qd_destroy(sg_backend *self)
     free(self->prefix);
     free(self->name);
     free(self);
-}
-
-static uint64_t fnv(uint64_t h, const char *s)
-{
-    for (; s != NULL && *s != '\0'; ++s)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (h ^ 0xff) * 1099511628211ull;
-}
-
-static char *concat3(const char *a, const char *b, const char *c)
-{
-    size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
-    char *d = malloc(na + nb + nc + 1);
-    if (d == NULL)
-        abort();
-    memcpy(d, a, na);
-    memcpy(d + na, b, nb);
-    memcpy(d + na + nb, c, nc + 1);
-    return d;
 }
 
 /* Percent-encodes a collection name for the URL path. */
@@ -641,39 +543,26 @@ static sg_status qd_create(const sg_host_api *host, const char *instance, const 
         "url",     "collection", "vector",          "api_key_env",     "model",     "prefix",      "max_length",
         "hnsw_ef", "exact",      "score_threshold", "encoder_threads", "max_batch", "max_pending", "check_collection",
         "retries", "backoff_ms", "max_topk",        "data_version",    NULL};
-    const char *keys[64];
-    size_t nk = 0;
-    for (size_t i = 0; own_keys[i] != NULL; ++i)
-        keys[nk++] = own_keys[i];
-    for (size_t i = 0; sg_http_conf_keys[i] != NULL; ++i)
-        keys[nk++] = sg_http_conf_keys[i];
-    keys[nk] = NULL;
-    sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
     sg_backend *self = calloc(1, sizeof(*self));
-    if (self == NULL) {
-        cJSON_Delete(root);
+    if (self == NULL)
         return SG_ENOMEM;
-    }
     self->host = host;
     self->name = strdup(instance);
     pthread_mutex_init(&self->qmu, NULL);
     pthread_cond_init(&self->qcv, NULL);
-    pthread_mutex_init(&self->health_mu, NULL);
+    sg_remote_health_init(&self->health);
     self->qtail = &self->qhead;
     sg_http_jobs_init(&self->jobs);
     char *url = NULL, *model_dir = NULL, *data_version = NULL, *escaped = NULL;
     int64_t v;
     int check = 1;
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
-        goto fail;
-    }
-    if (sg_cfg_check_keys(&c, root, keys) != 0)
+    sg_cfg_t c = {"config", err, err_size};
+    cJSON *root = sg_remote_conf_open(&c, config_json, config_len, own_keys);
+    if (root == NULL)
         goto fail;
     if (sg_cfg_string(&c, root, "url", 0, "http://127.0.0.1:6333", &url) != 0)
         goto fail;
-    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+    if (!sg_remote_url_ok(url)) {
         sg_cfg_fail(&c, "url", cJSON_GetObjectItem(root, "url"), "expected an http:// or https:// URL (the REST port, 6333)");
         goto fail;
     }
@@ -682,19 +571,15 @@ static sg_status qd_create(const sg_host_api *host, const char *instance, const 
         sg_cfg_string(&c, root, "vector", 0, NULL, &self->vector) != 0)
         goto fail;
     escaped = path_escape(self->collection);
-    char *coll = concat3(self->base, "/collections/", escaped);
+    char *coll = sg_remote_concat(self->base, "/collections/", escaped);
     self->info_url = coll;
-    self->query_url = concat3(coll, "/points/query/batch", "");
+    self->query_url = sg_remote_concat(coll, "/points/query/batch", "");
     if (sg_cfg_string(&c, root, "api_key_env", 0, NULL, &self->key_env) != 0 ||
         sg_cfg_secret_env(&c, root, "api_key_env", 0, &self->key) != 0)
         goto fail;
     size_t nh = 0;
     if (self->key != NULL) {
-        size_t kl = strlen(self->key) + sizeof("api-key: ");
-        self->key_header = malloc(kl);
-        if (self->key_header == NULL)
-            abort();
-        snprintf(self->key_header, kl, "api-key: %s", self->key);
+        self->key_header = sg_remote_header("api-key", self->key);
         self->headers[nh++] = self->key_header;
     }
     self->headers[nh++] = "Content-Type: application/json";
@@ -738,12 +623,8 @@ static sg_status qd_create(const sg_host_api *host, const char *instance, const 
     self->max_pending = (uint32_t)v;
     if (sg_cfg_bool(&c, root, "check_collection", 1, &check) != 0)
         goto fail;
-    if (sg_cfg_int(&c, root, "retries", 0, 10, 1, &v) != 0)
+    if (sg_remote_conf_retries(&c, root, 1, 100, &self->retries, &self->backoff_ms) != 0)
         goto fail;
-    self->retries = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "backoff_ms", 1, 60000, 100, &v) != 0)
-        goto fail;
-    self->backoff_ms = (uint32_t)v;
     if (sg_cfg_int(&c, root, "max_topk", 1, 100000, 1000, &v) != 0)
         goto fail;
     self->max_topk = (uint32_t)v;
@@ -769,16 +650,16 @@ static sg_status qd_create(const sg_host_api *host, const char *instance, const 
     self->dim = sg_e5_dim(self->model);
     if (check && check_collection(self, err, err_size) != 0)
         goto fail;
-    uint64_t h = 1469598103934665603ull;
-    h = fnv(h, self->query_url);
-    h = fnv(h, self->vector);
-    h = fnv(h, sg_e5_identity(self->model));
-    h = fnv(h, self->prefix);
+    uint64_t h = SG_REMOTE_FNV_INIT;
+    h = sg_remote_fnv(h, self->query_url);
+    h = sg_remote_fnv(h, self->vector);
+    h = sg_remote_fnv(h, sg_e5_identity(self->model));
+    h = sg_remote_fnv(h, self->prefix);
     char num[96];
     snprintf(num, sizeof(num), "%u/%d%u/%d%d/%d%.9g", self->max_length, self->params.has_hnsw_ef, self->params.hnsw_ef,
              self->params.has_exact, self->params.exact, self->params.has_score_threshold, self->params.score_threshold);
-    h = fnv(h, num);
-    h = fnv(h, data_version);
+    h = sg_remote_fnv(h, num);
+    h = sg_remote_fnv(h, data_version);
     snprintf(self->identity, sizeof(self->identity), "qdrant:%016llx", (unsigned long long)h);
     self->http = sg_http_new(&self->conf, err, err_size);
     if (self->http == NULL)

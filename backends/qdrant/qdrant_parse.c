@@ -61,7 +61,8 @@ static int point_id(const cJSON *id, char *out, size_t n)
     return -1;
 }
 
-static void emit_point(sg_hbuf_t *b, const cJSON *payload, const char *id, sg_qd_doc_t *d)
+/* Writes the DOC of a point into `b`. */
+static void emit_point(sg_hbuf_t *b, const cJSON *payload, const char *id)
 {
     b->len = 0;
     int has_id = 0, has_contents = 0, has_url = 0, first = 1;
@@ -99,33 +100,16 @@ static void emit_point(sg_hbuf_t *b, const cJSON *payload, const char *id, sg_qd
     if (!has_url)
         sg_hbuf_appends(b, first ? "\"url\":\"\"" : ",\"url\":\"\"");
     sg_hbuf_append(b, "}", 1);
-    d->json = malloc(b->len + 1);
-    if (d->json == NULL)
-        abort();
-    memcpy(d->json, b->base, b->len + 1);
-    d->len = b->len;
 }
 
 int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32_t topk, sg_qd_list_t *out, char *err,
                           size_t err_size)
 {
     memset(out, 0, n_queries * sizeof(*out));
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (root == NULL) {
-        snprintf(err, err_size, "malformed JSON in the reply");
+    const cJSON *result;
+    cJSON *root = sg_http_parse_result(body, len, n_queries, "results", &result, err, err_size);
+    if (root == NULL)
         return -1;
-    }
-    const cJSON *result = cJSON_GetObjectItemCaseSensitive(root, "result");
-    if (!cJSON_IsObject(root) || !cJSON_IsArray(result)) {
-        snprintf(err, err_size, "the reply has no \"result\" array");
-        cJSON_Delete(root);
-        return -1;
-    }
-    if ((size_t)cJSON_GetArraySize(result) != n_queries) {
-        snprintf(err, err_size, "the reply has %d results for %zu queries", cJSON_GetArraySize(result), n_queries);
-        cJSON_Delete(root);
-        return -1;
-    }
     sg_hbuf_t b = {0};
     int rc = 0;
     size_t qi = 0;
@@ -136,12 +120,7 @@ int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32
             rc = -1;
             break;
         }
-        size_t n = (size_t)cJSON_GetArraySize(points);
-        if (n > topk)
-            n = topk;
-        out[qi].docs = calloc(n != 0 ? n : 1, sizeof(sg_qd_doc_t));
-        if (out[qi].docs == NULL)
-            abort();
+        size_t n = sg_http_docs_reserve(&out[qi], (size_t)cJSON_GetArraySize(points), topk);
         size_t k = 0;
         for (const cJSON *p = points->child; p != NULL && k < n; p = p->next, ++k) {
             char id[80];
@@ -155,9 +134,8 @@ int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32
                 rc = -1;
                 break;
             }
-            sg_qd_doc_t *d = &out[qi].docs[out[qi].n++];
-            emit_point(&b, payload, id, d);
-            d->score = score->valuedouble;
+            emit_point(&b, payload, id);
+            sg_http_docs_push(&out[qi], &b, score->valuedouble);
         }
     }
     sg_hbuf_free(&b);
@@ -167,27 +145,15 @@ int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32
 
 void sg_qdrant_lists_free(sg_qd_list_t *lists, size_t n)
 {
-    for (size_t i = 0; i < n; ++i) {
-        for (size_t k = 0; k < lists[i].n; ++k)
-            free(lists[i].docs[k].json);
-        free(lists[i].docs);
-        lists[i].docs = NULL;
-        lists[i].n = 0;
-    }
+    sg_http_docs_free(lists, n);
 }
 
 void sg_qdrant_error_message(const char *body, size_t len, char *out, size_t out_size)
 {
     cJSON *root = cJSON_ParseWithLength(body, len);
     const cJSON *status = cJSON_GetObjectItemCaseSensitive(root, "status");
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(status, "error");
-    if (cJSON_IsString(e) && e->valuestring[0] != '\0')
-        sg_http_excerpt(e->valuestring, strlen(e->valuestring), NULL, out, out_size, 240);
-    else
-        sg_http_excerpt(body, len, NULL, out, out_size, 240);
+    sg_http_error_excerpt(cJSON_GetObjectItemCaseSensitive(status, "error"), body, len, NULL, 240, out, out_size);
     cJSON_Delete(root);
-    if (out_size > 0 && out[0] == '\0')
-        snprintf(out, out_size, "(empty body)");
 }
 
 int sg_qdrant_parse_collection(const char *body, size_t len, const char *vector_name, sg_qdrant_collection_t *out, char *err,

@@ -22,16 +22,10 @@ typedef struct st_sg_qdrant_params_t {
     const char *using_vector; /* named vector, or NULL for the default (unnamed) one */
 } sg_qdrant_params_t;
 
-typedef struct st_sg_qd_doc_t {
-    char *json; /* the DOC: the point's payload object plus "id"/"contents"/"url" when missing */
-    size_t len;
-    double score;
-} sg_qd_doc_t;
-
-typedef struct st_sg_qd_list_t {
-    sg_qd_doc_t *docs;
-    size_t n;
-} sg_qd_list_t;
+/** A point as a DOC: its payload object plus "id"/"contents"/"url" when missing, and its score. */
+typedef sg_http_doc_t sg_qd_doc_t;
+/** The DOCs of one query of a batch (http.h). */
+typedef sg_http_docs_t sg_qd_list_t;
 
 /**
  * Appends the body of POST /collections/{c}/points/query/batch for `n` vectors of `dim` floats:
@@ -50,6 +44,7 @@ void sg_qdrant_build_batch(sg_hbuf_t *b, const float *vecs, size_t n, int dim, u
  */
 int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32_t topk, sg_qd_list_t *out, char *err,
                           size_t err_size);
+/** Frees the DOCs of `n` lists (sg_http_docs_free). */
 void sg_qdrant_lists_free(sg_qd_list_t *lists, size_t n);
 
 /** Qdrant's error text: {"status":{"error":"..."}} or a plain-text body (401). Never fails. */

@@ -16,6 +16,7 @@
 #include "sg_backend.h"
 #include "cfg.h"
 #include "http.h"
+#include "remote.h"
 #include "serper_parse.h"
 
 #include <cJSON.h>
@@ -31,7 +32,6 @@ typedef struct st_query_t {
     size_t body_len;
     uint32_t attempts;
     int ok;
-    sg_serper_docs_t docs;
 } query_t;
 
 struct st_job_t {
@@ -41,6 +41,7 @@ struct st_job_t {
     uint32_t topk;
     size_t n, n_ok, outstanding;
     char request_id[40];
+    sg_serper_docs_t *docs; /* the parsed reply of each query, in query order */
     query_t q[];
 };
 
@@ -59,11 +60,7 @@ struct sg_backend {
     const char *headers[4];
     char *key_header;
     char identity[96];
-    /* health: the last final outcome */
-    pthread_mutex_t health_mu;
-    sg_status health;
-    char health_detail[256];
-    unsigned consecutive_failures;
+    sg_remote_health_t health; /* the last final outcome */
     /* counters */
     atomic_uint_fast64_t searches, queries, retries_done, results_ok, fails[6];
 };
@@ -78,28 +75,19 @@ static uint64_t jitter_state(uint64_t *s)
 
 static void set_health(sg_backend *self, sg_status st, int bad_key, const char *detail)
 {
-    pthread_mutex_lock(&self->health_mu);
-    if (st == SG_OK) {
-        self->consecutive_failures = 0;
-        self->health = SG_OK;
-        self->health_detail[0] = '\0';
-    } else if (st == SG_EUNAVAIL || st == SG_ETIMEDOUT || st == SG_EUPSTREAM) {
-        ++self->consecutive_failures;
-        /* a rejected key is unhealthy at once; transport trouble after a few failures in a row */
-        if (bad_key || self->consecutive_failures >= 3) {
-            self->health = st;
-            snprintf(self->health_detail, sizeof(self->health_detail), "%s", detail);
-        }
-    }
-    pthread_mutex_unlock(&self->health_mu);
+    /* a rejected key is unhealthy at once; transport trouble after a few failures in a row; other
+     * failures (a rate limit, an internal error) leave the health as it is */
+    if (st == SG_OK || st == SG_EUNAVAIL || st == SG_ETIMEDOUT || st == SG_EUPSTREAM)
+        sg_remote_health_note(&self->health, st, bad_key, detail);
 }
 
 static void job_free(job_t *j)
 {
-    for (size_t i = 0; i < j->n; ++i) {
+    for (size_t i = 0; i < j->n; ++i)
         free(j->q[i].body);
-        sg_serper_docs_free(&j->q[i].docs);
-    }
+    if (j->docs != NULL)
+        sg_http_docs_free(j->docs, j->n);
+    free(j->docs);
     free(j);
 }
 
@@ -120,11 +108,16 @@ enum { OUT_AUTH, OUT_RATE, OUT_UPSTREAM, OUT_TIMEOUT, OUT_UNAVAIL, OUT_CANCELED 
 static void job_fail(job_t *j, sg_status st, uint32_t retry_after, int outcome, const char *detail)
 {
     sg_backend *self = j->self;
-    if (!sg_http_job_fail(&j->base, st, retry_after, "%s", detail))
+    /* Jobs are finished on the engine thread only, so `finished` cannot change under us: record
+     * health and counters before done() runs, so a client that asks /health right after its
+     * answer already sees them. */
+    if (atomic_load(&j->base.finished))
         return;
     atomic_fetch_add(&self->fails[outcome], 1);
     if (outcome != OUT_CANCELED)
         set_health(self, st, outcome == OUT_AUTH, detail);
+    if (!sg_http_job_fail(&j->base, st, retry_after, "%s", detail))
+        return;
     if (j->n > 1)
         sg_http_cancel(self->http, j->base.tag); /* the job's other queries are moot now */
 }
@@ -132,29 +125,9 @@ static void job_fail(job_t *j, sg_status st, uint32_t retry_after, int outcome, 
 static void job_succeed(job_t *j)
 {
     sg_backend *self = j->self;
-    size_t total = 0;
-    for (size_t i = 0; i < j->n; ++i)
-        total += j->q[i].docs.n;
-    sg_hits *per = calloc(j->n, sizeof(*per));
-    sg_hit *hits = calloc(total + 1, sizeof(*hits));
-    if (per == NULL || hits == NULL)
-        abort();
-    sg_hit *h = hits;
-    for (size_t i = 0; i < j->n; ++i) {
-        per[i].hits = h;
-        per[i].n_hits = j->q[i].docs.n;
-        for (size_t k = 0; k < j->q[i].docs.n; ++k, ++h) {
-            h->doc = j->q[i].docs.docs[k].json;
-            h->doc_len = j->q[i].docs.docs[k].len;
-            h->score = j->q[i].docs.docs[k].score;
-        }
-    }
-    sg_result res = {SG_OK, NULL, per, j->n, 0};
     atomic_fetch_add(&self->results_ok, 1);
     set_health(self, SG_OK, 0, "");
-    sg_http_job_finish(&j->base, &res);
-    free(hits);
-    free(per);
+    sg_http_job_finish_docs(&j->base, j->docs, j->n);
 }
 
 static void on_response(void *ud, const sg_http_resp_t *r);
@@ -163,14 +136,10 @@ static int submit_attempt(query_t *q, uint64_t not_before)
 {
     job_t *j = q->job;
     sg_backend *self = j->self;
-    char *body = malloc(q->body_len + 1);
-    if (body == NULL)
-        abort();
-    memcpy(body, q->body, q->body_len + 1);
     sg_http_req_t req = {.method = "POST",
                          .url = self->endpoint,
                          .headers = self->headers,
-                         .body = body,
+                         .body = q->body,
                          .body_len = q->body_len,
                          .deadline_ms = j->deadline_ms,
                          .not_before_ms = not_before,
@@ -178,11 +147,7 @@ static int submit_attempt(query_t *q, uint64_t not_before)
                          .cb = on_response,
                          .ud = q};
     ++q->attempts;
-    if (sg_http_submit(self->http, &req, 1, NULL) != 0) {
-        free(body);
-        return -1;
-    }
-    return 0;
+    return sg_http_submit_copy(self->http, &req);
 }
 
 /* Decides whether a failed attempt is worth another try; returns the delay in ms or -1. */
@@ -191,23 +156,15 @@ static long retry_delay(sg_backend *self, query_t *q, const sg_http_resp_t *r, u
     job_t *j = q->job;
     if (q->attempts > self->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
         return -1;
-    int transient = 0;
-    if (r->err == SG_HTTP_OK)
-        transient = r->status == 429 || r->status >= 500;
-    else
-        transient = r->err == SG_HTTP_ECONNECT || r->err == SG_HTTP_EPROTO || (r->err == SG_HTTP_ETIMEDOUT && !r->deadline);
-    if (!transient)
+    if (!sg_remote_transient(r))
         return -1;
-    uint64_t delay = self->backoff_ms;
-    for (uint32_t a = 1; a < q->attempts && delay < self->backoff_max_ms; ++a)
-        delay *= 2;
+    uint64_t delay = sg_remote_backoff_ms(self->backoff_ms, q->attempts, self->backoff_max_ms);
     if (delay > self->backoff_max_ms)
         delay = self->backoff_max_ms;
     uint64_t seed = now ^ (uint64_t)(uintptr_t)q;
     delay = delay / 2 + jitter_state(&seed) % (delay / 2 + 1); /* "equal jitter" */
-    if (r->err == SG_HTTP_OK && r->retry_after_s > 0 && (uint64_t)r->retry_after_s * 1000 > delay)
-        delay = (uint64_t)r->retry_after_s * 1000;
-    if (j->deadline_ms != 0 && now + delay + 1 >= j->deadline_ms)
+    delay = sg_remote_retry_after_ms(r, delay);
+    if (!sg_remote_in_time(now, delay, j->deadline_ms))
         return -1; /* no time left for another attempt */
     return (long)delay;
 }
@@ -230,7 +187,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
     }
     if (r->err == SG_HTTP_OK && r->status == 200) {
         char err[128];
-        if (sg_serper_parse_reply(r->body, r->body_len, j->topk, &q->docs, err, sizeof(err)) != 0) {
+        if (sg_serper_parse_reply(r->body, r->body_len, j->topk, &j->docs[q - j->q], err, sizeof(err)) != 0) {
             char excerpt[96];
             sg_http_excerpt(r->body, r->body_len, self->key, excerpt, sizeof(excerpt), 80);
             snprintf(msg, sizeof(msg), "serper.dev returned an unusable reply: %s (body starts: %s)", err, excerpt);
@@ -309,7 +266,8 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
     j->n = s->n_queries;
     snprintf(j->request_id, sizeof(j->request_id), "%s", s->request_id != NULL ? s->request_id : "-");
     sg_http_req_t *reqs = calloc(j->n, sizeof(*reqs));
-    if (reqs == NULL)
+    j->docs = calloc(j->n, sizeof(*j->docs));
+    if (reqs == NULL || j->docs == NULL)
         abort();
     sg_hbuf_t b = {0};
     for (size_t i = 0; i < j->n; ++i) {
@@ -379,12 +337,7 @@ static void sp_cancel(sg_backend *self, void *cb_data)
 
 static sg_status sp_health(sg_backend *self, char *detail, size_t n)
 {
-    pthread_mutex_lock(&self->health_mu);
-    sg_status st = self->health;
-    if (st != SG_OK)
-        snprintf(detail, n, "%s", self->health_detail);
-    pthread_mutex_unlock(&self->health_mu);
-    return st;
+    return sg_remote_health_get(&self->health, detail, n);
 }
 
 static void sp_stats(sg_backend *self, void *sink)
@@ -415,13 +368,9 @@ static void sp_destroy(sg_backend *self)
     sg_http_free(self->http); /* completes every pending search with SG_ECANCELED */
     sg_http_jobs_dispose(&self->jobs);
     sg_http_conf_free(&self->conf);
-    pthread_mutex_destroy(&self->health_mu);
-    if (self->key != NULL)
-        memset(self->key, 0, strlen(self->key));
-    if (self->key_header != NULL)
-        memset(self->key_header, 0, strlen(self->key_header));
-    free(self->key);
-    free(self->key_header);
+    sg_remote_health_dispose(&self->health);
+    sg_remote_secret_free(self->key);
+    sg_remote_secret_free(self->key_header);
     free(self->key_env);
     free(self->endpoint);
     free(self->gl);
@@ -446,57 +395,32 @@ static int read_lang(sg_cfg_t *c, const cJSON *root, const char *key, const char
     return 0;
 }
 
-static uint64_t fnv(uint64_t h, const char *s)
-{
-    for (; s != NULL && *s != '\0'; ++s)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (h ^ 0xff) * 1099511628211ull;
-}
-
 static sg_status sp_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
     static const char *const own_keys[] = {"base_url",   "api_key_env",    "gl",           "hl",       "params", "retries",
                                            "backoff_ms", "backoff_max_ms", "data_version", "max_topk", NULL};
-    const char *keys[64];
-    size_t nk = 0;
-    for (size_t i = 0; own_keys[i] != NULL; ++i)
-        keys[nk++] = own_keys[i];
-    for (size_t i = 0; sg_http_conf_keys[i] != NULL; ++i)
-        keys[nk++] = sg_http_conf_keys[i];
-    keys[nk] = NULL;
-    sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
     sg_backend *self = calloc(1, sizeof(*self));
-    if (self == NULL) {
-        cJSON_Delete(root);
+    if (self == NULL)
         return SG_ENOMEM;
-    }
     self->host = host;
     self->name = strdup(instance);
-    pthread_mutex_init(&self->health_mu, NULL);
+    sg_remote_health_init(&self->health);
     sg_http_jobs_init(&self->jobs);
     char *base_url = NULL, *data_version = NULL;
     int64_t v;
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
-        goto fail;
-    }
-    if (sg_cfg_check_keys(&c, root, keys) != 0)
+    sg_cfg_t c = {"config", err, err_size};
+    cJSON *root = sg_remote_conf_open(&c, config_json, config_len, own_keys);
+    if (root == NULL)
         goto fail;
     if (sg_cfg_string(&c, root, "base_url", 0, "https://google.serper.dev", &base_url) != 0)
         goto fail;
-    if (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0) {
+    if (!sg_remote_url_ok(base_url)) {
         sg_cfg_fail(&c, "base_url", cJSON_GetObjectItem(root, "base_url"), "expected an http:// or https:// URL");
         goto fail;
     }
     char *trimmed = sg_http_trim_url(base_url);
-    size_t tl = strlen(trimmed);
-    self->endpoint = malloc(tl + sizeof("/search"));
-    if (self->endpoint == NULL)
-        abort();
-    memcpy(self->endpoint, trimmed, tl);
-    memcpy(self->endpoint + tl, "/search", sizeof("/search"));
+    self->endpoint = sg_remote_concat(trimmed, "/search", "");
     free(trimmed);
     if (sg_cfg_string(&c, root, "api_key_env", 1, NULL, &self->key_env) != 0 ||
         sg_cfg_secret_env(&c, root, "api_key_env", 1, &self->key) != 0)
@@ -529,12 +453,8 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
         }
     }
     self->params_json = pj.base;
-    if (sg_cfg_int(&c, root, "retries", 0, 10, 2, &v) != 0)
+    if (sg_remote_conf_retries(&c, root, 2, 200, &self->retries, &self->backoff_ms) != 0)
         goto fail;
-    self->retries = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "backoff_ms", 1, 60000, 200, &v) != 0)
-        goto fail;
-    self->backoff_ms = (uint32_t)v;
     if (sg_cfg_int(&c, root, "backoff_max_ms", self->backoff_ms, 600000, self->backoff_ms > 5000 ? self->backoff_ms : 5000, &v) !=
         0)
         goto fail;
@@ -556,21 +476,17 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
                                .name = "serper"};
     if (sg_http_conf_parse(&c, root, base_dir, &defaults, &self->conf) != 0)
         goto fail;
-    size_t kl = strlen(self->key) + sizeof("X-API-KEY: ");
-    self->key_header = malloc(kl);
-    if (self->key_header == NULL)
-        abort();
-    snprintf(self->key_header, kl, "X-API-KEY: %s", self->key);
+    self->key_header = sg_remote_header("X-API-KEY", self->key);
     self->headers[0] = self->key_header;
     self->headers[1] = "Content-Type: application/json";
     self->headers[2] = "Accept: application/json";
     self->headers[3] = NULL;
-    uint64_t h = 1469598103934665603ull;
-    h = fnv(h, self->endpoint);
-    h = fnv(h, self->gl);
-    h = fnv(h, self->hl);
-    h = fnv(h, self->params_json);
-    h = fnv(h, data_version);
+    uint64_t h = SG_REMOTE_FNV_INIT;
+    h = sg_remote_fnv(h, self->endpoint);
+    h = sg_remote_fnv(h, self->gl);
+    h = sg_remote_fnv(h, self->hl);
+    h = sg_remote_fnv(h, self->params_json);
+    h = sg_remote_fnv(h, data_version);
     snprintf(self->identity, sizeof(self->identity), "serper:%016llx", (unsigned long long)h);
     self->http = sg_http_new(&self->conf, err, err_size);
     if (self->http == NULL)

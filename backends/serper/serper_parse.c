@@ -114,11 +114,7 @@ size_t sg_serper_context(const char *snippet, size_t len, sg_hbuf_t *out)
 
 void sg_serper_docs_free(sg_serper_docs_t *d)
 {
-    for (size_t i = 0; i < d->n; ++i)
-        free(d->docs[i].json);
-    free(d->docs);
-    d->docs = NULL;
-    d->n = 0;
+    sg_http_docs_free(d, 1);
 }
 
 static const char *str_item(const cJSON *obj, const char *key, size_t *len)
@@ -152,11 +148,7 @@ int sg_serper_parse_reply(const char *body, size_t len, uint32_t topk, sg_serper
         cJSON_Delete(root);
         return -1;
     }
-    size_t n_items = (size_t)cJSON_GetArraySize(organic);
-    size_t cap = n_items < topk ? n_items : topk;
-    out->docs = calloc(cap != 0 ? cap : 1, sizeof(*out->docs));
-    if (out->docs == NULL)
-        abort();
+    size_t cap = sg_http_docs_reserve(out, (size_t)cJSON_GetArraySize(organic), topk);
     sg_hbuf_t ctx = {0}, doc = {0}, contents = {0};
     for (const cJSON *it = organic->child; it != NULL && out->n < cap; it = it->next) {
         if (!cJSON_IsObject(it))
@@ -193,13 +185,7 @@ int sg_serper_parse_reply(const char *body, size_t len, uint32_t topk, sg_serper
         sg_hbuf_appends(&doc, ",\"url\":");
         sg_hbuf_append_json_string(&doc, link, llen);
         sg_hbuf_append(&doc, "}", 1);
-        sg_serper_doc_t *d = &out->docs[out->n++];
-        d->json = malloc(doc.len + 1);
-        if (d->json == NULL)
-            abort();
-        memcpy(d->json, doc.base, doc.len + 1);
-        d->len = doc.len;
-        d->score = 1.0 / (double)rank;
+        sg_http_docs_push(out, &doc, 1.0 / (double)rank);
     }
     sg_hbuf_free(&ctx);
     sg_hbuf_free(&doc);
@@ -211,12 +197,6 @@ int sg_serper_parse_reply(const char *body, size_t len, uint32_t topk, sg_serper
 void sg_serper_error_message(const char *body, size_t len, const char *secret, char *out, size_t out_size)
 {
     cJSON *root = cJSON_ParseWithLength(body, len);
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "message");
-    if (cJSON_IsString(m) && m->valuestring != NULL && m->valuestring[0] != '\0')
-        sg_http_excerpt(m->valuestring, strlen(m->valuestring), secret, out, out_size, 200);
-    else
-        sg_http_excerpt(body, len, secret, out, out_size, 200);
+    sg_http_error_excerpt(cJSON_GetObjectItemCaseSensitive(root, "message"), body, len, secret, 200, out, out_size);
     cJSON_Delete(root);
-    if (out_size > 0 && out[0] == '\0')
-        snprintf(out, out_size, "(empty body)");
 }

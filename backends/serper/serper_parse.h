@@ -12,16 +12,9 @@
 #include "http.h"
 
 /** One formatted DOC: a JSON object {"id","contents","url"} (valid UTF-8), and its score. */
-typedef struct st_sg_serper_doc_t {
-    char *json;
-    size_t len;
-    double score;
-} sg_serper_doc_t;
-
-typedef struct st_sg_serper_docs_t {
-    sg_serper_doc_t *docs;
-    size_t n;
-} sg_serper_docs_t;
+typedef sg_http_doc_t sg_serper_doc_t;
+/** The DOCs of one query (http.h). */
+typedef sg_http_docs_t sg_serper_docs_t;
 
 /**
  * Parses the body of a 200 reply. Each item of "organic" (in order) becomes a DOC:
@@ -36,6 +29,7 @@ typedef struct st_sg_serper_docs_t {
  * not an array. `out` must be freed with sg_serper_docs_free() in both cases.
  */
 int sg_serper_parse_reply(const char *body, size_t len, uint32_t topk, sg_serper_docs_t *out, char *err, size_t err_size);
+/** Frees the DOCs of `d` (sg_http_docs_free). */
 void sg_serper_docs_free(sg_serper_docs_t *d);
 
 /**

@@ -14,6 +14,7 @@
 #include "sg_backend.h"
 #include "cfg.h"
 #include "http.h"
+#include "remote.h"
 #include "upstream_parse.h"
 
 #include <cJSON.h>
@@ -60,7 +61,8 @@ struct sg_backend {
     char identity[64];
     pthread_mutex_t err_mu;
     char last_error[256];
-    atomic_uint_fast64_t searches, queries, retries_done, ok, failed, canceled;
+    atomic_uint_fast64_t searches, queries, retries_done;
+    sg_remote_outcomes_t outcomes;
 };
 
 static const char *const json_headers[] = {"Content-Type: application/json", "Accept: application/json", NULL};
@@ -128,14 +130,10 @@ static void on_response(void *ud, const sg_http_resp_t *r);
 static int submit_attempt(job_t *j, server_t *s, uint64_t not_before)
 {
     sg_backend *self = j->self;
-    char *body = malloc(j->body_len + 1);
-    if (body == NULL)
-        abort();
-    memcpy(body, j->body, j->body_len + 1);
     sg_http_req_t req = {.method = "POST",
                          .url = j->is_access ? s->access_url : s->url,
                          .headers = json_headers,
-                         .body = body,
+                         .body = j->body,
                          .body_len = j->body_len,
                          .deadline_ms = j->deadline_ms,
                          .not_before_ms = not_before,
@@ -147,45 +145,11 @@ static int submit_attempt(job_t *j, server_t *s, uint64_t not_before)
     ++j->attempts;
     atomic_fetch_add(&s->inflight, 1);
     atomic_fetch_add(&s->requests, 1);
-    if (sg_http_submit(self->http, &req, 1, NULL) != 0) {
+    if (sg_http_submit_copy(self->http, &req) != 0) {
         atomic_fetch_sub(&s->inflight, 1);
-        free(body);
         return -1;
     }
     return 0;
-}
-
-static void finish_ok(job_t *j, sg_up_list_t *lists)
-{
-    size_t total = 0;
-    for (size_t i = 0; i < j->n; ++i)
-        total += lists[i].n;
-    sg_hits *per = calloc(j->n, sizeof(*per));
-    sg_hit *hits = calloc(total + 1, sizeof(*hits));
-    if (per == NULL || hits == NULL)
-        abort();
-    sg_hit *h = hits;
-    for (size_t i = 0; i < j->n; ++i) {
-        per[i].hits = h;
-        per[i].n_hits = lists[i].n;
-        for (size_t k = 0; k < lists[i].n; ++k, ++h) {
-            h->doc = lists[i].docs[k].json;
-            h->doc_len = lists[i].docs[k].len;
-            h->score = lists[i].docs[k].score;
-        }
-    }
-    sg_result res = {SG_OK, NULL, per, j->n, 0};
-    if (sg_http_job_finish(&j->base, &res))
-        atomic_fetch_add(&j->self->ok, 1);
-    free(hits);
-    free(per);
-}
-
-static int transient(const sg_http_resp_t *r)
-{
-    if (r->err == SG_HTTP_OK)
-        return r->status == 429 || r->status >= 500;
-    return r->err == SG_HTTP_ECONNECT || r->err == SG_HTTP_EPROTO || (r->err == SG_HTTP_ETIMEDOUT && !r->deadline);
 }
 
 static void on_response(void *ud, const sg_http_resp_t *r)
@@ -197,8 +161,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
     atomic_fetch_sub(&s->inflight, 1);
     char msg[600], err[160];
     if (r->err == SG_HTTP_ECANCELED) {
-        if (sg_http_job_fail(&j->base, SG_ECANCELED, 0, "%s", r->message))
-            atomic_fetch_add(&self->canceled, 1);
+        sg_remote_job_fail(&j->base, &self->outcomes, SG_ECANCELED, 0, r->message);
         goto out;
     }
     if (r->err == SG_HTTP_OK)
@@ -213,32 +176,26 @@ static void on_response(void *ud, const sg_http_resp_t *r)
                      ? sg_upstream_parse_access(r->body, r->body_len, j->n, lists, err, sizeof(err))
                      : sg_upstream_parse_reply(r->body, r->body_len, j->n, j->topk, self->add_url, lists, err, sizeof(err));
         if (rc == 0) {
-            finish_ok(j, lists);
+            sg_remote_job_finish_docs(&j->base, &self->outcomes, lists, j->n);
         } else {
             char excerpt[96];
             sg_http_excerpt(r->body, r->body_len, NULL, excerpt, sizeof(excerpt), 80);
             snprintf(msg, sizeof(msg), "upstream %s returned an unusable reply: %s (body starts: %s)", s->base, err, excerpt);
             atomic_fetch_add(&s->failures, 1);
             note_error(self, msg);
-            if (sg_http_job_fail(&j->base, SG_EUPSTREAM, 0, "%s", msg))
-                atomic_fetch_add(&self->failed, 1);
+            sg_remote_job_fail(&j->base, &self->outcomes, SG_EUPSTREAM, 0, msg);
         }
         sg_upstream_lists_free(lists, j->n);
         free(lists);
         goto out;
     }
     atomic_fetch_add(&s->failures, 1);
-    if (transient(r) && j->attempts <= self->retries && !atomic_load(&j->base.canceled)) {
+    if (sg_remote_transient(r) && j->attempts <= self->retries && !atomic_load(&j->base.canceled)) {
         server_t *next = pick(self, j->tried, now);
         uint64_t delay = 0;
-        if (next == s) { /* nowhere else to go: back off before asking the same server again */
-            delay = self->backoff_ms;
-            for (uint32_t a = 1; a < j->attempts && delay < 60000; ++a)
-                delay *= 2;
-        }
-        if (r->err == SG_HTTP_OK && r->retry_after_s > 0 && next == s && (uint64_t)r->retry_after_s * 1000 > delay)
-            delay = (uint64_t)r->retry_after_s * 1000;
-        if (j->deadline_ms == 0 || now + delay + 1 < j->deadline_ms) {
+        if (next == s) /* nowhere else to go: back off before asking the same server again */
+            delay = sg_remote_retry_after_ms(r, sg_remote_backoff_ms(self->backoff_ms, j->attempts, 60000));
+        if (sg_remote_in_time(now, delay, j->deadline_ms)) {
             int ok = 0;
             pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
             if (!atomic_load(&j->base.canceled))
@@ -276,8 +233,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
     }
     note_error(self, msg);
     self->host->log(SG_LOG_WARN, self->name, "%s: %s", j->request_id, msg);
-    if (sg_http_job_fail(&j->base, st, retry_after, "%s", msg))
-        atomic_fetch_add(&self->failed, 1);
+    sg_remote_job_fail(&j->base, &self->outcomes, st, retry_after, msg);
 out:
     sg_http_jobs_remove(&self->jobs, &j->base);
     job_free(j);
@@ -434,11 +390,7 @@ static void up_stats(sg_backend *self, void *sink)
               (double)atomic_load(&self->queries));
     h->metric(sink, "upstream_retries_total", "Attempts retried (on another server when there is one).", SG_METRIC_COUNTER, NULL,
               (double)atomic_load(&self->retries_done));
-    static const char help[] = "Completed upstream calls by outcome.";
-    h->metric(sink, "upstream_results_total", help, SG_METRIC_COUNTER, "outcome=\"ok\"", (double)atomic_load(&self->ok));
-    h->metric(sink, "upstream_results_total", help, SG_METRIC_COUNTER, "outcome=\"error\"", (double)atomic_load(&self->failed));
-    h->metric(sink, "upstream_results_total", help, SG_METRIC_COUNTER, "outcome=\"canceled\"",
-              (double)atomic_load(&self->canceled));
+    sg_remote_outcomes_report(&self->outcomes, h, sink, "upstream_results_total", "Completed upstream calls by outcome.");
     uint64_t now = h->now_ms();
     for (size_t i = 0; i < self->n_servers; ++i) {
         server_t *s = &self->servers[i];
@@ -482,24 +434,6 @@ static void up_destroy(sg_backend *self)
     free(self);
 }
 
-static char *join(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    char *d = malloc(na + nb + 1);
-    if (d == NULL)
-        abort();
-    memcpy(d, a, na);
-    memcpy(d + na, b, nb + 1);
-    return d;
-}
-
-static uint64_t fnv(uint64_t h, const char *s)
-{
-    for (; s != NULL && *s != '\0'; ++s)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (h ^ 0xff) * 1099511628211ull;
-}
-
 static int read_path(sg_cfg_t *c, const cJSON *root, const char *key, const char *def, int nullable, char **out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
@@ -523,20 +457,9 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
                                            "health_timeout_ms", "revive_ms",   "data_version", NULL};
     static const char *const balances[] = {"least_inflight", "round_robin", NULL};
     static const char *const methods[] = {"POST", "GET", NULL};
-    const char *keys[64];
-    size_t nk = 0;
-    for (size_t i = 0; own_keys[i] != NULL; ++i)
-        keys[nk++] = own_keys[i];
-    for (size_t i = 0; sg_http_conf_keys[i] != NULL; ++i)
-        keys[nk++] = sg_http_conf_keys[i];
-    keys[nk] = NULL;
-    sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
     sg_backend *self = calloc(1, sizeof(*self));
-    if (self == NULL) {
-        cJSON_Delete(root);
+    if (self == NULL)
         return SG_ENOMEM;
-    }
     self->host = host;
     self->name = strdup(instance);
     pthread_mutex_init(&self->err_mu, NULL);
@@ -544,11 +467,9 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
     char *health_path = NULL, *data_version = NULL;
     int64_t v;
     int method;
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
-        goto fail;
-    }
-    if (sg_cfg_check_keys(&c, root, keys) != 0)
+    sg_cfg_t c = {"config", err, err_size};
+    cJSON *root = sg_remote_conf_open(&c, config_json, config_len, own_keys);
+    if (root == NULL)
         goto fail;
     const cJSON *servers = cJSON_GetObjectItemCaseSensitive(root, "servers");
     if (!cJSON_IsArray(servers) || cJSON_GetArraySize(servers) == 0 || cJSON_GetArraySize(servers) > 1024) {
@@ -564,12 +485,8 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
         sg_cfg_bool(&c, root, "return_scores", 1, &self->send_scores) != 0 ||
         sg_cfg_bool(&c, root, "add_url", 1, &self->add_url) != 0)
         goto fail;
-    if (sg_cfg_int(&c, root, "retries", 0, 10, 1, &v) != 0)
+    if (sg_remote_conf_retries(&c, root, 1, 100, &self->retries, &self->backoff_ms) != 0)
         goto fail;
-    self->retries = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "backoff_ms", 1, 60000, 100, &v) != 0)
-        goto fail;
-    self->backoff_ms = (uint32_t)v;
     if (sg_cfg_enum(&c, root, "health_method", methods, 0, &method) != 0)
         goto fail;
     self->health_method = strdup(methods[method]);
@@ -590,10 +507,10 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
     self->servers = calloc(self->n_servers, sizeof(*self->servers));
     if (self->servers == NULL)
         abort();
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = SG_REMOTE_FNV_INIT;
     size_t i = 0;
     for (const cJSON *it = servers->child; it != NULL; it = it->next, ++i) {
-        if (!cJSON_IsString(it) || (strncmp(it->valuestring, "http://", 7) != 0 && strncmp(it->valuestring, "https://", 8) != 0)) {
+        if (!cJSON_IsString(it) || !sg_remote_url_ok(it->valuestring)) {
             char k[32];
             snprintf(k, sizeof(k), "servers[%zu]", i);
             sg_cfg_fail(&c, k, it, "expected an http:// or https:// base URL");
@@ -603,15 +520,15 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
         server_t *s = &self->servers[i];
         s->self = self;
         s->base = sg_http_trim_url(it->valuestring);
-        s->url = join(s->base, self->path);
-        s->access_url = join(s->base, self->access_path != NULL ? self->access_path : "/access");
-        s->health_url = join(s->base, health_path);
+        s->url = sg_remote_concat(s->base, self->path, "");
+        s->access_url = sg_remote_concat(s->base, self->access_path != NULL ? self->access_path : "/access", "");
+        s->health_url = sg_remote_concat(s->base, health_path, "");
         atomic_init(&s->up, 1);
-        h = fnv(h, s->url);
+        h = sg_remote_fnv(h, s->url);
     }
-    h = fnv(h, self->send_scores ? "s1" : "s0");
-    h = fnv(h, self->add_url ? "u1" : "u0");
-    h = fnv(h, data_version);
+    h = sg_remote_fnv(h, self->send_scores ? "s1" : "s0");
+    h = sg_remote_fnv(h, self->add_url ? "u1" : "u0");
+    h = sg_remote_fnv(h, data_version);
     snprintf(self->identity, sizeof(self->identity), "upstream:%016llx", (unsigned long long)h);
     sg_http_conf_t defaults = {.connect_timeout_ms = 2000,
                                .timeout_ms = 60000,

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void emit(sg_hbuf_t *b, const cJSON *doc, int add_url, sg_up_doc_t *out)
+/* Writes `doc` compactly into `b`, with "url": "" when `add_url` and it has no string "url". */
+static void emit(sg_hbuf_t *b, const cJSON *doc, int add_url)
 {
     b->len = 0;
     const cJSON *url = cJSON_GetObjectItemCaseSensitive(doc, "url");
@@ -35,33 +36,6 @@ static void emit(sg_hbuf_t *b, const cJSON *doc, int add_url, sg_up_doc_t *out)
     } else {
         sg_hbuf_append_json(b, doc);
     }
-    out->json = malloc(b->len + 1);
-    if (out->json == NULL)
-        abort();
-    memcpy(out->json, b->base, b->len + 1);
-    out->len = b->len;
-}
-
-static cJSON *parse_result(const char *body, size_t len, size_t n, const cJSON **result, char *err, size_t err_size)
-{
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (root == NULL) {
-        snprintf(err, err_size, "malformed JSON in the reply");
-        return NULL;
-    }
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "result");
-    if (!cJSON_IsObject(root) || !cJSON_IsArray(r)) {
-        snprintf(err, err_size, "the reply has no \"result\" array");
-        cJSON_Delete(root);
-        return NULL;
-    }
-    if ((size_t)cJSON_GetArraySize(r) != n) {
-        snprintf(err, err_size, "the reply has %d result lists for %zu queries", cJSON_GetArraySize(r), n);
-        cJSON_Delete(root);
-        return NULL;
-    }
-    *result = r;
-    return root;
 }
 
 int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint32_t topk, int add_url, sg_up_list_t *out,
@@ -69,7 +43,7 @@ int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint
 {
     memset(out, 0, n_queries * sizeof(*out));
     const cJSON *result;
-    cJSON *root = parse_result(body, len, n_queries, &result, err, err_size);
+    cJSON *root = sg_http_parse_result(body, len, n_queries, "result lists", &result, err, err_size);
     if (root == NULL)
         return -1;
     sg_hbuf_t b = {0};
@@ -81,12 +55,7 @@ int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint
             rc = -1;
             break;
         }
-        size_t n = (size_t)cJSON_GetArraySize(list);
-        if (n > topk)
-            n = topk;
-        out[qi].docs = calloc(n != 0 ? n : 1, sizeof(sg_up_doc_t));
-        if (out[qi].docs == NULL)
-            abort();
+        size_t n = sg_http_docs_reserve(&out[qi], (size_t)cJSON_GetArraySize(list), topk);
         size_t k = 0;
         for (const cJSON *item = list->child; item != NULL && k < n; item = item->next, ++k) {
             const cJSON *doc = item, *score = NULL;
@@ -104,10 +73,9 @@ int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint
                 rc = -1;
                 break;
             }
-            sg_up_doc_t *d = &out[qi].docs[out[qi].n];
-            emit(&b, doc, add_url, d);
-            d->score = cJSON_IsNumber(score) && isfinite(score->valuedouble) ? score->valuedouble : 1.0 / (double)(k + 1);
-            out[qi].n++;
+            emit(&b, doc, add_url);
+            sg_http_docs_push(&out[qi], &b,
+                              cJSON_IsNumber(score) && isfinite(score->valuedouble) ? score->valuedouble : 1.0 / (double)(k + 1));
         }
         if (rc != 0)
             break;
@@ -121,7 +89,7 @@ int sg_upstream_parse_access(const char *body, size_t len, size_t n_urls, sg_up_
 {
     memset(out, 0, n_urls * sizeof(*out));
     const cJSON *result;
-    cJSON *root = parse_result(body, len, n_urls, &result, err, err_size);
+    cJSON *root = sg_http_parse_result(body, len, n_urls, "result lists", &result, err, err_size);
     if (root == NULL)
         return -1;
     sg_hbuf_t b = {0};
@@ -135,12 +103,9 @@ int sg_upstream_parse_access(const char *body, size_t len, size_t n_urls, sg_up_
             rc = -1;
             break;
         }
-        out[i].docs = calloc(1, sizeof(sg_up_doc_t));
-        if (out[i].docs == NULL)
-            abort();
-        emit(&b, page, 0, &out[i].docs[0]);
-        out[i].docs[0].score = 1.0;
-        out[i].n = 1;
+        sg_http_docs_reserve(&out[i], 1, 1);
+        emit(&b, page, 0);
+        sg_http_docs_push(&out[i], &b, 1.0);
     }
     sg_hbuf_free(&b);
     cJSON_Delete(root);
@@ -149,13 +114,12 @@ int sg_upstream_parse_access(const char *body, size_t len, size_t n_urls, sg_up_
 
 void sg_upstream_lists_free(sg_up_list_t *lists, size_t n)
 {
-    for (size_t i = 0; i < n; ++i) {
-        for (size_t k = 0; k < lists[i].n; ++k)
-            free(lists[i].docs[k].json);
-        free(lists[i].docs);
-        lists[i].docs = NULL;
-        lists[i].n = 0;
-    }
+    sg_http_docs_free(lists, n);
+}
+
+static int nonempty_string(const cJSON *v)
+{
+    return cJSON_IsString(v) && v->valuestring[0] != '\0';
 }
 
 void sg_upstream_error_message(const char *body, size_t len, char *out, size_t out_size)
@@ -163,19 +127,13 @@ void sg_upstream_error_message(const char *body, size_t len, char *out, size_t o
     cJSON *root = cJSON_ParseWithLength(body, len);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "message");
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "detail");
-    if (cJSON_IsString(m) && m->valuestring[0] != '\0') {
-        sg_http_excerpt(m->valuestring, strlen(m->valuestring), NULL, out, out_size, 200);
-    } else if (cJSON_IsString(d) && d->valuestring[0] != '\0') {
-        sg_http_excerpt(d->valuestring, strlen(d->valuestring), NULL, out, out_size, 200);
-    } else if (d != NULL) {
+    if (!nonempty_string(m) && d != NULL && !nonempty_string(d)) {
         char *printed = cJSON_PrintUnformatted(d); /* FastAPI validation errors are a list */
-        if (printed != NULL)
-            sg_http_excerpt(printed, strlen(printed), NULL, out, out_size, 200);
+        sg_http_error_excerpt(NULL, printed != NULL ? printed : "", printed != NULL ? strlen(printed) : 0, NULL, 200, out,
+                              out_size);
         free(printed);
     } else {
-        sg_http_excerpt(body, len, NULL, out, out_size, 200);
+        sg_http_error_excerpt(nonempty_string(m) ? m : d, body, len, NULL, 200, out, out_size);
     }
     cJSON_Delete(root);
-    if (out_size > 0 && out[0] == '\0')
-        snprintf(out, out_size, "(empty body)");
 }

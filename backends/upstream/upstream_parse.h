@@ -11,16 +11,10 @@
 
 #include "http.h"
 
-typedef struct st_sg_up_doc_t {
-    char *json; /* a JSON object, compact, valid UTF-8 */
-    size_t len;
-    double score;
-} sg_up_doc_t;
-
-typedef struct st_sg_up_list_t {
-    sg_up_doc_t *docs;
-    size_t n;
-} sg_up_list_t;
+/** A DOC (a JSON object, compact, valid UTF-8) and its score. */
+typedef sg_http_doc_t sg_up_doc_t;
+/** The DOCs of one query (http.h). */
+typedef sg_http_docs_t sg_up_list_t;
 
 /**
  * Parses {"result": [[item, ...], ...]} with exactly `n_queries` lists. An item is either the
@@ -39,6 +33,7 @@ int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint
  */
 int sg_upstream_parse_access(const char *body, size_t len, size_t n_urls, sg_up_list_t *out, char *err, size_t err_size);
 
+/** Frees the DOCs of `n` lists (sg_http_docs_free). */
 void sg_upstream_lists_free(sg_up_list_t *lists, size_t n);
 
 /**
