@@ -53,48 +53,6 @@ char *sg_strdup(const char *s)
     return sg_strndup(s, strlen(s));
 }
 
-void sg_buf_reserve(sg_buf_t *b, size_t extra)
-{
-    if (b->len + extra + 1 <= b->cap)
-        return;
-    size_t cap = b->cap != 0 ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    b->base = sg_mem_realloc(b->base, cap);
-    b->cap = cap;
-}
-
-void sg_buf_append(sg_buf_t *b, const void *p, size_t n)
-{
-    sg_buf_reserve(b, n);
-    if (n != 0)
-        memcpy(b->base + b->len, p, n);
-    b->len += n;
-    b->base[b->len] = '\0';
-}
-
-void sg_buf_appendf(sg_buf_t *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    sg_buf_reserve(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->base + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void sg_buf_free(sg_buf_t *b)
-{
-    free(b->base);
-    b->base = NULL;
-    b->len = b->cap = 0;
-}
-
 uint64_t sg_now_ms(void)
 {
     struct timespec ts;

@@ -19,25 +19,7 @@ void *sg_mem_realloc(void *p, size_t sz);
 char *sg_strdup(const char *s);
 char *sg_strndup(const char *s, size_t n);
 
-/** A growable byte buffer. `base` is always NUL-terminated after an append (not counted in len). */
-typedef struct st_sg_buf_t {
-    char *base;
-    size_t len;
-    size_t cap;
-} sg_buf_t;
-
-void sg_buf_reserve(sg_buf_t *b, size_t extra);
-void sg_buf_append(sg_buf_t *b, const void *p, size_t n);
-void sg_buf_appendf(sg_buf_t *b, const char *fmt, ...) SG_PRINTF_FMT(2, 3);
-void sg_buf_free(sg_buf_t *b);
-static inline void sg_buf_appendc(sg_buf_t *b, char c)
-{
-    sg_buf_append(b, &c, 1);
-}
-static inline void sg_buf_appends(sg_buf_t *b, const char *s)
-{
-    sg_buf_append(b, s, strlen(s));
-}
+#include "buf.h" /* sg_buf_t, from backends/common (shared with the plugins) */
 
 /** Monotonic milliseconds (CLOCK_MONOTONIC) and microseconds. */
 uint64_t sg_now_ms(void);

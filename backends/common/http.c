@@ -44,56 +44,6 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-void sg_hbuf_reserve(sg_hbuf_t *b, size_t extra)
-{
-    if (b->len + extra + 1 <= b->cap)
-        return;
-    size_t cap = b->cap != 0 ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->base, cap);
-    if (p == NULL)
-        abort();
-    b->base = p;
-    b->cap = cap;
-}
-
-void sg_hbuf_append(sg_hbuf_t *b, const void *p, size_t n)
-{
-    sg_hbuf_reserve(b, n);
-    if (n != 0)
-        memcpy(b->base + b->len, p, n);
-    b->len += n;
-    b->base[b->len] = '\0';
-}
-
-void sg_hbuf_appends(sg_hbuf_t *b, const char *s)
-{
-    sg_hbuf_append(b, s, strlen(s));
-}
-
-void sg_hbuf_appendf(sg_hbuf_t *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    sg_hbuf_reserve(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->base + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void sg_hbuf_free(sg_hbuf_t *b)
-{
-    free(b->base);
-    b->base = NULL;
-    b->len = b->cap = 0;
-}
-
 size_t sg_utf8_seq_len(const unsigned char *s, size_t n)
 {
     if (n == 0)
@@ -120,10 +70,10 @@ size_t sg_utf8_seq_len(const unsigned char *s, size_t n)
     return 0;
 }
 
-void sg_hbuf_append_json_string(sg_hbuf_t *b, const char *s, size_t n)
+void sg_buf_append_json_string(sg_buf_t *b, const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
-    sg_hbuf_reserve(b, n + 2);
+    sg_buf_reserve(b, n + 2);
     b->base[b->len++] = '"';
     size_t i = 0;
     while (i < n) {
@@ -132,13 +82,13 @@ void sg_hbuf_append_json_string(sg_hbuf_t *b, const char *s, size_t n)
             size_t j = i + 1; /* copy a run of plain ASCII at once */
             while (j < n && p[j] >= 0x20 && p[j] < 0x80 && p[j] != '"' && p[j] != '\\')
                 ++j;
-            sg_hbuf_append(b, p + i, j - i);
+            sg_buf_append(b, p + i, j - i);
             i = j;
             continue;
         }
         if (c == '"' || c == '\\') {
             char esc[2] = {'\\', (char)c};
-            sg_hbuf_append(b, esc, 2);
+            sg_buf_append(b, esc, 2);
             ++i;
             continue;
         }
@@ -172,75 +122,75 @@ void sg_hbuf_append_json_string(sg_hbuf_t *b, const char *s, size_t n)
                 m = 6;
                 break;
             }
-            sg_hbuf_append(b, esc, m);
+            sg_buf_append(b, esc, m);
             ++i;
             continue;
         }
         size_t l = sg_utf8_seq_len(p + i, n - i);
         if (l == 0) {
-            sg_hbuf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD for a byte that is not UTF-8 */
+            sg_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD for a byte that is not UTF-8 */
             ++i;
         } else {
-            sg_hbuf_append(b, p + i, l);
+            sg_buf_append(b, p + i, l);
             i += l;
         }
     }
-    sg_hbuf_append(b, "\"", 1);
+    sg_buf_append(b, "\"", 1);
 }
 
-static void append_number(sg_hbuf_t *b, double d)
+static void append_number(sg_buf_t *b, double d)
 {
     if (!isfinite(d)) {
-        sg_hbuf_appends(b, "null");
+        sg_buf_appends(b, "null");
         return;
     }
     if (d == floor(d) && fabs(d) < 1e17) {
-        sg_hbuf_appendf(b, "%.0f", d);
+        sg_buf_appendf(b, "%.0f", d);
         return;
     }
     char tmp[40];
     snprintf(tmp, sizeof(tmp), "%.15g", d);
     if (strtod(tmp, NULL) != d)
         snprintf(tmp, sizeof(tmp), "%.17g", d);
-    sg_hbuf_appends(b, tmp);
+    sg_buf_appends(b, tmp);
 }
 
-void sg_hbuf_append_json(sg_hbuf_t *b, const cJSON *v)
+void sg_buf_append_json(sg_buf_t *b, const cJSON *v)
 {
     if (v == NULL || cJSON_IsNull(v) || cJSON_IsInvalid(v)) {
-        sg_hbuf_appends(b, "null");
+        sg_buf_appends(b, "null");
     } else if (cJSON_IsFalse(v)) {
-        sg_hbuf_appends(b, "false");
+        sg_buf_appends(b, "false");
     } else if (cJSON_IsTrue(v)) {
-        sg_hbuf_appends(b, "true");
+        sg_buf_appends(b, "true");
     } else if (cJSON_IsNumber(v)) {
         append_number(b, v->valuedouble);
     } else if (cJSON_IsString(v)) {
         const char *s = v->valuestring != NULL ? v->valuestring : "";
-        sg_hbuf_append_json_string(b, s, strlen(s));
+        sg_buf_append_json_string(b, s, strlen(s));
     } else if (cJSON_IsRaw(v)) {
-        sg_hbuf_appends(b, v->valuestring != NULL ? v->valuestring : "null");
+        sg_buf_appends(b, v->valuestring != NULL ? v->valuestring : "null");
     } else if (cJSON_IsArray(v)) {
-        sg_hbuf_append(b, "[", 1);
+        sg_buf_append(b, "[", 1);
         for (const cJSON *it = v->child; it != NULL; it = it->next) {
             if (it != v->child)
-                sg_hbuf_append(b, ",", 1);
-            sg_hbuf_append_json(b, it);
+                sg_buf_append(b, ",", 1);
+            sg_buf_append_json(b, it);
         }
-        sg_hbuf_append(b, "]", 1);
+        sg_buf_append(b, "]", 1);
     } else if (cJSON_IsObject(v)) {
-        sg_hbuf_append(b, "{", 1);
+        sg_buf_append(b, "{", 1);
         for (const cJSON *it = v->child; it != NULL; it = it->next) {
             if (it != v->child)
-                sg_hbuf_append(b, ",", 1);
+                sg_buf_append(b, ",", 1);
             const char *k = it->string != NULL ? it->string : "";
-            sg_hbuf_append_json_string(b, k, strlen(k));
-            sg_hbuf_append(b, ":", 1);
-            sg_hbuf_append_json(b, it);
+            sg_buf_append_json_string(b, k, strlen(k));
+            sg_buf_append(b, ":", 1);
+            sg_buf_append_json(b, it);
         }
-        sg_hbuf_append(b, "}", 1);
+        sg_buf_append(b, "}", 1);
     } else {
-        sg_hbuf_appends(b, "null");
+        sg_buf_appends(b, "null");
     }
 }
 
@@ -327,7 +277,7 @@ size_t sg_http_docs_reserve(sg_http_docs_t *l, size_t items, size_t topk)
     return n;
 }
 
-void sg_http_docs_push(sg_http_docs_t *l, const sg_hbuf_t *b, double score)
+void sg_http_docs_push(sg_http_docs_t *l, const sg_buf_t *b, double score)
 {
     sg_http_doc_t *d = &l->docs[l->n++];
     d->json = xmalloc(b->len + 1);
@@ -501,7 +451,7 @@ struct st_xfer_t {
     uint32_t timeout_ms;
     sg_http_cb cb;
     void *ud;
-    sg_hbuf_t resp;
+    sg_buf_t resp;
     size_t max_bytes;
     int too_big;
     int32_t retry_after;
@@ -607,7 +557,7 @@ static void xfer_free(xfer_t *x)
     free(x->url);
     free(x->body);
     curl_slist_free_all(x->headers);
-    sg_hbuf_free(&x->resp);
+    sg_buf_free(&x->resp);
     free(x);
 }
 
@@ -657,7 +607,7 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
         x->too_big = 1;
         return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
     }
-    sg_hbuf_append(&x->resp, p, n);
+    sg_buf_append(&x->resp, p, n);
     return n;
 }
 
@@ -1350,7 +1300,7 @@ void sg_http_fetch_sync(const sg_http_conf_t *conf, const char *method, const ch
     resp->message = msg;
     resp->retry_after_s = x.retry_after;
     if (x.resp.base == NULL)
-        sg_hbuf_append(&x.resp, "", 0);
+        sg_buf_append(&x.resp, "", 0);
     *body_out = x.resp.base;
     resp->body = x.resp.base;
     resp->body_len = x.resp.len;

@@ -33,6 +33,7 @@
 
 #include "cfg.h"
 #include "sg_backend.h"
+#include "buf.h"
 
 /* ---- engine ---- */
 
@@ -206,24 +207,15 @@ int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, con
 
 /* ---- small helpers for the reply parsers ---- */
 
-/** A growable byte buffer; aborts on out-of-memory. */
-typedef struct st_sg_hbuf_t {
-    char *base;
-    size_t len, cap;
-} sg_hbuf_t;
+/* Buffers are the shared sg_buf_t (buf.h). */
 
-void sg_hbuf_reserve(sg_hbuf_t *b, size_t extra);
-void sg_hbuf_append(sg_hbuf_t *b, const void *p, size_t n);
-void sg_hbuf_appends(sg_hbuf_t *b, const char *s);
-void sg_hbuf_appendf(sg_hbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /** Appends `s` as a JSON string literal (quotes included), replacing invalid UTF-8 with U+FFFD. */
-void sg_hbuf_append_json_string(sg_hbuf_t *b, const char *s, size_t n);
-void sg_hbuf_free(sg_hbuf_t *b);
+void sg_buf_append_json_string(sg_buf_t *b, const char *s, size_t n);
 /**
- * Appends the JSON text of `v` (compact). Strings go through sg_hbuf_append_json_string, so the
+ * Appends the JSON text of `v` (compact). Strings go through sg_buf_append_json_string, so the
  * output is valid UTF-8 even when the input was not; NaN and infinities become null.
  */
-void sg_hbuf_append_json(sg_hbuf_t *b, const cJSON *v);
+void sg_buf_append_json(sg_buf_t *b, const cJSON *v);
 
 /** Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not valid UTF-8. */
 size_t sg_utf8_seq_len(const unsigned char *s, size_t n);
@@ -267,7 +259,7 @@ typedef struct st_sg_http_docs_t {
  */
 size_t sg_http_docs_reserve(sg_http_docs_t *l, size_t items, size_t topk);
 /** Appends a copy of the JSON text in `b` with `score` to `l` (room must have been reserved). */
-void sg_http_docs_push(sg_http_docs_t *l, const sg_hbuf_t *b, double score);
+void sg_http_docs_push(sg_http_docs_t *l, const sg_buf_t *b, double score);
 /** Frees the DOCs of `n` lists and leaves them empty (the array itself is the caller's). */
 void sg_http_docs_free(sg_http_docs_t *lists, size_t n);
 

@@ -318,7 +318,7 @@ static void *worker_main(void *arg)
         }
         for (job_t *j = live, *next; j != NULL; j = next) {
             next = j->qnext;
-            sg_hbuf_t b = {0};
+            sg_buf_t b = {0};
             sg_qdrant_build_batch(&b, j->vecs, j->n, self->dim, j->topk, &self->params);
             j->body = b.base;
             j->body_len = b.len;
@@ -465,14 +465,14 @@ static void qd_destroy(sg_backend *self)
 /* Percent-encodes a collection name for the URL path. */
 static char *path_escape(const char *s)
 {
-    sg_hbuf_t b = {0};
-    sg_hbuf_append(&b, "", 0);
+    sg_buf_t b = {0};
+    sg_buf_append(&b, "", 0);
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; ++p) {
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
             *p == '.' || *p == '~')
-            sg_hbuf_append(&b, p, 1);
+            sg_buf_append(&b, p, 1);
         else
-            sg_hbuf_appendf(&b, "%%%02X", *p);
+            sg_buf_appendf(&b, "%%%02X", *p);
     }
     return b.base;
 }

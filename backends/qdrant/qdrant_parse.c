@@ -10,15 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sg_qdrant_build_batch(sg_hbuf_t *b, const float *vecs, size_t n, int dim, uint32_t limit, const sg_qdrant_params_t *p)
+void sg_qdrant_build_batch(sg_buf_t *b, const float *vecs, size_t n, int dim, uint32_t limit, const sg_qdrant_params_t *p)
 {
-    sg_hbuf_appends(b, "{\"searches\":[");
+    sg_buf_appends(b, "{\"searches\":[");
     for (size_t i = 0; i < n; ++i) {
         if (i != 0)
-            sg_hbuf_append(b, ",", 1);
-        sg_hbuf_appends(b, "{\"query\":[");
+            sg_buf_append(b, ",", 1);
+        sg_buf_appends(b, "{\"query\":[");
         for (int k = 0; k < dim; ++k) {
-            sg_hbuf_reserve(b, 32);
+            sg_buf_reserve(b, 32);
             float v = vecs[i * (size_t)dim + (size_t)k];
             if (!isfinite(v))
                 v = 0.0f;
@@ -26,24 +26,24 @@ void sg_qdrant_build_batch(sg_hbuf_t *b, const float *vecs, size_t n, int dim, u
             int w = snprintf(b->base + b->len, b->cap - b->len, k == 0 ? "%.9g" : ",%.9g", (double)v);
             b->len += (size_t)w;
         }
-        sg_hbuf_appendf(b, "],\"limit\":%u,\"with_payload\":true", limit);
+        sg_buf_appendf(b, "],\"limit\":%u,\"with_payload\":true", limit);
         if (p != NULL && (p->has_hnsw_ef || p->has_exact)) {
-            sg_hbuf_appends(b, ",\"params\":{");
+            sg_buf_appends(b, ",\"params\":{");
             if (p->has_hnsw_ef)
-                sg_hbuf_appendf(b, "\"hnsw_ef\":%u", p->hnsw_ef);
+                sg_buf_appendf(b, "\"hnsw_ef\":%u", p->hnsw_ef);
             if (p->has_exact)
-                sg_hbuf_appendf(b, "%s\"exact\":%s", p->has_hnsw_ef ? "," : "", p->exact ? "true" : "false");
-            sg_hbuf_append(b, "}", 1);
+                sg_buf_appendf(b, "%s\"exact\":%s", p->has_hnsw_ef ? "," : "", p->exact ? "true" : "false");
+            sg_buf_append(b, "}", 1);
         }
         if (p != NULL && p->has_score_threshold)
-            sg_hbuf_appendf(b, ",\"score_threshold\":%.9g", p->score_threshold);
+            sg_buf_appendf(b, ",\"score_threshold\":%.9g", p->score_threshold);
         if (p != NULL && p->using_vector != NULL) {
-            sg_hbuf_appends(b, ",\"using\":");
-            sg_hbuf_append_json_string(b, p->using_vector, strlen(p->using_vector));
+            sg_buf_appends(b, ",\"using\":");
+            sg_buf_append_json_string(b, p->using_vector, strlen(p->using_vector));
         }
-        sg_hbuf_append(b, "}", 1);
+        sg_buf_append(b, "}", 1);
     }
-    sg_hbuf_appends(b, "]}");
+    sg_buf_appends(b, "]}");
 }
 
 /* The point id as a string: unsigned integer or UUID. */
@@ -62,11 +62,11 @@ static int point_id(const cJSON *id, char *out, size_t n)
 }
 
 /* Writes the DOC of a point into `b`. */
-static void emit_point(sg_hbuf_t *b, const cJSON *payload, const char *id)
+static void emit_point(sg_buf_t *b, const cJSON *payload, const char *id)
 {
     b->len = 0;
     int has_id = 0, has_contents = 0, has_url = 0, first = 1;
-    sg_hbuf_append(b, "{", 1);
+    sg_buf_append(b, "{", 1);
     if (cJSON_IsObject(payload)) {
         for (const cJSON *it = payload->child; it != NULL; it = it->next) {
             const char *k = it->string != NULL ? it->string : "";
@@ -81,25 +81,25 @@ static void emit_point(sg_hbuf_t *b, const cJSON *payload, const char *id)
             else if (strcmp(k, "url") == 0)
                 has_url = 1;
             if (!first)
-                sg_hbuf_append(b, ",", 1);
+                sg_buf_append(b, ",", 1);
             first = 0;
-            sg_hbuf_append_json_string(b, k, strlen(k));
-            sg_hbuf_append(b, ":", 1);
-            sg_hbuf_append_json(b, it);
+            sg_buf_append_json_string(b, k, strlen(k));
+            sg_buf_append(b, ":", 1);
+            sg_buf_append_json(b, it);
         }
     }
     if (!has_id) {
-        sg_hbuf_appends(b, first ? "\"id\":" : ",\"id\":");
-        sg_hbuf_append_json_string(b, id, strlen(id));
+        sg_buf_appends(b, first ? "\"id\":" : ",\"id\":");
+        sg_buf_append_json_string(b, id, strlen(id));
         first = 0;
     }
     if (!has_contents) {
-        sg_hbuf_appends(b, first ? "\"contents\":\"\"" : ",\"contents\":\"\"");
+        sg_buf_appends(b, first ? "\"contents\":\"\"" : ",\"contents\":\"\"");
         first = 0;
     }
     if (!has_url)
-        sg_hbuf_appends(b, first ? "\"url\":\"\"" : ",\"url\":\"\"");
-    sg_hbuf_append(b, "}", 1);
+        sg_buf_appends(b, first ? "\"url\":\"\"" : ",\"url\":\"\"");
+    sg_buf_append(b, "}", 1);
 }
 
 int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32_t topk, sg_qd_list_t *out, char *err,
@@ -110,7 +110,7 @@ int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32
     cJSON *root = sg_http_parse_result(body, len, n_queries, "results", &result, err, err_size);
     if (root == NULL)
         return -1;
-    sg_hbuf_t b = {0};
+    sg_buf_t b = {0};
     int rc = 0;
     size_t qi = 0;
     for (const cJSON *r = result->child; r != NULL && rc == 0; r = r->next, ++qi) {
@@ -138,7 +138,7 @@ int sg_qdrant_parse_batch(const char *body, size_t len, size_t n_queries, uint32
             sg_http_docs_push(&out[qi], &b, score->valuedouble);
         }
     }
-    sg_hbuf_free(&b);
+    sg_buf_free(&b);
     cJSON_Delete(root);
     return rc;
 }

@@ -32,7 +32,7 @@ typedef sg_http_docs_t sg_qd_list_t;
  * {"searches":[{"query":[...],"limit":limit,"with_payload":true[,"params":{...}]
  * [,"score_threshold":x][,"using":"name"]}, ...]}.
  */
-void sg_qdrant_build_batch(sg_hbuf_t *b, const float *vecs, size_t n, int dim, uint32_t limit, const sg_qdrant_params_t *p);
+void sg_qdrant_build_batch(sg_buf_t *b, const float *vecs, size_t n, int dim, uint32_t limit, const sg_qdrant_params_t *p);
 
 /**
  * Parses the 200 reply of a batch query: {"result":[{"points":[ScoredPoint...]}, ...],

@@ -269,24 +269,24 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
     j->docs = calloc(j->n, sizeof(*j->docs));
     if (reqs == NULL || j->docs == NULL)
         abort();
-    sg_hbuf_t b = {0};
+    sg_buf_t b = {0};
     for (size_t i = 0; i < j->n; ++i) {
         query_t *q = &j->q[i];
         q->job = j;
         b.len = 0;
-        sg_hbuf_appends(&b, "{\"q\":");
-        sg_hbuf_append_json_string(&b, s->queries[i].text, s->queries[i].len);
-        sg_hbuf_appendf(&b, ",\"num\":%u", s->topk);
+        sg_buf_appends(&b, "{\"q\":");
+        sg_buf_append_json_string(&b, s->queries[i].text, s->queries[i].len);
+        sg_buf_appendf(&b, ",\"num\":%u", s->topk);
         if (self->gl[0] != '\0') {
-            sg_hbuf_appends(&b, ",\"gl\":");
-            sg_hbuf_append_json_string(&b, self->gl, strlen(self->gl));
+            sg_buf_appends(&b, ",\"gl\":");
+            sg_buf_append_json_string(&b, self->gl, strlen(self->gl));
         }
         if (self->hl[0] != '\0') {
-            sg_hbuf_appends(&b, ",\"hl\":");
-            sg_hbuf_append_json_string(&b, self->hl, strlen(self->hl));
+            sg_buf_appends(&b, ",\"hl\":");
+            sg_buf_append_json_string(&b, self->hl, strlen(self->hl));
         }
-        sg_hbuf_appends(&b, self->params_json);
-        sg_hbuf_append(&b, "}", 1);
+        sg_buf_appends(&b, self->params_json);
+        sg_buf_append(&b, "}", 1);
         q->body = malloc(b.len + 1);
         char *copy = malloc(b.len + 1);
         if (q->body == NULL || copy == NULL)
@@ -304,7 +304,7 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
                                   .cb = on_response,
                                   .ud = q};
     }
-    sg_hbuf_free(&b);
+    sg_buf_free(&b);
     j->outstanding = j->n;
     size_t n_queries = j->n;
     const char *why = NULL;
@@ -428,12 +428,12 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
     if (read_lang(&c, root, "gl", "us", &self->gl) != 0 || read_lang(&c, root, "hl", "en", &self->hl) != 0)
         goto fail;
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-    sg_hbuf_t pj = {0};
-    sg_hbuf_append(&pj, "", 0);
+    sg_buf_t pj = {0};
+    sg_buf_append(&pj, "", 0);
     if (params != NULL && !cJSON_IsNull(params)) {
         if (!cJSON_IsObject(params)) {
             sg_cfg_fail(&c, "params", params, "expected an object of extra request fields (e.g. {\"tbs\": \"qdr:y\"})");
-            sg_hbuf_free(&pj);
+            sg_buf_free(&pj);
             goto fail;
         }
         for (const cJSON *it = params->child; it != NULL; it = it->next) {
@@ -441,14 +441,14 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
                 strcmp(it->string, "hl") == 0) {
                 sg_cfg_t cp = {"config.params", err, err_size};
                 sg_cfg_fail(&cp, it->string, it, "is set by the backend itself (use the gl/hl keys)");
-                sg_hbuf_free(&pj);
+                sg_buf_free(&pj);
                 goto fail;
             }
             char *val = cJSON_PrintUnformatted(it);
-            sg_hbuf_append(&pj, ",", 1);
-            sg_hbuf_append_json_string(&pj, it->string, strlen(it->string));
-            sg_hbuf_append(&pj, ":", 1);
-            sg_hbuf_appends(&pj, val);
+            sg_buf_append(&pj, ",", 1);
+            sg_buf_append_json_string(&pj, it->string, strlen(it->string));
+            sg_buf_append(&pj, ":", 1);
+            sg_buf_appends(&pj, val);
             free(val);
         }
     }

@@ -87,7 +87,7 @@ static int more_than_five_words(const unsigned char *s, size_t b, size_t e)
     return 0;
 }
 
-size_t sg_serper_context(const char *snippet, size_t len, sg_hbuf_t *out)
+size_t sg_serper_context(const char *snippet, size_t len, sg_buf_t *out)
 {
     const unsigned char *s = (const unsigned char *)snippet;
     size_t start_len = out->len, pos = 0;
@@ -101,8 +101,8 @@ size_t sg_serper_context(const char *snippet, size_t len, sg_hbuf_t *out)
         py_strip(s, &b, &e);
         if (more_than_five_words(s, b, e)) {
             if (!first)
-                sg_hbuf_append(out, " ", 1);
-            sg_hbuf_append(out, s + b, e - b);
+                sg_buf_append(out, " ", 1);
+            sg_buf_append(out, s + b, e - b);
             first = 0;
         }
         if (dots == NULL)
@@ -149,7 +149,7 @@ int sg_serper_parse_reply(const char *body, size_t len, uint32_t topk, sg_serper
         return -1;
     }
     size_t cap = sg_http_docs_reserve(out, (size_t)cJSON_GetArraySize(organic), topk);
-    sg_hbuf_t ctx = {0}, doc = {0}, contents = {0};
+    sg_buf_t ctx = {0}, doc = {0}, contents = {0};
     for (const cJSON *it = organic->child; it != NULL && out->n < cap; it = it->next) {
         if (!cJSON_IsObject(it))
             continue;
@@ -158,38 +158,38 @@ int sg_serper_parse_reply(const char *body, size_t len, uint32_t topk, sg_serper
         const char *snippet = str_item(it, "snippet", &slen);
         const char *link = str_item(it, "link", &llen);
         ctx.len = 0;
-        sg_hbuf_append(&ctx, "", 0);
+        sg_buf_append(&ctx, "", 0);
         sg_serper_context(snippet, slen, &ctx);
         if (tlen == 0 && ctx.len == 0)
             continue;
         size_t rank = out->n + 1;
         contents.len = 0;
-        sg_hbuf_append(&contents, "\"", 1);
+        sg_buf_append(&contents, "\"", 1);
         if (tlen != 0)
-            sg_hbuf_append(&contents, title, tlen);
+            sg_buf_append(&contents, title, tlen);
         else
-            sg_hbuf_appends(&contents, "No title.");
-        sg_hbuf_append(&contents, "\"\n", 2);
+            sg_buf_appends(&contents, "No title.");
+        sg_buf_append(&contents, "\"\n", 2);
         if (ctx.len != 0)
-            sg_hbuf_append(&contents, ctx.base, ctx.len);
+            sg_buf_append(&contents, ctx.base, ctx.len);
         else
-            sg_hbuf_appends(&contents, "No snippet available.");
+            sg_buf_appends(&contents, "No snippet available.");
         const cJSON *pos = cJSON_GetObjectItemCaseSensitive(it, "position");
         long long id = (long long)rank;
         if (cJSON_IsNumber(pos) && pos->valuedouble >= 1 && pos->valuedouble <= 1e9 &&
             pos->valuedouble == (double)(long long)pos->valuedouble)
             id = (long long)pos->valuedouble;
         doc.len = 0;
-        sg_hbuf_appendf(&doc, "{\"id\":\"%lld\",\"contents\":", id);
-        sg_hbuf_append_json_string(&doc, contents.base, contents.len);
-        sg_hbuf_appends(&doc, ",\"url\":");
-        sg_hbuf_append_json_string(&doc, link, llen);
-        sg_hbuf_append(&doc, "}", 1);
+        sg_buf_appendf(&doc, "{\"id\":\"%lld\",\"contents\":", id);
+        sg_buf_append_json_string(&doc, contents.base, contents.len);
+        sg_buf_appends(&doc, ",\"url\":");
+        sg_buf_append_json_string(&doc, link, llen);
+        sg_buf_append(&doc, "}", 1);
         sg_http_docs_push(out, &doc, 1.0 / (double)rank);
     }
-    sg_hbuf_free(&ctx);
-    sg_hbuf_free(&doc);
-    sg_hbuf_free(&contents);
+    sg_buf_free(&ctx);
+    sg_buf_free(&doc);
+    sg_buf_free(&contents);
     cJSON_Delete(root);
     return 0;
 }

@@ -36,7 +36,7 @@ void sg_serper_docs_free(sg_serper_docs_t *d);
  * slime's parse_snippet + " ".join on UTF-8 text: appends the context for `snippet` to `out`
  * (raw UTF-8, not JSON-escaped). Returns the number of bytes appended.
  */
-size_t sg_serper_context(const char *snippet, size_t len, sg_hbuf_t *out);
+size_t sg_serper_context(const char *snippet, size_t len, sg_buf_t *out);
 
 /** Python's str.isspace() for one code point. */
 int sg_serper_py_isspace(uint32_t cp);

@@ -253,17 +253,17 @@ static sg_status start(sg_backend *self, const sg_search *s, sg_done_fn done, vo
     if (j->tried == NULL)
         abort();
     snprintf(j->request_id, sizeof(j->request_id), "%s", s->request_id != NULL ? s->request_id : "-");
-    sg_hbuf_t b = {0};
-    sg_hbuf_appends(&b, is_access ? "{\"urls\":[" : "{\"queries\":[");
+    sg_buf_t b = {0};
+    sg_buf_appends(&b, is_access ? "{\"urls\":[" : "{\"queries\":[");
     for (size_t i = 0; i < s->n_queries; ++i) {
         if (i != 0)
-            sg_hbuf_append(&b, ",", 1);
-        sg_hbuf_append_json_string(&b, s->queries[i].text, s->queries[i].len);
+            sg_buf_append(&b, ",", 1);
+        sg_buf_append_json_string(&b, s->queries[i].text, s->queries[i].len);
     }
     if (is_access)
-        sg_hbuf_appends(&b, "]}");
+        sg_buf_appends(&b, "]}");
     else
-        sg_hbuf_appendf(&b, "],\"topk\":%u,\"return_scores\":%s}", s->topk, self->send_scores ? "true" : "false");
+        sg_buf_appendf(&b, "],\"topk\":%u,\"return_scores\":%s}", s->topk, self->send_scores ? "true" : "false");
     j->body = b.base;
     j->body_len = b.len;
     size_t n = j->n;

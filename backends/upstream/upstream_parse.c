@@ -14,27 +14,27 @@
 #include <string.h>
 
 /* Writes `doc` compactly into `b`, with "url": "" when `add_url` and it has no string "url". */
-static void emit(sg_hbuf_t *b, const cJSON *doc, int add_url)
+static void emit(sg_buf_t *b, const cJSON *doc, int add_url)
 {
     b->len = 0;
     const cJSON *url = cJSON_GetObjectItemCaseSensitive(doc, "url");
     if (add_url && url == NULL) {
         /* the object plus a trailing "url": "" */
-        sg_hbuf_append_json(b, doc);
+        sg_buf_append_json(b, doc);
         b->len -= 1; /* drop '}' */
         if (doc->child != NULL)
-            sg_hbuf_append(b, ",", 1);
-        sg_hbuf_appends(b, "\"url\":\"\"}");
+            sg_buf_append(b, ",", 1);
+        sg_buf_appends(b, "\"url\":\"\"}");
     } else if (add_url && !cJSON_IsString(url)) {
         /* "url" present but not a string (null, number): replace it by "" */
         cJSON *copy = cJSON_Duplicate(doc, 1);
         if (copy == NULL)
             abort();
         cJSON_ReplaceItemInObjectCaseSensitive(copy, "url", cJSON_CreateString(""));
-        sg_hbuf_append_json(b, copy);
+        sg_buf_append_json(b, copy);
         cJSON_Delete(copy);
     } else {
-        sg_hbuf_append_json(b, doc);
+        sg_buf_append_json(b, doc);
     }
 }
 
@@ -46,7 +46,7 @@ int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint
     cJSON *root = sg_http_parse_result(body, len, n_queries, "result lists", &result, err, err_size);
     if (root == NULL)
         return -1;
-    sg_hbuf_t b = {0};
+    sg_buf_t b = {0};
     int rc = 0;
     size_t qi = 0;
     for (const cJSON *list = result->child; list != NULL; list = list->next, ++qi) {
@@ -80,7 +80,7 @@ int sg_upstream_parse_reply(const char *body, size_t len, size_t n_queries, uint
         if (rc != 0)
             break;
     }
-    sg_hbuf_free(&b);
+    sg_buf_free(&b);
     cJSON_Delete(root);
     return rc;
 }
@@ -92,7 +92,7 @@ int sg_upstream_parse_access(const char *body, size_t len, size_t n_urls, sg_up_
     cJSON *root = sg_http_parse_result(body, len, n_urls, "result lists", &result, err, err_size);
     if (root == NULL)
         return -1;
-    sg_hbuf_t b = {0};
+    sg_buf_t b = {0};
     int rc = 0;
     size_t i = 0;
     for (const cJSON *page = result->child; page != NULL; page = page->next, ++i) {
@@ -107,7 +107,7 @@ int sg_upstream_parse_access(const char *body, size_t len, size_t n_urls, sg_up_
         emit(&b, page, 0);
         sg_http_docs_push(&out[i], &b, 1.0);
     }
-    sg_hbuf_free(&b);
+    sg_buf_free(&b);
     cJSON_Delete(root);
     return rc;
 }

@@ -19,8 +19,8 @@
 
 static char *context_of(const char *s)
 {
-    sg_hbuf_t b = {0};
-    sg_hbuf_append(&b, "", 0);
+    sg_buf_t b = {0};
+    sg_buf_append(&b, "", 0);
     sg_serper_context(s, strlen(s), &b);
     return b.base;
 }
@@ -254,11 +254,11 @@ static void test_upstream_access(void **state)
 static void test_json_helpers(void **state)
 {
     (void)state;
-    sg_hbuf_t b = {0};
-    sg_hbuf_append_json_string(&b, "a\"b\\c\n\t\x01\x7f\xc3\xa9\xed\xa0\x80\xf4\x90\x80\x80\xe2\x82", 20);
+    sg_buf_t b = {0};
+    sg_buf_append_json_string(&b, "a\"b\\c\n\t\x01\x7f\xc3\xa9\xed\xa0\x80\xf4\x90\x80\x80\xe2\x82", 20);
     assert_string_equal(b.base, "\"a\\\"b\\\\c\\n\\t\\u0001\x7f\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
                                 "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
-    sg_hbuf_free(&b);
+    sg_buf_free(&b);
     const unsigned char ok4[] = {0xf0, 0x9f, 0x9a, 0x80};
     assert_int_equal(sg_utf8_seq_len(ok4, 4), 4);
     assert_int_equal(sg_utf8_seq_len(ok4, 3), 0);

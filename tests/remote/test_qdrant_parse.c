@@ -18,7 +18,7 @@ static void test_build_batch(void **state)
 {
     (void)state;
     float v[6] = {0.1f, -0.25f, 1.0f / 3.0f, 0.0f, 1e-20f, -1.0f};
-    sg_hbuf_t b = {0};
+    sg_buf_t b = {0};
     sg_qdrant_build_batch(&b, v, 2, 3, 5, NULL);
     cJSON *o = cJSON_Parse(b.base);
     assert_non_null(o);
@@ -50,7 +50,7 @@ static void test_build_batch(void **state)
     o = cJSON_Parse(b.base);
     assert_non_null(o);
     cJSON_Delete(o);
-    sg_hbuf_free(&b);
+    sg_buf_free(&b);
 }
 
 static void test_parse_batch(void **state)

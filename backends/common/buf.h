@@ -1,0 +1,32 @@
+/*
+ * buf.h -- a growable byte buffer, shared by the gateway and the plugins (library sg_common).
+ * Allocation failure aborts the process (h2o/Redis style), so callers never check.
+ */
+#ifndef SG_BACKENDS_COMMON_BUF_H
+#define SG_BACKENDS_COMMON_BUF_H
+
+#include <stddef.h>
+#include <string.h>
+
+/** `base` is always NUL-terminated after an append (the NUL is not counted in `len`). */
+typedef struct st_sg_buf_t {
+    char *base;
+    size_t len;
+    size_t cap;
+} sg_buf_t;
+
+/** Makes room for `extra` more bytes (plus the NUL). */
+void sg_buf_reserve(sg_buf_t *b, size_t extra);
+void sg_buf_append(sg_buf_t *b, const void *p, size_t n);
+void sg_buf_appendf(sg_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sg_buf_free(sg_buf_t *b);
+static inline void sg_buf_appendc(sg_buf_t *b, char c)
+{
+    sg_buf_append(b, &c, 1);
+}
+static inline void sg_buf_appends(sg_buf_t *b, const char *s)
+{
+    sg_buf_append(b, s, strlen(s));
+}
+
+#endif
