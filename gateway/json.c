@@ -8,50 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void sg_json_append_string(sg_buf_t *b, const char *s, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    sg_buf_reserve(b, len + 2);
-    sg_buf_appendc(b, '"');
-    size_t run = 0;
-    for (size_t i = 0; i < len; ++i) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        sg_buf_append(b, s + run, i - run);
-        run = i + 1;
-        switch (c) {
-        case '"':
-            sg_buf_append(b, "\\\"", 2);
-            break;
-        case '\\':
-            sg_buf_append(b, "\\\\", 2);
-            break;
-        case '\n':
-            sg_buf_append(b, "\\n", 2);
-            break;
-        case '\r':
-            sg_buf_append(b, "\\r", 2);
-            break;
-        case '\t':
-            sg_buf_append(b, "\\t", 2);
-            break;
-        case '\b':
-            sg_buf_append(b, "\\b", 2);
-            break;
-        case '\f':
-            sg_buf_append(b, "\\f", 2);
-            break;
-        default: {
-            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            sg_buf_append(b, u, 6);
-        } break;
-        }
-    }
-    sg_buf_append(b, s + run, len - run);
-    sg_buf_appendc(b, '"');
-}
-
 void sg_json_append_double(sg_buf_t *b, double v)
 {
     if (!isfinite(v)) {
@@ -75,10 +31,10 @@ void sg_json_append_double(sg_buf_t *b, double v)
 void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *msg)
 {
     sg_buf_appendf(b, "{\"error\":{\"code\":%d,\"type\":", status);
-    sg_json_append_string(b, type, strlen(type));
+    sg_buf_append_json_string(b, type, strlen(type));
     sg_buf_appends(b, ",\"message\":");
-    sg_json_append_string(b, msg, strlen(msg));
+    sg_buf_append_json_string(b, msg, strlen(msg));
     sg_buf_appends(b, "},\"detail\":");
-    sg_json_append_string(b, msg, strlen(msg));
+    sg_buf_append_json_string(b, msg, strlen(msg));
     sg_buf_appends(b, "}\n");
 }

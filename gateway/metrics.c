@@ -187,7 +187,7 @@ void sg_metrics_render_json(sg_buf_t *out)
             if (!first)
                 sg_buf_appendc(out, ',');
             first = 0;
-            sg_json_append_string(out, key.base, key.len);
+            sg_buf_append_json_string(out, key.base, key.len);
             sg_buf_free(&key);
             sg_buf_appendc(out, ':');
             switch (f->kind) {

@@ -198,18 +198,18 @@ static void on_root(h2o_req_t *req)
     sg_buf_t b = {0};
     sg_buf_appends(&b, "{\"name\":\"searchgate\",\"version\":\"" SG_VERSION "\",\"default_backend\":");
     const char *def = sg_server.backends[sg_server.cfg->default_backend].conf->name;
-    sg_json_append_string(&b, def, strlen(def));
+    sg_buf_append_json_string(&b, def, strlen(def));
     sg_buf_appends(&b, ",\"backends\":[");
     for (size_t i = 0; i < sg_server.n_backends; ++i) {
         const sg_backend_t *be = &sg_server.backends[i];
         if (i != 0)
             sg_buf_appendc(&b, ',');
         sg_buf_appends(&b, "{\"name\":");
-        sg_json_append_string(&b, be->conf->name, strlen(be->conf->name));
+        sg_buf_append_json_string(&b, be->conf->name, strlen(be->conf->name));
         sg_buf_appends(&b, ",\"plugin\":");
-        sg_json_append_string(&b, be->plugin.vt->name, strlen(be->plugin.vt->name));
+        sg_buf_append_json_string(&b, be->plugin.vt->name, strlen(be->plugin.vt->name));
         sg_buf_appends(&b, ",\"version\":");
-        sg_json_append_string(&b, be->plugin.vt->version, strlen(be->plugin.vt->version));
+        sg_buf_append_json_string(&b, be->plugin.vt->version, strlen(be->plugin.vt->version));
         sg_buf_appendf(&b, ",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s}", be->conf->topk, be->conf->name,
                        be->plugin.vt->access != NULL ? "true" : "false");
     }
@@ -233,12 +233,12 @@ static void on_health(h2o_req_t *req)
             ok = 0;
         if (i != 0)
             sg_buf_appendc(&b, ',');
-        sg_json_append_string(&b, be->conf->name, strlen(be->conf->name));
+        sg_buf_append_json_string(&b, be->conf->name, strlen(be->conf->name));
         sg_buf_appendf(&b, ":{\"status\":\"%s\"", st == SG_OK ? "ok" : "unhealthy");
         if (st != SG_OK) {
             sg_buf_appends(&b, ",\"error\":");
             const char *d = detail[0] != '\0' ? detail : sg_plugin_status_name(st);
-            sg_json_append_string(&b, d, strlen(d));
+            sg_buf_append_json_string(&b, d, strlen(d));
         }
         sg_buf_appendc(&b, '}');
     }
@@ -320,7 +320,7 @@ static void on_stats(h2o_req_t *req)
         sg_backend_t *be = &sg_server.backends[i];
         if (i != 0)
             sg_buf_appendc(&b, ',');
-        sg_json_append_string(&b, be->conf->name, strlen(be->conf->name));
+        sg_buf_append_json_string(&b, be->conf->name, strlen(be->conf->name));
         uint64_t req_total = 0, q_total = 0;
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             req_total += atomic_load(&be->requests[c]->v);

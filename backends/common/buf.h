@@ -29,4 +29,10 @@ static inline void sg_buf_appends(sg_buf_t *b, const char *s)
     sg_buf_append(b, s, strlen(s));
 }
 
+/** Appends `s` as a JSON string literal (quotes included): control characters escaped, UTF-8
+ *  passed through raw, bytes that are not UTF-8 replaced with U+FFFD (so the output is valid JSON). */
+void sg_buf_append_json_string(sg_buf_t *b, const char *s, size_t n);
+/** Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not valid UTF-8. */
+size_t sg_utf8_seq_len(const unsigned char *s, size_t n);
+
 #endif

@@ -209,16 +209,11 @@ int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, con
 
 /* Buffers are the shared sg_buf_t (buf.h). */
 
-/** Appends `s` as a JSON string literal (quotes included), replacing invalid UTF-8 with U+FFFD. */
-void sg_buf_append_json_string(sg_buf_t *b, const char *s, size_t n);
 /**
  * Appends the JSON text of `v` (compact). Strings go through sg_buf_append_json_string, so the
  * output is valid UTF-8 even when the input was not; NaN and infinities become null.
  */
 void sg_buf_append_json(sg_buf_t *b, const cJSON *v);
-
-/** Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not valid UTF-8. */
-size_t sg_utf8_seq_len(const unsigned char *s, size_t n);
 
 /**
  * A short, printable excerpt of an upstream error body for a client-facing message: at most

@@ -16,8 +16,13 @@ static void test_escape(void **state)
     (void)state;
     sg_buf_t b = {0};
     const char s[] = "a\"b\\c\nd\te\x01 \xe6\x9d\xb1 \xf0\x9f\x98\x80";
-    sg_json_append_string(&b, s, sizeof(s) - 1);
+    sg_buf_append_json_string(&b, s, sizeof(s) - 1);
     assert_string_equal(b.base, "\"a\\\"b\\\\c\\nd\\te\\u0001 \xe6\x9d\xb1 \xf0\x9f\x98\x80\"");
+    /* bytes that are not UTF-8 (a stray continuation byte, a truncated sequence, a surrogate) become U+FFFD */
+    b.len = 0;
+    const char bad[] = "x\x80y\xe6\x9dz\xed\xa0\x80";
+    sg_buf_append_json_string(&b, bad, sizeof(bad) - 1);
+    assert_string_equal(b.base, "\"x\xef\xbf\xbdy\xef\xbf\xbd\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
     sg_buf_free(&b);
 }
 
