@@ -21,12 +21,18 @@
  *
  * DOCs are the corpus line's bytes, spliced as they are, with ,"url":"" added before the closing
  * brace when the row has no top-level "url". FAISS label i is row i; label -1 is dropped.
+ *
+ * Device ("device": auto | cpu | cuda, gpu.c): on the GPU path each worker encodes on a GPU
+ * (fp16, its own workspace and stream) and a Flat index is searched on the GPUs; everything else
+ * (batching, DOCs, cancellation) is the same code. "cpu", and "auto" without a usable GPU, run
+ * exactly the CPU path.
  */
 #include "local.h"
 #include "cfg.h"
 #include "e5.h"
 #include "e5_internal.h"
 #include "faissidx.h"
+#include "gpu.h"
 #include "jsonl.h"
 
 #include <cJSON.h>
@@ -73,6 +79,7 @@ typedef struct st_worker_t {
     float *vecs, *dist;
     int64_t *labels;
     size_t cap_k;
+    sg_local_gpu_worker_t gpu; /* the GPU path only */
 } worker_t;
 
 struct sg_backend {
@@ -88,6 +95,7 @@ struct sg_backend {
     size_t max_batch, max_queue;
     uint32_t max_wait_ms;
     int omp_threads;
+    sg_local_gpu_t *gpu; /* NULL: everything on the CPU */
     char identity[512];
     /* queue */
     pthread_mutex_t mu;
@@ -96,8 +104,9 @@ struct sg_backend {
     job_t *acc_head, **acc_tail;   /* access calls */
     job_t *fin_head;               /* calls to complete (cancelled, timed out) */
     job_t *all;
-    size_t queued; /* queries waiting in the search FIFO */
-    size_t busy;   /* workers running a batch */
+    size_t queued;        /* queries waiting in the search FIFO */
+    size_t n_workers_cfg; /* the "workers" key (0: default) */
+    size_t busy;          /* workers running a batch */
     int stopping;
     worker_t *workers;
     size_t n_workers;
@@ -351,10 +360,14 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, char *err, 
         w->cap_k = k;
     }
     uint64_t t0 = now_us();
-    int rc = sg_e5_encode(self->model, w->ws, self->prefix, w->texts, w->lens, n, self->max_length, w->vecs, err, err_size);
+    int rc = self->gpu != NULL
+                 ? sg_local_gpu_encode(self->gpu, &w->gpu, self->model, self->prefix, w->texts, w->lens, n, w->vecs, err, err_size)
+                 : sg_e5_encode(self->model, w->ws, self->prefix, w->texts, w->lens, n, self->max_length, w->vecs, err, err_size);
     uint64_t t1 = now_us();
     if (rc == 0)
-        rc = sg_fidx_search(&self->index, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
+        rc = self->gpu != NULL && self->gpu->flat != NULL
+                 ? sg_local_gpu_search(self->gpu, &w->gpu, n, w->vecs, (int)k, w->dist, w->labels, err, err_size)
+                 : sg_fidx_search(&self->index, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
     uint64_t t2 = now_us();
     atomic_fetch_add(&self->encode_us, t1 - t0);
     atomic_fetch_add(&self->search_us, t2 - t1);
@@ -600,6 +613,10 @@ static void local_stats(struct sg_backend *self, void *sink)
     pthread_mutex_unlock(&self->mu);
     h->metric(sink, "local_queued_queries", "Queries waiting for a batch.", SG_METRIC_GAUGE, NULL, queued);
     h->metric(sink, "local_workers", "Worker threads.", SG_METRIC_GAUGE, NULL, (double)self->n_workers);
+    h->metric(sink, "local_gpus", "GPUs the encoder runs on (0: the CPU).", SG_METRIC_GAUGE, NULL,
+              self->gpu != NULL ? (double)self->gpu->n : 0.0);
+    h->metric(sink, "local_gpu_index", "1 when the index is searched on the GPUs.", SG_METRIC_GAUGE, NULL,
+              self->gpu != NULL && self->gpu->flat != NULL ? 1.0 : 0.0);
     h->metric(sink, "local_index_vectors", "Vectors in the FAISS index.", SG_METRIC_GAUGE, NULL, (double)self->index.ntotal);
     h->metric(sink, "local_corpus_rows", "Rows of the corpus.", SG_METRIC_GAUGE, NULL, (double)self->corpus.n_rows);
 }
@@ -626,6 +643,8 @@ static void local_destroy(struct sg_backend *self)
         free(w->vecs);
         free(w->dist);
         free(w->labels);
+        if (self->gpu != NULL)
+            sg_local_gpu_worker_free(self->gpu, &w->gpu);
     }
     free(self->workers);
     /* whatever is left completes with SG_ECANCELED (no worker runs any more) */
@@ -649,6 +668,7 @@ static void local_destroy(struct sg_backend *self)
         }
     }
     sg_fidx_close(&self->index);
+    sg_local_gpu_close(self->gpu);
     sg_jsonl_close(&self->corpus);
     if (self->have_pages)
         sg_jsonl_close(&self->pages);
@@ -675,7 +695,9 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
 {
     static const char *const keys[] = {"model",        "index",          "corpus",      "pages",     "cache_dir",   "query_prefix",
                                        "max_length",   "max_topk",       "workers",     "max_batch", "max_wait_ms", "max_queue",
-                                       "faiss_params", "blas_threshold", "omp_threads", NULL};
+                                       "faiss_params", "blas_threshold", "omp_threads", "device",    "gpu_ids",     "gpu_index",
+                                       "gpu_rescore",  "gpu_max_tokens", "cuda_module", NULL};
+    static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
     struct sg_backend *self = calloc(1, sizeof(*self));
@@ -690,6 +712,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     self->fifo_tail = &self->fifo_head;
     self->acc_tail = &self->acc_head;
     char *model = NULL, *index = NULL, *corpus = NULL, *pages = NULL, *cache_dir = NULL, *params = NULL;
+    sg_local_gpu_cfg_t gcfg = {0};
     int64_t v;
     sg_status st = SG_EINVAL;
     uint64_t t0 = host->now_ms();
@@ -702,7 +725,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         sg_cfg_path(&c, root, "pages", 0, base_dir, &pages) != 0 ||
         sg_cfg_path(&c, root, "cache_dir", 0, base_dir, &cache_dir) != 0 ||
         sg_cfg_string(&c, root, "query_prefix", 0, "query: ", &self->prefix) != 0 ||
-        sg_cfg_string(&c, root, "faiss_params", 0, "", &params) != 0)
+        sg_cfg_string(&c, root, "faiss_params", 0, "", &params) != 0 || sg_local_gpu_read_config(&c, root, base_dir, &gcfg) != 0)
         goto fail;
     if (sg_cfg_int(&c, root, "max_length", 2, 8192, 256, &v) != 0)
         goto fail;
@@ -714,6 +737,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     if (sg_cfg_int(&c, root, "workers", 0, 256, 0, &v) != 0)
         goto fail;
     self->n_workers = v != 0 ? (size_t)v : (size_t)(ncpu > 0 ? ncpu : 1);
+    self->n_workers_cfg = (size_t)v;
     if (sg_cfg_int(&c, root, "max_batch", 1, 4096, 32, &v) != 0)
         goto fail;
     self->max_batch = (size_t)v;
@@ -745,8 +769,31 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
                   capped);
         self->max_length = capped;
     }
+    /* the device (gpu.c): NULL means the CPU, and then nothing below differs from a CPU-only build */
+    if (sg_local_gpu_open(&gcfg, host, instance, &anchor, &self->gpu, err, err_size) != 0)
+        goto fail;
+    int gpu_index = 0;
+    if (self->gpu != NULL) {
+        if (self->n_workers_cfg == 0)
+            self->n_workers = (size_t)(2 * self->gpu->n); /* two per GPU: one encodes while the other does host work */
+        if (cJSON_GetObjectItemCaseSensitive(root, "max_batch") == NULL)
+            self->max_batch = 512;
+        if (cJSON_GetObjectItemCaseSensitive(root, "max_topk") == NULL)
+            self->max_topk = 100; /* a GPU index's candidate buffers grow with it (gpu.md) */
+        if (sg_local_gpu_load_encoder(self->gpu, self->model, self->max_length, gcfg.max_tokens, (uint32_t)self->max_batch, err,
+                                      err_size) != 0)
+            goto fail;
+        if ((gpu_index = sg_local_gpu_load_index(self->gpu, gcfg.flat, index, params, (uint32_t)self->max_batch, self->max_topk,
+                                                 &self->index, err, err_size)) < 0)
+            goto fail;
+        uint32_t gk = sg_local_gpu_max_topk(self->gpu);
+        if (gpu_index && gk < self->max_topk) {
+            host->log(SG_LOG_WARN, instance, "max_topk %u is more than a GPU search returns; using %u", self->max_topk, gk);
+            self->max_topk = gk;
+        }
+    }
     /* the index */
-    if (sg_fidx_open(index, params, &self->index, e2, sizeof(e2)) != 0) {
+    if (!gpu_index && sg_fidx_open(index, params, &self->index, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.index: %s", e2);
         goto fail;
     }
@@ -785,6 +832,10 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
              self->have_pages ? (unsigned long long)self->pages.content_hash : 0ull,
              (unsigned long long)sg__e5_hash(0, self->prefix, strlen(self->prefix)), self->max_length,
              (unsigned long long)sg__e5_hash(0, params, strlen(params)));
+    if (self->gpu != NULL) { /* fp16 results differ slightly from the CPU's: another cache identity */
+        size_t il = strlen(self->identity);
+        snprintf(self->identity + il, sizeof(self->identity) - il, "|%s", sg_local_gpu_identity(self->gpu));
+    }
     /* workers */
     self->workers = calloc(self->n_workers, sizeof(*self->workers));
     if (self->workers == NULL) {
@@ -805,6 +856,11 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
             st = SG_ENOMEM;
             goto fail;
         }
+        if (self->gpu != NULL &&
+            sg_local_gpu_worker_init(self->gpu, i, self->max_batch, self->max_length, &w->gpu, err, err_size) != 0) {
+            st = SG_ENOMEM;
+            goto fail;
+        }
     }
     for (size_t i = 0; i < self->n_workers; ++i) {
         if (pthread_create(&self->workers[i].thread, NULL, worker_main, &self->workers[i]) != 0) {
@@ -820,6 +876,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     host->log(SG_LOG_INFO, instance, "index %s: %s, %lld vectors of dimension %d, metric %s%s%s", index, self->index.fourcc,
               (long long)self->index.ntotal, self->index.dim, sg_fidx_metric_name(&self->index), params[0] ? ", params " : "",
               params);
+    if (self->gpu != NULL)
+        sg_local_gpu_log(self->gpu, host, instance);
     log_store(self, "corpus", &self->corpus);
     if (self->have_pages)
         log_store(self, "pages", &self->pages);
@@ -831,6 +889,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     free(pages);
     free(cache_dir);
     free(params);
+    sg_local_gpu_cfg_free(&gcfg);
     cJSON_Delete(root);
     *out = self;
     return SG_OK;
@@ -841,6 +900,7 @@ fail:
     free(pages);
     free(cache_dir);
     free(params);
+    sg_local_gpu_cfg_free(&gcfg);
     cJSON_Delete(root);
     local_destroy(self);
     return st;
