@@ -3,11 +3,13 @@
 #   make test   install what is missing, build, run the whole test suite (CTest)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+CUDA_BUILD ?= build-cuda
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 JOBS       ?= $(shell nproc)
 CONFIG     ?= configs/default.json
 CMAKE_ARGS ?=
 
-.PHONY: all run test deps deps-test build build-asan test-asan bench format check-format clean
+.PHONY: all run test deps deps-test build build-asan test-asan build-cuda format check-format clean
 
 all: build
 
@@ -35,11 +37,20 @@ build-asan: deps-test
 test-asan: build-asan
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1800 -LE no-asan
 
+# The CUDA module (-DSG_CUDA=ON, sm_90): compiled wherever nvcc exists, so it cannot rot; its
+# tests run the CPU fallback and the CUDA code on a CPU emulation, and skip the real-GPU ones
+# when no GPU is present.
+build-cuda: deps-test
+	@if [ -z "$(NVCC)" ]; then echo "build-cuda: no nvcc, skipped"; exit 0; fi; \
+	cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSG_CUDA=ON -DCMAKE_CUDA_COMPILER=$(NVCC) $(CMAKE_ARGS) && \
+	cmake --build $(CUDA_BUILD) -j$(JOBS) && \
+	cd $(CUDA_BUILD) && ctest --output-on-failure -j$(JOBS) -R '^gpu\.' --timeout 900
+
 format:
-	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+	git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cc' | xargs clang-format -i
 
 check-format:
-	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format --dry-run --Werror
+	git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cc' | xargs clang-format --dry-run --Werror
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)
