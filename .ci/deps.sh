@@ -1,11 +1,13 @@
 #!/bin/sh
 # Installs the Debian packages searchgate needs that are missing, with apt-get (sudo when not
 # root). Usage: .ci/deps.sh [run|test|bench]  -- run: build + run; test: + test tools; bench: + peers.
+# The run list holds everything CMake needs to configure the whole tree (cmocka included: the
+# tests are part of the same build), so `make run` on a fresh machine configures cleanly.
 set -eu
 what=${1:-run}
 pkgs="build-essential cmake pkg-config libh2o-evloop-dev libcurl4-openssl-dev libcjson-dev libhiredis-dev libssl-dev
-      libfaiss-dev libopenblas-dev libutf8proc-dev libstemmer-dev zlib1g-dev dpkg-dev ca-certificates dict-gcide redis-server python3"
-test_pkgs="libcmocka-dev clang clang-format curl chromium nghttp2-client nghttp2-server openssl python3-numpy"
+      libfaiss-dev libopenblas-dev libutf8proc-dev libstemmer-dev zlib1g-dev libcmocka-dev dpkg-dev ca-certificates dict-gcide redis-server python3"
+test_pkgs="clang clang-format curl chromium nghttp2-client nghttp2-server openssl python3-numpy"
 case "$what" in
   run) ;;
   test) pkgs="$pkgs $test_pkgs" ;;
