@@ -28,22 +28,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 LOCAL_BENCH = os.path.join(ROOT, "tests", "local", "bench")
-VOCAB = os.path.join(ROOT, "tests", "fixtures", "e5-tiny", "vocab.txt")
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def words():
-    with open(VOCAB, encoding="utf-8") as f:
-        return [w for w in f.read().split("\n") if len(w) >= 3 and w.isascii() and w.isalpha()]
+sys.path.insert(0, LOCAL_BENCH)
+from bench import free_port, log, parse_ms, post, words  # noqa: E402 -- shared with the CPU benchmark
 
 
 def write_flat_index(path, rows, dim, seed=3):
@@ -90,13 +76,6 @@ def make_data(wd, rows, dim, model=None):
     return model, corpus, index, queries
 
 
-def post(port, body, timeout=600):
-    req = urllib.request.Request("http://127.0.0.1:%d/retrieve" % port, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
 def metrics(port):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=30) as r:
         text = r.read().decode()
@@ -138,11 +117,6 @@ class Gateway:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.logf.close()
-
-
-def parse_ms(s):
-    m = re.match(r"([\d.]+)(us|ms|s|m)$", s)
-    return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[m.group(2)]
 
 
 def wrk(port, conns, per, seconds, queries, offset):
