@@ -3,6 +3,7 @@ serper/qdrant/upstream plugins, and small polling utilities. Standard library on
 import os
 import sys
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "fakes"))
@@ -55,3 +56,25 @@ def stop_after_pending(gw):
     the gateway answers them 503, cancels the backend work and must exit cleanly (status 0, no
     sanitizer report)."""
     return gw.stop()
+
+
+class FakeTestCase(unittest.TestCase):
+    """A test case that starts fakes of `fake_class` with self.fake(...) and a gateway in self.gw,
+    and stops them all afterwards."""
+
+    fake_class = None
+
+    def setUp(self):
+        self.fakes = []
+        self.gw = None
+
+    def fake(self, **kw):
+        f = self.fake_class(**kw)
+        self.fakes.append(f)
+        return f
+
+    def tearDown(self):
+        if self.gw is not None:
+            self.gw.stop()
+        for f in self.fakes:
+            f.stop()

@@ -35,21 +35,8 @@ def simple(texts):
     return [g for g in GOLDEN if g["text"] in texts]
 
 
-class QBase(unittest.TestCase):
-    def setUp(self):
-        self.fakes = []
-        self.gw = None
-
-    def fake(self, **kw):
-        f = FakeQdrant(**kw)
-        self.fakes.append(f)
-        return f
-
-    def tearDown(self):
-        if self.gw is not None:
-            self.gw.stop()
-        for f in self.fakes:
-            f.stop()
+class QBase(rtest.FakeTestCase):
+    fake_class = FakeQdrant
 
 
 class TestSearch(QBase):

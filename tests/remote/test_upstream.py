@@ -28,21 +28,8 @@ def with_url(doc):
     return d
 
 
-class UpBase(unittest.TestCase):
-    def setUp(self):
-        self.fakes = []
-        self.gw = None
-
-    def fake(self, **kw):
-        f = FakeUpstream(**kw)
-        self.fakes.append(f)
-        return f
-
-    def tearDown(self):
-        if self.gw is not None:
-            self.gw.stop()
-        for f in self.fakes:
-            f.stop()
+class UpBase(rtest.FakeTestCase):
+    fake_class = FakeUpstream
 
 
 class TestPassthrough(UpBase):
