@@ -481,6 +481,15 @@ static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
             queue_drop(b, q);
             continue;
         }
+        if (q->deficit >= (int64_t)q->head->n) {
+            /* the turn is not over: the head died (dropped at the top), or the backend is full --
+             * keep the turn so the client's weight holds when capacity frees up -- or the client
+             * hit its own cap (next client) */
+            if (call_is_dead(q->head, now))
+                continue;
+            if (!backend_fits(b, q->head->n))
+                break;
+        }
         b->admit_queues = q->next; /* next client's turn */
     }
     sg_gauge_set(b->queued_queries, (int64_t)b->admit_queued);

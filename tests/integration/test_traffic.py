@@ -119,27 +119,36 @@ class RateLimits(unittest.TestCase):
 
 
 class Fairness(unittest.TestCase):
-    def test_two_clients_share_a_saturated_backend(self):
-        # 4 queries in the plugin at a time, 10 ms per query (a cost per query, like an encoder):
-        # the backend serves ~100 queries/s whoever sends them
+    def saturate(self, clients, weights=None):
+        """Two clients keep a backend saturated (4 queries in the plugin at a time, 10 ms per query:
+        ~100 queries/s whoever sends them); returns the queries each got answered in a window."""
+        keys = []
+        cfg_clients = {"trust_client_id_header": True}
+        if weights:
+            cfg_clients["keys"] = []
+            for name, w in weights.items():
+                os.environ["SG_TEST_KEY_W_" + name.upper()] = "key-" + name
+                cfg_clients["keys"].append({"id": name, "key_env": "SG_TEST_KEY_W_" + name.upper(), "weight": w})
         gw = Gateway({
             "backends": [example_backend(cache=False, max_inflight=4, chunk=4, max_queue=100000, delay_per_query_ms=10,
                                          workers=4, timeout_ms=120000)],
-            "clients": {"trust_client_id_header": True},
+            "clients": cfg_clients,
         })
-        done = {"big": 0, "small": 0}
+        done = {name: 0 for name, _, _ in clients}
         lock = threading.Lock()
         t_start = time.time()
         measure = (t_start + scaled(1.5), t_start + scaled(7.5))
 
         def job(name, batch, k):
             conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=120)
+            headers = {"Content-Type": "application/json", "X-Client-Id": name}
+            if weights:
+                headers = {"Content-Type": "application/json", "X-API-Key": "key-" + name}
             i = 0
             while time.time() < measure[1]:
                 qs = ["%s %d %d %d" % (name, k, i, j) for j in range(batch)]
                 i += 1
-                conn.request("POST", "/retrieve", json.dumps({"queries": qs, "topk": 1}),
-                             {"Content-Type": "application/json", "X-Client-Id": name})
+                conn.request("POST", "/retrieve", json.dumps({"queries": qs, "topk": 1}), headers)
                 r = conn.getresponse()
                 r.read()
                 assert r.status == 200, r.status
@@ -150,20 +159,32 @@ class Fairness(unittest.TestCase):
             conn.close()
 
         try:
-            # "big" keeps 4 x 16 queries queued (a burst job), "small" 16 single queries
-            threads = [threading.Thread(target=job, args=("big", 16, k)) for k in range(4)]
-            threads += [threading.Thread(target=job, args=("small", 1, k)) for k in range(16)]
+            threads = [threading.Thread(target=job, args=(name, batch, k)) for name, batch, conns in clients for k in range(conns)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
         finally:
             gw.stop()
+        return done
+
+    def test_two_clients_share_a_saturated_backend(self):
+        # "big" keeps 4 x 16 queries queued (a burst job), "small" 16 single queries
+        done = self.saturate([("big", 16, 4), ("small", 1, 16)])
         total = done["big"] + done["small"]
         self.assertGreater(total, 100)
         share = done["small"] / total
         print("fairness: small client's share %.3f of %d queries %r" % (share, total, done), file=sys.stderr)
         self.assertTrue(0.40 <= share <= 0.60, "small client's share %.2f of %d queries (%r)" % (share, total, done))
+
+    def test_weights(self):
+        # weight 3 vs weight 1, both saturating: 75% / 25% of the backend
+        done = self.saturate([("heavy", 8, 8), ("light", 8, 8)], weights={"heavy": 3, "light": 1})
+        total = done["heavy"] + done["light"]
+        self.assertGreater(total, 100)
+        share = done["heavy"] / total
+        print("fairness: weight-3 client's share %.3f of %d queries %r" % (share, total, done), file=sys.stderr)
+        self.assertTrue(0.65 <= share <= 0.85, "weight-3 client's share %.2f of %d queries (%r)" % (share, total, done))
 
     def test_burst_does_not_starve_single_queries(self):
         # one job posts a 2,560-query batch; another job's single queries still get answered quickly
