@@ -211,6 +211,42 @@ class Fairness(unittest.TestCase):
         self.assertLess(max(lat), scaled(0.25), lat)
 
 
+class BackendQueue(unittest.TestCase):
+    def test_full_queue_sheds_with_503_and_chunks_split_requests(self):
+        gw = Gateway({"backends": [example_backend(cache=False, max_inflight=1, chunk=1, max_queue=2, delay_ms=300)]})
+        try:
+            res = {}
+
+            def call(i):
+                res[i] = gw.retrieve(["q%d" % i])
+
+            ts = []
+            for i in range(3):  # one in the plugin, two queued
+                ts.append(threading.Thread(target=call, args=(i,)))
+                ts[-1].start()
+                time.sleep(0.05)
+            r = gw.retrieve(["one too many"])
+            self.assertEqual(r.status, 503)
+            self.assertEqual(r.json()["error"]["type"], "overloaded")
+            self.assertIn("max_queue 2", r.json()["error"]["message"])
+            self.assertGreaterEqual(int(r.headers["retry-after"]), 1)
+            for t in ts:
+                t.join()
+            self.assertEqual([res[i].status for i in range(3)], [200] * 3)
+            self.assertEqual(gw.metric("searchgate_backend_shed_total", backend="example"), 1)
+            self.assertEqual(gw.metric("searchgate_client_shed_total"), 1)
+        finally:
+            gw.stop()
+        # a request reaches the plugin in calls of at most `chunk` distinct queries
+        gw = Gateway({"backends": [example_backend(cache=False, chunk=4)]})
+        try:
+            self.assertEqual(gw.retrieve(["c%d" % i for i in range(10)] + ["c0", "c1"]).status, 200)
+            self.assertEqual(gw.metric("searchgate_backend_calls_total", backend="example"), 3)  # 4 + 4 + 2
+            self.assertEqual(gw.metric("searchgate_backend_call_queries_total", backend="example"), 10)
+        finally:
+            gw.stop()
+
+
 class ClientConcurrencyCap(unittest.TestCase):
     def test_client_max_inflight(self):
         os.environ["SG_TEST_KEY_CAP"] = "capped-key"
