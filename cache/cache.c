@@ -156,7 +156,6 @@ static void on_mget(void *arg, redisReply *reply)
                 continue;
             }
             u->blob = b;
-            u->from = SG_FROM_REDIS;
             --r->n_pending;
             ++r->hits_redis;
             sg_counter_add(r->serving->cache_hits_redis, 1);
@@ -191,7 +190,6 @@ void sg_cache_lookup(sg_rreq_t *r)
             sg_blob_t *blob = sg_l1_get(server->l1, key.base, key.len, now);
             if (blob != NULL) {
                 u->blob = blob;
-                u->from = SG_FROM_L1;
                 --r->n_pending;
                 ++r->hits_l1;
                 sg_counter_add(b->cache_hits_l1, 1);

@@ -799,8 +799,6 @@ void sg_dispatch_misses(sg_rreq_t *r)
         if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
             waiter_link(f, w);
             pthread_mutex_unlock(&s->mu);
-            u->from = SG_FROM_COALESCED;
-            ++r->coalesced;
             sg_counter_add(b->coalesced, 1);
             continue;
         }
@@ -831,7 +829,6 @@ void sg_dispatch_misses(sg_rreq_t *r)
         waiter_link(f, w);
         shard_insert(s, f);
         pthread_mutex_unlock(&s->mu);
-        u->from = SG_FROM_BACKEND;
     }
     for (size_t i = 0; i < n_calls; ++i)
         admit_submit(calls[i]);

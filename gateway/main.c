@@ -254,7 +254,6 @@ int main(int argc, char **argv)
     sg_server_t *s = &sg_server;
     s->cfg = &cfg;
     s->started_ms = sg_now_ms();
-    s->started_wall = sg_wall_time();
     char dir[PATH_MAX];
     if (cfg.plugin_dir != NULL) {
         snprintf(dir, sizeof(dir), "%s", cfg.plugin_dir);

@@ -29,7 +29,6 @@ static void rreq_free(sg_rreq_t *r)
     free(r->slot_uniq);
     free(r->uniq);
     free(r->arena);
-    free(r->fail_detail);
     free(r);
 }
 

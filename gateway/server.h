@@ -194,7 +194,6 @@ struct st_sg_server_t {
     pthread_barrier_t barrier; /* the loops and the main thread meet at start-up and shutdown */
     atomic_int stopping;
     uint64_t started_ms;
-    double started_wall;
     struct st_sg_l1_t *l1; /* in-process result cache (cache/l1.c); NULL when off */
     struct st_sg_clients_t *clients;
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
@@ -210,11 +209,9 @@ typedef struct st_sg_uq_t {
     uint64_t hash;
     sg_blob_t *blob;     /* set once answered */
     sg_waiter_t *waiter; /* while waiting on a flight */
-    uint8_t from;        /* SG_FROM_* */
     uint8_t fallback_tried;
 } sg_uq_t;
 
-enum { SG_FROM_NONE, SG_FROM_L1, SG_FROM_REDIS, SG_FROM_BACKEND, SG_FROM_COALESCED };
 
 struct st_sg_rreq_t {
     h2o_linklist_t link;      /* in loop->active until answered */
@@ -238,13 +235,10 @@ struct st_sg_rreq_t {
     sg_uq_t *uniq;
     uint32_t n_pending; /* uniq entries without a blob */
     char *arena;
-    uint32_t hits_l1, hits_redis, coalesced, misses;
+    uint32_t hits_l1, hits_redis, misses;
     int responded;
     int redis_pending; /* an MGET is outstanding (cache/redis.c) */
     char request_id[24];
-    sg_status fail_status; /* first failure reported by a call, SG_OK if none */
-    char *fail_detail;
-    uint32_t fail_retry_after;
     int fallback_used;
 };
 
