@@ -4,12 +4,14 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 JOBS       ?= $(shell nproc)
 CONFIG     ?= configs/default.json
 CMAKE_ARGS ?=
 
-.PHONY: all run test deps deps-test build build-asan test-asan build-cuda format check-format clean
+.PHONY: all run test deps deps-test build build-asan test-asan build-cuda fuzz-smoke format check-format clean
 
 all: build
 
@@ -46,6 +48,16 @@ build-cuda: deps-test
 	cmake --build $(CUDA_BUILD) -j$(JOBS) && \
 	cd $(CUDA_BUILD) && ctest --output-on-failure -j$(JOBS) -R '^gpu\.' --timeout 900
 
+# libFuzzer (clang) on the reply parsers of the remote backends, FUZZ_SECONDS each, starting from
+# the committed seed corpora (copied: new inputs stay out of the tree).
+fuzz-smoke: deps-test
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSG_FUZZ=ON $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_serper_reply fuzz_qdrant_reply fuzz_upstream_reply
+	for t in serper qdrant upstream; do \
+	  rm -rf $(FUZZ_BUILD)/corpus-$$t && cp -r tests/remote/fuzz/corpus/$$t $(FUZZ_BUILD)/corpus-$$t && \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$${t}_reply -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_BUILD)/corpus-$$t || exit 1; \
+	done
+
 format:
 	git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cc' | xargs clang-format -i
 
@@ -53,4 +65,4 @@ check-format:
 	git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cc' | xargs clang-format --dry-run --Werror
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)
