@@ -212,7 +212,6 @@ typedef struct st_sg_uq_t {
     uint8_t fallback_tried;
 } sg_uq_t;
 
-
 struct st_sg_rreq_t {
     h2o_linklist_t link;      /* in loop->active until answered */
     int refs;                 /* loop thread only: the request itself + an outstanding Redis lookup */
