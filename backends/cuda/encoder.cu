@@ -54,6 +54,25 @@ struct sg_cuda_encoder_ws {
 
 /* ---- kernels ---- */
 
+/* The LayerNorm of one row already in shared memory (`sum` = this thread's partial sum of it),
+ * scaled by g and shifted by b, stored as fp32 and fp16. Called by every thread of the block. */
+static __device__ __forceinline__ void ln_row_store(const float *row, float sum, int h, float eps, const float *g, const float *b,
+                                                    float *red, float *o32, __half *o16)
+{
+    const float mean = sgc_block_sum(sum, red) / (float)h;
+    float s2 = 0.0f;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) {
+        float d = row[j] - mean;
+        s2 += d * d;
+    }
+    const float inv = 1.0f / sqrtf(sgc_block_sum(s2, red) / (float)h + eps);
+    for (int j = threadIdx.x; j < h; j += blockDim.x) {
+        float v = ((row[j] - mean) * inv) * g[j] + b[j];
+        o32[j] = v;
+        o16[j] = __float2half_rn(v);
+    }
+}
+
 /* x = LayerNorm(word[id] + type[0] + pos[p]) for one token row per block; writes fp32 and fp16. */
 __global__ void __launch_bounds__(BLOCK)
     embed_ln(const int32_t *ids, int L, const __half *word, const __half *pos, const float *type0, const float *g, const float *b,
@@ -70,18 +89,7 @@ __global__ void __launch_bounds__(BLOCK)
         row[j] = v;
         s += v;
     }
-    const float mean = sgc_block_sum(s, red) / (float)h;
-    float s2 = 0.0f;
-    for (int j = threadIdx.x; j < h; j += blockDim.x) {
-        float d = row[j] - mean;
-        s2 += d * d;
-    }
-    const float inv = 1.0f / sqrtf(sgc_block_sum(s2, red) / (float)h + eps);
-    for (int j = threadIdx.x; j < h; j += blockDim.x) {
-        float v = ((row[j] - mean) * inv) * g[j] + b[j];
-        x32[r * h + j] = v;
-        xh[r * h + j] = __float2half_rn(v);
-    }
+    ln_row_store(row, s, h, eps, g, b, red, x32 + r * h, xh + r * h);
 }
 
 /* out = LayerNorm((y + bias) + res) for one row per block; writes fp32 and fp16. */
@@ -97,18 +105,7 @@ __global__ void __launch_bounds__(BLOCK) bias_res_ln(const float *y, const float
         row[j] = v;
         s += v;
     }
-    const float mean = sgc_block_sum(s, red) / (float)h;
-    float s2 = 0.0f;
-    for (int j = threadIdx.x; j < h; j += blockDim.x) {
-        float d = row[j] - mean;
-        s2 += d * d;
-    }
-    const float inv = 1.0f / sqrtf(sgc_block_sum(s2, red) / (float)h + eps);
-    for (int j = threadIdx.x; j < h; j += blockDim.x) {
-        float v = ((row[j] - mean) * inv) * g[j] + b[j];
-        o32[r * h + j] = v;
-        o16[r * h + j] = __float2half_rn(v);
-    }
+    ln_row_store(row, s, h, eps, g, b, red, o32 + r * h, o16 + r * h);
 }
 
 /* out[i] = fp16(y[i] + bias[i % cols]) */

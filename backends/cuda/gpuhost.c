@@ -504,3 +504,28 @@ void sg_gpu_rescore(const sg_gpu_flatfile_t *ff, const float *queries, size_t nq
     }
     free(sc);
 }
+
+/* splitmix64, as in flat.cu */
+static uint64_t splitmix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void sg_gpu_random_rows(uint64_t seed, int64_t first, int64_t n, int d, float *x)
+{
+    for (int64_t r = 0; r < n; ++r) {
+        float s = 0;
+        for (int j = 0; j < d; ++j) {
+            uint64_t i = (uint64_t)(first + r) * (uint64_t)d + (uint64_t)j;
+            float u = (float)(splitmix(seed ^ splitmix(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+            x[r * d + j] = u;
+            s += u * u;
+        }
+        float inv = 1.0f / fmaxf(sqrtf(s), 1e-12f);
+        for (int j = 0; j < d; ++j)
+            x[r * d + j] *= inv;
+    }
+}

@@ -39,6 +39,12 @@ enum { SG_GPU_IP = 0, SG_GPU_L2 = 1 };
 /* ---- fp16 ---- */
 
 /** IEEE 754 binary16 of `f`, rounded to nearest even (overflow gives infinity; NaN stays NaN). */
+/**
+ * The random unit vectors flat.cu's random_rows kernel writes on the GPU (rows `first` ..
+ * `first + n - 1` of dimension `d`, seeded by `seed`), computed on the host in float32 into `x`:
+ * the CPU peer of the GPU tests and benchmark searches the same vectors.
+ */
+void sg_gpu_random_rows(uint64_t seed, int64_t first, int64_t n, int d, float *x);
 uint16_t sg_gpu_f32_to_f16(float f);
 /** The exact float value of a binary16. */
 float sg_gpu_f16_to_f32(uint16_t h);

@@ -458,31 +458,11 @@ static int suite_flat(int64_t rows, int dim, size_t nq, uint32_t max_q)
 
 /* ---- random vectors generated on the GPU ---- */
 
-/* the generator of flat.cu's random_rows, on the host */
-static uint64_t splitmix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int suite_random(int64_t rows, int dim, size_t nq)
 {
     const uint64_t seed = 77;
     float *x = malloc(sizeof(float) * (size_t)rows * (size_t)dim);
-    for (int64_t r = 0; r < rows; ++r) {
-        float s = 0;
-        for (int j = 0; j < dim; ++j) {
-            uint64_t i = (uint64_t)r * (uint64_t)dim + (uint64_t)j;
-            float u = (float)(splitmix(seed ^ splitmix(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-            x[r * dim + j] = u;
-            s += u * u;
-        }
-        float inv = 1.0f / fmaxf(sqrtf(s), 1e-12f);
-        for (int j = 0; j < dim; ++j)
-            x[r * dim + j] *= inv;
-    }
+    sg_gpu_random_rows(seed, 0, rows, dim, x); /* what random_rows writes on the GPUs */
     float *q = malloc(sizeof(float) * nq * (size_t)dim);
     for (size_t i = 0; i < nq; ++i) {
         for (int j = 0; j < dim; ++j)

@@ -209,31 +209,6 @@ static int bench_encoder(const char *dir, double secs)
 
 /* ---- flat search ---- */
 
-/* flat.cu's generator of random unit vectors, on the host (for the CPU peer) */
-static uint64_t splitmix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void host_rows(uint64_t seed, int64_t first, int64_t n, int d, float *x)
-{
-    for (int64_t r = 0; r < n; ++r) {
-        float s = 0;
-        for (int j = 0; j < d; ++j) {
-            uint64_t i = (uint64_t)(first + r) * (uint64_t)d + (uint64_t)j;
-            float u = (float)(splitmix(seed ^ splitmix(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-            x[r * d + j] = u;
-            s += u * u;
-        }
-        float inv = 1.0f / fmaxf(sqrtf(s), 1e-12f);
-        for (int j = 0; j < d; ++j)
-            x[r * d + j] *= inv;
-    }
-}
-
 static double run_searches(sg_cuda_flat *f, size_t nq, const float *q, double secs, float *keys, int64_t *lab)
 {
     char err[1024];
@@ -270,7 +245,7 @@ static int bench_flat(int64_t rows, int dim, double secs, int one_gpu)
     enum { Q = 512 };
     float *q = malloc(sizeof(float) * Q * (size_t)dim), *keys = malloc(sizeof(float) * Q * 10);
     int64_t *lab = malloc(sizeof(int64_t) * Q * 10);
-    host_rows(seed + 1, 0, Q, dim, q);
+    sg_gpu_random_rows(seed + 1, 0, Q, dim, q);
     const char *peak_env = getenv("SG_BENCH_PEAK_TBS");
     const double peak = (peak_env != NULL ? strtod(peak_env, NULL) : 3.35) * 1e12 * ng;
     double q1 = run_searches(f, 1, q, secs, keys, lab);
@@ -284,7 +259,7 @@ static int bench_flat(int64_t rows, int dim, double secs, int one_gpu)
     /* the peer: FAISS on the CPU over the same vectors (at most 1 M rows) */
     int64_t prow = rows < 1000000 ? rows : 1000000;
     float *x = malloc(sizeof(float) * (size_t)prow * (size_t)dim);
-    host_rows(seed, 0, prow, dim, x);
+    sg_gpu_random_rows(seed, 0, prow, dim, x);
     void *ix;
     if (sg_fidx_create("Flat", dim, SG_FIDX_IP, &ix, err, sizeof(err)) != 0 ||
         sg_fidx_add(ix, (size_t)prow, x, err, sizeof(err)) != 0)
