@@ -50,7 +50,10 @@ static void exe_dir(char *out, size_t n)
     out[l] = '\0';
 }
 
-static int load_backends(sg_server_t *s, const char *plugin_dir)
+/* Loads every plugin (dlopen), so that the BLAS library some of them bring is in the process,
+ * then fixes the BLAS kernels before any plugin computes anything: sg_blas_tune() may re-execute
+ * the gateway with OPENBLAS_CORETYPE set (blas.h). */
+static int open_plugins(sg_server_t *s, const char *plugin_dir, char **argv)
 {
     sg_config_t *cfg = s->cfg;
     s->n_backends = cfg->n_backends;
@@ -71,6 +74,27 @@ static int load_backends(sg_server_t *s, const char *plugin_dir)
             fprintf(stderr, "searchgate: backend %s: %s\n", bc->name, err);
             return -1;
         }
+    }
+    if (sg_blas_tune(argv, &s->blas) != 0) {
+        fprintf(stderr, "searchgate: %s\n", s->blas.reason);
+        return -1;
+    }
+    if (strcmp(s->blas.library, "none") != 0)
+        SG_LOG(SG_LL_INFO, "main", "BLAS: %s with %s kernels (%s)", s->blas.library, s->blas.core, s->blas.reason);
+    char l[256];
+    snprintf(l, sizeof(l), "library=\"%s\",core=\"%s\",default_core=\"%s\",source=\"%s\"", s->blas.library, s->blas.core,
+             s->blas.default_core, s->blas.source);
+    sg_gauge_set(sg_metrics_gauge("searchgate_blas_info", "The BLAS library and kernel set the plugins run (value 1).", l), 1);
+    return 0;
+}
+
+static int load_backends(sg_server_t *s)
+{
+    sg_config_t *cfg = s->cfg;
+    for (size_t i = 0; i < s->n_backends; ++i) {
+        sg_backend_t *b = &s->backends[i];
+        sg_backend_conf_t *bc = &cfg->backends[i];
+        char err[1024];
         err[0] = '\0';
         sg_status st = b->plugin.vt->create(sg_plugin_host_api(), bc->name, cfg->base_dir, bc->config_json, strlen(bc->config_json),
                                             &b->inst, err, sizeof(err));
@@ -264,7 +288,7 @@ int main(int argc, char **argv)
     }
     sg_dispatch_init();
     int rc = 1;
-    if (load_backends(s, dir) != 0)
+    if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
     if (check) {
         printf("searchgate: config %s is valid; %zu backend(s) loaded\n", config, s->n_backends);

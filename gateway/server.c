@@ -315,7 +315,18 @@ static void on_stats(h2o_req_t *req)
     sg_buf_appendf(&b, "{\"version\":\"" SG_VERSION "\",\"uptime_s\":%.3f,\"window_s\":%d,\"hit_ratio_60s\":",
                    (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, window);
     sg_json_append_double(&b, hr60);
-    sg_buf_appends(&b, ",\"backends\":{");
+    const sg_blas_choice_t *bl = &sg_server.blas;
+    sg_buf_appends(&b, ",\"blas\":{\"library\":");
+    sg_buf_append_json_string(&b, bl->library, strlen(bl->library));
+    sg_buf_appends(&b, ",\"core\":");
+    sg_buf_append_json_string(&b, bl->core, strlen(bl->core));
+    sg_buf_appends(&b, ",\"default_core\":");
+    sg_buf_append_json_string(&b, bl->default_core, strlen(bl->default_core));
+    sg_buf_appends(&b, ",\"source\":");
+    sg_buf_append_json_string(&b, bl->source, strlen(bl->source));
+    sg_buf_appends(&b, ",\"reason\":");
+    sg_buf_append_json_string(&b, bl->reason, strlen(bl->reason));
+    sg_buf_appends(&b, "},\"backends\":{");
     for (size_t i = 0; i < sg_server.n_backends; ++i) {
         sg_backend_t *be = &sg_server.backends[i];
         if (i != 0)

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "metrics.h"
 #include "plugin.h"
+#include "blas.h"
 
 #define SG_VERSION "0.1.0"
 
@@ -197,6 +198,7 @@ struct st_sg_server_t {
     struct st_sg_l1_t *l1; /* in-process result cache (cache/l1.c); NULL when off */
     struct st_sg_clients_t *clients;
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
+    sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
 };
 
 extern sg_server_t sg_server;

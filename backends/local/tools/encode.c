@@ -9,6 +9,7 @@
  * floats (printed with 9 significant digits, enough to round-trip float32), or with --ids the
  * token ids. Blank input lines are skipped. Exit status 1 on any error (message on stderr).
  */
+#include "blas.h"
 #include "e5.h"
 #include "jsonl.h"
 
@@ -82,6 +83,12 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    sg_blas_choice_t blas; /* may re-execute this tool with OPENBLAS_CORETYPE set (blas.h) */
+    if (sg_blas_tune(argv, &blas) != 0) {
+        fprintf(stderr, "searchgate-encode: %s\n", blas.reason);
+        return 2;
+    }
+    fprintf(stderr, "searchgate-encode: BLAS: %s with %s kernels (%s)\n", blas.library, blas.core, blas.reason);
     openblas_set_num_threads(1);
     sg_e5_model *m;
     char err[768];

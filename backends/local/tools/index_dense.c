@@ -13,6 +13,7 @@
  * Other FAISS factory strings ("HNSW32", "IVF1024,Flat", ...) are accepted; an index that needs
  * training is trained on the first --train-rows rows (default 65536).
  */
+#include "blas.h"
 #include "e5.h"
 #include "faissidx.h"
 #include "jsonl.h"
@@ -167,6 +168,12 @@ int main(int argc, char **argv)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? n : 1;
     }
+    sg_blas_choice_t blas; /* may re-execute this tool with OPENBLAS_CORETYPE set (blas.h) */
+    if (sg_blas_tune(argv, &blas) != 0) {
+        fprintf(stderr, "searchgate-index-dense: %s\n", blas.reason);
+        return 2;
+    }
+    fprintf(stderr, "searchgate-index-dense: BLAS: %s with %s kernels (%s)\n", blas.library, blas.core, blas.reason);
     openblas_set_num_threads(1);
     char err[1024];
     double t0 = now_s();

@@ -1,0 +1,164 @@
+"""The BLAS kernel choice (backends/common/blas.c) through the real gateway and tools: the log line,
+the "blas" object of /stats and the searchgate_blas_info metric, for each way the choice is made.
+
+OpenBLAS picks its kernels from the CPU model number; a CPU it does not know (a new Xeon) gets SSE3
+`Prescott` kernels. That case is reproduced on any machine with SG_BLAS_SIMULATE_DEFAULT_CORE,
+which makes the decision behave as if OpenBLAS had picked that core: the gateway must then
+re-execute itself with OPENBLAS_CORETYPE set to the best core for the CPU's features, and report
+what the re-loaded library actually runs.
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import sgtest
+
+MODEL = os.path.join(sgtest.FIXTURES, "e5-tiny")
+
+
+def cpuinfo():
+    with open("/proc/cpuinfo") as f:
+        return f.read()
+
+
+def cpu_flags():
+    for line in cpuinfo().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def best_core():
+    """What blas.c should pick for this machine, from /proc/cpuinfo (an independent reading)."""
+    fl = cpu_flags()
+    vendor = cpuinfo().split("vendor_id", 1)[1].split(":", 1)[1].split()[0]
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"} <= fl:
+        return "Cooperlake" if "avx512_bf16" in fl else "SkylakeX"
+    if {"avx2", "fma"} <= fl:
+        return "Zen" if vendor in ("AuthenticAMD", "HygonGenuine") else "Haswell"
+    if "avx" in fl:
+        return "Sandybridge"
+    return None
+
+
+class BlasKernels(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sgblas-")
+        cls.corpus = os.path.join(cls.dir, "corpus.jsonl")
+        with open(cls.corpus, "w") as f:
+            for i in range(40):
+                f.write(json.dumps({"id": str(i), "contents": "\"Row %d\"\nabout topic %d" % (i, i % 7)}) + "\n")
+        cls.index = os.path.join(cls.dir, "e5_Flat.index")
+        subprocess.run([sgtest.binary("searchgate-index-dense"), "--model", MODEL, cls.corpus, cls.index],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=sgtest.scaled(120))
+        for k in [k for k in os.environ if k.startswith("SG_BLAS") or k in ("SG_CPU_FEATURES", "OPENBLAS_CORETYPE")]:
+            del os.environ[k]
+        cls.base_env = dict(os.environ)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def start(self, env):
+        return sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "topk": 2, "cache": False,
+                                            "config": {"model": MODEL, "index": self.index, "corpus": self.corpus}}]},
+                              env=env)
+
+    def check(self, env, source, core=None, default_core=None):
+        gw = self.start(env)
+        try:
+            blas = gw.get("/stats").json()["blas"]
+            self.assertTrue(blas["library"].startswith("OpenBLAS "), blas)
+            self.assertEqual(blas["source"], source, blas)
+            if core is not None:
+                self.assertEqual(blas["core"], core, blas)
+            if default_core is not None:
+                self.assertEqual(blas["default_core"], default_core, blas)
+            self.assertEqual(gw.metric("searchgate_blas_info", core=blas["core"], source=source), 1.0)
+            r = gw.retrieve(["topic 3"], topk=2)
+            self.assertEqual(r.status, 200, r)
+            log = gw.stop()
+        except BaseException:
+            gw.stop(check=False)
+            raise
+        lines = [l for l in log.splitlines() if "BLAS: " in l]
+        self.assertEqual(len(lines), 1, log)
+        self.assertIn("with %s kernels" % blas["core"], lines[0])
+        return blas, lines[0]
+
+    def test_library_choice_kept(self):
+        """No override: the gateway runs the library's own pick, unless that is weaker than the
+        features allow (then this machine is one OpenBLAS does not know: source cpu-features)."""
+        gw = self.start({})
+        try:
+            blas = gw.get("/stats").json()["blas"]
+        finally:
+            gw.stop()
+        self.assertIn(blas["source"], ("library", "cpu-features"), blas)
+        if blas["source"] == "cpu-features":
+            self.assertEqual(blas["core"], best_core(), blas)
+
+    def test_unknown_cpu_is_forced_to_its_features(self):
+        best = best_core()
+        if best is None:
+            self.skipTest("this CPU has no AVX: no kernel set beats the SSE ones")
+        blas, line = self.check({"SG_BLAS_SIMULATE_DEFAULT_CORE": "Prescott"}, "cpu-features", core=best,
+                                default_core="Prescott")
+        self.assertIn("OPENBLAS_CORETYPE=%s" % best, line)
+        self.assertIn("OpenBLAS picks Prescott", line)
+
+    def test_haswell_features_off_then_on(self):
+        """Through the SG_CPU_FEATURES override: with only SSE3+AVX visible the best is Sandybridge;
+        with AVX2+FMA visible too it is Haswell (or Zen on AMD)."""
+        fl = cpu_flags()
+        if not {"avx", "avx2", "fma"} <= fl:
+            self.skipTest("needs an AVX2+FMA CPU")
+        self.check({"SG_BLAS_SIMULATE_DEFAULT_CORE": "Prescott", "SG_CPU_FEATURES": "sse3,avx"}, "cpu-features",
+                   core="Sandybridge", default_core="Prescott")
+        want = "Zen" if ("AuthenticAMD" in cpuinfo() or "HygonGenuine" in cpuinfo()) else "Haswell"
+        self.check({"SG_BLAS_SIMULATE_DEFAULT_CORE": "Prescott", "SG_CPU_FEATURES": "sse3,avx,fma,avx2"}, "cpu-features",
+                   core=want, default_core="Prescott")
+
+    def test_nothing_better_than_sse(self):
+        self.check({"SG_BLAS_SIMULATE_DEFAULT_CORE": "Prescott", "SG_CPU_FEATURES": "sse3"}, "library")
+
+    def test_user_setting_wins(self):
+        blas, line = self.check({"OPENBLAS_CORETYPE": "Sandybridge", "SG_BLAS_SIMULATE_DEFAULT_CORE": "Prescott"}, "user",
+                                core="Sandybridge")
+        self.assertIn("set by the user", line)
+
+    def test_bad_feature_list_fails_startup(self):
+        gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
+            "model": MODEL, "index": self.index, "corpus": self.corpus}}]}, env={"SG_CPU_FEATURES": "avx2,sse9"},
+            expect_fail=True)
+        self.assertEqual(gw.wait_exit(), 1)
+        self.assertIn("SG_CPU_FEATURES: unknown feature \"sse9\"", gw.read_log())
+
+    def test_no_blas_without_dense_backend(self):
+        gw = sgtest.Gateway({"backends": [sgtest.example_backend("ex")]})
+        try:
+            blas = gw.get("/stats").json()["blas"]
+            self.assertEqual(blas["library"], "none")
+        finally:
+            log = gw.stop()
+        self.assertNotIn("BLAS: ", log)
+
+    def test_tools_report_and_apply(self):
+        best = best_core()
+        if best is None:
+            self.skipTest("no AVX")
+        env = dict(self.base_env, SG_BLAS_SIMULATE_DEFAULT_CORE="Prescott")
+        r = subprocess.run([sgtest.binary("searchgate-encode"), "--model", MODEL], input=b'"hello"\n', env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=sgtest.scaled(60))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("BLAS: OpenBLAS", r.stderr.decode())
+        self.assertIn("with %s kernels" % best, r.stderr.decode())
+        self.assertEqual(len(json.loads(r.stdout.decode().splitlines()[0])), 64)  # e5-tiny's hidden size
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
