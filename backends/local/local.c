@@ -32,8 +32,10 @@
 #include "e5.h"
 #include "e5_internal.h"
 #include "faissidx.h"
+#include "flatscan.h"
 #include "gpu.h"
 #include "jsonl.h"
+#include "team.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -70,6 +72,7 @@ typedef struct st_item_t {
 
 typedef struct st_worker_t {
     struct sg_backend *self;
+    unsigned idx; /* position in the pool */
     pthread_t thread;
     int started;
     sg_e5_workspace *ws;
@@ -96,6 +99,11 @@ struct sg_backend {
     uint32_t max_wait_ms;
     int omp_threads;
     sg_local_gpu_t *gpu; /* NULL: everything on the CPU */
+    sg_flatscan_t flat;  /* the index's vectors, when it is a flat IP/L2 index on the CPU */
+    int have_flat;
+    int solo; /* "solo": whether a lone batch may use idle workers (team.h) */
+    sg_team_t team;
+    _Atomic int work_waiting; /* queries or access calls are queued: helpers go back to the queue */
     char identity[512];
     /* queue */
     pthread_mutex_t mu;
@@ -113,6 +121,7 @@ struct sg_backend {
     /* stats */
     _Atomic uint64_t calls, queries, batches, batch_queries, rejected, canceled, timed_out, access_calls, access_hits, errors;
     _Atomic uint64_t encode_us, search_us;
+    _Atomic uint64_t solo_batches;
 };
 
 static uint64_t now_us(void)
@@ -329,8 +338,11 @@ static size_t take_batch(struct sg_backend *self, worker_t *w, uint64_t now, siz
         self->queued -= take;
         if (j->taken == j->n) {
             self->fifo_head = j->next;
-            if (self->fifo_head == NULL)
+            if (self->fifo_head == NULL) {
                 self->fifo_tail = &self->fifo_head;
+                if (self->acc_head == NULL)
+                    atomic_store_explicit(&self->work_waiting, 0, memory_order_relaxed);
+            }
             j->next = NULL;
             j->in_fifo = 0;
         }
@@ -338,9 +350,9 @@ static size_t take_batch(struct sg_backend *self, worker_t *w, uint64_t now, siz
     return n;
 }
 
-/* Encodes and searches one batch (no lock held); fills the jobs' result slots. Returns 0, or -1
- * with `err` set. */
-static int run_batch(struct sg_backend *self, worker_t *w, size_t n, char *err, size_t err_size)
+/* Encodes and searches one batch (no lock held); fills the jobs' result slots. `par` (NULL: this
+ * thread alone) lends it the idle workers. Returns 0, or -1 with `err` set. */
+static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *par, char *err, size_t err_size)
 {
     uint32_t k = 1;
     for (size_t i = 0; i < n; ++i) {
@@ -360,14 +372,21 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, char *err, 
         w->cap_k = k;
     }
     uint64_t t0 = now_us();
+    sg_e5_workspace_set_par(w->ws, par);
     int rc = self->gpu != NULL
                  ? sg_local_gpu_encode(self->gpu, &w->gpu, self->model, self->prefix, w->texts, w->lens, n, w->vecs, err, err_size)
                  : sg_e5_encode(self->model, w->ws, self->prefix, w->texts, w->lens, n, self->max_length, w->vecs, err, err_size);
     uint64_t t1 = now_us();
-    if (rc == 0)
-        rc = self->gpu != NULL && self->gpu->flat != NULL
-                 ? sg_local_gpu_search(self->gpu, &w->gpu, n, w->vecs, (int)k, w->dist, w->labels, err, err_size)
-                 : sg_fidx_search(&self->index, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
+    if (rc == 0) {
+        if (self->gpu != NULL && self->gpu->flat != NULL)
+            rc = sg_local_gpu_search(self->gpu, &w->gpu, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
+        else if (par != NULL && self->have_flat)
+            rc = sg_flatscan_search(&self->flat, par, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
+        else if ((rc = sg_fidx_search(&self->index, n, w->vecs, (int)k, w->dist, w->labels, err, err_size)) == 0 &&
+                 self->index.metric != SG_FIDX_OTHER)
+            sg_flatscan_canonical(self->index.metric, n, (int)k, w->dist, w->labels); /* the order flatscan gives */
+    }
+    sg_e5_workspace_set_par(w->ws, NULL);
     uint64_t t2 = now_us();
     atomic_fetch_add(&self->encode_us, t1 - t0);
     atomic_fetch_add(&self->search_us, t2 - t1);
@@ -417,6 +436,14 @@ static void *worker_main(void *arg)
         }
         if (self->stopping)
             break;
+        if (self->fifo_head == NULL && sg_team_is_open(&self->team)) {
+            /* a lone batch runs on another worker: lend it this core until the session ends or
+             * new work is queued */
+            pthread_mutex_unlock(&self->mu);
+            sg_team_help(&self->team, w->idx, &self->work_waiting);
+            pthread_mutex_lock(&self->mu);
+            continue;
+        }
         if (self->fifo_head == NULL) {
             pthread_cond_wait(&self->cv, &self->mu);
             continue;
@@ -447,12 +474,22 @@ static void *worker_main(void *arg)
         size_t n = take_batch(self, w, now, share != 0 ? share : 1);
         if (n == 0)
             continue;
+        /* the queue is empty and other workers are idle: run this batch with their help */
+        int solo = self->solo && self->fifo_head == NULL && idle > 1 && !sg_team_is_open(&self->team);
         self->busy++;
-        if (self->fifo_head != NULL)
+        if (solo) {
+            sg_team_open(&self->team, w->idx, (unsigned)idle);
+            pthread_cond_broadcast(&self->cv);
+        } else if (self->fifo_head != NULL) {
             pthread_cond_signal(&self->cv); /* the rest is for another worker */
+        }
         pthread_mutex_unlock(&self->mu);
         char err[256];
-        int failed = run_batch(self, w, n, err, sizeof(err)) != 0;
+        int failed = run_batch(self, w, n, solo ? &self->team.par : NULL, err, sizeof(err)) != 0;
+        if (solo) {
+            sg_team_close(&self->team);
+            atomic_fetch_add(&self->solo_batches, 1);
+        }
         pthread_mutex_lock(&self->mu);
         self->busy--;
         /* account per job; items of one job are contiguous */
@@ -525,6 +562,7 @@ static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn
         return SG_EOVERLOAD;
     }
     all_link(self, j);
+    atomic_store_explicit(&self->work_waiting, 1, memory_order_relaxed);
     if (is_access) {
         *self->acc_tail = j;
         self->acc_tail = &j->next;
@@ -603,7 +641,10 @@ static void local_stats(struct sg_backend *self, void *sink)
     C("local_errors_total", "Batches that failed.", errors);
     C("local_access_calls_total", "access() calls received.", access_calls);
     C("local_access_hits_total", "URLs found by access().", access_hits);
+    C("local_solo_batches_total", "Batches run with the idle workers' help (the queue was empty: a lone client).", solo_batches);
 #undef C
+    h->metric(sink, "local_solo_helped_tasks_total", "Tasks of solo batches that helping workers ran.", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->team.helped_tasks));
     h->metric(sink, "local_encode_seconds_total", "Time spent encoding queries, summed over workers.", SG_METRIC_COUNTER, NULL,
               (double)atomic_load(&self->encode_us) / 1e6);
     h->metric(sink, "local_search_seconds_total", "Time spent in FAISS searches, summed over workers.", SG_METRIC_COUNTER, NULL,
@@ -696,7 +737,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     static const char *const keys[] = {"model",        "index",          "corpus",      "pages",     "cache_dir",   "query_prefix",
                                        "max_length",   "max_topk",       "workers",     "max_batch", "max_wait_ms", "max_queue",
                                        "faiss_params", "blas_threshold", "omp_threads", "device",    "gpu_ids",     "gpu_index",
-                                       "gpu_rescore",  "gpu_max_tokens", "cuda_module", NULL};
+                                       "gpu_rescore",  "gpu_max_tokens", "cuda_module", "solo",      NULL};
     static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
@@ -753,6 +794,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     if (sg_cfg_int(&c, root, "omp_threads", 1, 256, 1, &v) != 0)
         goto fail;
     self->omp_threads = (int)v;
+    if (sg_cfg_bool(&c, root, "solo", 1, &self->solo) != 0)
+        goto fail;
     if (cache_dir != NULL && mkdir(cache_dir, 0755) != 0 && errno != EEXIST) {
         snprintf(err, err_size, "config.cache_dir: cannot create %s: %s", cache_dir, strerror(errno));
         goto fail;
@@ -803,6 +846,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         goto fail;
     }
     sg_fidx_set_blas_threshold(blas_threshold);
+    if (!gpu_index)
+        self->have_flat = sg_flatscan_init(&self->flat, &self->index) == 0;
     /* the corpus (and pages) */
     sg_jsonl_opts_t o = {0, cache_dir};
     if (sg_jsonl_open(corpus, &o, &self->corpus, e2, sizeof(e2)) != 0) {
@@ -843,9 +888,13 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         goto fail;
     }
     size_t dim = (size_t)sg_e5_dim(self->model);
+    sg_team_init(&self->team, (unsigned)self->n_workers);
+    if (self->gpu != NULL)
+        self->solo = 0; /* GPU workers each drive their own stream: nothing to lend */
     for (size_t i = 0; i < self->n_workers; ++i) {
         worker_t *w = &self->workers[i];
         w->self = self;
+        w->idx = (unsigned)i;
         w->ws = sg_e5_workspace_new(self->model);
         w->items = calloc(self->max_batch + 1, sizeof(*w->items));
         w->texts = calloc(self->max_batch, sizeof(*w->texts));

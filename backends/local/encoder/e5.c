@@ -63,8 +63,12 @@ struct sg_e5_model {
 
 struct sg_e5_workspace {
     const sg_e5_model *m;
-    size_t cap_tokens, cap_scores, cap_ids;
-    float *x, *tmp, *q, *k, *v, *ctx, *inter, *scores;
+    sg_par_t *par; /* intra-batch parallelism (NULL: this thread only) */
+    size_t cap_tokens, cap_scores, cap_ids, cap_rows;
+    float *x, *tmp, *q, *k, *v, *ctx, *inter;
+    float *scores;  /* attention scores, cap_scores floats per slot of `par` */
+    size_t *rows;   /* per sequence of a pass: its first token row */
+    unsigned slots; /* scores holds this many slots */
     int32_t *ids;   /* token ids of the current encode call */
     size_t *offs;   /* per text: offset into ids */
     uint32_t *lens; /* per text: number of ids */
@@ -467,10 +471,16 @@ sg_e5_workspace *sg_e5_workspace_new(const sg_e5_model *m)
     return w;
 }
 
+void sg_e5_workspace_set_par(sg_e5_workspace *w, sg_par_t *par)
+{
+    w->par = par;
+}
+
 void sg_e5_workspace_free(sg_e5_workspace *w)
 {
     if (w == NULL)
         return;
+    free(w->rows);
     free(w->x);
     free(w->tmp);
     free(w->q);
@@ -507,14 +517,76 @@ static int reserve_tokens(sg_e5_workspace *w, size_t t)
     return 0;
 }
 
-/* ---- forward ---- */
+/* ---- forward ----
+ *
+ * Each step is a set of independent tasks run through sg_par_run: the linear layers split their
+ * output columns (each task reads its own slice of the weights, the dominant memory traffic for
+ * short batches), attention splits (sequence, head) pairs, LayerNorm splits rows. Each output
+ * element is computed by exactly one task; a column slice's sgemm may round differently from the
+ * whole matrix's, so embeddings computed with several threads agree with the single-threaded
+ * ones to within float rounding (about 1e-7). */
 
-/* y[t, out] = x[t, in] . W^T + b */
-static void linear(const lin_t *l, const float *x, size_t t, int in, int out, float *y)
+/* y[t, o0:o1] = x[t, in] . W[o0:o1]^T + b[o0:o1], optionally followed by GELU */
+static void linear_cols(const lin_t *l, const float *x, size_t t, int in, int out, int o0, int o1, float *y, int gelu)
 {
+    int cols = o1 - o0;
+    if (cols <= 0)
+        return;
     for (size_t r = 0; r < t; ++r)
-        memcpy(y + r * (size_t)out, l->b, (size_t)out * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, out, in, 1.0f, x, in, l->w, in, 1.0f, y, out);
+        memcpy(y + r * (size_t)out + o0, l->b + o0, (size_t)cols * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in,
+                1.0f, y + o0, out);
+    if (gelu) {
+        for (size_t r = 0; r < t; ++r) {
+            float *row = y + r * (size_t)out + o0;
+            for (int j = 0; j < cols; ++j)
+                row[j] = 0.5f * row[j] * (1.0f + erff(row[j] * (float)M_SQRT1_2));
+        }
+    }
+}
+
+/* up to three linear layers over the same input, each split into `chunks` column ranges */
+typedef struct st_lin_job_t {
+    const lin_t *l[3];
+    float *y[3];
+    const float *x;
+    size_t t;
+    int in, out, chunks, gelu;
+} lin_job_t;
+
+static int chunk_edge(int out, int chunks, int c)
+{
+    /* multiples of 16 columns, so every slice starts on a SIMD/cache-friendly boundary */
+    int e = (int)(((int64_t)out * c / chunks) & ~15);
+    return c == chunks ? out : e;
+}
+
+static void lin_task(void *arg, size_t i, unsigned slot)
+{
+    (void)slot;
+    lin_job_t *j = arg;
+    int m = (int)(i / (size_t)j->chunks), c = (int)(i % (size_t)j->chunks);
+    linear_cols(j->l[m], j->x, j->t, j->in, j->out, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1), j->y[m],
+                j->gelu);
+}
+
+static void linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, const float *x, size_t t, int in, int out,
+                       float *const *y, int gelu)
+{
+    unsigned threads = sg_par_threads(w->par);
+    /* one slice per thread and matrix; never slices thinner than 64 columns */
+    int chunks = (int)threads;
+    if (chunks > out / 64)
+        chunks = out / 64 > 0 ? out / 64 : 1;
+    lin_job_t j = {{l[0], n_mats > 1 ? l[1] : NULL, n_mats > 2 ? l[2] : NULL},
+                   {y[0], n_mats > 1 ? y[1] : NULL, n_mats > 2 ? y[2] : NULL},
+                   x,
+                   t,
+                   in,
+                   out,
+                   chunks,
+                   gelu};
+    sg_par_run(w->par, (size_t)n_mats * (size_t)chunks, lin_task, &j);
 }
 
 /* x = LayerNorm(x + r) row by row (r may be NULL) */
@@ -542,10 +614,74 @@ static void layer_norm(float *x, const float *r, size_t t, int h, const ln_t *l,
     }
 }
 
-static void gelu(float *x, size_t n)
+typedef struct st_ln_job_t {
+    float *x;
+    const float *r;
+    size_t t, per;
+    int h;
+    const ln_t *l;
+    double eps;
+} ln_job_t;
+
+static void ln_task(void *arg, size_t i, unsigned slot)
 {
-    for (size_t i = 0; i < n; ++i)
-        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+    (void)slot;
+    ln_job_t *j = arg;
+    size_t r0 = i * j->per, r1 = r0 + j->per < j->t ? r0 + j->per : j->t;
+    if (r0 < r1)
+        layer_norm(j->x + r0 * (size_t)j->h, j->r != NULL ? j->r + r0 * (size_t)j->h : NULL, r1 - r0, j->h, j->l, j->eps);
+}
+
+static void layer_norm_par(sg_e5_workspace *w, float *x, const float *r, size_t t, int h, const ln_t *l, double eps)
+{
+    unsigned threads = sg_par_threads(w->par);
+    if (threads == 1 || t < 32) { /* a few rows: the hand-off would cost more than the work */
+        layer_norm(x, r, t, h, l, eps);
+        return;
+    }
+    size_t per = (t + threads - 1) / threads;
+    ln_job_t j = {x, r, t, per, h, l, eps};
+    sg_par_run(w->par, (t + per - 1) / per, ln_task, &j);
+}
+
+typedef struct st_attn_job_t {
+    sg_e5_workspace *w;
+    const uint32_t *lens;
+    int h, dh, heads;
+    float scale;
+} attn_job_t;
+
+/* one (sequence, head): softmax(q k^T * scale) v into ctx */
+static void attn_task(void *arg, size_t i, unsigned slot)
+{
+    attn_job_t *j = arg;
+    sg_e5_workspace *w = j->w;
+    size_t s = i / (size_t)j->heads;
+    int hd = (int)(i % (size_t)j->heads), h = j->h, dh = j->dh;
+    const int ls = (int)j->lens[s];
+    size_t base = w->rows[s];
+    const float *q = w->q + base * (size_t)h + (size_t)hd * (size_t)dh;
+    const float *k = w->k + base * (size_t)h + (size_t)hd * (size_t)dh;
+    const float *v = w->v + base * (size_t)h + (size_t)hd * (size_t)dh;
+    float *sc = w->scores + (size_t)slot * w->cap_scores;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ls, ls, dh, j->scale, q, h, k, h, 0.0f, sc, ls);
+    for (int a = 0; a < ls; ++a) {
+        float *row = sc + (size_t)a * (size_t)ls;
+        float mx = row[0];
+        for (int b = 1; b < ls; ++b)
+            if (row[b] > mx)
+                mx = row[b];
+        float sum = 0;
+        for (int b = 0; b < ls; ++b) {
+            row[b] = expf(row[b] - mx);
+            sum += row[b];
+        }
+        float inv = 1.0f / sum;
+        for (int b = 0; b < ls; ++b)
+            row[b] *= inv;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ls, dh, ls, 1.0f, sc, ls, v, h, 0.0f,
+                w->ctx + base * (size_t)h + (size_t)hd * (size_t)dh, h);
 }
 
 /* Runs the model over `n` packed sequences (ids at offs[i], lens[i]) and writes the pooled,
@@ -557,17 +693,29 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, c
     const int h = c->hidden, dh = c->hidden / c->heads;
     size_t t = 0;
     uint32_t max_l = 0;
+    if (n > w->cap_rows) {
+        size_t *r = realloc(w->rows, n * sizeof(*r) + 16);
+        if (r == NULL)
+            return -1;
+        w->rows = r;
+        w->cap_rows = n;
+    }
     for (size_t i = 0; i < n; ++i) {
+        w->rows[i] = t;
         t += lens[i];
         if (lens[i] > max_l)
             max_l = lens[i];
     }
     if (reserve_tokens(w, t) != 0)
         return -1;
-    if ((size_t)max_l * max_l > w->cap_scores) {
-        if (grow(&w->scores, (size_t)max_l * max_l) != 0)
+    unsigned slots = w->par != NULL && w->par->slots > 1 ? w->par->slots : 1;
+    if ((size_t)max_l * max_l > w->cap_scores || slots > w->slots) {
+        size_t per = (size_t)max_l * max_l > w->cap_scores ? (size_t)max_l * max_l : w->cap_scores;
+        unsigned ns = slots > w->slots ? slots : w->slots;
+        if (grow(&w->scores, per * ns) != 0)
             return -1;
-        w->cap_scores = (size_t)max_l * max_l;
+        w->cap_scores = per;
+        w->slots = ns;
     }
     /* embeddings: word + token type 0 + position, then LayerNorm */
     size_t r = 0;
@@ -580,48 +728,20 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, c
                 row[j] = (we[j] + m->type[j]) + pe[j];
         }
     }
-    layer_norm(w->x, NULL, t, h, &m->ln_emb, c->ln_eps);
-    const float scale = 1.0f / sqrtf((float)dh);
+    layer_norm_par(w, w->x, NULL, t, h, &m->ln_emb, c->ln_eps);
+    attn_job_t aj = {w, lens, h, dh, c->heads, 1.0f / sqrtf((float)dh)};
     for (int li = 0; li < c->layers; ++li) {
         const layer_t *L = &m->layers[li];
-        linear(&L->q, w->x, t, h, h, w->q);
-        linear(&L->k, w->x, t, h, h, w->k);
-        linear(&L->v, w->x, t, h, h, w->v);
-        size_t base = 0;
-        for (size_t s = 0; s < n; ++s) {
-            const int ls = (int)lens[s];
-            for (int hd = 0; hd < c->heads; ++hd) {
-                const float *q = w->q + base * (size_t)h + (size_t)hd * (size_t)dh;
-                const float *k = w->k + base * (size_t)h + (size_t)hd * (size_t)dh;
-                const float *v = w->v + base * (size_t)h + (size_t)hd * (size_t)dh;
-                float *sc = w->scores;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ls, ls, dh, scale, q, h, k, h, 0.0f, sc, ls);
-                for (int i = 0; i < ls; ++i) {
-                    float *row = sc + (size_t)i * (size_t)ls;
-                    float mx = row[0];
-                    for (int j = 1; j < ls; ++j)
-                        if (row[j] > mx)
-                            mx = row[j];
-                    float sum = 0;
-                    for (int j = 0; j < ls; ++j) {
-                        row[j] = expf(row[j] - mx);
-                        sum += row[j];
-                    }
-                    float inv = 1.0f / sum;
-                    for (int j = 0; j < ls; ++j)
-                        row[j] *= inv;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ls, dh, ls, 1.0f, sc, ls, v, h, 0.0f,
-                            w->ctx + base * (size_t)h + (size_t)hd * (size_t)dh, h);
-            }
-            base += (size_t)ls;
-        }
-        linear(&L->o, w->ctx, t, h, h, w->tmp);
-        layer_norm(w->tmp, w->x, t, h, &L->ln_attn, c->ln_eps);
-        linear(&L->inter, w->tmp, t, h, c->intermediate, w->inter);
-        gelu(w->inter, t * (size_t)c->intermediate);
-        linear(&L->out, w->inter, t, c->intermediate, h, w->x);
-        layer_norm(w->x, w->tmp, t, h, &L->ln_out, c->ln_eps);
+        const lin_t *qkv[3] = {&L->q, &L->k, &L->v};
+        float *const qkv_out[3] = {w->q, w->k, w->v};
+        linear_par(w, 3, qkv, w->x, t, h, h, qkv_out, 0);
+        sg_par_run(w->par, n * (size_t)c->heads, attn_task, &aj);
+        const lin_t *o = &L->o, *inter = &L->inter, *outl = &L->out;
+        linear_par(w, 1, &o, w->ctx, t, h, h, &w->tmp, 0);
+        layer_norm_par(w, w->tmp, w->x, t, h, &L->ln_attn, c->ln_eps);
+        linear_par(w, 1, &inter, w->tmp, t, h, c->intermediate, &w->inter, 1);
+        linear_par(w, 1, &outl, w->inter, t, c->intermediate, h, &w->x, 0);
+        layer_norm_par(w, w->x, w->tmp, t, h, &L->ln_out, c->ln_eps);
     }
     /* mean pooling over each sequence, then L2 normalisation */
     r = 0;

@@ -11,6 +11,7 @@
 #ifndef SG_E5_H
 #define SG_E5_H
 
+#include "sg_par.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,11 @@ int sg_e5_tokenize(const sg_e5_model *m, const char *prefix, const char *text, s
 
 sg_e5_workspace *sg_e5_workspace_new(const sg_e5_model *m);
 void sg_e5_workspace_free(sg_e5_workspace *w);
+/**
+ * Lets the next encode calls on `w` split each layer's work over `par`'s threads (NULL: this
+ * thread only). The embeddings agree either way to within float rounding (about 1e-7).
+ */
+void sg_e5_workspace_set_par(sg_e5_workspace *w, sg_par_t *par);
 
 /**
  * Encodes `n` texts (each prefixed with `prefix`, tokenised with `max_len`, padded to the longest

@@ -1,0 +1,308 @@
+/*
+ * test_team.c -- a lone batch on every core: the worker team (team.c), the encoder split over it
+ * (e5.c) and the flat index scanned by slices (flatscan.c).
+ *
+ *   - every task of every step runs exactly once, on a slot no other running task holds, with
+ *     helpers joining late and leaving in the middle of a session;
+ *   - the encoder gives the same embeddings (to float rounding) with 2 and 4 threads as alone;
+ *   - flatscan gives FAISS's own results (in the canonical order), for IP and L2, with ties, with
+ *     k larger than the index, and with any number of slices.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "e5.h"
+#include "faissidx.h"
+#include "flatscan.h"
+#include "team.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+
+/* ---- a team of real threads: the lead is the test thread, helpers loop on sg_team_help ---- */
+
+typedef struct {
+    sg_team_t team;
+    unsigned workers;
+    pthread_t threads[8];
+    _Atomic int stop, leave[8];
+    unsigned idx[8];
+} pool_t;
+
+typedef struct {
+    pool_t *p;
+    unsigned i;
+} helper_arg_t;
+
+static helper_arg_t hargs[8];
+
+static void *helper_main(void *arg)
+{
+    helper_arg_t *a = arg;
+    while (!atomic_load(&a->p->stop)) {
+        if (sg_team_is_open(&a->p->team) && !atomic_load(&a->p->leave[a->i]))
+            sg_team_help(&a->p->team, a->i, &a->p->leave[a->i]);
+        else
+            sched_yield();
+    }
+    return NULL;
+}
+
+static void pool_start(pool_t *p, unsigned workers)
+{
+    memset(p, 0, sizeof(*p));
+    p->workers = workers;
+    sg_team_init(&p->team, workers);
+    for (unsigned i = 1; i < workers; ++i) {
+        hargs[i].p = p;
+        hargs[i].i = i;
+        assert_int_equal(pthread_create(&p->threads[i], NULL, helper_main, &hargs[i]), 0);
+    }
+}
+
+static void pool_stop(pool_t *p)
+{
+    atomic_store(&p->stop, 1);
+    for (unsigned i = 1; i < p->workers; ++i)
+        pthread_join(p->threads[i], NULL);
+}
+
+/* ---- the team itself ---- */
+
+enum { MAX_TASKS = 500 };
+typedef struct {
+    _Atomic int runs[MAX_TASKS];
+    _Atomic int slot_busy[8];
+    _Atomic int slot_clash, bad_slot;
+    unsigned slots;
+} count_t;
+
+static void count_task(void *arg, size_t i, unsigned slot)
+{
+    count_t *c = arg;
+    if (slot >= c->slots) {
+        atomic_store(&c->bad_slot, 1);
+        return;
+    }
+    if (atomic_fetch_add(&c->slot_busy[slot], 1) != 0)
+        atomic_store(&c->slot_clash, 1);
+    atomic_fetch_add(&c->runs[i], 1);
+    for (volatile int spin = 0; spin < 200; ++spin)
+        ;
+    atomic_fetch_sub(&c->slot_busy[slot], 1);
+}
+
+static void test_every_task_once(void **state)
+{
+    (void)state;
+    pool_t p;
+    pool_start(&p, 4);
+    static count_t c;
+    for (int session = 0; session < 40; ++session) {
+        /* helpers leave in the middle of some sessions, as they do when new work is queued */
+        for (unsigned i = 1; i < 4; ++i)
+            atomic_store(&p.leave[i], session % 5 == 3 && i == 2);
+        sg_team_open(&p.team, 0, 4);
+        for (int step = 0; step < 25; ++step) {
+            size_t n = (size_t)((session * 7 + step * 13) % MAX_TASKS) + 1;
+            memset(&c, 0, sizeof(c));
+            c.slots = 4;
+            if (step == 12 && session % 5 == 3)
+                atomic_store(&p.leave[3], 1);
+            sg_par_run(&p.team.par, n, count_task, &c);
+            for (size_t i = 0; i < n; ++i)
+                assert_int_equal(atomic_load(&c.runs[i]), 1);
+            for (size_t i = n; i < MAX_TASKS; ++i)
+                assert_int_equal(atomic_load(&c.runs[i]), 0);
+            assert_int_equal(atomic_load(&c.slot_clash), 0);
+            assert_int_equal(atomic_load(&c.bad_slot), 0);
+        }
+        sg_team_close(&p.team);
+    }
+    /* the helpers did take part */
+    assert_true(atomic_load(&p.team.helped_tasks) > 0 || atomic_load(&p.team.tasks) == 0);
+    pool_stop(&p);
+}
+
+/* another worker leads the next session: slots still count from the lead */
+static void test_lead_changes(void **state)
+{
+    (void)state;
+    pool_t p;
+    pool_start(&p, 3);
+    static count_t c;
+    /* worker 2 leads from this thread's point of view: helper 2 must not join its own session,
+     * so it is told to stay out */
+    atomic_store(&p.leave[2], 1);
+    sg_team_open(&p.team, 2, 2);
+    memset(&c, 0, sizeof(c));
+    c.slots = 3;
+    sg_par_run(&p.team.par, 300, count_task, &c);
+    for (size_t i = 0; i < 300; ++i)
+        assert_int_equal(atomic_load(&c.runs[i]), 1);
+    assert_int_equal(atomic_load(&c.slot_clash), 0);
+    assert_int_equal(atomic_load(&c.bad_slot), 0);
+    sg_team_close(&p.team);
+    pool_stop(&p);
+}
+
+/* ---- the encoder over the team ---- */
+
+static void test_encoder_same_with_any_threads(void **state)
+{
+    (void)state;
+    sg_e5_model *m;
+    char err[512];
+    assert_int_equal(sg_e5_load(SG_FIXTURES "/e5-tiny", &m, err, sizeof(err)), 0);
+    const char *texts[] = {"who wrote hamlet", "the capital of france", "a", "Zürich is in Switzerland",
+                           "a much longer query about the history of the roman empire and its many emperors"};
+    size_t lens[5];
+    for (int i = 0; i < 5; ++i)
+        lens[i] = strlen(texts[i]);
+    int dim = sg_e5_dim(m);
+    float *want = malloc(sizeof(float) * 5 * (size_t)dim), *got = malloc(sizeof(float) * 5 * (size_t)dim);
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, 5, 256, want, err, sizeof(err)), 0);
+    for (unsigned workers = 2; workers <= 4; workers += 2) {
+        pool_t p;
+        pool_start(&p, workers);
+        for (int rep = 0; rep < 3; ++rep) {
+            sg_team_open(&p.team, 0, workers);
+            sg_e5_workspace_set_par(w, &p.team.par);
+            memset(got, 0xff, sizeof(float) * 5 * (size_t)dim);
+            assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, 5, 256, got, err, sizeof(err)), 0);
+            sg_e5_workspace_set_par(w, NULL);
+            sg_team_close(&p.team);
+            for (int i = 0; i < 5 * dim; ++i)
+                assert_true(fabsf(got[i] - want[i]) <= 1e-6f);
+        }
+        assert_true(atomic_load(&p.team.tasks) > 0);
+        pool_stop(&p);
+    }
+    free(want);
+    free(got);
+    sg_e5_workspace_free(w);
+    sg_e5_free(m);
+}
+
+/* ---- flatscan against FAISS ---- */
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xFFFFFF) / (float)0x1000000 - 0.5f;
+}
+
+static void check_metric(int metric, int rows, int dim, int k, int dup)
+{
+    char err[512];
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/flat.index", dir);
+    uint64_t s = 7 + (uint64_t)metric * 31 + (uint64_t)rows;
+    float *xb = malloc(sizeof(float) * (size_t)rows * (size_t)dim);
+    for (int i = 0; i < rows * dim; ++i)
+        xb[i] = frand(&s);
+    /* exact duplicates: ties that both paths must order the same way */
+    for (int r = 0; r + dup < rows && dup > 0; r += 97)
+        memcpy(xb + (size_t)(r + dup) * (size_t)dim, xb + (size_t)r * (size_t)dim, sizeof(float) * (size_t)dim);
+    void *idx;
+    assert_int_equal(sg_fidx_create("Flat", dim, metric, &idx, err, sizeof(err)), 0);
+    assert_int_equal(sg_fidx_add(idx, (size_t)rows, xb, err, sizeof(err)), 0);
+    assert_int_equal(sg_fidx_write(idx, path, err, sizeof(err)), 0);
+    sg_fidx_free(idx);
+    sg_fidx_t ix;
+    assert_int_equal(sg_fidx_open(path, NULL, &ix, err, sizeof(err)), 0);
+    sg_flatscan_t fs;
+    assert_int_equal(sg_flatscan_init(&fs, &ix), 0);
+    enum { NQ = 17 };
+    float *q = malloc(sizeof(float) * NQ * (size_t)dim);
+    for (int i = 0; i < NQ * dim; ++i)
+        q[i] = frand(&s);
+    memcpy(q, xb, sizeof(float) * (size_t)dim); /* a query equal to a duplicated row */
+    float *wd = malloc(sizeof(float) * NQ * (size_t)k), *gd = malloc(sizeof(float) * NQ * (size_t)k);
+    int64_t *wl = malloc(sizeof(int64_t) * NQ * (size_t)k), *gl = malloc(sizeof(int64_t) * NQ * (size_t)k);
+    sg_fidx_set_blas_threshold(1);
+    assert_int_equal(sg_fidx_search(&ix, NQ, q, k, wd, wl, err, sizeof(err)), 0);
+    sg_flatscan_canonical(metric, NQ, k, wd, wl);
+    for (unsigned workers = 1; workers <= 4; ++workers) {
+        pool_t p;
+        pool_start(&p, workers);
+        sg_team_open(&p.team, 0, workers);
+        assert_int_equal(sg_flatscan_search(&fs, workers > 1 ? &p.team.par : NULL, NQ, q, k, gd, gl, err, sizeof(err)), 0);
+        sg_team_close(&p.team);
+        pool_stop(&p);
+        for (int i = 0; i < NQ * k; ++i) {
+            assert_int_equal(gl[i], wl[i]);
+            if (wl[i] >= 0)
+                assert_true(fabsf(gd[i] - wd[i]) <= 1e-4f * (1.0f + fabsf(wd[i])));
+        }
+    }
+    if (dup > 0) { /* query 0 is row 0: its duplicate scores the same, lower id first */
+        assert_int_equal(wl[0], metric == SG_FIDX_L2 ? 0 : wl[0]);
+    }
+    sg_fidx_close(&ix);
+    free(xb);
+    free(q);
+    free(wd);
+    free(gd);
+    free(wl);
+    free(gl);
+    tu_rmtree(dir);
+}
+
+static void test_flatscan_ip(void **state)
+{
+    (void)state;
+    check_metric(SG_FIDX_IP, 5000, 48, 10, 3);
+}
+
+static void test_flatscan_l2(void **state)
+{
+    (void)state;
+    check_metric(SG_FIDX_L2, 4100, 32, 5, 1);
+}
+
+static void test_flatscan_small_index(void **state)
+{
+    (void)state;
+    check_metric(SG_FIDX_IP, 7, 16, 10, 0); /* k > ntotal: -1 labels, one slice */
+}
+
+static void test_flatscan_refuses_non_flat(void **state)
+{
+    (void)state;
+    char err[512], path[512];
+    char *dir = tu_mkdtemp();
+    snprintf(path, sizeof(path), "%s/hnsw.index", dir);
+    void *idx;
+    float x[64 * 8];
+    uint64_t s = 1;
+    for (int i = 0; i < 64 * 8; ++i)
+        x[i] = frand(&s);
+    assert_int_equal(sg_fidx_create("HNSW8", 8, SG_FIDX_L2, &idx, err, sizeof(err)), 0);
+    assert_int_equal(sg_fidx_add(idx, 64, x, err, sizeof(err)), 0);
+    assert_int_equal(sg_fidx_write(idx, path, err, sizeof(err)), 0);
+    sg_fidx_free(idx);
+    sg_fidx_t ix;
+    assert_int_equal(sg_fidx_open(path, NULL, &ix, err, sizeof(err)), 0);
+    sg_flatscan_t fs;
+    assert_int_equal(sg_flatscan_init(&fs, &ix), -1);
+    sg_fidx_close(&ix);
+    tu_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_task_once),       cmocka_unit_test(test_lead_changes),
+        cmocka_unit_test(test_encoder_same_with_any_threads), cmocka_unit_test(test_flatscan_ip),
+        cmocka_unit_test(test_flatscan_l2),           cmocka_unit_test(test_flatscan_small_index),
+        cmocka_unit_test(test_flatscan_refuses_non_flat),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
