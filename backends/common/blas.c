@@ -113,8 +113,10 @@ int sg_cpu_restrict(sg_cpu_t *cpu, const char *list, char *err, size_t err_size)
             if (strlen(feature_names[i]) == n && memcmp(feature_names[i], p, n) == 0)
                 break;
         if (i == SG_CPU_N_FEATURES) {
-            snprintf(err, err_size, "SG_CPU_FEATURES: unknown feature \"%.*s\" (known: sse3 avx fma avx2 avx512f avx512bw avx512dq "
-                     "avx512vl avx512_bf16 amx_tile amx_bf16)", (int)(n > 40 ? 40 : n), p);
+            snprintf(err, err_size,
+                     "SG_CPU_FEATURES: unknown feature \"%.*s\" (known: sse3 avx fma avx2 avx512f avx512bw avx512dq "
+                     "avx512vl avx512_bf16 amx_tile amx_bf16)",
+                     (int)(n > 40 ? 40 : n), p);
             return -1;
         }
         keep |= 1u << i;
@@ -156,11 +158,11 @@ int sg_blas_core_rank(const char *core)
         int rank;
     } table[] = {
         /* OpenBLAS 0.3.x DYNAMIC_ARCH x86_64 kernel sets, as openblas_get_corename() spells them */
-        {"Katmai", 1},      {"Coppermine", 1},   {"Northwood", 1},  {"Prescott", 1},  {"Banias", 1},     {"Atom", 1},
-        {"Core2", 1},       {"Penryn", 1},       {"Dunnington", 1}, {"Nehalem", 1},   {"Athlon", 1},     {"Opteron", 1},
-        {"Opteron_SSE3", 1}, {"Barcelona", 1},   {"Nano", 1},       {"Bobcat", 1},    {"Sandybridge", 2}, {"Bulldozer", 2},
-        {"Piledriver", 2},  {"Steamroller", 2},  {"Excavator", 2},  {"Haswell", 3},   {"Zen", 3},        {"SkylakeX", 4},
-        {"Cooperlake", 5},  {"SapphireRapids", 5},
+        {"Katmai", 1},       {"Coppermine", 1},     {"Northwood", 1},  {"Prescott", 1}, {"Banias", 1},      {"Atom", 1},
+        {"Core2", 1},        {"Penryn", 1},         {"Dunnington", 1}, {"Nehalem", 1},  {"Athlon", 1},      {"Opteron", 1},
+        {"Opteron_SSE3", 1}, {"Barcelona", 1},      {"Nano", 1},       {"Bobcat", 1},   {"Sandybridge", 2}, {"Bulldozer", 2},
+        {"Piledriver", 2},   {"Steamroller", 2},    {"Excavator", 2},  {"Haswell", 3},  {"Zen", 3},         {"SkylakeX", 4},
+        {"Cooperlake", 5},   {"SapphireRapids", 5},
     };
     if (core == NULL)
         return -1;
@@ -201,25 +203,30 @@ const char *sg_blas_decide(const sg_cpu_t *cpu, const char *default_core, const 
     snprintf(out->source, sizeof(out->source), "library");
     int have = sg_blas_core_rank(default_core), want = sg_blas_core_rank(best);
     if (best == NULL) {
-        snprintf(out->reason, sizeof(out->reason), "the library's own choice; this CPU (%s family %u model %u) has no AVX (features: %s)",
-                 cpu->vendor, cpu->family, cpu->model, feats);
+        snprintf(out->reason, sizeof(out->reason),
+                 "the library's own choice; this CPU (%s family %u model %u) has no AVX (features: %s)", cpu->vendor, cpu->family,
+                 cpu->model, feats);
         return NULL;
     }
     if (have < 0) {
-        snprintf(out->reason, sizeof(out->reason), "the library's own choice (%s is not a kernel set this table ranks); features: %s",
+        snprintf(out->reason, sizeof(out->reason),
+                 "the library's own choice (%s is not a kernel set this table ranks); features: %s",
                  default_core != NULL ? default_core : "unknown", feats);
         return NULL;
     }
     if (have >= want) {
-        snprintf(out->reason, sizeof(out->reason), "the library's own choice for this CPU (%s family %u model %u), as good as its "
-                 "features allow (%s)", cpu->vendor, cpu->family, cpu->model, feats);
+        snprintf(out->reason, sizeof(out->reason),
+                 "the library's own choice for this CPU (%s family %u model %u), as good as its "
+                 "features allow (%s)",
+                 cpu->vendor, cpu->family, cpu->model, feats);
         return NULL;
     }
     snprintf(out->core, sizeof(out->core), "%s", best);
     snprintf(out->source, sizeof(out->source), "cpu-features");
-    snprintf(out->reason, sizeof(out->reason), "OpenBLAS picks %s for this CPU (%s family %u model %u) by its model number, but its "
-             "features (%s) run %s kernels: OPENBLAS_CORETYPE=%s", default_core, cpu->vendor, cpu->family, cpu->model, feats, best,
-             best);
+    snprintf(out->reason, sizeof(out->reason),
+             "OpenBLAS picks %s for this CPU (%s family %u model %u) by its model number, but its "
+             "features (%s) run %s kernels: OPENBLAS_CORETYPE=%s",
+             default_core, cpu->vendor, cpu->family, cpu->model, feats, best, best);
     return best;
 }
 

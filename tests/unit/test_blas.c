@@ -173,10 +173,10 @@ static void test_this_machine(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_best_core_by_features), cmocka_unit_test(test_core_rank),
+        cmocka_unit_test(test_best_core_by_features),  cmocka_unit_test(test_core_rank),
         cmocka_unit_test(test_unknown_xeon_is_forced), cmocka_unit_test(test_known_cpu_unchanged),
-        cmocka_unit_test(test_restricted_features),  cmocka_unit_test(test_user_setting_wins),
-        cmocka_unit_test(test_describe_and_bf16),    cmocka_unit_test(test_this_machine),
+        cmocka_unit_test(test_restricted_features),    cmocka_unit_test(test_user_setting_wins),
+        cmocka_unit_test(test_describe_and_bf16),      cmocka_unit_test(test_this_machine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
