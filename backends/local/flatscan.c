@@ -76,8 +76,8 @@ typedef struct st_scan_job_t {
     size_t n;
     int k;
     size_t n_slices;
-    float *hd;   /* n_slices * n * k */
-    int64_t *hl; /* n_slices * n * k */
+    float *hd;      /* n_slices * n * k */
+    int64_t *hl;    /* n_slices * n * k */
     float *scratch; /* slots * n * BLOCK_ROWS */
     float *ynorm;   /* slots * BLOCK_ROWS */
 } scan_job_t;

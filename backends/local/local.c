@@ -28,6 +28,7 @@
  * exactly the CPU path.
  */
 #include "local.h"
+#include "blas.h"
 #include "cfg.h"
 #include "e5.h"
 #include "e5_internal.h"
@@ -654,6 +655,8 @@ static void local_stats(struct sg_backend *self, void *sink)
     pthread_mutex_unlock(&self->mu);
     h->metric(sink, "local_queued_queries", "Queries waiting for a batch.", SG_METRIC_GAUGE, NULL, queued);
     h->metric(sink, "local_workers", "Worker threads.", SG_METRIC_GAUGE, NULL, (double)self->n_workers);
+    h->metric(sink, "local_bf16", "1 when the CPU encoder runs its linear layers in bf16 (\"precision\").", SG_METRIC_GAUGE, NULL,
+              sg_e5_precision(self->model) == SG_E5_BF16 ? 1.0 : 0.0);
     h->metric(sink, "local_gpus", "GPUs the encoder runs on (0: the CPU).", SG_METRIC_GAUGE, NULL,
               self->gpu != NULL ? (double)self->gpu->n : 0.0);
     h->metric(sink, "local_gpu_index", "1 when the index is searched on the GPUs.", SG_METRIC_GAUGE, NULL,
@@ -731,13 +734,51 @@ static void log_store(struct sg_backend *self, const char *what, const sg_jsonl_
                     j->side_malloced ? "" : j->side_path);
 }
 
+/* "precision": "bf16" or "auto" (docs/backends/local.md, "bf16"). Returns -1 with `err` set only
+ * when bf16 was asked for and cannot run. */
+static int set_precision(struct sg_backend *self, int precision, char *err, size_t err_size)
+{
+    const char *want = precision == 1 ? "bf16" : "auto";
+    if (self->gpu != NULL) {
+        self->host->log(SG_LOG_INFO, self->name, "precision %s: not used, the encoder runs on the GPUs (fp16)", want);
+        return 0;
+    }
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    const char *mask = getenv("SG_CPU_FEATURES");
+    char why[600];
+    if (mask != NULL && sg_cpu_restrict(&cpu, mask, why, sizeof(why)) != 0)
+        mask = NULL;
+    int ok = 0;
+    if (!sg_cpu_has_bf16(&cpu)) {
+        char feats[160];
+        sg_cpu_describe(cpu.features, feats, sizeof(feats));
+        snprintf(why, sizeof(why), "this CPU (%s family %u model %u) has neither AVX512_BF16 nor AMX-BF16 (features: %s)",
+                 cpu.vendor, cpu.family, cpu.model, feats);
+    } else if (sg_e5_set_precision(self->model, SG_E5_BF16, why, sizeof(why)) == 0) {
+        ok = 1;
+    }
+    if (ok) {
+        self->host->log(SG_LOG_INFO, self->name,
+                        "precision %s: the encoder's linear layers run in bf16 through oneDNN (float32 accumulation)", want);
+        return 0;
+    }
+    if (precision == 1) {
+        snprintf(err, err_size,
+                 "config.precision: \"bf16\" cannot run here: %s (use \"fp32\", or \"auto\" for bf16 only where it runs)", why);
+        return -1;
+    }
+    self->host->log(SG_LOG_INFO, self->name, "precision auto: float32, because %s", why);
+    return 0;
+}
+
 static sg_status local_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                               size_t config_len, struct sg_backend **out, char *err, size_t err_size)
 {
     static const char *const keys[] = {"model",        "index",          "corpus",      "pages",     "cache_dir",   "query_prefix",
                                        "max_length",   "max_topk",       "workers",     "max_batch", "max_wait_ms", "max_queue",
                                        "faiss_params", "blas_threshold", "omp_threads", "device",    "gpu_ids",     "gpu_index",
-                                       "gpu_rescore",  "gpu_max_tokens", "cuda_module", "solo",      NULL};
+                                       "gpu_rescore",  "gpu_max_tokens", "cuda_module", "solo",      "precision",   NULL};
     static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
@@ -796,6 +837,10 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     self->omp_threads = (int)v;
     if (sg_cfg_bool(&c, root, "solo", 1, &self->solo) != 0)
         goto fail;
+    static const char *const precisions[] = {"fp32", "bf16", "auto", NULL};
+    int precision;
+    if (sg_cfg_enum(&c, root, "precision", precisions, 0, &precision) != 0)
+        goto fail;
     if (cache_dir != NULL && mkdir(cache_dir, 0755) != 0 && errno != EEXIST) {
         snprintf(err, err_size, "config.cache_dir: cannot create %s: %s", cache_dir, strerror(errno));
         goto fail;
@@ -814,6 +859,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     }
     /* the device (gpu.c): NULL means the CPU, and then nothing below differs from a CPU-only build */
     if (sg_local_gpu_open(&gcfg, host, instance, &anchor, &self->gpu, err, err_size) != 0)
+        goto fail;
+    if (precision != 0 && set_precision(self, precision, err, err_size) != 0)
         goto fail;
     int gpu_index = 0;
     if (self->gpu != NULL) {

@@ -44,8 +44,14 @@ static void team_run(sg_par_t *p, size_t n, sg_par_task_fn fn, void *arg)
     atomic_store_explicit(&t->done, 0, memory_order_relaxed);
     atomic_store_explicit(&t->word, (uint64_t)gen << 32, memory_order_release);
     drain(t, atomic_load_explicit(&t->lead, memory_order_relaxed));
-    while (atomic_load_explicit(&t->done, memory_order_acquire) < n)
-        relax();
+    /* the last tasks run on helpers: spin while they finish, but give the core away if one of
+     * them was preempted (a busy machine), rather than spin through its time slice */
+    for (unsigned spins = 0; atomic_load_explicit(&t->done, memory_order_acquire) < n;) {
+        if (++spins < 2048)
+            relax();
+        else
+            sched_yield();
+    }
     atomic_fetch_add_explicit(&t->tasks, n, memory_order_relaxed);
 }
 

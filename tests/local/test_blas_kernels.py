@@ -1,5 +1,7 @@
 """The BLAS kernel choice (backends/common/blas.c) through the real gateway and tools: the log line,
-the "blas" object of /stats and the searchgate_blas_info metric, for each way the choice is made.
+the "blas" object of /stats and the searchgate_blas_info metric, for each way the choice is made;
+and the local backend's "precision" (bf16 where the CPU has AVX512_BF16/AMX, refused or fallen back
+from where it has not).
 
 OpenBLAS picks its kernels from the CPU model number; a CPU it does not know (a new Xeon) gets SSE3
 `Prescott` kernels. That case is reproduced on any machine with SG_BLAS_SIMULATE_DEFAULT_CORE,
@@ -63,9 +65,10 @@ class BlasKernels(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def start(self, env):
-        return sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "topk": 2, "cache": False,
-                                            "config": {"model": MODEL, "index": self.index, "corpus": self.corpus}}]},
+    def start(self, env, **extra):
+        cfg = {"model": MODEL, "index": self.index, "corpus": self.corpus}
+        cfg.update(extra)
+        return sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "topk": 2, "cache": False, "config": cfg}]},
                               env=env)
 
     def check(self, env, source, core=None, default_core=None):
@@ -158,6 +161,50 @@ class BlasKernels(unittest.TestCase):
         self.assertIn("BLAS: OpenBLAS", r.stderr.decode())
         self.assertIn("with %s kernels" % best, r.stderr.decode())
         self.assertEqual(len(json.loads(r.stdout.decode().splitlines()[0])), 64)  # e5-tiny's hidden size
+
+
+    # ---- precision ----
+
+    def bf16_cpu(self):
+        return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+    def test_precision_bf16_refused_without_bf16_cpu(self):
+        """Refused clearly where the CPU has no bf16 instructions (here, or with them hidden)."""
+        env = {} if not self.bf16_cpu() else {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}
+        gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
+            "model": MODEL, "index": self.index, "corpus": self.corpus, "precision": "bf16"}}]}, env=env, expect_fail=True)
+        self.assertEqual(gw.wait_exit(), 1)
+        log = gw.read_log()
+        self.assertIn('config.precision: "bf16" cannot run here', log)
+        self.assertIn("neither AVX512_BF16 nor AMX-BF16", log)
+
+    def test_precision_auto_falls_back(self):
+        env = {} if not self.bf16_cpu() else {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}
+        gw = self.start(env, precision="auto")
+        try:
+            self.assertEqual(gw.metric("searchgate_backend_local_bf16"), 0.0)
+            self.assertEqual(gw.retrieve(["topic 3"], topk=2).status, 200)
+        finally:
+            log = gw.stop()
+        self.assertIn("precision auto: float32, because this CPU", log)
+
+    def test_precision_bf16_where_the_cpu_has_it(self):
+        if not self.bf16_cpu():
+            self.skipTest("this CPU has no AVX512_BF16/AMX-BF16")
+        gw = self.start({}, precision="bf16")
+        try:
+            self.assertEqual(gw.metric("searchgate_backend_local_bf16"), 1.0)
+            r = gw.retrieve(["topic 3"], topk=2)
+            self.assertEqual(r.status, 200)
+        finally:
+            log = gw.stop()
+        self.assertIn("run in bf16 through oneDNN", log)
+
+    def test_precision_bad_value(self):
+        gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
+            "model": MODEL, "index": self.index, "corpus": self.corpus, "precision": "fp8"}}]}, expect_fail=True)
+        self.assertEqual(gw.wait_exit(), 1)
+        self.assertIn("config.precision", gw.read_log())
 
 
 if __name__ == "__main__":

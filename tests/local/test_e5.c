@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "e5.h"
+#include "e5_internal.h"
 #include "wordpiece.h"
 #include "testutil.h"
 
@@ -273,12 +274,82 @@ static void test_encoder_threads_share_model(void **state)
     sg_e5_free(m);
 }
 
+static double cosine(const float *a, const float *b, int n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; ++i) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb);
+}
+
+/* precision bf16: the fixture queries keep cosine >= 0.999 to float32. The bf16 arithmetic is
+ * checked with the reference kernel on every CPU; oneDNN's kernel, where this CPU runs it, must
+ * agree with the reference (same operands, another summation order). */
+static void test_encoder_bf16_fidelity(void **state)
+{
+    (void)state;
+    sg_e5_model *f32 = load_model(), *ref = load_model(), *dnnl = load_model();
+    char err[512];
+    assert_int_equal(sg__e5_set_bf16_reference(ref, err, sizeof(err)), 0);
+    assert_int_equal(sg_e5_precision(ref), SG_E5_BF16);
+    assert_int_equal(sg_e5_precision(f32), SG_E5_FP32);
+    assert_string_not_equal(sg_e5_identity(ref), sg_e5_identity(f32)); /* other cache keys */
+    int have_dnnl = sg_e5_set_precision(dnnl, SG_E5_BF16, err, sizeof(err)) == 0;
+    if (!have_dnnl) {
+        fprintf(stderr, "bf16 through oneDNN not available here: %s\n", err);
+        assert_true(strstr(err, "oneDNN") != NULL);
+        assert_int_equal(sg_e5_precision(dnnl), SG_E5_FP32);
+    }
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    const char *texts[64];
+    size_t lens[64];
+    for (size_t i = 0; i < n; ++i) {
+        texts[i] = g[i].text;
+        lens[i] = g[i].len;
+    }
+    float *a = calloc(n * 64, sizeof(float)), *b = calloc(n * 64, sizeof(float)), *c = calloc(n * 64, sizeof(float));
+    sg_e5_workspace *wa = sg_e5_workspace_new(f32), *wb = sg_e5_workspace_new(ref), *wc = sg_e5_workspace_new(dnnl);
+    assert_int_equal(sg_e5_encode(f32, wa, "query: ", texts, lens, n, 256, a, err, sizeof(err)), 0);
+    assert_int_equal(sg_e5_encode(ref, wb, "query: ", texts, lens, n, 256, b, err, sizeof(err)), 0);
+    double worst = 1, worst_dnnl = 1, diff = 0;
+    for (size_t i = 0; i < n; ++i)
+        worst = fmin(worst, cosine(a + i * 64, b + i * 64, 64));
+    fprintf(stderr, "bf16 (reference kernel) vs float32 on %zu fixture queries: min cosine %.6f\n", n, worst);
+    assert_true(worst >= 0.999);
+    if (have_dnnl) {
+        assert_int_equal(sg_e5_encode(dnnl, wc, "query: ", texts, lens, n, 256, c, err, sizeof(err)), 0);
+        for (size_t i = 0; i < n; ++i) {
+            worst_dnnl = fmin(worst_dnnl, cosine(a + i * 64, c + i * 64, 64));
+            diff = fmax(diff, max_abs(b + i * 64, c + i * 64, 64));
+        }
+        fprintf(stderr, "bf16 (oneDNN) vs float32: min cosine %.6f; vs the reference kernel: max abs diff %.3g\n", worst_dnnl,
+                diff);
+        assert_true(worst_dnnl >= 0.999);
+        assert_true(diff <= 2e-3);
+    }
+    free(a);
+    free(b);
+    free(c);
+    sg_e5_workspace_free(wa);
+    sg_e5_workspace_free(wb);
+    sg_e5_workspace_free(wc);
+    free_golden(g, n);
+    sg_e5_free(f32);
+    sg_e5_free(ref);
+    sg_e5_free(dnnl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_golden),          cmocka_unit_test(test_tokenizer_edges),
         cmocka_unit_test(test_model_ids_match_tokenizer), cmocka_unit_test(test_encoder_single),
         cmocka_unit_test(test_encoder_batched),           cmocka_unit_test(test_encoder_threads_share_model),
+        cmocka_unit_test(test_encoder_bf16_fidelity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

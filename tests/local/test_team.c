@@ -299,9 +299,12 @@ static void test_flatscan_refuses_non_flat(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_task_once),       cmocka_unit_test(test_lead_changes),
-        cmocka_unit_test(test_encoder_same_with_any_threads), cmocka_unit_test(test_flatscan_ip),
-        cmocka_unit_test(test_flatscan_l2),           cmocka_unit_test(test_flatscan_small_index),
+        cmocka_unit_test(test_every_task_once),
+        cmocka_unit_test(test_lead_changes),
+        cmocka_unit_test(test_encoder_same_with_any_threads),
+        cmocka_unit_test(test_flatscan_ip),
+        cmocka_unit_test(test_flatscan_l2),
+        cmocka_unit_test(test_flatscan_small_index),
         cmocka_unit_test(test_flatscan_refuses_non_flat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

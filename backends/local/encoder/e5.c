@@ -23,6 +23,7 @@
 
 #include <cJSON.h>
 #include <cblas.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -36,9 +37,15 @@
 #define PASS_TOKENS 2048
 
 typedef struct st_lin_t {
-    const float *w; /* [out, in] row-major, as torch.nn.Linear stores it */
-    const float *b; /* [out] */
+    const float *w;     /* [out, in] row-major, as torch.nn.Linear stores it */
+    const float *b;     /* [out] */
+    const uint16_t *wb; /* precision bf16: w rounded to bfloat16 */
+    const float *wr;    /* the reference bf16 kernel (tests): wb widened back to float */
 } lin_t;
+
+/* oneDNN's bf16 x bf16 -> f32 GEMM, row-major like dnnl_sgemm (exported by libdnnl.so.2) */
+typedef int (*bf16_gemm_fn)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda,
+                            const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 typedef struct st_ln_t {
     const float *g, *b;
@@ -58,7 +65,13 @@ struct sg_e5_model {
     const float *word, *pos, *type;
     ln_t ln_emb;
     layer_t *layers;
-    char identity[160];
+    char identity[176];
+    /* precision */
+    int precision;          /* SG_E5_FP32 / SG_E5_BF16 */
+    bf16_gemm_fn bf16_gemm; /* NULL with bf16: the reference kernel (round to bf16, then sgemm) */
+    void *dnnl;             /* dlopen handle of libdnnl */
+    uint16_t *bf16_block;   /* every linear weight in bf16 */
+    float *ref_block;       /* the reference kernel's widened copy */
 };
 
 struct sg_e5_workspace {
@@ -66,7 +79,10 @@ struct sg_e5_workspace {
     sg_par_t *par; /* intra-batch parallelism (NULL: this thread only) */
     size_t cap_tokens, cap_scores, cap_ids, cap_rows;
     float *x, *tmp, *q, *k, *v, *ctx, *inter;
-    float *scores;  /* attention scores, cap_scores floats per slot of `par` */
+    float *scores; /* attention scores, cap_scores floats per slot of `par` */
+    uint16_t *xb;  /* precision bf16: the input of the current linear layer in bf16 ... */
+    float *xr;     /* ... or, with the reference kernel, rounded to bf16 and widened back */
+    size_t cap_x16;
     size_t *rows;   /* per sequence of a pass: its first token row */
     unsigned slots; /* scores holds this many slots */
     int32_t *ids;   /* token ids of the current encode call */
@@ -430,6 +446,10 @@ void sg_e5_free(sg_e5_model *m)
     for (size_t i = 0; i < m->n_owned; ++i)
         free(m->owned[i]);
     free(m->owned);
+    free(m->bf16_block);
+    free(m->ref_block);
+    if (m->dnnl != NULL)
+        dlclose(m->dnnl);
     free(m->layers);
     sg_st_close(&m->st);
     sg_wp_free(m->wp);
@@ -481,6 +501,8 @@ void sg_e5_workspace_free(sg_e5_workspace *w)
     if (w == NULL)
         return;
     free(w->rows);
+    free(w->xb);
+    free(w->xr);
     free(w->x);
     free(w->tmp);
     free(w->q);
@@ -527,15 +549,23 @@ static int reserve_tokens(sg_e5_workspace *w, size_t t)
  * ones to within float rounding (about 1e-7). */
 
 /* y[t, o0:o1] = x[t, in] . W[o0:o1]^T + b[o0:o1], optionally followed by GELU */
-static void linear_cols(const lin_t *l, const float *x, size_t t, int in, int out, int o0, int o1, float *y, int gelu)
+static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x, size_t t, int in, int out, int o0, int o1,
+                        float *y, int gelu)
 {
     int cols = o1 - o0;
     if (cols <= 0)
         return;
     for (size_t r = 0; r < t; ++r)
         memcpy(y + r * (size_t)out + o0, l->b + o0, (size_t)cols * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in,
-                1.0f, y + o0, out);
+    const sg_e5_model *m = w->m;
+    if (m->precision == SG_E5_BF16 && m->bf16_gemm != NULL)
+        m->bf16_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, w->xb, in, l->wb + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
+    else if (m->precision == SG_E5_BF16)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, w->xr, in, l->wr + (size_t)o0 * (size_t)in,
+                    in, 1.0f, y + o0, out);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in,
+                    1.0f, y + o0, out);
     if (gelu) {
         for (size_t r = 0; r < t; ++r) {
             float *row = y + r * (size_t)out + o0;
@@ -547,6 +577,7 @@ static void linear_cols(const lin_t *l, const float *x, size_t t, int in, int ou
 
 /* up to three linear layers over the same input, each split into `chunks` column ranges */
 typedef struct st_lin_job_t {
+    const sg_e5_workspace *w;
     const lin_t *l[3];
     float *y[3];
     const float *x;
@@ -566,19 +597,65 @@ static void lin_task(void *arg, size_t i, unsigned slot)
     (void)slot;
     lin_job_t *j = arg;
     int m = (int)(i / (size_t)j->chunks), c = (int)(i % (size_t)j->chunks);
-    linear_cols(j->l[m], j->x, j->t, j->in, j->out, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1), j->y[m],
-                j->gelu);
+    linear_cols(j->w, j->l[m], j->x, j->t, j->in, j->out, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1),
+                j->y[m], j->gelu);
 }
 
-static void linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, const float *x, size_t t, int in, int out,
-                       float *const *y, int gelu)
+static inline uint16_t to_bf16(float f)
 {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* precision bf16: the layer's input converted once for all its column slices */
+static int convert_input(sg_e5_workspace *w, const float *x, size_t n)
+{
+    if (n > w->cap_x16) {
+        uint16_t *b = realloc(w->xb, n * sizeof(*b) + 16);
+        if (b == NULL)
+            return -1;
+        w->xb = b;
+        if (w->m->bf16_gemm == NULL) {
+            float *r = realloc(w->xr, n * sizeof(*r) + 16);
+            if (r == NULL)
+                return -1;
+            w->xr = r;
+        }
+        w->cap_x16 = n;
+    }
+    for (size_t i = 0; i < n; ++i)
+        w->xb[i] = to_bf16(x[i]);
+    if (w->m->bf16_gemm == NULL)
+        for (size_t i = 0; i < n; ++i)
+            w->xr[i] = from_bf16(w->xb[i]);
+    return 0;
+}
+
+static int linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, const float *x, size_t t, int in, int out,
+                      float *const *y, int gelu)
+{
+    if (w->m->precision == SG_E5_BF16 && convert_input(w, x, t * (size_t)in) != 0)
+        return -1;
     unsigned threads = sg_par_threads(w->par);
-    /* one slice per thread and matrix; never slices thinner than 64 columns */
-    int chunks = (int)threads;
+    /* alone: the whole matrix; in a team: a slice per thread and matrix (two per thread for a single
+     * matrix: slack for a slow or preempted helper), never thinner than 64 columns */
+    int chunks = threads == 1 ? 1 : (int)threads * (n_mats == 1 ? 2 : 1);
     if (chunks > out / 64)
         chunks = out / 64 > 0 ? out / 64 : 1;
-    lin_job_t j = {{l[0], n_mats > 1 ? l[1] : NULL, n_mats > 2 ? l[2] : NULL},
+    lin_job_t j = {w,
+                   {l[0], n_mats > 1 ? l[1] : NULL, n_mats > 2 ? l[2] : NULL},
                    {y[0], n_mats > 1 ? y[1] : NULL, n_mats > 2 ? y[2] : NULL},
                    x,
                    t,
@@ -587,6 +664,7 @@ static void linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, co
                    chunks,
                    gelu};
     sg_par_run(w->par, (size_t)n_mats * (size_t)chunks, lin_task, &j);
+    return 0;
 }
 
 /* x = LayerNorm(x + r) row by row (r may be NULL) */
@@ -734,13 +812,16 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, c
         const layer_t *L = &m->layers[li];
         const lin_t *qkv[3] = {&L->q, &L->k, &L->v};
         float *const qkv_out[3] = {w->q, w->k, w->v};
-        linear_par(w, 3, qkv, w->x, t, h, h, qkv_out, 0);
+        if (linear_par(w, 3, qkv, w->x, t, h, h, qkv_out, 0) != 0)
+            return -1;
         sg_par_run(w->par, n * (size_t)c->heads, attn_task, &aj);
         const lin_t *o = &L->o, *inter = &L->inter, *outl = &L->out;
-        linear_par(w, 1, &o, w->ctx, t, h, h, &w->tmp, 0);
+        if (linear_par(w, 1, &o, w->ctx, t, h, h, &w->tmp, 0) != 0)
+            return -1;
         layer_norm_par(w, w->tmp, w->x, t, h, &L->ln_attn, c->ln_eps);
-        linear_par(w, 1, &inter, w->tmp, t, h, c->intermediate, &w->inter, 1);
-        linear_par(w, 1, &outl, w->inter, t, c->intermediate, h, &w->x, 0);
+        if (linear_par(w, 1, &inter, w->tmp, t, h, c->intermediate, &w->inter, 1) != 0 ||
+            linear_par(w, 1, &outl, w->inter, t, c->intermediate, h, &w->x, 0) != 0)
+            return -1;
         layer_norm_par(w, w->x, w->tmp, t, h, &L->ln_out, c->ln_eps);
     }
     /* mean pooling over each sequence, then L2 normalisation */
@@ -880,4 +961,135 @@ int sg_e5_get_layer_weights(const sg_e5_model *m, int layer, sg_e5_layer_weights
     *out = (sg_e5_layer_weights){L->q.w,       L->q.b,       L->k.w,     L->k.b,     L->v.w,   L->v.b,   L->o.w,      L->o.b,
                                  L->ln_attn.g, L->ln_attn.b, L->inter.w, L->inter.b, L->out.w, L->out.b, L->ln_out.g, L->ln_out.b};
     return 0;
+}
+
+/* ---- precision ---- */
+
+static lin_t *layer_lin(layer_t *L, int i)
+{
+    lin_t *all[6] = {&L->q, &L->k, &L->v, &L->o, &L->inter, &L->out};
+    return all[i];
+}
+
+/* bf16 copies of every linear weight (and, for the reference kernel, their widened floats) */
+static int make_bf16_weights(sg_e5_model *m, int reference)
+{
+    const sg_e5_config *c = &m->cfg;
+    size_t per_layer = 4 * (size_t)c->hidden * (size_t)c->hidden + 2 * (size_t)c->hidden * (size_t)c->intermediate;
+    size_t total = per_layer * (size_t)c->layers;
+    m->bf16_block = malloc(total * sizeof(uint16_t) + 16);
+    if (reference)
+        m->ref_block = malloc(total * sizeof(float) + 16);
+    if (m->bf16_block == NULL || (reference && m->ref_block == NULL))
+        return -1;
+    size_t off = 0;
+    for (int li = 0; li < c->layers; ++li) {
+        for (int i = 0; i < 6; ++i) {
+            lin_t *l = layer_lin(&m->layers[li], i);
+            size_t n = (i < 4 ? (size_t)c->hidden : (size_t)c->intermediate) * (size_t)c->hidden;
+            uint16_t *wb = m->bf16_block + off;
+            for (size_t k = 0; k < n; ++k)
+                wb[k] = to_bf16(l->w[k]);
+            l->wb = wb;
+            if (reference) {
+                float *wr = m->ref_block + off;
+                for (size_t k = 0; k < n; ++k)
+                    wr[k] = from_bf16(wb[k]);
+                l->wr = wr;
+            }
+            off += n;
+        }
+    }
+    return 0;
+}
+
+/* A small product through oneDNN checked against the same product of the rounded operands in
+ * double: oneDNN must both run bf16 here and compute it. */
+static int probe_dnnl(bf16_gemm_fn gemm, char *err, size_t err_size)
+{
+    enum { M = 5, N = 33, K = 70 };
+    uint16_t a[M * K], b[N * K];
+    float c[M * N];
+    for (int i = 0; i < M * K; ++i)
+        a[i] = to_bf16((float)((i * 37 % 101) - 50) / 64.0f);
+    for (int i = 0; i < N * K; ++i)
+        b[i] = to_bf16((float)((i * 53 % 97) - 48) / 32.0f);
+    for (int i = 0; i < M * N; ++i)
+        c[i] = 1.0f;
+    int rc = gemm('N', 'T', M, N, K, 1.0f, a, K, b, K, 1.0f, c, N);
+    if (rc != 0) {
+        snprintf(err, err_size, "oneDNN cannot run bf16 matrix products on this CPU (dnnl_gemm_bf16bf16f32 returned %d)", rc);
+        return -1;
+    }
+    for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+            double want = 1.0;
+            for (int k = 0; k < K; ++k)
+                want += (double)from_bf16(a[i * K + k]) * from_bf16(b[j * K + k]);
+            if (fabs(c[i * N + j] - want) > 1e-3 * (1.0 + fabs(want))) {
+                snprintf(err, err_size, "oneDNN's bf16 product is wrong on this CPU (%g instead of %g)", c[i * N + j], want);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
+{
+    if (m->precision == SG_E5_BF16)
+        return 0;
+    if (!reference) {
+        void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL) {
+            snprintf(err, err_size, "precision bf16 needs oneDNN (libdnnl.so.2, Debian package libdnnl2): %s", dlerror());
+            return -1;
+        }
+        bf16_gemm_fn gemm = (bf16_gemm_fn)dlsym(h, "dnnl_gemm_bf16bf16f32");
+        if (gemm == NULL) {
+            snprintf(err, err_size, "this oneDNN has no dnnl_gemm_bf16bf16f32");
+            dlclose(h);
+            return -1;
+        }
+        if (probe_dnnl(gemm, err, err_size) != 0) {
+            dlclose(h);
+            return -1;
+        }
+        m->dnnl = h;
+        m->bf16_gemm = gemm;
+    }
+    if (make_bf16_weights(m, reference) != 0) {
+        snprintf(err, err_size, "out of memory for the bf16 weights");
+        return -1;
+    }
+    m->precision = SG_E5_BF16;
+    size_t l = strlen(m->identity);
+    snprintf(m->identity + l, sizeof(m->identity) - l, ".bf16");
+    return 0;
+}
+
+int sg_e5_set_precision(sg_e5_model *m, int precision, char *err, size_t err_size)
+{
+    if (precision == SG_E5_FP32) {
+        if (m->precision != SG_E5_FP32) {
+            snprintf(err, err_size, "the model already runs in bf16");
+            return -1;
+        }
+        return 0;
+    }
+    if (precision != SG_E5_BF16) {
+        snprintf(err, err_size, "unknown precision %d", precision);
+        return -1;
+    }
+    return set_bf16(m, 0, err, err_size);
+}
+
+int sg__e5_set_bf16_reference(sg_e5_model *m, char *err, size_t err_size)
+{
+    return set_bf16(m, 1, err, err_size);
+}
+
+int sg_e5_precision(const sg_e5_model *m)
+{
+    return m->precision;
 }

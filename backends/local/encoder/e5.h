@@ -38,6 +38,15 @@ int sg_e5_tokenize(const sg_e5_model *m, const char *prefix, const char *text, s
 
 sg_e5_workspace *sg_e5_workspace_new(const sg_e5_model *m);
 void sg_e5_workspace_free(sg_e5_workspace *w);
+enum { SG_E5_FP32 = 0, SG_E5_BF16 = 1 };
+/**
+ * Runs the linear layers (95% of the work) with bfloat16 weights and inputs and float32
+ * accumulation, through oneDNN (libdnnl.so.2, loaded now) on a CPU with AVX512_BF16 or AMX; the
+ * rest stays float32. oneDNN is checked on a small product first. Changes sg_e5_identity (cache
+ * keys). Returns 0, or -1 with `err` saying why bf16 cannot run here.
+ */
+int sg_e5_set_precision(sg_e5_model *m, int precision, char *err, size_t err_size);
+int sg_e5_precision(const sg_e5_model *m);
 /**
  * Lets the next encode calls on `w` split each layer's work over `par`'s threads (NULL: this
  * thread only). The embeddings agree either way to within float rounding (about 1e-7).

@@ -17,4 +17,12 @@ uint64_t sg__e5_hash(uint64_t h, const void *data, size_t n);
  */
 int sg__e5_fingerprint(const char *path, uint64_t *size, uint64_t *hash, char *err, size_t err_size);
 
+/**
+ * precision bf16 computed without oneDNN: operands rounded to bfloat16, then multiplied by sgemm
+ * in float32 -- the same numbers as a bf16 GEMM with float32 accumulation, on any CPU. For tests
+ * of bf16's fidelity; slower than float32.
+ */
+typedef struct sg_e5_model sg_e5_model;
+int sg__e5_set_bf16_reference(sg_e5_model *m, char *err, size_t err_size);
+
 #endif
