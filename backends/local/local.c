@@ -6,14 +6,20 @@
  * return; a pool of worker threads does everything else. The dynamic batcher: search calls wait
  * in one FIFO; a free worker takes queries from the calls at its head -- across calls, and
  * splitting a large call -- up to `max_batch`, waiting at most `max_wait_ms` (counted from the
- * oldest queued query) for a batch to fill while fewer are queued; when other workers are idle it
- * takes only its share of the queue (queued / idle workers) and wakes another worker for the
- * rest, so that N clients each waiting for an answer keep all cores busy. It then encodes the batch
- * (BLAS in this thread), searches FAISS once for the whole batch and stores each query's labels
- * and distances in its call; whichever worker finishes a call's last query builds its DOCs and
- * calls done(). Several workers run batches at once, so the cores are used by parallel batches,
- * never by BLAS/OpenMP thread pools (kept at one thread each). The queue is bounded in queued
- * queries: past `max_queue` search() returns SG_EOVERLOAD (503 + Retry-After).
+ * oldest queued query) for a batch to fill while fewer are queued. It then encodes the batch,
+ * searches FAISS once for the whole batch and stores each query's labels and distances in its
+ * call; whichever worker finishes a call's last query builds its DOCs and calls done().
+ *
+ * Teams (team.h, "teams": true, the CPU default): the worker that takes a batch leads it, and
+ * workers that find nothing queued join the running batch with the fewest helpers and take
+ * tasks of each of its steps (the encoder's column slices and attention heads, a flat index's row
+ * slices). One client (c=1) so gets every core, and under load batches stay full, each product
+ * split over several cores, instead of many small single-threaded batches whose products run far
+ * below the cores' rate. Helpers stay until the batch ends. With "teams": false (and on the GPU
+ * path), each worker runs its own batch alone and takes only its share of the queue (queued /
+ * idle workers), waking another worker for the rest. BLAS/OpenMP pools are kept at one thread
+ * each either way. The queue is bounded in queued queries: past `max_queue` search() returns
+ * SG_EOVERLOAD (503 + Retry-After).
  *
  * cancel() marks the call; its queued queries are dropped and done(SG_ECANCELED) is called by a
  * worker once no batch of it is running. destroy() stops the workers and completes what is left
@@ -102,9 +108,10 @@ struct sg_backend {
     sg_local_gpu_t *gpu; /* NULL: everything on the CPU */
     sg_flatscan_t flat;  /* the index's vectors, when it is a flat IP/L2 index on the CPU */
     int have_flat;
-    int solo; /* "solo": whether a lone batch may use idle workers (team.h) */
-    sg_team_t team;
-    _Atomic int work_waiting; /* queries or access calls are queued: helpers go back to the queue */
+    int teams;            /* "teams": idle workers help the batches that run (team.h) */
+    int encoder_onednn;   /* "encoder_blas": the float32 products run through oneDNN */
+    sg_team_t *team;      /* one session board per worker: its batch's, when it leads one */
+    _Atomic int no_leave; /* helpers stay until their session ends (never set) */
     char identity[512];
     /* queue */
     pthread_mutex_t mu;
@@ -116,13 +123,14 @@ struct sg_backend {
     size_t queued;        /* queries waiting in the search FIFO */
     size_t n_workers_cfg; /* the "workers" key (0: default) */
     size_t busy;          /* workers running a batch */
+    size_t helping;       /* workers helping another's batch (teams) */
     int stopping;
     worker_t *workers;
     size_t n_workers;
     /* stats */
     _Atomic uint64_t calls, queries, batches, batch_queries, rejected, canceled, timed_out, access_calls, access_hits, errors;
     _Atomic uint64_t encode_us, search_us;
-    _Atomic uint64_t solo_batches;
+    _Atomic uint64_t team_batches;
 };
 
 static uint64_t now_us(void)
@@ -339,11 +347,8 @@ static size_t take_batch(struct sg_backend *self, worker_t *w, uint64_t now, siz
         self->queued -= take;
         if (j->taken == j->n) {
             self->fifo_head = j->next;
-            if (self->fifo_head == NULL) {
+            if (self->fifo_head == NULL)
                 self->fifo_tail = &self->fifo_head;
-                if (self->acc_head == NULL)
-                    atomic_store_explicit(&self->work_waiting, 0, memory_order_relaxed);
-            }
             j->next = NULL;
             j->in_fifo = 0;
         }
@@ -437,13 +442,25 @@ static void *worker_main(void *arg)
         }
         if (self->stopping)
             break;
-        if (self->fifo_head == NULL && sg_team_is_open(&self->team)) {
-            /* a lone batch runs on another worker: lend it this core until the session ends or
-             * new work is queued */
-            pthread_mutex_unlock(&self->mu);
-            sg_team_help(&self->team, w->idx, &self->work_waiting);
-            pthread_mutex_lock(&self->mu);
-            continue;
+        if (self->fifo_head == NULL && self->teams) {
+            /* nothing queued: lend this core to a running batch, the one with the fewest helpers */
+            sg_team_t *t = NULL;
+            unsigned fewest = ~0u;
+            for (size_t i = 0; i < self->n_workers; ++i) {
+                unsigned m = atomic_load_explicit(&self->team[i].members, memory_order_relaxed);
+                if (i != w->idx && sg_team_is_open(&self->team[i]) && m < fewest) {
+                    t = &self->team[i];
+                    fewest = m;
+                }
+            }
+            if (t != NULL) {
+                self->helping++;
+                pthread_mutex_unlock(&self->mu);
+                sg_team_help(t, w->idx, &self->no_leave);
+                pthread_mutex_lock(&self->mu);
+                self->helping--;
+                continue;
+            }
         }
         if (self->fifo_head == NULL) {
             pthread_cond_wait(&self->cv, &self->mu);
@@ -466,30 +483,34 @@ static void *worker_main(void *arg)
                 continue;
             }
         }
-        /* share the queue with the idle workers: in a closed loop (N clients each waiting for its
-         * answer) one worker taking everything would leave the other cores idle */
-        size_t idle = self->n_workers - self->busy;
-        size_t share = (self->queued + idle - 1) / idle;
-        if (share > self->max_batch)
-            share = self->max_batch;
-        size_t n = take_batch(self, w, now, share != 0 ? share : 1);
+        size_t idle = self->n_workers - self->busy - self->helping; /* this one included */
+        size_t limit = self->max_batch;
+        if (!self->teams) {
+            /* one single-threaded batch per worker: share the queue with the idle workers, so that
+             * in a closed loop (N clients each waiting for its answer) every core has a batch */
+            limit = (self->queued + idle - 1) / idle;
+            if (limit > self->max_batch)
+                limit = self->max_batch;
+        }
+        size_t n = take_batch(self, w, now, limit != 0 ? limit : 1);
         if (n == 0)
             continue;
-        /* the queue is empty and other workers are idle: run this batch with their help */
-        int solo = self->solo && self->fifo_head == NULL && idle > 1 && !sg_team_is_open(&self->team);
+        /* teams: a full batch, its products split over the idle workers that join (more rows per
+         * product per core than many small batches: the matrix units' efficiency grows with them) */
+        int team = self->teams && idle > 1;
         self->busy++;
-        if (solo) {
-            sg_team_open(&self->team, w->idx, (unsigned)idle);
+        if (team) {
+            sg_team_open(&self->team[w->idx], w->idx, (unsigned)idle);
             pthread_cond_broadcast(&self->cv);
         } else if (self->fifo_head != NULL) {
             pthread_cond_signal(&self->cv); /* the rest is for another worker */
         }
         pthread_mutex_unlock(&self->mu);
         char err[256];
-        int failed = run_batch(self, w, n, solo ? &self->team.par : NULL, err, sizeof(err)) != 0;
-        if (solo) {
-            sg_team_close(&self->team);
-            atomic_fetch_add(&self->solo_batches, 1);
+        int failed = run_batch(self, w, n, team ? &self->team[w->idx].par : NULL, err, sizeof(err)) != 0;
+        if (team) {
+            sg_team_close(&self->team[w->idx]);
+            atomic_fetch_add(&self->team_batches, 1);
         }
         pthread_mutex_lock(&self->mu);
         self->busy--;
@@ -563,7 +584,6 @@ static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn
         return SG_EOVERLOAD;
     }
     all_link(self, j);
-    atomic_store_explicit(&self->work_waiting, 1, memory_order_relaxed);
     if (is_access) {
         *self->acc_tail = j;
         self->acc_tail = &j->next;
@@ -642,10 +662,13 @@ static void local_stats(struct sg_backend *self, void *sink)
     C("local_errors_total", "Batches that failed.", errors);
     C("local_access_calls_total", "access() calls received.", access_calls);
     C("local_access_hits_total", "URLs found by access().", access_hits);
-    C("local_solo_batches_total", "Batches run with the idle workers' help (the queue was empty: a lone client).", solo_batches);
+    C("local_team_batches_total", "Batches run with idle workers helping (\"teams\").", team_batches);
 #undef C
-    h->metric(sink, "local_solo_helped_tasks_total", "Tasks of solo batches that helping workers ran.", SG_METRIC_COUNTER, NULL,
-              (double)atomic_load(&self->team.helped_tasks));
+    double helped = 0;
+    for (size_t i = 0; i < self->n_workers && self->team != NULL; ++i)
+        helped += (double)atomic_load(&self->team[i].helped_tasks);
+    h->metric(sink, "local_team_helped_tasks_total", "Tasks of team batches that helping workers ran.", SG_METRIC_COUNTER, NULL,
+              helped);
     h->metric(sink, "local_encode_seconds_total", "Time spent encoding queries, summed over workers.", SG_METRIC_COUNTER, NULL,
               (double)atomic_load(&self->encode_us) / 1e6);
     h->metric(sink, "local_search_seconds_total", "Time spent in FAISS searches, summed over workers.", SG_METRIC_COUNTER, NULL,
@@ -655,6 +678,8 @@ static void local_stats(struct sg_backend *self, void *sink)
     pthread_mutex_unlock(&self->mu);
     h->metric(sink, "local_queued_queries", "Queries waiting for a batch.", SG_METRIC_GAUGE, NULL, queued);
     h->metric(sink, "local_workers", "Worker threads.", SG_METRIC_GAUGE, NULL, (double)self->n_workers);
+    h->metric(sink, "local_encoder_onednn", "1 when the CPU encoder's float32 products run through oneDNN (\"encoder_blas\").",
+              SG_METRIC_GAUGE, NULL, self->encoder_onednn ? 1.0 : 0.0);
     h->metric(sink, "local_bf16", "1 when the CPU encoder runs its linear layers in bf16 (\"precision\").", SG_METRIC_GAUGE, NULL,
               sg_e5_precision(self->model) == SG_E5_BF16 ? 1.0 : 0.0);
     h->metric(sink, "local_gpus", "GPUs the encoder runs on (0: the CPU).", SG_METRIC_GAUGE, NULL,
@@ -691,6 +716,7 @@ static void local_destroy(struct sg_backend *self)
             sg_local_gpu_worker_free(self->gpu, &w->gpu);
     }
     free(self->workers);
+    free(self->team);
     /* whatever is left completes with SG_ECANCELED (no worker runs any more) */
     while (self->fin_head != NULL) {
         job_t *j = self->fin_head;
@@ -772,13 +798,41 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
     return 0;
 }
 
+/* "encoder_blas": which library runs the float32 encoder's products. "auto": oneDNN on CPUs with
+ * AVX-512 (its JIT kernels beat OpenBLAS's there), OpenBLAS elsewhere. */
+static int set_encoder_blas(struct sg_backend *self, int engine, char *err, size_t err_size)
+{
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    char why[512];
+    const char *mask = getenv("SG_CPU_FEATURES");
+    if (mask != NULL && sg_cpu_restrict(&cpu, mask, why, sizeof(why)) != 0)
+        mask = NULL;
+    const uint32_t avx512 = SG_CPU_AVX512F | SG_CPU_AVX512BW | SG_CPU_AVX512DQ | SG_CPU_AVX512VL;
+    if (engine == 1 || (engine == 0 && (cpu.features & avx512) != avx512))
+        return 0;
+    if (sg_e5_use_onednn(self->model, why, sizeof(why)) != 0) {
+        if (engine == 2) {
+            snprintf(err, err_size, "config.encoder_blas: \"onednn\": %s", why);
+            return -1;
+        }
+        self->host->log(SG_LOG_INFO, self->name, "encoder_blas auto: OpenBLAS, because %s", why);
+        return 0;
+    }
+    self->encoder_onednn = 1;
+    self->host->log(SG_LOG_INFO, self->name, "encoder_blas %s: the encoder's float32 products run through oneDNN%s",
+                    engine == 2 ? "onednn" : "auto", engine == 2 ? "" : " (an AVX-512 CPU)");
+    return 0;
+}
+
 static sg_status local_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                               size_t config_len, struct sg_backend **out, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"model",        "index",          "corpus",      "pages",     "cache_dir",   "query_prefix",
-                                       "max_length",   "max_topk",       "workers",     "max_batch", "max_wait_ms", "max_queue",
-                                       "faiss_params", "blas_threshold", "omp_threads", "device",    "gpu_ids",     "gpu_index",
-                                       "gpu_rescore",  "gpu_max_tokens", "cuda_module", "solo",      "precision",   NULL};
+    static const char *const keys[] = {"model",        "index",      "corpus",       "pages",          "cache_dir",
+                                       "query_prefix", "max_length", "max_topk",     "workers",        "max_batch",
+                                       "max_wait_ms",  "max_queue",  "faiss_params", "blas_threshold", "omp_threads",
+                                       "device",       "gpu_ids",    "gpu_index",    "gpu_rescore",    "gpu_max_tokens",
+                                       "cuda_module",  "teams",      "precision",    "encoder_blas",   NULL};
     static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
@@ -835,11 +889,15 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     if (sg_cfg_int(&c, root, "omp_threads", 1, 256, 1, &v) != 0)
         goto fail;
     self->omp_threads = (int)v;
-    if (sg_cfg_bool(&c, root, "solo", 1, &self->solo) != 0)
+    if (sg_cfg_bool(&c, root, "teams", 1, &self->teams) != 0)
         goto fail;
     static const char *const precisions[] = {"fp32", "bf16", "auto", NULL};
     int precision;
     if (sg_cfg_enum(&c, root, "precision", precisions, 0, &precision) != 0)
+        goto fail;
+    static const char *const engines[] = {"auto", "openblas", "onednn", NULL};
+    int engine;
+    if (sg_cfg_enum(&c, root, "encoder_blas", engines, 0, &engine) != 0)
         goto fail;
     if (cache_dir != NULL && mkdir(cache_dir, 0755) != 0 && errno != EEXIST) {
         snprintf(err, err_size, "config.cache_dir: cannot create %s: %s", cache_dir, strerror(errno));
@@ -861,6 +919,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     if (sg_local_gpu_open(&gcfg, host, instance, &anchor, &self->gpu, err, err_size) != 0)
         goto fail;
     if (precision != 0 && set_precision(self, precision, err, err_size) != 0)
+        goto fail;
+    if (self->gpu == NULL && sg_e5_precision(self->model) == SG_E5_FP32 && set_encoder_blas(self, engine, err, err_size) != 0)
         goto fail;
     int gpu_index = 0;
     if (self->gpu != NULL) {
@@ -935,9 +995,15 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         goto fail;
     }
     size_t dim = (size_t)sg_e5_dim(self->model);
-    sg_team_init(&self->team, (unsigned)self->n_workers);
-    if (self->gpu != NULL)
-        self->solo = 0; /* GPU workers each drive their own stream: nothing to lend */
+    self->team = calloc(self->n_workers, sizeof(*self->team));
+    if (self->team == NULL) {
+        st = SG_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < self->n_workers; ++i)
+        sg_team_init(&self->team[i], (unsigned)self->n_workers);
+    if (self->gpu != NULL || self->n_workers < 2)
+        self->teams = 0; /* GPU workers each drive their own stream: nothing to lend */
     for (size_t i = 0; i < self->n_workers; ++i) {
         worker_t *w = &self->workers[i];
         w->self = self;

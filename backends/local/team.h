@@ -1,12 +1,11 @@
 /*
  * team.h -- idle worker threads lending a hand to the one running a batch (sg_par.h).
  *
- * Under load every worker runs its own batch, single-threaded: the best throughput. When a worker
- * takes a batch and leaves the queue empty while other workers sit idle (one client, c=1), it
- * opens a session; the idle workers join it and take tasks of each parallel step (the encoder's
- * column slices, attention heads, index slices) until the session closes, or until new work is
- * queued, which they leave to take. A session's tasks are claimed through one atomic word
- * (generation << 32 | next task), so a helper can never run a task of a step that has finished.
+ * The worker that takes a batch leads it: it opens a session on its board and runs the batch's
+ * steps through `par`; workers that find nothing queued join an open session and take tasks of
+ * each step until the session closes (or until `*leave` is set). A session's tasks are claimed
+ * through one atomic word (generation << 32 | next task), so a helper can never run a task of a
+ * step that has finished, and a step ends only when every task it handed out has returned.
  */
 #ifndef SG_LOCAL_TEAM_H
 #define SG_LOCAL_TEAM_H
@@ -33,7 +32,7 @@ typedef struct st_sg_team_t {
 
 /** `workers` is the pool's size: slots are numbered 0 .. workers-1. */
 void sg_team_init(sg_team_t *t, unsigned workers);
-/** The lead: opens a session expecting `threads` threads (itself included). */
+/** The lead (board owner): opens a session expecting about `threads` threads (itself included). */
 void sg_team_open(sg_team_t *t, unsigned lead, unsigned threads);
 void sg_team_close(sg_team_t *t);
 static inline int sg_team_is_open(sg_team_t *t)
@@ -41,8 +40,8 @@ static inline int sg_team_is_open(sg_team_t *t)
     return atomic_load_explicit(&t->open, memory_order_acquire);
 }
 /**
- * An idle worker: takes tasks until the session closes or `*leave` becomes non-zero (new work
- * queued). Returns the number of tasks it ran.
+ * An idle worker: takes tasks until the session closes or `*leave` becomes non-zero. Returns the
+ * number of tasks it ran.
  */
 size_t sg_team_help(sg_team_t *t, unsigned self, const _Atomic int *leave);
 

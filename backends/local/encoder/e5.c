@@ -43,7 +43,10 @@ typedef struct st_lin_t {
     const float *wr;    /* the reference bf16 kernel (tests): wb widened back to float */
 } lin_t;
 
-/* oneDNN's bf16 x bf16 -> f32 GEMM, row-major like dnnl_sgemm (exported by libdnnl.so.2) */
+/* oneDNN's float32 GEMM (public API) and its bf16 x bf16 -> f32 GEMM (exported by libdnnl.so.2),
+ * both row-major */
+typedef int (*f32_gemm_fn)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 typedef int (*bf16_gemm_fn)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda,
                             const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
@@ -69,6 +72,7 @@ struct sg_e5_model {
     /* precision */
     int precision;          /* SG_E5_FP32 / SG_E5_BF16 */
     bf16_gemm_fn bf16_gemm; /* NULL with bf16: the reference kernel (round to bf16, then sgemm) */
+    f32_gemm_fn f32_gemm;   /* float32 linear layers through oneDNN (NULL: OpenBLAS) */
     void *dnnl;             /* dlopen handle of libdnnl */
     uint16_t *bf16_block;   /* every linear weight in bf16 */
     float *ref_block;       /* the reference kernel's widened copy */
@@ -548,6 +552,60 @@ static int reserve_tokens(sg_e5_workspace *w, size_t t)
  * whole matrix's, so embeddings computed with several threads agree with the single-threaded
  * ones to within float rounding (about 1e-7). */
 
+/* GELU(x) = x/2 (1 + erf(x / sqrt 2)) over n floats. erf is 5% of a forward pass with glibc's
+ * scalar erff; its vector variants (libmvec, glibc >= 2.35, <= 4 ulp) take 8 or 16 lanes at once
+ * on CPUs with AVX2 or AVX-512. */
+static void gelu_scalar(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#include <immintrin.h>
+__m256 _ZGVdN8v_erff(__m256 x);
+__m512 _ZGVeN16v_erff(__m512 x);
+
+__attribute__((target("avx2,fma"))) static void gelu_avx2(float *x, size_t n)
+{
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), r = _mm256_set1_ps((float)M_SQRT1_2);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 e = _ZGVdN8v_erff(_mm256_mul_ps(v, r));
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
+    }
+    gelu_scalar(x + i, n - i);
+}
+
+__attribute__((target("avx512f"))) static void gelu_avx512(float *x, size_t n)
+{
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), r = _mm512_set1_ps((float)M_SQRT1_2);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 e = _ZGVeN16v_erff(_mm512_mul_ps(v, r));
+        _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
+    }
+    gelu_scalar(x + i, n - i);
+}
+
+static void (*gelu_fn(void))(float *, size_t)
+{
+    static void (*fn)(float *, size_t);
+    if (fn == NULL) {
+        __builtin_cpu_init();
+        fn = __builtin_cpu_supports("avx512f") ? gelu_avx512 : __builtin_cpu_supports("avx2") ? gelu_avx2 : gelu_scalar;
+    }
+    return fn;
+}
+#else
+static void (*gelu_fn(void))(float *, size_t)
+{
+    return gelu_scalar;
+}
+#endif
+
 /* y[t, o0:o1] = x[t, in] . W[o0:o1]^T + b[o0:o1], optionally followed by GELU */
 static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x, size_t t, int in, int out, int o0, int o1,
                         float *y, int gelu)
@@ -563,15 +621,15 @@ static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x
     else if (m->precision == SG_E5_BF16)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, w->xr, in, l->wr + (size_t)o0 * (size_t)in,
                     in, 1.0f, y + o0, out);
+    else if (m->f32_gemm != NULL)
+        m->f32_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in,
                     1.0f, y + o0, out);
     if (gelu) {
-        for (size_t r = 0; r < t; ++r) {
-            float *row = y + r * (size_t)out + o0;
-            for (int j = 0; j < cols; ++j)
-                row[j] = 0.5f * row[j] * (1.0f + erff(row[j] * (float)M_SQRT1_2));
-        }
+        void (*g)(float *, size_t) = gelu_fn();
+        for (size_t r = 0; r < t; ++r)
+            g(y + r * (size_t)out + o0, (size_t)cols);
     }
 }
 
@@ -1035,27 +1093,68 @@ static int probe_dnnl(bf16_gemm_fn gemm, char *err, size_t err_size)
     return 0;
 }
 
+static void *open_dnnl(sg_e5_model *m, char *err, size_t err_size)
+{
+    if (m->dnnl != NULL)
+        return m->dnnl;
+    m->dnnl = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (m->dnnl == NULL)
+        snprintf(err, err_size, "oneDNN (libdnnl.so.2, Debian package libdnnl2) cannot be loaded: %s", dlerror());
+    return m->dnnl;
+}
+
+int sg_e5_use_onednn(sg_e5_model *m, char *err, size_t err_size)
+{
+    void *h = open_dnnl(m, err, err_size);
+    if (h == NULL)
+        return -1;
+    f32_gemm_fn gemm = (f32_gemm_fn)dlsym(h, "dnnl_sgemm");
+    if (gemm == NULL) {
+        snprintf(err, err_size, "this oneDNN has no dnnl_sgemm");
+        return -1;
+    }
+    /* checked on a small product, like bf16 below */
+    enum { M = 3, N = 17, K = 40 };
+    float a[M * K], b[N * K], c[M * N];
+    for (int i = 0; i < M * K; ++i)
+        a[i] = (float)((i * 37 % 101) - 50) / 64.0f;
+    for (int i = 0; i < N * K; ++i)
+        b[i] = (float)((i * 53 % 97) - 48) / 32.0f;
+    for (int i = 0; i < M * N; ++i)
+        c[i] = 0.5f;
+    int rc = gemm('N', 'T', M, N, K, 1.0f, a, K, b, K, 1.0f, c, N);
+    for (int i = 0; i < M && rc == 0; ++i) {
+        for (int j = 0; j < N; ++j) {
+            double want = 0.5;
+            for (int k = 0; k < K; ++k)
+                want += (double)a[i * K + k] * b[j * K + k];
+            if (fabs(c[i * N + j] - want) > 1e-4 * (1.0 + fabs(want)))
+                rc = -1;
+        }
+    }
+    if (rc != 0) {
+        snprintf(err, err_size, "oneDNN's float32 product fails on this CPU (%d)", rc);
+        return -1;
+    }
+    m->f32_gemm = gemm;
+    return 0;
+}
+
 static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
 {
     if (m->precision == SG_E5_BF16)
         return 0;
     if (!reference) {
-        void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-        if (h == NULL) {
-            snprintf(err, err_size, "precision bf16 needs oneDNN (libdnnl.so.2, Debian package libdnnl2): %s", dlerror());
+        void *h = open_dnnl(m, err, err_size);
+        if (h == NULL)
             return -1;
-        }
         bf16_gemm_fn gemm = (bf16_gemm_fn)dlsym(h, "dnnl_gemm_bf16bf16f32");
         if (gemm == NULL) {
             snprintf(err, err_size, "this oneDNN has no dnnl_gemm_bf16bf16f32");
-            dlclose(h);
             return -1;
         }
-        if (probe_dnnl(gemm, err, err_size) != 0) {
-            dlclose(h);
+        if (probe_dnnl(gemm, err, err_size) != 0)
             return -1;
-        }
-        m->dnnl = h;
         m->bf16_gemm = gemm;
     }
     if (make_bf16_weights(m, reference) != 0) {

@@ -48,6 +48,11 @@ enum { SG_E5_FP32 = 0, SG_E5_BF16 = 1 };
 int sg_e5_set_precision(sg_e5_model *m, int precision, char *err, size_t err_size);
 int sg_e5_precision(const sg_e5_model *m);
 /**
+ * Runs the float32 linear layers through oneDNN's dnnl_sgemm instead of OpenBLAS (faster on CPUs
+ * with AVX-512/AMX; docs/backends/local.md). Returns 0, or -1 with `err` set (no oneDNN).
+ */
+int sg_e5_use_onednn(sg_e5_model *m, char *err, size_t err_size);
+/**
  * Lets the next encode calls on `w` split each layer's work over `par`'s threads (NULL: this
  * thread only). The embeddings agree either way to within float rounding (about 1e-7).
  */

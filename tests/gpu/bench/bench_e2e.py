@@ -19,7 +19,6 @@ import random
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -29,21 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 LOCAL_BENCH = os.path.join(ROOT, "tests", "local", "bench")
 sys.path.insert(0, LOCAL_BENCH)
-from bench import free_port, log, parse_ms, post, words  # noqa: E402 -- shared with the CPU benchmark
-
-
-def write_flat_index(path, rows, dim, seed=3):
-    """IndexFlatIP in FAISS's layout: fourcc, d, ntotal, 2 dummies, is_trained, metric 0, n_floats, data."""
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    with open(path + ".tmp", "wb") as f:
-        f.write(b"IxFI" + struct.pack("<iqqq?iQ", dim, rows, 1 << 20, 1 << 20, True, 0, rows * dim))
-        step = 250000
-        for s in range(0, rows, step):
-            x = rng.standard_normal((min(step, rows - s), dim), dtype=np.float32)
-            x /= np.linalg.norm(x, axis=1, keepdims=True)
-            f.write(x.astype("<f4").tobytes())
-    os.rename(path + ".tmp", path)
+from bench import free_port, log, parse_ms, post, words, write_flat_index  # noqa: E402 -- shared with the CPU benchmark
 
 
 def make_data(wd, rows, dim, model=None):

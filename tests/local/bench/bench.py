@@ -7,13 +7,20 @@ of 100k random unit vectors (building it with the 110M-parameter encoder would t
 cores; both servers load the very same file, so the search work is the same), and a list of
 distinct synthetic questions.
 
-For each server: start-up time (process start to the first answered /retrieve; for searchgate
-also the first start that builds the corpus offsets), then wrk load: one-query requests at
-concurrency 1, 16 and 64, and 32-query requests at concurrency 4; queries/s and p50/p99 latency.
-Then identical top-k: the same 256 queries (topk 10) sent to both, ids compared. The result
-cache of the gateway is off for the benchmark so every query reaches the backend.
+First the machine's bounds (bench_bounds.c): the encoder's matrix products on all cores, at one
+query's tokens and at 32 queries', and memory bandwidth, with the kernels OpenBLAS picks and with
+the best kernels for the CPU's features forced (OPENBLAS_CORETYPE). Then, for searchgate at its
+default start, searchgate with the best kernels forced, and the reference server with the best
+kernels forced (as a user tuning it would): start-up time (process start to the first answered
+/retrieve; for searchgate also the first start that builds the corpus offsets), then wrk load:
+one-query requests at concurrency 1, 16 and 64, 32-query requests at concurrency 4 and 512-query
+requests at concurrency 2; queries/s and p50/p99 latency. Each row is printed as a fraction of
+its bound (queries/s the measured FLOP rate and bandwidth allow at the row's mean batch; for c=1,
+p50 over the floor: one query's FLOPs on all cores plus one scan of the index). Then identical
+top-k: the same 256 queries (topk 10) sent to both servers, ids compared. The result cache of the
+gateway is off for the benchmark so every query reaches the backend.
 
-    /usr/bin/python3 bench.py --build BUILD_DIR [--workdir DIR] [--seconds 20] [--rows 100000]
+    /usr/bin/python3 bench.py --build BUILD_DIR [--workdir DIR] [--seconds 20] [--rows 100000] [--bf16]
 """
 import argparse
 import json
@@ -50,6 +57,22 @@ def words():
     return out
 
 
+def write_flat_index(path, rows, dim, seed=3):
+    """An IndexFlatIP of `rows` random unit vectors in FAISS's file layout (fourcc, d, ntotal, two
+    dummies, is_trained, metric 0, n_floats, data), written by numpy in pieces."""
+    import struct
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    with open(path + ".tmp", "wb") as f:
+        f.write(b"IxFI" + struct.pack("<iqqq?iQ", dim, rows, 1 << 20, 1 << 20, True, 0, rows * dim))
+        step = 250000
+        for s in range(0, rows, step):
+            x = rng.standard_normal((min(step, rows - s), dim), dtype=np.float32)
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            f.write(x.astype("<f4").tobytes())
+    os.rename(path + ".tmp", path)
+
+
 def make_data(wd, rows, dim):
     os.makedirs(wd, exist_ok=True)
     model = os.path.join(wd, "e5-base-random")
@@ -69,16 +92,7 @@ def make_data(wd, rows, dim):
     index = os.path.join(wd, "e5_Flat-%d.index" % rows)
     if not os.path.exists(index):
         log("writing %s" % index)
-        import faiss
-        import numpy as np
-        rng = np.random.default_rng(3)
-        ix = faiss.IndexFlatIP(dim)
-        for s in range(0, rows, 10000):
-            x = rng.standard_normal((min(10000, rows - s), dim), dtype=np.float32)
-            x /= np.linalg.norm(x, axis=1, keepdims=True)
-            ix.add(x)
-        faiss.write_index(ix, index + ".tmp")
-        os.rename(index + ".tmp", index)
+        write_flat_index(index, rows, dim)
     queries = os.path.join(wd, "queries.txt")
     if not os.path.exists(queries):
         rnd = random.Random(11)
@@ -158,7 +172,7 @@ def wrk(port, conns, per, seconds, queries, offset):
 
 
 POINTS = [("1 query/request, c=1", 1, 1), ("1 query/request, c=16", 16, 1), ("1 query/request, c=64", 64, 1),
-          ("32 queries/request, c=4", 4, 32)]
+          ("32 queries/request, c=4", 4, 32), ("512 queries/request, c=2", 2, 512)]
 
 
 def metrics(port):
@@ -206,6 +220,75 @@ def topk_ids(port, qs, k):
     return ids, scores
 
 
+def cpu_best_core():
+    """The OpenBLAS core blas.c picks for this CPU's features (a user forcing the best kernels)."""
+    with open("/proc/cpuinfo") as f:
+        info = f.read()
+    flags = set(re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split())
+    amd = "AuthenticAMD" in info or "HygonGenuine" in info
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"} <= flags:
+        return "Cooperlake" if "avx512_bf16" in flags else "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Zen" if amd else "Haswell"
+    return "Sandybridge" if "avx" in flags else None
+
+
+def bounds(build, model, queries, env, seconds):
+    out = subprocess.run([os.path.join(build, "tests", "local", "bench", "local_bench_bounds"), model, queries, "--tokens",
+                          "x1,x32", "--seconds", str(seconds)], env=env, stdout=subprocess.PIPE, check=True).stdout
+    return json.loads(out)
+
+
+def bound_qps(b, rows, dim, batch):
+    """Queries/s the machine allows at a mean batch of `batch` queries, every core busy: the encoder's
+    FLOPs at the batch products' measured rate, plus the larger of the flat scan's FLOPs and its bytes
+    (the index read once per batch) at the measured bandwidth."""
+    f_enc = b["gflops_allcores_x32"] * 1e9
+    enc = b["encoder_flops_per_query"] / f_enc
+    search = max(2.0 * rows * dim / f_enc, rows * dim * 4.0 / (max(batch, 1.0) * b["bandwidth_gbs"] * 1e9))
+    return 1.0 / (enc + search)
+
+
+def floor_ms(b, rows, dim):
+    """A lone query on every core: its encoder FLOPs at the one-query products' all-core rate, plus
+    one scan of the index at the measured bandwidth (or its FLOPs, if slower)."""
+    f1 = b["gflops_allcores_x1"] * 1e9
+    return 1000.0 * (b["encoder_flops_per_query"] / f1 + max(rows * dim * 4.0 / (b["bandwidth_gbs"] * 1e9),
+                                                           2.0 * rows * dim / f1))
+
+
+def run_gateway(build, wd, model, index, corpus, queries, seconds, name, env=None, extra=None, cold=False):
+    port = free_port()
+    cfg = {"listen": {"host": "127.0.0.1", "port": port}, "threads": 1, "log_level": "info",
+           "plugin_dir": os.path.join(build, "plugins"),
+           "backends": [{"name": "local", "plugin": "local", "topk": 3, "cache": False,
+                         "config": dict({"model": model, "index": index, "corpus": corpus}, **(extra or {}))}]}
+    cfg_path = os.path.join(wd, "searchgate-%s.json" % name)
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    argv = [os.path.join(build, "searchgate"), "--config", cfg_path]
+    res = {}
+    if cold:
+        side = corpus + ".sgrows"
+        if os.path.exists(side):
+            os.unlink(side)
+        log("searchgate (%s): first start (builds the corpus offsets)" % name)
+        g = Server("searchgate", argv, port, env=env, logpath=os.path.join(wd, "searchgate-%s-cold.log" % name))
+        res["startup_first_s"] = g.startup
+        g.stop()
+    g = Server("searchgate", argv, port, env=env, logpath=os.path.join(wd, "searchgate-%s.log" % name))
+    with open(os.path.join(wd, "searchgate-%s.log" % name)) as f:
+        text = f.read()
+    m = re.search(r"BLAS: (.*)", text)
+    res["blas"] = m.group(1) if m else "?"
+    m = re.search(r"encoder_blas (.*)", text)
+    res["encoder_blas"] = m.group(1) if m else "OpenBLAS"
+    log("searchgate (%s): start-up %.2f s; %s" % (name, g.startup, res["blas"]))
+    res["startup_s"] = g.startup
+    res["points"] = run_points(g, seconds, queries, 0)
+    return g, res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -213,80 +296,129 @@ def main():
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--rows", type=int, default=100000)
     ap.add_argument("--skip-ref", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="also run \"precision\": \"bf16\" (needs AVX512_BF16/AMX)")
+    ap.add_argument("--compare", action="store_true",
+                    help="also run \"teams\": false and \"encoder_blas\": \"openblas\"/\"onednn\" (the choices the defaults make)")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
-    model, corpus, index, queries = make_data(a.workdir, a.rows, 768)
+    dim = 768
+    model, corpus, index, queries = make_data(a.workdir, a.rows, dim)
     with open(queries) as f:
         qlist = [json.loads(line) for line in f]
     results = {"machine": {"nproc": os.cpu_count(), "loadavg_before": os.getloadavg()[0]}}
     with open("/proc/cpuinfo") as f:
         m = re.search(r"model name\s*:\s*(.*)", f.read())
         results["machine"]["cpu"] = m.group(1) if m else "?"
+    best = cpu_best_core()
+    clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "SG_CPU_FEATURES") and
+             not k.startswith("SG_BLAS")}
+    forced = dict(clean, OPENBLAS_CORETYPE=best) if best else dict(clean)
 
-    # ---- searchgate ----
-    gw_port = free_port()
-    cfg = {"listen": {"host": "127.0.0.1", "port": gw_port}, "threads": 1, "log_level": "info",
-           "plugin_dir": os.path.join(build, "plugins"),
-           "backends": [{"name": "local", "plugin": "local", "topk": 3, "cache": False,
-                         "config": {"model": model, "index": index, "corpus": corpus}}]}
-    cfg_path = os.path.join(a.workdir, "searchgate-bench.json")
-    with open(cfg_path, "w") as f:
-        json.dump(cfg, f)
-    side = corpus + ".sgrows"
-    if os.path.exists(side):
-        os.unlink(side)
-    argv = [os.path.join(build, "searchgate"), "--config", cfg_path]
-    log("searchgate: first start (builds the corpus offsets)")
-    g = Server("searchgate", argv, gw_port, logpath=os.path.join(a.workdir, "searchgate-cold.log"))
-    cold = g.startup
-    g.stop()
-    g = Server("searchgate", argv, gw_port, logpath=os.path.join(a.workdir, "searchgate.log"))
-    log("searchgate: start-up %.2f s (first start %.2f s)" % (g.startup, cold))
-    results["searchgate"] = {"startup_s": g.startup, "startup_first_s": cold, "points": run_points(g, a.seconds, queries, 0)}
+    # ---- the machine's bounds, with the kernels OpenBLAS picks and with the best ones ----
+    log("bounds: matrix products and memory bandwidth (the gateway's kernel choice, then %s forced)" % best)
+    b_def = bounds(build, model, queries, clean, 3)
+    b_best = bounds(build, model, queries, forced, 3)
+    results["bounds"] = {"default": b_def, "forced": b_best}
+    log("  default %s: %.1f GFLOP/s (one query's products, all cores), %.1f (32 queries'), %.1f GB/s; forced %s: %.1f, %.1f"
+        % (b_def["core"], b_def["gflops_allcores_x1"], b_def["gflops_allcores_x32"], b_def["bandwidth_gbs"], b_best["core"],
+           b_best["gflops_allcores_x1"], b_best["gflops_allcores_x32"]))
+
+    # ---- searchgate at its default start, then with the best kernels forced ----
+    g, results["searchgate"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "default", clean,
+                                           cold=True)
     sample = qlist[50000:50256]
-    gw_ids, gw_scores = topk_ids(gw_port, sample, 10)
+    gw_ids, gw_scores = topk_ids(g.port, sample, 10)
     g.stop()
+    same_kernels = b_def["core"] == b_best["core"]
+    if same_kernels:
+        log("searchgate (forced %s): OpenBLAS already picks %s here; the default run stands for both" % (best, b_def["core"]))
+        results["searchgate_forced"] = results["searchgate"]
+    else:
+        g, results["searchgate_forced"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "forced",
+                                                      forced)
+        g.stop()
+    variants = []
+    if a.compare:
+        variants = [("teams off", "noteams", {"teams": False}), ("encoder OpenBLAS", "openblas", {"encoder_blas": "openblas"}),
+                    ("encoder oneDNN", "onednn", {"encoder_blas": "onednn"})]
+        for label, name, extra in variants:
+            g, results["searchgate_" + name] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, name, clean,
+                                                           extra=extra)
+            g.stop()
+    if a.bf16:
+        g, results["searchgate_bf16"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "bf16", clean,
+                                                    extra={"precision": "bf16"})
+        bf_ids, _ = topk_ids(g.port, sample, 3)
+        g.stop()
+        results["bf16_top3_agreement"] = sum(1 for x, y in zip(bf_ids, gw_ids) if x == y[:3]) / len(sample)
 
-    if a.skip_ref:
-        print(json.dumps(results, indent=2))
-        return
-    # ---- the Search-R1 style reference ----
-    ref_port = free_port()
-    argv = ["/usr/bin/python3", os.path.join(HERE, "ref_server.py"), "--model", model, "--index", index, "--corpus", corpus,
-            "--port", str(ref_port)]
-    log("reference: starting")
-    r = Server("reference", argv, ref_port, logpath=os.path.join(a.workdir, "reference.log"))
-    log("reference: start-up %.2f s" % r.startup)
-    results["reference"] = {"startup_s": r.startup, "points": run_points(r, a.seconds, queries, 0)}
-    ref_ids, ref_scores = topk_ids(ref_port, sample, 10)
-    r.stop()
-
-    same = sum(1 for x, y in zip(gw_ids, ref_ids) if x == y)
-    same_set = sum(1 for x, y in zip(gw_ids, ref_ids) if set(x) == set(y))
-    dmax = max(abs(s1 - s2) for a1, b1 in zip(gw_scores, ref_scores) for s1, s2 in zip(a1, b1))
-    results["topk_check"] = {"queries": len(sample), "k": 10, "identical_lists": same, "identical_sets": same_set,
-                             "max_abs_score_diff": dmax}
+    # ---- the Search-R1 style reference, with the best kernels forced ----
+    if not a.skip_ref:
+        ref_port = free_port()
+        argv = ["/usr/bin/python3", os.path.join(HERE, "ref_server.py"), "--model", model, "--index", index, "--corpus",
+                corpus, "--port", str(ref_port)]
+        log("reference: starting (OPENBLAS_CORETYPE=%s)" % best)
+        r = Server("reference", argv, ref_port, env=forced, logpath=os.path.join(a.workdir, "reference.log"))
+        log("reference: start-up %.2f s" % r.startup)
+        results["reference"] = {"startup_s": r.startup, "points": run_points(r, a.seconds, queries, 0)}
+        ref_ids, ref_scores = topk_ids(ref_port, sample, 10)
+        r.stop()
+        same = sum(1 for x, y in zip(gw_ids, ref_ids) if x == y)
+        same_set = sum(1 for x, y in zip(gw_ids, ref_ids) if set(x) == set(y))
+        dmax = max(abs(s1 - s2) for a1, b1 in zip(gw_scores, ref_scores) for s1, s2 in zip(a1, b1))
+        results["topk_check"] = {"queries": len(sample), "k": 10, "identical_lists": same, "identical_sets": same_set,
+                                 "max_abs_score_diff": dmax}
 
     # ---- report ----
-    print("\nlocal dense backend vs Search-R1 reference (same machine, same run; e5-base-shaped random model, "
-          "%d-row corpus, Flat IP index)" % a.rows)
-    print("%-26s %28s %28s %8s" % ("", "searchgate q/s (p50/p99 ms)", "reference q/s (p50/p99 ms)", "q/s ratio"))
+    print("\nlocal dense backend, %d-row Flat IP index, e5-base-shaped random model (%.1f tokens/query), one run on %s, %d CPUs"
+          % (a.rows, b_def["mean_tokens"], results["machine"]["cpu"], results["machine"]["nproc"]))
+    print("BLAS: default start: %s; encoder products: %s" % (results["searchgate"]["blas"], results["searchgate"]["encoder_blas"]))
+    print("bounds: one query's products %.1f GFLOP/s, 32 queries' %.1f GFLOP/s (all cores, %s kernels); memory %.1f GB/s"
+          % (b_def["gflops_allcores_x1"], b_def["gflops_allcores_x32"], b_def["core"], b_def["bandwidth_gbs"]))
+    hdr = "%-26s %22s %9s %22s %8s" % ("", "default q/s (p50/p99)", "of bound", "forced-best q/s", "def/best")
+    if "reference" in results:
+        hdr += " %22s %8s" % ("reference q/s (p50)", "vs ref")
+    print(hdr)
 
     def ms(v):
-        return "%6.0f" % v if v is not None else "     ?"
+        return "%5.0f" % v if v is not None else "    ?"
 
-    for label, _, _ in POINTS:
-        x, y = results["searchgate"]["points"][label], results["reference"]["points"][label]
-        ratio = "%7.1fx" % (x["qps"] / y["qps"]) if y["qps"] > 0 else "      -"
-        print("%-26s %12.1f (%s/%s) %12.1f (%s/%s) %s" % (label, x["qps"], ms(x["p50_ms"]), ms(x["p99_ms"]), y["qps"],
-                                                          ms(y["p50_ms"]), ms(y["p99_ms"]), ratio))
-    print("start-up: searchgate %.2f s (first start, building offsets: %.2f s), reference %.2f s: %.1fx faster" % (
-        results["searchgate"]["startup_s"], cold, r.startup, r.startup / results["searchgate"]["startup_s"]))
-    print("top-10 ids identical for %d of %d queries (same sets: %d); max |score difference| %.2g" % (
-        same, len(sample), same_set, dmax))
-    print("machine: %s, %d CPUs, load average before the run %.2f" % (results["machine"]["cpu"], results["machine"]["nproc"],
-                                                                        results["machine"]["loadavg_before"]))
+    for label, conns, per in POINTS:
+        x = results["searchgate"]["points"][label]
+        y = results["searchgate_forced"]["points"][label]
+        if conns == 1 and per == 1:
+            fl = floor_ms(b_def, a.rows, dim)
+            frac = "%5.2fx fl" % (x["p50_ms"] / fl) if x["p50_ms"] else "?"
+        else:
+            bq = bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0))
+            frac = "%7.0f%%" % (100.0 * x["qps"] / bq)
+        line = "%-26s %9.1f (%s/%s) %9s %13.1f (%s) %7.2f" % (label, x["qps"], ms(x["p50_ms"]), ms(x["p99_ms"]), frac, y["qps"],
+                                                              ms(y["p50_ms"]), x["qps"] / y["qps"] if y["qps"] else 0)
+        if "reference" in results:
+            z = results["reference"]["points"][label]
+            line += " %14.1f (%s) %7.1fx" % (z["qps"], ms(z["p50_ms"]), x["qps"] / z["qps"] if z["qps"] else 0)
+        print(line)
+    print("c=1 floor: %.1f ms (encoder %.2f GFLOP at %.1f GFLOP/s + one %.0f MB scan at %.1f GB/s); fl = p50 / floor"
+          % (floor_ms(b_def, a.rows, dim), b_def["encoder_flops_per_query"] / 1e9, b_def["gflops_allcores_x1"],
+             a.rows * dim * 4 / 1e6, b_def["bandwidth_gbs"]))
+    print("start-up: searchgate %.2f s (first start, building offsets: %.2f s)%s" % (
+        results["searchgate"]["startup_s"], results["searchgate"]["startup_first_s"],
+        ", reference %.2f s" % results["reference"]["startup_s"] if "reference" in results else ""))
+    if "topk_check" in results:
+        t = results["topk_check"]
+        print("top-10 ids identical for %d of %d queries (same sets: %d); max |score difference| %.2g" % (
+            t["identical_lists"], t["queries"], t["identical_sets"], t["max_abs_score_diff"]))
+    for label, name, _ in variants:
+        v = results["searchgate_" + name]["points"]
+        print("%s: " % label + ", ".join("%s %.1f q/s (%.2fx default)" % (l, v[l]["qps"], v[l]["qps"] / max(
+            results["searchgate"]["points"][l]["qps"], 1e-9)) for l, _, _ in POINTS))
+    if a.bf16:
+        bf = results["searchgate_bf16"]["points"]
+        print("bf16: " + ", ".join("%s %.1f q/s (%.2fx fp32)" % (l, bf[l]["qps"], bf[l]["qps"] / results["searchgate"]["points"][l]["qps"])
+                                   for l, _, _ in POINTS) + "; top-3 lists equal to fp32 for %.1f%% of %d queries"
+              % (100 * results["bf16_top3_agreement"], len(sample)))
+    print("machine load average before the run %.2f" % results["machine"]["loadavg_before"])
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=2)

@@ -17,9 +17,9 @@ if [ -n "$missing" ]; then
   echo "run_bench.sh: missing packages:$missing (run .ci/deps.sh bench)" >&2
   exit 1
 fi
-if [ ! -x "$build/searchgate" ] || [ ! -f "$build/plugins/sg_local.so" ] || [ ! -x "$build/tests/local/bench/local_bench_encoder" ]; then
+if [ ! -x "$build/searchgate" ] || [ ! -f "$build/plugins/sg_local.so" ] || [ ! -x "$build/tests/local/bench/local_bench_bounds" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  cmake --build "$build" -j2 --target searchgate sg_local local_bench_encoder local_bench_faiss
+  cmake --build "$build" -j2 --target searchgate sg_local local_bench_encoder local_bench_faiss local_bench_bounds
 fi
 workdir=${SG_BENCH_WORKDIR:-/tmp/sglocal-bench}
 /usr/bin/python3 "$here/bench.py" --build "$build" --workdir "$workdir" "$@"
@@ -29,3 +29,14 @@ OPENBLAS_NUM_THREADS=1 "$build/tests/local/bench/local_bench_encoder" "$workdir/
 echo
 echo "FAISS alone, one thread (the benchmark's Flat IP index):"
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$build/tests/local/bench/local_bench_faiss" "$workdir"/e5_Flat-*.index 3
+echo
+echo "BLAS libraries on the encoder's products (one thread each, then every core; tests/local/bench/bench_blas_libs.c):"
+[ -x "$build/tests/local/bench/local_bench_blas_libs" ] || cmake --build "$build" -j2 --target local_bench_blas_libs
+best=$(/usr/bin/python3 -c "import sys; sys.path.insert(0, '$here'); import bench; print(bench.cpu_best_core() or '')")
+for t in 1 "$(nproc)"; do
+  env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=1 "$build/tests/local/bench/local_bench_blas_libs" openblas "$t"
+  [ -n "$best" ] && OPENBLAS_CORETYPE=$best OMP_NUM_THREADS=1 "$build/tests/local/bench/local_bench_blas_libs" openblas "$t"
+  OMP_NUM_THREADS=1 "$build/tests/local/bench/local_bench_blas_libs" blis "$t"
+  OMP_NUM_THREADS=1 "$build/tests/local/bench/local_bench_blas_libs" dnnl "$t"
+  OMP_NUM_THREADS=1 "$build/tests/local/bench/local_bench_blas_libs" dnnl-bf16 "$t"
+done
