@@ -200,6 +200,27 @@ class BlasKernels(unittest.TestCase):
             log = gw.stop()
         self.assertIn("run in bf16 through oneDNN", log)
 
+    def test_encoder_blas(self):
+        """auto: oneDNN only on AVX-512 CPUs (hidden here with SG_CPU_FEATURES), else OpenBLAS; onednn:
+        forced, answers the same ids as OpenBLAS."""
+        answers = {}
+        for name, env, extra, want in (
+                ("openblas", {}, {"encoder_blas": "openblas"}, 0.0),
+                ("auto-avx2", {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}, {}, 0.0),
+                ("onednn", {}, {"encoder_blas": "onednn"}, 1.0)):
+            gw = self.start(env, **extra)
+            try:
+                self.assertEqual(gw.metric("searchgate_backend_local_encoder_onednn"), want, name)
+                r = gw.retrieve(["topic 3", "row 12", "about topic 5"], topk=3)
+                self.assertEqual(r.status, 200)
+                answers[name] = [[h["document"]["id"] for h in q] for q in r.json()["result"]]
+            finally:
+                log = gw.stop()
+            if want:
+                self.assertIn("float32 products run through oneDNN", log)
+        self.assertEqual(answers["onednn"], answers["openblas"])
+        self.assertEqual(answers["auto-avx2"], answers["openblas"])
+
     def test_precision_bad_value(self):
         gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
             "model": MODEL, "index": self.index, "corpus": self.corpus, "precision": "fp8"}}]}, expect_fail=True)

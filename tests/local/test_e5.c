@@ -343,13 +343,47 @@ static void test_encoder_bf16_fidelity(void **state)
     sg_e5_free(dnnl);
 }
 
+/* encoder_blas "onednn": the float32 products through oneDNN match the goldens like OpenBLAS's */
+static void test_encoder_onednn_goldens(void **state)
+{
+    (void)state;
+    sg_e5_model *m = load_model();
+    char err[512];
+    if (sg_e5_use_onednn(m, err, sizeof(err)) != 0) {
+        fprintf(stderr, "oneDNN not usable here: %s\n", err);
+        assert_non_null(strstr(err, "oneDNN"));
+        sg_e5_free(m);
+        skip();
+    }
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    const char *texts[64];
+    size_t lens[64];
+    for (size_t i = 0; i < n; ++i) {
+        texts[i] = g[i].text;
+        lens[i] = g[i].len;
+    }
+    float *out = calloc(n * 64, sizeof(float));
+    assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, n, 256, out, err, sizeof(err)), 0);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i)
+        worst = fmax(worst, max_abs(out + i * 64, g[i].emb, 64));
+    fprintf(stderr, "oneDNN float32: worst max abs diff %.3g\n", worst);
+    assert_true(worst <= 1e-5);
+    free(out);
+    free_golden(g, n);
+    sg_e5_workspace_free(w);
+    sg_e5_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_golden),          cmocka_unit_test(test_tokenizer_edges),
         cmocka_unit_test(test_model_ids_match_tokenizer), cmocka_unit_test(test_encoder_single),
         cmocka_unit_test(test_encoder_batched),           cmocka_unit_test(test_encoder_threads_share_model),
-        cmocka_unit_test(test_encoder_bf16_fidelity),
+        cmocka_unit_test(test_encoder_bf16_fidelity),     cmocka_unit_test(test_encoder_onednn_goldens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
