@@ -607,20 +607,25 @@ static void (*gelu_fn(void))(float *, size_t)
 #endif
 
 /* y[t, o0:o1] = x[t, in] . W[o0:o1]^T + b[o0:o1], optionally followed by GELU */
-static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x, size_t t, int in, int out, int o0, int o1,
-                        float *y, int gelu)
+/* rows r0 .. r0+t of y[:, o0:o1] = x . W[o0:o1]^T + b[o0:o1], optionally followed by GELU (x and y
+ * point at row 0) */
+static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x, size_t r0, size_t t, int in, int out, int o0,
+                        int o1, float *y, int gelu)
 {
     int cols = o1 - o0;
-    if (cols <= 0)
+    if (cols <= 0 || t == 0)
         return;
+    x += r0 * (size_t)in;
+    y += r0 * (size_t)out;
     for (size_t r = 0; r < t; ++r)
         memcpy(y + r * (size_t)out + o0, l->b + o0, (size_t)cols * sizeof(float));
     const sg_e5_model *m = w->m;
     if (m->precision == SG_E5_BF16 && m->bf16_gemm != NULL)
-        m->bf16_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, w->xb, in, l->wb + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
+        m->bf16_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, w->xb + r0 * (size_t)in, in, l->wb + (size_t)o0 * (size_t)in, in, 1.0f,
+                     y + o0, out);
     else if (m->precision == SG_E5_BF16)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, w->xr, in, l->wr + (size_t)o0 * (size_t)in,
-                    in, 1.0f, y + o0, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, w->xr + r0 * (size_t)in, in,
+                    l->wr + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
     else if (m->f32_gemm != NULL)
         m->f32_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
     else
@@ -641,6 +646,7 @@ typedef struct st_lin_job_t {
     const float *x;
     size_t t;
     int in, out, chunks, gelu;
+    int by_rows; /* split the rows (tokens) instead of the columns */
 } lin_job_t;
 
 static int chunk_edge(int out, int chunks, int c)
@@ -655,7 +661,12 @@ static void lin_task(void *arg, size_t i, unsigned slot)
     (void)slot;
     lin_job_t *j = arg;
     int m = (int)(i / (size_t)j->chunks), c = (int)(i % (size_t)j->chunks);
-    linear_cols(j->w, j->l[m], j->x, j->t, j->in, j->out, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1),
+    if (j->by_rows) {
+        size_t r0 = j->t * (size_t)c / (size_t)j->chunks, r1 = j->t * (size_t)(c + 1) / (size_t)j->chunks;
+        linear_cols(j->w, j->l[m], j->x, r0, r1 - r0, j->in, j->out, 0, j->out, j->y[m], j->gelu);
+        return;
+    }
+    linear_cols(j->w, j->l[m], j->x, 0, j->t, j->in, j->out, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1),
                 j->y[m], j->gelu);
 }
 
@@ -707,10 +718,13 @@ static int linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, con
     if (w->m->precision == SG_E5_BF16 && convert_input(w, x, t * (size_t)in) != 0)
         return -1;
     unsigned threads = sg_par_threads(w->par);
-    /* alone: the whole matrix; in a team: a slice per thread and matrix (two per thread for a single
-     * matrix: slack for a slow or preempted helper), never thinner than 64 columns */
+    /* alone: the whole matrix. In a team: a slice per thread and matrix (two per thread for a single
+     * matrix: slack for a slow or preempted helper). Many tokens: slices of rows, so that each thread
+     * packs only its own rows of the input; few tokens: slices of columns (never thinner than 64),
+     * so that each thread reads only its own part of the weights, the bulk of the bytes then. */
     int chunks = threads == 1 ? 1 : (int)threads * (n_mats == 1 ? 2 : 1);
-    if (chunks > out / 64)
+    int by_rows = threads > 1 && t >= (size_t)chunks * 16;
+    if (!by_rows && chunks > out / 64)
         chunks = out / 64 > 0 ? out / 64 : 1;
     lin_job_t j = {w,
                    {l[0], n_mats > 1 ? l[1] : NULL, n_mats > 2 ? l[2] : NULL},
@@ -720,7 +734,8 @@ static int linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, con
                    in,
                    out,
                    chunks,
-                   gelu};
+                   gelu,
+                   by_rows};
     sg_par_run(w->par, (size_t)n_mats * (size_t)chunks, lin_task, &j);
     return 0;
 }
