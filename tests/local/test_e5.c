@@ -69,6 +69,22 @@ static void free_golden(golden_t *g, size_t n)
     free(g);
 }
 
+/* Encodes the golden texts g[0..n) in one batch into out (n * 64 floats). */
+static void encode_goldens(sg_e5_model *m, const golden_t *g, size_t n, float *out)
+{
+    const char *texts[64];
+    size_t lens[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; ++i) {
+        texts[i] = g[i].text;
+        lens[i] = g[i].len;
+    }
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    char err[256];
+    assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, n, 256, out, err, sizeof(err)), 0);
+    sg_e5_workspace_free(w);
+}
+
 static void test_tokenizer_golden(void **state)
 {
     (void)state;
@@ -305,23 +321,16 @@ static void test_encoder_bf16_fidelity(void **state)
     }
     size_t n;
     golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
-    const char *texts[64];
-    size_t lens[64];
-    for (size_t i = 0; i < n; ++i) {
-        texts[i] = g[i].text;
-        lens[i] = g[i].len;
-    }
     float *a = calloc(n * 64, sizeof(float)), *b = calloc(n * 64, sizeof(float)), *c = calloc(n * 64, sizeof(float));
-    sg_e5_workspace *wa = sg_e5_workspace_new(f32), *wb = sg_e5_workspace_new(ref), *wc = sg_e5_workspace_new(dnnl);
-    assert_int_equal(sg_e5_encode(f32, wa, "query: ", texts, lens, n, 256, a, err, sizeof(err)), 0);
-    assert_int_equal(sg_e5_encode(ref, wb, "query: ", texts, lens, n, 256, b, err, sizeof(err)), 0);
+    encode_goldens(f32, g, n, a);
+    encode_goldens(ref, g, n, b);
     double worst = 1, worst_dnnl = 1, diff = 0;
     for (size_t i = 0; i < n; ++i)
         worst = fmin(worst, cosine(a + i * 64, b + i * 64, 64));
     fprintf(stderr, "bf16 (reference kernel) vs float32 on %zu fixture queries: min cosine %.6f\n", n, worst);
     assert_true(worst >= 0.999);
     if (have_dnnl) {
-        assert_int_equal(sg_e5_encode(dnnl, wc, "query: ", texts, lens, n, 256, c, err, sizeof(err)), 0);
+        encode_goldens(dnnl, g, n, c);
         for (size_t i = 0; i < n; ++i) {
             worst_dnnl = fmin(worst_dnnl, cosine(a + i * 64, c + i * 64, 64));
             diff = fmax(diff, max_abs(b + i * 64, c + i * 64, 64));
@@ -334,9 +343,6 @@ static void test_encoder_bf16_fidelity(void **state)
     free(a);
     free(b);
     free(c);
-    sg_e5_workspace_free(wa);
-    sg_e5_workspace_free(wb);
-    sg_e5_workspace_free(wc);
     free_golden(g, n);
     sg_e5_free(f32);
     sg_e5_free(ref);
@@ -355,17 +361,10 @@ static void test_encoder_onednn_goldens(void **state)
         sg_e5_free(m);
         skip();
     }
-    sg_e5_workspace *w = sg_e5_workspace_new(m);
     size_t n;
     golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
-    const char *texts[64];
-    size_t lens[64];
-    for (size_t i = 0; i < n; ++i) {
-        texts[i] = g[i].text;
-        lens[i] = g[i].len;
-    }
     float *out = calloc(n * 64, sizeof(float));
-    assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, n, 256, out, err, sizeof(err)), 0);
+    encode_goldens(m, g, n, out);
     double worst = 0;
     for (size_t i = 0; i < n; ++i)
         worst = fmax(worst, max_abs(out + i * 64, g[i].emb, 64));
@@ -373,7 +372,6 @@ static void test_encoder_onednn_goldens(void **state)
     assert_true(worst <= 1e-5);
     free(out);
     free_golden(g, n);
-    sg_e5_workspace_free(w);
     sg_e5_free(m);
 }
 
