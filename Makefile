@@ -52,8 +52,8 @@ build-cuda: deps-test
 # the committed seed corpora (copied: new inputs stay out of the tree).
 fuzz-smoke: deps-test
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSG_FUZZ=ON $(CMAKE_ARGS)
-	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_serper_reply fuzz_qdrant_reply fuzz_upstream_reply
-	for t in serper qdrant upstream; do \
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_serper_reply fuzz_qdrant_reply fuzz_upstream_reply fuzz_reader_reply
+	for t in serper qdrant upstream reader; do \
 	  rm -rf $(FUZZ_BUILD)/corpus-$$t && cp -r tests/remote/fuzz/corpus/$$t $(FUZZ_BUILD)/corpus-$$t && \
 	  $(FUZZ_BUILD)/fuzz/fuzz_$${t}_reply -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_BUILD)/corpus-$$t || exit 1; \
 	done

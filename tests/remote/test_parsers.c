@@ -1,6 +1,7 @@
 /*
  * test_parsers.c -- unit tests of the pure parts of the remote backends: slime's snippet
- * formatting, the serper and upstream reply parsers, and the JSON/UTF-8 helpers of http.c.
+ * formatting, the serper and upstream reply parsers, the page reader's request URL and reply
+ * parser (Jina Reader's two reply forms), and the JSON/UTF-8 helpers of http.c.
  * Expected strings come from running slime's Python code on the same inputs.
  */
 #include <setjmp.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "reader_parse.h"
 #include "serper_parse.h"
 #include "upstream_parse.h"
 
@@ -276,6 +278,132 @@ static void test_json_helpers(void **state)
     free(t);
 }
 
+static void check_target(const char *url, const char *want)
+{
+    sg_buf_t b = {0};
+    int rc = sg_reader_target("https://r.jina.ai", url, strlen(url), &b);
+    if (want == NULL) {
+        assert_int_equal(rc, -1);
+        assert_int_equal(b.len, 0);
+    } else {
+        assert_int_equal(rc, 0);
+        assert_string_equal(b.base, want);
+    }
+    sg_buf_free(&b);
+}
+
+static void test_reader_target(void **state)
+{
+    (void)state;
+    check_target("https://en.wikipedia.org/wiki/Hamlet", "https://r.jina.ai/https://en.wikipedia.org/wiki/Hamlet");
+    /* the query string passes as it is, the fragment is dropped (never sent by a browser either) */
+    check_target("http://example.org/a?b=c&d=%20e#part", "https://r.jina.ai/http://example.org/a?b=c&d=%20e");
+    /* bytes a URL cannot carry raw are percent-encoded, UTF-8 byte by byte */
+    check_target("https://example.org/a b/\xc3\xbc\"<>\\^`{|}\x01\x7f",
+                 "https://r.jina.ai/https://example.org/a%20b/%C3%BC%22%3C%3E%5C%5E%60%7B%7C%7D%01%7F");
+    check_target("HTTPS://Example.org", "https://r.jina.ai/HTTPS://Example.org");
+    /* not an absolute http(s) URL with a host: no request at all */
+    check_target("", NULL);
+    check_target("en.wikipedia.org/wiki/Hamlet", NULL);
+    check_target("ftp://example.org/x", NULL);
+    check_target("https://", NULL);
+    check_target("https:///path", NULL);
+    check_target("http://#frag", NULL);
+    check_target("javascript:alert(1)", NULL);
+}
+
+static char *parse_ok(const char *body, int format, const char *url)
+{
+    sg_buf_t page = {0};
+    long code = 0;
+    char err[256] = "";
+    assert_int_equal(sg_reader_parse_page(body, strlen(body), format, url, strlen(url), &page, &code, err, sizeof(err)), 0);
+    return page.base;
+}
+
+static void test_reader_parse_json(void **state)
+{
+    (void)state;
+    /* the reply documented for Accept: application/json */
+    const char *body =
+        "{\"code\":200,\"status\":20000,\"data\":{\"title\":\"Hamlet\",\"description\":\"d\","
+        "\"url\":\"https://en.wikipedia.org/wiki/Hamlet\",\"content\":\"# Hamlet\\n\\nA *tragedy* \\u00e9 \\ud83d\\ude80\","
+        "\"usage\":{\"tokens\":12}}}";
+    char *p = parse_ok(body, SG_READER_FORMAT_JSON, "https://en.wikipedia.org/wiki/Hamlet");
+    assert_string_equal(p, "{\"url\":\"https://en.wikipedia.org/wiki/Hamlet\",\"title\":\"Hamlet\","
+                           "\"contents\":\"# Hamlet\\n\\nA *tragedy* \xc3\xa9 \xf0\x9f\x9a\x80\"}");
+    free(p);
+    /* the PAGE keeps the URL as asked (the reader may report a redirect target in data.url) */
+    p = parse_ok("{\"code\":200,\"data\":{\"url\":\"https://x/other\",\"content\":\"\"}}", SG_READER_FORMAT_JSON,
+                 "https://x/\"q\"");
+    assert_string_equal(p, "{\"url\":\"https://x/\\\"q\\\"\",\"title\":\"\",\"contents\":\"\"}");
+    free(p);
+    /* malformed replies */
+    static const char *const bad[] = {"not json",
+                                      "[1,2]",
+                                      "{\"code\":200}",
+                                      "{\"code\":200,\"data\":[]}",
+                                      "{\"code\":200,\"data\":{\"title\":\"t\"}}",
+                                      "{\"code\":200,\"data\":{\"content\":5}}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        sg_buf_t page = {0};
+        long code = 0;
+        char err[256] = "";
+        assert_int_equal(
+            sg_reader_parse_page(bad[i], strlen(bad[i]), SG_READER_FORMAT_JSON, "u", 1, &page, &code, err, sizeof(err)), -1);
+        assert_true(err[0] != '\0');
+        sg_buf_free(&page);
+    }
+}
+
+static void test_reader_parse_text(void **state)
+{
+    (void)state;
+    /* the default (text) rendering: contents is the body as it is, the title its first line */
+    const char *body = "Title: Hamlet \xe2\x80\x94 Wikipedia\r\n\r\nURL Source: https://en.wikipedia.org/wiki/Hamlet\n\n"
+                       "Markdown Content:\nHamlet is a tragedy.\n";
+    char *p = parse_ok(body, SG_READER_FORMAT_TEXT, "https://en.wikipedia.org/wiki/Hamlet");
+    assert_string_equal(p, "{\"url\":\"https://en.wikipedia.org/wiki/Hamlet\",\"title\":\"Hamlet \xe2\x80\x94 Wikipedia\","
+                           "\"contents\":\"Title: Hamlet \xe2\x80\x94 Wikipedia\\r\\n\\r\\nURL Source: "
+                           "https://en.wikipedia.org/wiki/Hamlet\\n\\nMarkdown Content:\\nHamlet is a tragedy.\\n\"}");
+    free(p);
+    /* no title line; invalid UTF-8 is replaced so the PAGE stays valid JSON */
+    p = parse_ok("plain \xff text", SG_READER_FORMAT_TEXT, "u");
+    assert_string_equal(p, "{\"url\":\"u\",\"title\":\"\",\"contents\":\"plain \xef\xbf\xbd text\"}");
+    free(p);
+    /* a JSON page that is not an error envelope is text like any other */
+    p = parse_ok("{\"code\":200,\"data\":{}}", SG_READER_FORMAT_TEXT, "u");
+    assert_string_equal(p, "{\"url\":\"u\",\"title\":\"\",\"contents\":\"{\\\"code\\\":200,\\\"data\\\":{}}\"}");
+    free(p);
+}
+
+static void test_reader_envelope(void **state)
+{
+    (void)state;
+    /* refusals come as {"data":null,"code":N,"name":...,"status":...,"message":...}, sometimes with HTTP 200 */
+    const char *body =
+        "{\"data\":null,\"code\":402,\"name\":\"InsufficientBalanceError\",\"status\":40203,"
+        "\"message\":\"Account balance not enough to run this query, please recharge.\","
+        "\"readableMessage\":\"InsufficientBalanceError: Account balance not enough to run this query, please recharge.\"}";
+    for (int format = 0; format < 2; ++format) {
+        sg_buf_t page = {0};
+        long code = 0;
+        char err[256] = "";
+        assert_int_equal(sg_reader_parse_page(body, strlen(body), format, "u", 1, &page, &code, err, sizeof(err)), 1);
+        assert_int_equal(code, 402);
+        assert_string_equal(err, "InsufficientBalanceError: Account balance not enough to run this query, please recharge.");
+        sg_buf_free(&page);
+    }
+    char msg[256];
+    const char *e422 = "{\"code\":422,\"message\":\"Failed to goto https://x: net::ERR_NAME_NOT_RESOLVED\"}";
+    sg_reader_error_message(e422, strlen(e422), msg, sizeof(msg));
+    assert_string_equal(msg, "Failed to goto https://x: net::ERR_NAME_NOT_RESOLVED");
+    sg_reader_error_message("<html>bad gateway</html>", 24, msg, sizeof(msg));
+    assert_string_equal(msg, "<html>bad gateway</html>");
+    sg_reader_error_message("", 0, msg, sizeof(msg));
+    assert_string_equal(msg, "(empty body)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,7 +411,9 @@ int main(void)
         cmocka_unit_test(test_serper_reply),         cmocka_unit_test(test_serper_reply_edges),
         cmocka_unit_test(test_serper_error_message), cmocka_unit_test(test_upstream_shapes),
         cmocka_unit_test(test_upstream_errors),      cmocka_unit_test(test_upstream_access),
-        cmocka_unit_test(test_json_helpers),
+        cmocka_unit_test(test_json_helpers),         cmocka_unit_test(test_reader_target),
+        cmocka_unit_test(test_reader_parse_json),    cmocka_unit_test(test_reader_parse_text),
+        cmocka_unit_test(test_reader_envelope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
