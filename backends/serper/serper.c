@@ -12,10 +12,21 @@
  * queries), mapped so the gateway answers 503/502/504 and never a 4xx for a transient fault:
  *   401/403 bad key -> SG_EUNAVAIL, 429 -> SG_EOVERLOAD (+Retry-After), 5xx/garbage/too big ->
  *   SG_EUPSTREAM, timeout -> SG_ETIMEDOUT, refused/unreachable/TLS -> SG_EUNAVAIL.
+ *
+ * The key variable may hold several keys ("KEY1|KEY2", keyring.h), used round robin, one per
+ * attempt. With two or more, a key answered 401, 402, 403 or 429 rests for key_rest_s and the
+ * query is sent again at once with the next key; when every key rests the search fails with 503 +
+ * Retry-After (SG_EOVERLOAD after a 429, SG_EUNAVAIL otherwise) without calling serper.dev. With
+ * one key nothing rests and the mapping above applies as it is.
+ *
+ * access() (POST /access, online page reading through a Jina-Reader-compatible service) lives in
+ * reader.c and is enabled by the "reader" object of the config.
  */
 #include "sg_backend.h"
 #include "cfg.h"
 #include "http.h"
+#include "keyring.h"
+#include "reader.h"
 #include "remote.h"
 #include "serper_parse.h"
 
@@ -30,7 +41,8 @@ typedef struct st_query_t {
     job_t *job;
     char *body; /* the request body, kept for retries */
     size_t body_len;
-    uint32_t attempts;
+    uint32_t attempts, switches; /* every attempt; those that only changed the key */
+    int key;                     /* the key of the current attempt */
     int ok;
 } query_t;
 
@@ -48,21 +60,19 @@ struct st_job_t {
 struct sg_backend {
     const sg_host_api *host;
     char *name;
-    char *endpoint; /* {base_url}/search */
-    char *key;      /* never logged, never in a message */
-    char *key_env;
+    char *endpoint;    /* {base_url}/search */
+    sg_keyring_t keys; /* never logged, never in a message */
     char *gl, *hl;
     char *params_json; /* extra body fields, "" or ",\"k\":v..." */
     uint32_t retries, backoff_ms, backoff_max_ms, max_topk;
     sg_http_conf_t conf;
     sg_http_t *http;
     sg_http_jobs_t jobs;
-    const char *headers[4];
-    char *key_header;
     char identity[96];
     sg_remote_health_t health; /* the last final outcome */
+    sg_reader_t *reader;       /* POST /access; NULL without config.reader */
     /* counters */
-    atomic_uint_fast64_t searches, queries, retries_done, results_ok, fails[6];
+    atomic_uint_fast64_t searches, queries, retries_done, results_ok, fails[7];
 };
 
 static uint64_t jitter_state(uint64_t *s)
@@ -102,7 +112,7 @@ static void job_release(job_t *j)
     job_free(j);
 }
 
-enum { OUT_AUTH, OUT_RATE, OUT_UPSTREAM, OUT_TIMEOUT, OUT_UNAVAIL, OUT_CANCELED };
+enum { OUT_AUTH, OUT_RATE, OUT_UPSTREAM, OUT_TIMEOUT, OUT_UNAVAIL, OUT_CANCELED, OUT_RESTING };
 
 /* Completes the job with a failure (first failure wins) and cancels its other queries. */
 static void job_fail(job_t *j, sg_status st, uint32_t retry_after, int outcome, const char *detail)
@@ -115,10 +125,10 @@ static void job_fail(job_t *j, sg_status st, uint32_t retry_after, int outcome, 
         return;
     atomic_fetch_add(&self->fails[outcome], 1);
     if (outcome != OUT_CANCELED)
-        set_health(self, st, outcome == OUT_AUTH, detail);
+        set_health(self, st, outcome == OUT_AUTH || (outcome == OUT_RESTING && st == SG_EUNAVAIL), detail);
     if (!sg_http_job_fail(&j->base, st, retry_after, "%s", detail))
         return;
-    if (j->n > 1)
+    if (j->n > 1 && j->base.tag != 0)
         sg_http_cancel(self->http, j->base.tag); /* the job's other queries are moot now */
 }
 
@@ -132,13 +142,24 @@ static void job_succeed(job_t *j)
 
 static void on_response(void *ud, const sg_http_resp_t *r);
 
-static int submit_attempt(query_t *q, uint64_t not_before)
+/* The request headers of an attempt with key `key`. */
+static void attempt_headers(sg_backend *self, int key, const char **h)
+{
+    h[0] = self->keys.keys[key].header;
+    h[1] = "Content-Type: application/json";
+    h[2] = "Accept: application/json";
+    h[3] = NULL;
+}
+
+static int submit_attempt(query_t *q, int key, uint64_t not_before)
 {
     job_t *j = q->job;
     sg_backend *self = j->self;
+    const char *headers[4];
+    attempt_headers(self, key, headers);
     sg_http_req_t req = {.method = "POST",
                          .url = self->endpoint,
-                         .headers = self->headers,
+                         .headers = headers,
                          .body = q->body,
                          .body_len = q->body_len,
                          .deadline_ms = j->deadline_ms,
@@ -146,19 +167,50 @@ static int submit_attempt(query_t *q, uint64_t not_before)
                          .tag = j->base.tag,
                          .cb = on_response,
                          .ud = q};
+    if (sg_http_submit_copy(self->http, &req) != 0)
+        return -1;
     ++q->attempts;
-    return sg_http_submit_copy(self->http, &req);
+    q->key = key;
+    sg_keyring_note_call(&self->keys, key);
+    return 0;
+}
+
+/* Submits another attempt of `q` unless its search was cancelled; ordered with cancel(). */
+static int resubmit(query_t *q, int key, uint64_t not_before)
+{
+    sg_backend *self = q->job->self;
+    int rc = -1;
+    pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
+    if (!atomic_load(&q->job->base.canceled))
+        rc = submit_attempt(q, key, not_before);
+    pthread_mutex_unlock(&self->jobs.mu);
+    return rc;
+}
+
+/* Every key rests: fails the job with 503 + Retry-After until the first key wakes up. */
+static void fail_resting(job_t *j, uint64_t now, uint64_t wake, const char *last)
+{
+    sg_backend *self = j->self;
+    long why = sg_keyring_first_rest_status(&self->keys, now);
+    uint32_t retry_after = wake > now ? (uint32_t)((wake - now + 999) / 1000) : 1;
+    char msg[600];
+    snprintf(msg, sizeof(msg), "every serper.dev key from $%s is resting after refusals (the first wakes in %u s; last: %s)",
+             self->keys.env, retry_after, last);
+    sg_keyring_scrub(&self->keys, msg, sizeof(msg));
+    self->host->log(SG_LOG_WARN, self->name, "%s: %s", j->request_id, msg);
+    job_fail(j, why == 429 ? SG_EOVERLOAD : SG_EUNAVAIL, retry_after, OUT_RESTING, msg);
 }
 
 /* Decides whether a failed attempt is worth another try; returns the delay in ms or -1. */
 static long retry_delay(sg_backend *self, query_t *q, const sg_http_resp_t *r, uint64_t now)
 {
     job_t *j = q->job;
-    if (q->attempts > self->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
+    uint32_t tries = q->attempts - q->switches; /* key changes do not use up the retry budget */
+    if (tries > self->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
         return -1;
     if (!sg_remote_transient(r))
         return -1;
-    uint64_t delay = sg_remote_backoff_ms(self->backoff_ms, q->attempts, self->backoff_max_ms);
+    uint64_t delay = sg_remote_backoff_ms(self->backoff_ms, tries, self->backoff_max_ms);
     if (delay > self->backoff_max_ms)
         delay = self->backoff_max_ms;
     uint64_t seed = now ^ (uint64_t)(uintptr_t)q;
@@ -189,8 +241,10 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         char err[128];
         if (sg_serper_parse_reply(r->body, r->body_len, j->topk, &j->docs[q - j->q], err, sizeof(err)) != 0) {
             char excerpt[96];
-            sg_http_excerpt(r->body, r->body_len, self->key, excerpt, sizeof(excerpt), 80);
+            sg_http_excerpt(r->body, r->body_len, self->keys.keys[q->key].secret, excerpt, sizeof(excerpt), 80);
             snprintf(msg, sizeof(msg), "serper.dev returned an unusable reply: %s (body starts: %s)", err, excerpt);
+            sg_keyring_scrub(&self->keys, msg, sizeof(msg));
+            sg_keyring_note_failure(&self->keys, q->key);
             job_fail(j, SG_EUPSTREAM, 0, OUT_UPSTREAM, msg);
         } else {
             q->ok = 1;
@@ -200,20 +254,52 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         job_release(j);
         return;
     }
-    long delay = retry_delay(self, q, r, now);
-    if (delay >= 0) {
-        int resubmitted = 0;
-        pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
-        if (!atomic_load(&j->base.canceled))
-            resubmitted = submit_attempt(q, now + (uint64_t)delay) == 0;
-        pthread_mutex_unlock(&self->jobs.mu);
-        if (resubmitted) {
-            atomic_fetch_add(&self->retries_done, 1);
-            return; /* the new attempt carries this transfer's share of `outstanding` */
+    sg_keyring_note_failure(&self->keys, q->key);
+    char what[300] = "";
+    if (r->err == SG_HTTP_OK) {
+        sg_serper_error_message(r->body, r->body_len, self->keys.keys[q->key].secret, what, sizeof(what));
+        sg_keyring_scrub(&self->keys, what, sizeof(what));
+    }
+    long status = r->err == SG_HTTP_OK ? r->status : 0;
+    if ((status == 401 || status == 402 || status == 403 || status == 429) && self->keys.n >= 2) {
+        /* a refused key: rest it and send the query again at once with another one */
+        uint64_t min_ms = status == 429 && r->retry_after_s > 0 ? (uint64_t)r->retry_after_s * 1000 : 0;
+        if (sg_keyring_rest(&self->keys, q->key, now, min_ms, status))
+            self->host->log(SG_LOG_WARN, self->name, "serper.dev key %d of %zu from $%s rests for %llu s: HTTP %ld: %s", q->key + 1,
+                            self->keys.n, self->keys.env,
+                            (unsigned long long)((min_ms > self->keys.rest_ms ? min_ms : self->keys.rest_ms) / 1000), status, what);
+        uint64_t wake = 0;
+        int k = sg_keyring_pick(&self->keys, now, &wake);
+        if (k < 0) {
+            snprintf(msg, sizeof(msg), "HTTP %ld: %s", status, what);
+            fail_resting(j, now, wake, msg);
+            job_release(j);
+            return;
+        }
+        if (q->switches < self->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !atomic_load(&j->base.finished)) {
+            ++q->switches;
+            if (resubmit(q, k, 0) == 0)
+                return; /* the new attempt carries this transfer's share of `outstanding` */
+            --q->switches;
+        }
+    } else {
+        long delay = retry_delay(self, q, r, now);
+        if (delay >= 0) {
+            uint64_t wake = 0;
+            int k = sg_keyring_pick(&self->keys, now, &wake);
+            if (k < 0) {
+                snprintf(msg, sizeof(msg), "HTTP %ld: %s", status, what);
+                fail_resting(j, now, wake, msg);
+                job_release(j);
+                return;
+            }
+            if (resubmit(q, k, now + (uint64_t)delay) == 0) {
+                atomic_fetch_add(&self->retries_done, 1);
+                return; /* the new attempt carries this transfer's share of `outstanding` */
+            }
         }
     }
     /* final failure */
-    char what[300];
     sg_status st;
     int outcome;
     uint32_t retry_after = 0;
@@ -228,11 +314,10 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         else
             snprintf(msg, sizeof(msg), "serper.dev request failed%s: %s", attempts, r->message);
     } else {
-        sg_serper_error_message(r->body, r->body_len, self->key, what, sizeof(what));
         if (r->status == 401 || r->status == 403) {
             st = SG_EUNAVAIL;
             outcome = OUT_AUTH;
-            snprintf(msg, sizeof(msg), "serper.dev rejected the API key from $%s (HTTP %ld): %s", self->key_env, r->status, what);
+            snprintf(msg, sizeof(msg), "serper.dev rejected the API key from $%s (HTTP %ld): %s", self->keys.env, r->status, what);
         } else if (r->status == 429) {
             st = SG_EOVERLOAD;
             outcome = OUT_RATE;
@@ -248,6 +333,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
             snprintf(msg, sizeof(msg), "serper.dev refused the request (HTTP %ld): %s", r->status, what);
         }
     }
+    sg_keyring_scrub(&self->keys, msg, sizeof(msg));
     self->host->log(SG_LOG_WARN, self->name, "%s: %s", j->request_id, msg);
     job_fail(j, st, retry_after, outcome, msg);
     job_release(j);
@@ -265,9 +351,22 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
     j->topk = s->topk;
     j->n = s->n_queries;
     snprintf(j->request_id, sizeof(j->request_id), "%s", s->request_id != NULL ? s->request_id : "-");
-    sg_http_req_t *reqs = calloc(j->n, sizeof(*reqs));
     j->docs = calloc(j->n, sizeof(*j->docs));
-    if (reqs == NULL || j->docs == NULL)
+    if (j->docs == NULL)
+        abort();
+    uint64_t now = self->host->now_ms(), wake = 0;
+    if (sg_keyring_all_resting(&self->keys, now, &wake)) { /* fail without calling serper.dev */
+        j->base.done = done;
+        j->base.cb_data = cb_data;
+        atomic_fetch_add(&self->searches, 1);
+        fail_resting(j, now, wake, "no request sent");
+        job_free(j);
+        return SG_OK;
+    }
+    sg_http_req_t *reqs = calloc(j->n, sizeof(*reqs));
+    const char *(*headers)[4] = calloc(j->n, sizeof(*headers));
+    int *used = calloc(j->n, sizeof(*used));
+    if (reqs == NULL || headers == NULL || used == NULL)
         abort();
     sg_buf_t b = {0};
     for (size_t i = 0; i < j->n; ++i) {
@@ -295,9 +394,14 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
         memcpy(copy, b.base, b.len + 1);
         q->body_len = b.len;
         q->attempts = 1;
+        q->key = sg_keyring_pick(&self->keys, now, NULL); /* one key per query: a batch spreads over the keys */
+        if (q->key < 0)
+            q->key = 0; /* the keys fell asleep since the check above: let serper.dev say it again */
+        used[i] = q->key;
+        attempt_headers(self, q->key, headers[i]);
         reqs[i] = (sg_http_req_t){.method = "POST",
                                   .url = self->endpoint,
-                                  .headers = self->headers,
+                                  .headers = headers[i],
                                   .body = copy,
                                   .body_len = b.len,
                                   .deadline_ms = s->deadline_ms,
@@ -314,10 +418,12 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
         reqs[i].tag = j->base.tag;
     int rc = sg_http_submit(self->http, reqs, j->n, &why);
     pthread_mutex_unlock(&self->jobs.mu);
+    free(headers);
     if (rc != 0) {
         for (size_t i = 0; i < j->n; ++i)
             free(reqs[i].body);
         free(reqs);
+        free(used);
         sg_http_jobs_remove(&self->jobs, &j->base);
         atomic_fetch_add(&self->fails[OUT_RATE], 1);
         sg_http_job_fail(&j->base, SG_EOVERLOAD, 1, "serper: %s", why);
@@ -325,14 +431,31 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
         return SG_OK;
     }
     free(reqs);
+    for (size_t i = 0; i < n_queries; ++i) /* j may be gone already: count from the local copy */
+        sg_keyring_note_call(&self->keys, used[i]);
+    free(used);
     atomic_fetch_add(&self->searches, 1);
-    atomic_fetch_add(&self->queries, n_queries); /* j may be gone already */
+    atomic_fetch_add(&self->queries, n_queries);
     return SG_OK;
+}
+
+static sg_status sp_access(sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
+{
+    if (self->reader == NULL) {
+        sg_result res = {SG_EINVAL,
+                         "this backend has no page reader: /access needs the \"reader\" object in its config "
+                         "(docs/backends/serper.md)",
+                         NULL, 0, 0};
+        done(cb_data, &res);
+        return SG_OK;
+    }
+    return sg_reader_access(self->reader, s, done, cb_data);
 }
 
 static void sp_cancel(sg_backend *self, void *cb_data)
 {
-    sg_http_jobs_cancel(&self->jobs, self->http, cb_data);
+    if (!sg_http_jobs_cancel(&self->jobs, self->http, cb_data) && self->reader != NULL)
+        sg_reader_cancel(self->reader, cb_data);
 }
 
 static sg_status sp_health(sg_backend *self, char *detail, size_t n)
@@ -351,11 +474,15 @@ static void sp_stats(sg_backend *self, void *sink)
               SG_METRIC_COUNTER, NULL, (double)atomic_load(&self->retries_done));
     static const char help[] = "Completed serper searches by outcome.";
     h->metric(sink, "serper_results_total", help, SG_METRIC_COUNTER, "outcome=\"ok\"", (double)atomic_load(&self->results_ok));
-    static const char *const outcomes[] = {"outcome=\"bad_key\"", "outcome=\"rate_limited\"", "outcome=\"upstream_error\"",
-                                           "outcome=\"timeout\"", "outcome=\"unavailable\"",  "outcome=\"canceled\""};
-    for (size_t i = 0; i < 6; ++i)
+    static const char *const outcomes[] = {"outcome=\"bad_key\"",     "outcome=\"rate_limited\"", "outcome=\"upstream_error\"",
+                                           "outcome=\"timeout\"",     "outcome=\"unavailable\"",  "outcome=\"canceled\"",
+                                           "outcome=\"keys_resting\""};
+    for (size_t i = 0; i < 7; ++i)
         h->metric(sink, "serper_results_total", help, SG_METRIC_COUNTER, outcomes[i], (double)atomic_load(&self->fails[i]));
+    sg_keyring_report(&self->keys, h, sink, "serper", h->now_ms());
     sg_http_report(self->http, h, sink, "serper");
+    if (self->reader != NULL)
+        sg_reader_stats(self->reader, sink);
 }
 
 static const char *sp_identity(sg_backend *self)
@@ -365,13 +492,12 @@ static const char *sp_identity(sg_backend *self)
 
 static void sp_destroy(sg_backend *self)
 {
-    sg_http_free(self->http); /* completes every pending search with SG_ECANCELED */
+    sg_reader_free(self->reader); /* completes every pending access with SG_ECANCELED */
+    sg_http_free(self->http);     /* completes every pending search with SG_ECANCELED */
     sg_http_jobs_dispose(&self->jobs);
     sg_http_conf_free(&self->conf);
     sg_remote_health_dispose(&self->health);
-    sg_remote_secret_free(self->key);
-    sg_remote_secret_free(self->key_header);
-    free(self->key_env);
+    sg_keyring_free(&self->keys);
     free(self->endpoint);
     free(self->gl);
     free(self->hl);
@@ -398,8 +524,9 @@ static int read_lang(sg_cfg_t *c, const cJSON *root, const char *key, const char
 static sg_status sp_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
-    static const char *const own_keys[] = {"base_url",   "api_key_env",    "gl",           "hl",       "params", "retries",
-                                           "backoff_ms", "backoff_max_ms", "data_version", "max_topk", NULL};
+    static const char *const own_keys[] = {"base_url",   "api_key_env",    "gl",           "hl",       "params",     "retries",
+                                           "backoff_ms", "backoff_max_ms", "data_version", "max_topk", "key_rest_s", "reader",
+                                           NULL};
     sg_backend *self = calloc(1, sizeof(*self));
     if (self == NULL)
         return SG_ENOMEM;
@@ -422,8 +549,10 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
     char *trimmed = sg_http_trim_url(base_url);
     self->endpoint = sg_remote_concat(trimmed, "/search", "");
     free(trimmed);
-    if (sg_cfg_string(&c, root, "api_key_env", 1, NULL, &self->key_env) != 0 ||
-        sg_cfg_secret_env(&c, root, "api_key_env", 1, &self->key) != 0)
+    if (sg_cfg_int(&c, root, "key_rest_s", 1, 86400, 60, &v) != 0)
+        goto fail;
+    uint32_t key_rest_s = (uint32_t)v;
+    if (sg_keyring_init(&self->keys, &c, root, "api_key_env", 1, "X-API-KEY: ", (uint64_t)key_rest_s * 1000) != 0)
         goto fail;
     if (read_lang(&c, root, "gl", "us", &self->gl) != 0 || read_lang(&c, root, "hl", "en", &self->hl) != 0)
         goto fail;
@@ -476,11 +605,6 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
                                .name = "serper"};
     if (sg_http_conf_parse(&c, root, base_dir, &defaults, &self->conf) != 0)
         goto fail;
-    self->key_header = sg_remote_header("X-API-KEY", self->key);
-    self->headers[0] = self->key_header;
-    self->headers[1] = "Content-Type: application/json";
-    self->headers[2] = "Accept: application/json";
-    self->headers[3] = NULL;
     uint64_t h = SG_REMOTE_FNV_INIT;
     h = sg_remote_fnv(h, self->endpoint);
     h = sg_remote_fnv(h, self->gl);
@@ -491,9 +615,15 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
     self->http = sg_http_new(&self->conf, err, err_size);
     if (self->http == NULL)
         goto fail;
-    host->log(SG_LOG_INFO, instance, "serper backend ready: %s, gl=%s hl=%s, qps %g (burst %g), max_inflight %u, retries %u",
+    const cJSON *reader = cJSON_GetObjectItemCaseSensitive(root, "reader");
+    if (reader != NULL && !cJSON_IsNull(reader) &&
+        sg_reader_create(host, instance, base_dir, reader, key_rest_s, &self->reader, err, err_size) != 0)
+        goto fail;
+    host->log(SG_LOG_INFO, instance,
+              "serper backend ready: %s, gl=%s hl=%s, qps %g (burst %g), max_inflight %u, retries %u, %zu key%s; /access: %s",
               self->endpoint, self->gl[0] ? self->gl : "(none)", self->hl[0] ? self->hl : "(none)", self->conf.qps,
-              self->conf.burst, self->conf.max_inflight, self->retries);
+              self->conf.burst, self->conf.max_inflight, self->retries, self->keys.n, self->keys.n == 1 ? "" : "s",
+              self->reader != NULL ? sg_reader_describe(self->reader) : "off (no config.reader)");
     free(base_url);
     free(data_version);
     cJSON_Delete(root);
@@ -516,7 +646,7 @@ static const sg_backend_vtable vtable = {
     .health = sp_health,
     .stats = sp_stats,
     .identity = sp_identity,
-    .access = NULL,
+    .access = sp_access,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

@@ -5,6 +5,7 @@ import os
 import unittest
 
 import rtest
+from fake_jina import FakeJina
 from fake_qdrant import FakeQdrant
 from fake_serper import FakeSerper
 from fake_upstream import FakeUpstream
@@ -33,13 +34,27 @@ class TestShippedConfigs(unittest.TestCase):
     def test_google(self):
         cfg = shipped("google.json")
         fake = FakeSerper()
+        jina = FakeJina(keys=())
         try:
             cfg["backends"][0]["config"]["base_url"] = fake.url
+            cfg["backends"][0]["config"]["reader"]["base_url"] = jina.url
             res = self.run_config(cfg, env={"SERPER_API_KEY": fake.api_key})
             self.assertTrue(res[0][0]["document"]["contents"].startswith('"Result 1 for who wrote hamlet"\n'))
             self.assertEqual(fake.search_requests()[0].json(), {"q": "who wrote hamlet", "num": 3, "gl": "us", "hl": "en"})
+            # the online mode: /access reads the result pages through the (anonymous) reader
+            gw = rtest.Gateway(cfg, env={"SERPER_API_KEY": fake.api_key})
+            try:
+                r = gw.post("/access", {"urls": [res[0][0]["document"]["url"]]})
+                self.assertEqual(r.status, 200, r)
+                page = r.json()["result"][0]
+                self.assertEqual(page["url"], res[0][0]["document"]["url"])
+                self.assertTrue(page["contents"].startswith("# Page of "))
+                self.assertNotIn("authorization", jina.server.requests[0].headers)
+            finally:
+                gw.stop()
         finally:
             fake.stop()
+            jina.stop()
 
     def test_qdrant(self):
         cfg = shipped("qdrant.json")

@@ -9,8 +9,10 @@ string `gl`/`hl` when present (else 400 with a message). A good request gets
 
 Results: `organic[q]` when the test set one for that query, else a deterministic generated list
 of `num` items. Misbehaviour is scripted per query text with `script[q] = [Reply or dict, ...]`
-(consumed one per request; the last entry repeats) or for every query with `default_script`.
-A dict entry may hold: status, body, delay, close, retry_after, garbage (bytes), oversize (n).
+(consumed one per request; the last entry repeats) or for every query with `default_script`, and
+per key with `key_script[key]` (looked at first: a revoked key, a key over its rate). A dict entry
+may hold: status, body, delay, close, retry_after, garbage (bytes), oversize (n). Several keys
+are valid when `extra_keys` names more than `api_key` (labs spread their quota over keys).
 """
 import json
 import threading
@@ -32,10 +34,12 @@ def generated(q, num):
 
 
 class FakeSerper:
-    def __init__(self, api_key="test-serper-key", certfile=None, keyfile=None, port=0):
+    def __init__(self, api_key="test-serper-key", certfile=None, keyfile=None, port=0, extra_keys=()):
         self.api_key = api_key
+        self.keys = [api_key] + list(extra_keys)
         self.organic = {}
         self.script = {}
+        self.key_script = {}
         self.default_script = []
         self.lock = threading.Lock()
         self.served = 0
@@ -53,9 +57,15 @@ class FakeSerper:
     def search_requests(self):
         return [r for r in self.server.requests if r.path == "/search"]
 
-    def _next_script(self, q):
+    def keys_used(self):
+        """The X-API-KEY of every /search request, in order."""
+        return [r.headers.get("x-api-key") for r in self.search_requests()]
+
+    def _next_script(self, q, key=None):
         with self.lock:
-            lst = self.script.get(q)
+            lst = self.key_script.get(key)
+            if not lst:
+                lst = self.script.get(q)
             if lst is None:
                 lst = self.default_script
             if not lst:
@@ -66,7 +76,7 @@ class FakeSerper:
     def app(self, req):
         if req.method != "POST" or req.path != "/search":
             return json_reply({"message": "Not found.", "statusCode": 404}, 404)
-        if req.headers.get("x-api-key") != self.api_key:
+        if req.headers.get("x-api-key") not in self.keys:
             return json_reply({"message": "Unauthorized.", "statusCode": 403}, 403)
         try:
             body = req.json()
@@ -83,7 +93,7 @@ class FakeSerper:
         for k in ("gl", "hl"):
             if k in body and not isinstance(body[k], str):
                 return json_reply({"message": "%s must be a string" % k, "statusCode": 400}, 400)
-        entry = self._next_script(q)
+        entry = self._next_script(q, req.headers.get("x-api-key"))
         if isinstance(entry, Reply):
             return entry
         delay = 0.0
