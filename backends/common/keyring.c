@@ -43,8 +43,10 @@ int sg_keyring_init(sg_keyring_t *r, sg_cfg_t *c, const cJSON *obj, const char *
         return -1;
     if (r->env == NULL)
         return 0;
-    if (sg_cfg_secret_env(c, obj, key, required, &value) != 0)
+    if (sg_cfg_secret_env(c, obj, key, required, &value) != 0) {
+        sg_keyring_free(r); /* the variable's name */
         return -1;
+    }
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
     size_t cap = 1;
     for (const char *p = value; *p != '\0'; ++p)
