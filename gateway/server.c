@@ -9,13 +9,11 @@
 #include "server.h"
 #include "clients.h"
 #include "json.h"
+#include "listen.h"
 #include "../cache/cache.h"
 
 #include <errno.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -462,39 +460,6 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     }
 }
 
-static int open_listener(const char *host, uint16_t port, uint16_t *bound, char *err, size_t err_size)
-{
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    char ps[8];
-    snprintf(ps, sizeof(ps), "%u", port);
-    int gai = getaddrinfo(host, ps, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, err_size, "listen.host %s: %s", host, gai_strerror(gai));
-        return -1;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int on = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
-        listen(fd, 4096) != 0) {
-        snprintf(err, err_size, "cannot listen on %s:%u: %s", host, port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -1;
-    }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    freeaddrinfo(res);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
-    return fd;
-}
-
 static int has_connections(sg_loop_t *l)
 {
     return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns);
@@ -595,6 +560,38 @@ void sg_server_dispose(sg_server_t *s);
 int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
+    /* the listeners first: a port in use fails start-up before anything else is set up */
+    sg_listen_addr_t addr;
+    if (sg_listen_resolve(cfg->host, cfg->port, &addr, err, err_size) != 0 || sg_listen_probe(&addr, err, err_size) != 0)
+        return -1;
+    int n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
+    int *fds = sg_mem_alloc((size_t)n_loops * sizeof(*fds));
+    uint16_t port = cfg->port;
+    int opened = 0;
+    for (; opened < n_loops; ++opened) {
+        uint16_t bound = 0;
+        fds[opened] = sg_listen_open(&addr, port, &bound, err, err_size);
+        if (fds[opened] < 0)
+            break;
+        port = bound; /* port 0: every loop binds the port the first one got */
+    }
+    /* another process may have joined the port between the probe and our binds */
+    if (opened < n_loops || sg_listen_check_exclusive(&addr, port, fds, (size_t)n_loops, err, err_size) != 0) {
+        for (int i = 0; i < opened; ++i)
+            close(fds[i]);
+        free(fds);
+        return -1;
+    }
+    s->bound_port = port;
+    s->n_loops = n_loops;
+    s->loops = sg_mem_calloc((size_t)n_loops, sizeof(*s->loops));
+    for (int i = 0; i < n_loops; ++i) {
+        s->loops[i].id = i;
+        s->loops[i].server = s;
+        s->loops[i].listen_fd = fds[i];
+    }
+    free(fds);
+
     h2o_config_init(&s->h2o);
     /* h2o refuses larger bodies itself (a plain-text 413, before reading them); up to twice the
      * limit the handler answers with a JSON 413 that names limits.max_body_bytes */
@@ -619,28 +616,6 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
         }
     sg_metrics_add_collector(backend_stats_collector, NULL);
 
-    s->n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
-    s->loops = sg_mem_calloc((size_t)s->n_loops, sizeof(*s->loops));
-    uint16_t port = cfg->port;
-    for (int i = 0; i < s->n_loops; ++i) {
-        sg_loop_t *l = &s->loops[i];
-        l->id = i;
-        l->server = s;
-        uint16_t bound = 0;
-        l->listen_fd = open_listener(cfg->host, port, &bound, err, err_size);
-        if (l->listen_fd < 0) {
-            for (int j = 0; j < i; ++j)
-                close(s->loops[j].listen_fd);
-            free(s->loops);
-            s->loops = NULL;
-            s->n_loops = 0;
-            return -1;
-        }
-        if (i == 0) {
-            port = bound; /* port 0: every loop binds the port the first one got */
-            s->bound_port = bound;
-        }
-    }
     pthread_barrier_init(&s->barrier, NULL, (unsigned)s->n_loops + 1);
     for (int i = 0; i < s->n_loops; ++i)
         h2o_multithread_create_thread(&s->loops[i].tid, NULL, loop_main, &s->loops[i]);
