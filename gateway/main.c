@@ -103,6 +103,7 @@ static int load_backends(sg_server_t *s)
             b->inst = NULL;
             return -1;
         }
+        b->serves_access = sg_plugin_serves_access(&b->plugin, b->inst);
         const char *ident = b->plugin.vt->identity != NULL ? b->plugin.vt->identity(b->inst) : NULL;
         size_t n = strlen(b->plugin.vt->name) + strlen(bc->name) + strlen(b->plugin.vt->version) + (ident ? strlen(ident) : 0) + 8;
         b->identity = sg_mem_alloc(n);

@@ -339,7 +339,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         }
         b = &s->backends[bi];
     }
-    if (is_access && b->plugin.vt->access == NULL) {
+    if (is_access && !b->serves_access) {
         snprintf(err, sizeof(err), "backend %s has no page store: /access is not available on it", b->conf->name);
         sg_parsed_free(&pr);
         record_early(b, 404, 0, start_us);

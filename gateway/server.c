@@ -209,7 +209,7 @@ static void on_root(h2o_req_t *req)
         sg_buf_appends(&b, ",\"version\":");
         sg_buf_append_json_string(&b, be->plugin.vt->version, strlen(be->plugin.vt->version));
         sg_buf_appendf(&b, ",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s}", be->conf->topk, be->conf->name,
-                       be->plugin.vt->access != NULL ? "true" : "false");
+                       be->serves_access ? "true" : "false");
     }
     sg_buf_appends(&b, "],\"links\":{\"retrieve\":\"/retrieve\",\"access\":\"/access\",\"health\":\"/health\",\"metrics\":\"/"
                        "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"}}");

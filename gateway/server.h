@@ -118,7 +118,8 @@ struct st_sg_backend_t {
     const sg_backend_conf_t *conf;
     sg_plugin_t plugin;
     sg_backend *inst;
-    char *identity; /* cache identity: plugin kind + name + plugin identity() */
+    char *identity;    /* cache identity: plugin kind + name + plugin identity() */
+    int serves_access; /* POST /access is answered (the plugin has access() and a page store) */
     /* metrics */
     sg_counter_t *requests[SG_NUM_CODES];
     sg_counter_t *queries[SG_NUM_CODES];

@@ -88,6 +88,19 @@ class Core(unittest.TestCase):
         self.assertEqual(res[0]["contents"], "Hamlet page")
         self.assertIsNone(res[1])
 
+    def test_access_without_page_store_is_404(self):
+        """A backend that implements access() but has no pages configured is a 404 (RLinf and
+        ASearcher retry a 503 ten times ten seconds), and GET / says it has no /access."""
+        for path, body in (("/access/slow", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}),
+                           ("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"], "backend": "nocache"})):
+            r = self.gw.post(path, body)
+            self.assertEqual(r.status, 404, r)
+            self.assertNotIn("retry-after", r.headers)
+            self.assertEqual(r.json()["error"]["type"], "not_found")
+            self.assertIn("has no page store", r.json()["error"]["message"])
+        access = {b["name"]: b["access"] for b in self.gw.get("/").json()["backends"]}
+        self.assertEqual(access, {"example": True, "slow": False, "broken": False, "bad-upstream": False, "nocache": False})
+
     def test_both_shapes_same_documents(self):
         q = ["largest city", "similarity search library"]
         a = self.gw.retrieve(q, topk=4, return_scores=True).json()["result"]
