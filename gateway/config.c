@@ -37,7 +37,8 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_size
     return b.base;
 }
 
-static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed)
+static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed,
+                        int have_redis)
 {
     static const char *const keyed_keys[] = {"id",          "key_env",      "rate",   "burst",  "mode",
                                              "max_wait_ms", "max_inflight", "weight", "global", NULL};
@@ -71,6 +72,10 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
     out->weight = (uint32_t)v;
     if (sg_cfg_bool(c, o, "global", defaults != NULL ? defaults->global : 0, &out->global) != 0)
         return -1;
+    /* the shared limit lives in Redis: without it "global" would silently be a per-replica limit */
+    if (out->global && !have_redis) /* clients.default is checked first, so the value is always here */
+        return sg_cfg_fail(c, "global", cJSON_GetObjectItemCaseSensitive(o, "global"),
+                           "needs cache.redis (the shared rate limit is kept in Redis)");
     return 0;
 }
 
@@ -93,7 +98,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
-        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0) != 0)
+        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0, cfg->cache.redis_host != NULL) != 0)
             return -1;
     }
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(o, "keys");
@@ -107,7 +112,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
             snprintf(path, sizeof(path), "clients.keys[%zu]", i);
             sg_cfg_t ck = {path, err, err_size};
             cfg->clients.n_keyed = i + 1;
-            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1) != 0)
+            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis_host != NULL) != 0)
                 return -1;
             for (size_t j = 0; j < i; ++j)
                 if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)

@@ -4,6 +4,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "listen.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -26,7 +27,7 @@ static void usage(FILE *fp)
                 "      --host ADDR      listen address (overrides listen.host)\n"
                 "  -t, --threads N      event-loop threads (overrides threads; 0 = one per CPU)\n"
                 "      --log-level L    error, warn, info or debug\n"
-                "      --check          load the config and every plugin, then exit\n"
+                "      --check          do everything start-up does (config, address, plugins) but serve, then exit\n"
                 "  -h, --help           this text\n"
                 "  -V, --version        print the version\n");
 }
@@ -289,10 +290,22 @@ int main(int argc, char **argv)
     }
     sg_dispatch_init();
     int rc = 1;
+    /* the address before the plugins: a typo'd host or a port in use fails at once, before a
+     * model or an index is loaded (sg_server_start() binds for real later) */
+    sg_listen_addr_t addr;
+    if (sg_listen_resolve(cfg.host, cfg.port, &addr, err, sizeof(err)) != 0 || sg_listen_probe(&addr, err, sizeof(err)) != 0) {
+        fprintf(stderr, "searchgate: %s\n", err);
+        goto out;
+    }
     if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
     if (check) {
-        printf("searchgate: config %s is valid; %zu backend(s) loaded\n", config, s->n_backends);
+        if (cfg.port != 0)
+            printf("searchgate: config %s is valid; %s:%u is free; %zu backend(s) loaded\n", config, cfg.host, cfg.port,
+                   s->n_backends);
+        else
+            printf("searchgate: config %s is valid; %s resolves (port 0: any free port); %zu backend(s) loaded\n", config, cfg.host,
+                   s->n_backends);
         rc = 0;
         goto out;
     }

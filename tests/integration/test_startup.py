@@ -1,11 +1,14 @@
 """Start-up of the gateway: a port already in use (a second gateway, or any other listener) must
 fail start-up with a message naming the port and the holder, instead of joining the first
 gateway's SO_REUSEPORT group and taking part of its traffic (and bypassing its API keys)."""
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import sgtest
@@ -99,6 +102,72 @@ class PortInUse(unittest.TestCase):
             self.assertEqual(results, [200] * 40)
         finally:
             gw.stop()
+
+
+
+class Check(unittest.TestCase):
+    """--check must reject everything a real start would: the address, the port, the plugins and
+    the keys that depend on one another."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sgcheck-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_gateway(self, cfg, *args):
+        path = os.path.join(self.dir, "gw.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        p = subprocess.run([sgtest.binary("searchgate"), "--config", path] + list(args), capture_output=True, text=True,
+                           timeout=sgtest.scaled(60))
+        return p.returncode, p.stdout + p.stderr
+
+    def both_refuse(self, cfg, args, needle):
+        """--check and a real start fail the same way."""
+        for extra in (["--check"], []):
+            rc, out = self.run_gateway(cfg, *(list(args) + extra))
+            self.assertEqual(rc, 1, "%s: %s" % (extra, out))
+            self.assertIn(needle, out)
+            self.assertNotIn("is valid", out)
+            self.assertNotIn("listening on", out)
+
+    def test_valid(self):
+        rc, out = self.run_gateway({"backends": [example_backend()]}, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("is valid; 127.0.0.1 resolves (port 0: any free port); 1 backend(s) loaded", out)
+        port = free_port()
+        rc, out = self.run_gateway({"backends": [example_backend()]}, "--check", "--port", str(port))
+        self.assertEqual(rc, 0, out)
+        self.assertIn("127.0.0.1:%d is free" % port, out)
+
+    def test_bad_host(self):
+        self.both_refuse({"backends": [example_backend()]}, ["--host", "999.1.1.1", "--port", "0"], "listen.host 999.1.1.1")
+        self.both_refuse({"backends": [example_backend()], "listen": {"host": "no-such-host.invalid", "port": 0}}, [],
+                         "listen.host no-such-host.invalid")
+
+    def test_port_in_use(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            self.both_refuse({"backends": [example_backend()]}, ["--port", str(port)],
+                             "port %d is already in use by pid %d" % (port, os.getpid()))
+
+    def test_global_needs_redis(self):
+        cfg = {"backends": [example_backend()],
+               "clients": {"keys": [{"id": "job", "key_env": "SG_TEST_KEY_CHECK", "rate": 10, "global": True}]}}
+        os.environ["SG_TEST_KEY_CHECK"] = "k"
+        self.both_refuse(cfg, ["--port", "0"], "clients.keys[0].global: needs cache.redis")
+        cfg["cache"] = {"redis": {"port": free_port()}}
+        rc, out = self.run_gateway(cfg, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+
+    def test_plugin_config_errors(self):
+        """Plugins are created with their config, so their own validation runs too."""
+        self.both_refuse({"backends": [{"name": "b", "plugin": "example", "config": {"documents": []}}]}, ["--port", "0"],
+                         "backend b")
+        self.both_refuse({"backends": [{"name": "b", "plugin": "nonexistent"}]}, ["--port", "0"], "sg_nonexistent.so")
 
 
 if __name__ == "__main__":
