@@ -318,6 +318,12 @@ int main(int argc, char **argv)
     SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
            cfg.host, s->bound_port, s->n_loops, s->n_backends, cfg.backends[cfg.default_backend].name);
     SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg.host, s->bound_port);
+    if (cfg.cache.redis_host != NULL)
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, Redis %s:%u (timeout %u ms, key prefix \"%s\")",
+               cfg.cache.l1_bytes >> 20, cfg.cache.redis_host, cfg.cache.redis_port, cfg.cache.redis_timeout_ms,
+               cfg.cache.redis_prefix);
+    else
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, no Redis", cfg.cache.l1_bytes >> 20);
 
     int sig = 0;
     sigwait(&set, &sig);

@@ -198,6 +198,59 @@ class RedisFailures(unittest.TestCase):
             gw.stop()
 
 
+class RedisStateLog(unittest.TestCase):
+    """A configured Redis that is absent, or goes away, is said in the log once per change (not
+    once per attempt), and so is its return."""
+
+    def lines(self, gw, needle):
+        return [l for l in gw.read_log().splitlines() if needle in l]
+
+    def test_absent_then_up_then_down_then_up(self):
+        port = sgtest.free_port()  # nothing listens there yet
+        gw = Gateway(cfg(port))
+        redis = None
+        try:
+            where = "Redis 127.0.0.1:%d" % port
+            self.assertTrue(wait_for(lambda: self.lines(gw, "is configured but not reachable at start-up")))
+            # traffic and several reconnect attempts on both loops (100 ms .. 2 s apart)
+            for i in range(30):
+                self.assertEqual(gw.retrieve(["absent %d" % i]).status, 200)
+                time.sleep(0.1)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total", kind="connect"), 4)
+            absent = self.lines(gw, "is configured but not reachable at start-up")
+            self.assertEqual(len(absent), 1, gw.read_log())
+            self.assertIn(where, absent[0])
+            self.assertIn("Connection refused", absent[0])
+            self.assertEqual([l for l in gw.read_log().splitlines() if "warn" in l and "[redis]" in l], absent)
+            redis = Redis(port)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", 15))
+            self.assertTrue(wait_for(lambda: self.lines(gw, where + " is answering again after")))
+            redis.stop()
+            for i in range(20):
+                self.assertEqual(gw.retrieve(["gone %d" % i]).status, 200)
+                time.sleep(0.1)
+            self.assertTrue(wait_for(lambda: self.lines(gw, where + " is down (")))
+            redis.start()
+            self.assertTrue(wait_for(lambda: len(self.lines(gw, "is answering again after")) == 2, 15))
+            self.assertEqual(len(self.lines(gw, " is down (")), 1, gw.read_log())
+            self.assertEqual(len(self.lines(gw, "is configured but not reachable")), 1)
+        finally:
+            gw.stop()
+            if redis is not None:
+                redis.close()
+
+    def test_present_at_start(self):
+        redis = Redis()
+        gw = Gateway(cfg(redis.port))
+        try:
+            self.assertTrue(wait_for(lambda: self.lines(gw, "Redis 127.0.0.1:%d: connected" % redis.port)))
+            self.assertIn("Redis 127.0.0.1:%d (timeout 100 ms" % redis.port, gw.read_log())
+            self.assertEqual(self.lines(gw, "not reachable"), [])
+        finally:
+            gw.stop()
+            redis.close()
+
+
 class GlobalRateLimit(unittest.TestCase):
     def test_limit_shared_by_two_replicas(self):
         redis = Redis()
