@@ -445,6 +445,60 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     return 0;
 }
 
+/* ---- h2o's own error responses ----
+ *
+ * h2o answers a few malformed requests itself, before any handler runs: broken chunked encoding,
+ * an unknown Transfer-Encoding, a bad Content-Length, a body over twice limits.max_body_bytes,
+ * an unknown Expect. It does so through h2o_send_error_generic() on the host's fallback path with
+ * a plain-text body; this filter, registered on that path, rewrites them into the gateway's JSON
+ * error shape so clients that parse every error body keep working. What h2o writes straight to
+ * the socket -- a request line or headers it cannot parse, more than 100 headers, a request head
+ * over its size limit -- cannot be intercepted and stays a plain-text "400 Bad Request" (and the
+ * connection is closed). */
+
+static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt, h2o_send_state_t state)
+{
+    if (h2o_send_state_is_in_progress(state) || bufcnt == 0) { /* h2o sends these in one piece; HEAD has no body */
+        h2o_ostream_send_next(self, req, bufs, bufcnt, state);
+        return;
+    }
+    int status = req->res.status;
+    sg_buf_t msg = {0}, body = {0};
+    if (status == 413) {
+        sg_buf_appendf(&msg, "request body over twice limits.max_body_bytes (%zu bytes)", sg_server.cfg->limits.max_body_bytes);
+    } else {
+        for (size_t i = 0; i < bufcnt; ++i)
+            sg_buf_append(&msg, bufs[i].base, bufs[i].len);
+        while (msg.len > 0 && (msg.base[msg.len - 1] == '\n' || msg.base[msg.len - 1] == '\r'))
+            --msg.len;
+    }
+    sg_buf_appendc(&msg, '\0');
+    const char *type = status == 400 ? "bad_request" : status == 413 ? "too_large" : status == 417 ? "expectation_failed" : "error";
+    sg_json_error_body(&body, status, type, msg.base);
+    ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (ct >= 0)
+        req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+    else
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    req->res.content_length = body.len;
+    h2o_iovec_t out = h2o_strdup(&req->pool, body.base, body.len);
+    sg_buf_free(&msg);
+    sg_buf_free(&body);
+    count(R_OTHER, status);
+    h2o_ostream_send_next(self, req, &out, 1, state);
+}
+
+static void on_setup_json_errors(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    (void)self;
+    if (req->res.status >= 400) {
+        h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
+        o->do_send = json_error_send;
+        slot = &o->next;
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
 /* ---- listeners and loops ---- */
 
 static void on_accept(h2o_socket_t *listener, const char *err)
@@ -593,8 +647,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     free(fds);
 
     h2o_config_init(&s->h2o);
-    /* h2o refuses larger bodies itself (a plain-text 413, before reading them); up to twice the
-     * limit the handler answers with a JSON 413 that names limits.max_body_bytes */
+    /* h2o refuses larger bodies itself, before reading them (made JSON by on_setup_json_errors);
+     * up to twice the limit the handler answers with a JSON 413 that names limits.max_body_bytes */
     s->h2o.max_request_entity_size = cfg->limits.max_body_bytes * 2;
     s->h2o.server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
     /* h2o's HTTP/1 req_timeout (10 s) only covers reading a request and idle keep-alive: a long
@@ -604,6 +658,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     h2o_pathconf_t *pc = h2o_config_register_path(s->hostconf, "/", 0);
     h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
     h->on_req = on_req;
+    h2o_filter_t *f = h2o_create_filter(&s->hostconf->fallback_path, sizeof(*f));
+    f->on_setup_ostream = on_setup_json_errors;
     for (int r = 0; r < R_COUNT; ++r)
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             char labels[64];

@@ -184,6 +184,72 @@ class Core(unittest.TestCase):
         self.assertIn(needle, body["error"]["message"])
         self.assertEqual(body["detail"], body["error"]["message"])
 
+    def test_strict_json_bodies(self):
+        """RFC 8259: what is not JSON is a 400 invalid_json -- never a silently different query."""
+        ham = self.gw.retrieve(["ham"], topk=1).body
+        for body in (b'{"queries":["ham\x00let"],"topk":1}', b'{"queries":["ham\nlet"]}', b'{"queries":["a\x01"]}',
+                     b'{"queries":["\xff\xfe"]}', b'{"queries":["hamlet"]} xyz', b'{"queries":["a"],"topk":01}'):
+            r = self.gw.post("/retrieve", body, headers={"Content-Type": "application/json"})
+            self.assertError(r, 400, "not valid JSON")
+            self.assertEqual(r.json()["error"]["type"], "invalid_json")
+            self.assertNotEqual(r.body, ham)
+        self.assertError(self.gw.post("/access", b'{"urls":["a\x00b"]}'), 400, "raw NUL byte in a string")
+        # the escaped NUL stays a 422 (valid JSON, but not a query the backends can take)
+        self.assertError(self.gw.post("/retrieve", b'{"queries":["ham\\u0000let"]}'), 422, "NUL")
+        # a key given twice keeps its last value, as Python's json does
+        r = self.gw.post("/retrieve", b'{"queries":["paris"],"topk":1,"queries":["hamlet"],"topk":2,"return_scores":true}')
+        self.assertEqual(r.status, 200, r)
+        res = r.json()["result"]
+        self.assertEqual(len(res), 1)
+        self.assertEqual(len(res[0]), 2)
+        self.assertTrue(res[0][0]["document"]["contents"].startswith('"Hamlet"'))
+
+    def raw(self, data):
+        """Sends raw bytes on a fresh connection; returns (status, headers dict, body)."""
+        with socket.create_connection(("127.0.0.1", self.gw.port), timeout=10) as s:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:  # h2o closed with our bytes unread: the answer came first
+                    break
+                if not chunk:
+                    break
+                got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        return int(lines[0].split()[1]), headers, body
+
+    def test_h2o_errors_are_json(self):
+        """Requests h2o refuses before the handler runs get the gateway's JSON error shape."""
+        cases = [
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "bad_request",
+             "broken chunked-encoding"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "bad_request",
+             "unknown transfer-encoding"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n", 400, "bad_request",
+             "broken content-length header"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n", 413, "too_large",
+             "limits.max_body_bytes (400000 bytes)"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n", 417,
+             "expectation_failed", "unknown expectation"),
+        ]
+        for data, status, typ, needle in cases:
+            st, headers, body = self.raw(data)
+            self.assertEqual(st, status, body)
+            self.assertEqual(headers["content-type"], "application/json", body)
+            self.assertEqual(int(headers["content-length"]), len(body))
+            err = json.loads(body)
+            self.assertEqual(err["error"], {"code": status, "type": typ, "message": err["detail"]})
+            self.assertIn(needle, err["detail"])
+        # what h2o writes straight to the socket stays plain text (documented in docs/api.md)
+        many = b"".join(b"X-H%d: v\r\n" % i for i in range(101))
+        st, headers, body = self.raw(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        self.assertEqual((st, body), (400, b"Bad Request"))
+
     def test_error_statuses(self):
         gw = self.gw
         self.assertError(gw.post("/retrieve", "not json"), 400, "not valid JSON")
