@@ -294,20 +294,54 @@ static void on_metrics(h2o_req_t *req)
     count(R_METRICS, 200);
 }
 
+/* The value of query parameter `name` (the last one when repeated, as Starlette does), or a
+ * NULL base when absent. */
+static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
+{
+    h2o_iovec_t found = {NULL, 0};
+    if (req->query_at == SIZE_MAX)
+        return found;
+    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
+    size_t nlen = strlen(name);
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp != NULL ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        const char *kend = eq != NULL ? eq : stop;
+        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
+            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
+        p = stop + 1;
+    }
+    return found;
+}
+
 static void on_stats(h2o_req_t *req)
 {
     int window = 300;
-    if (req->query_at != SIZE_MAX) {
-        const char *q = req->path.base + req->query_at + 1;
-        size_t qlen = req->path.len - req->query_at - 1;
-        const char *w = memmem(q, qlen, "window=", 7);
-        if (w != NULL)
-            window = atoi(w + 7);
+    h2o_iovec_t w = query_param(req, "window");
+    if (w.base != NULL) {
+        /* whole seconds in range, digits only: "abc", "5", "900x" or "-1" is an error, not a clamp */
+        long v = -1;
+        if (w.len > 0 && w.len <= 6) {
+            char tmp[8];
+            memcpy(tmp, w.base, w.len);
+            tmp[w.len] = '\0';
+            char *end;
+            if (tmp[0] >= '0' && tmp[0] <= '9')
+                v = strtol(tmp, &end, 10);
+            if (v >= 0 && *end != '\0')
+                v = -1;
+        }
+        if (v < SG_STATS_WINDOW_MIN || v > SG_STATS_WINDOW_MAX) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "query parameter window must be a whole number of seconds in [%d, %d], got \"%.*s\"",
+                     SG_STATS_WINDOW_MIN, SG_STATS_WINDOW_MAX, (int)(w.len > 32 ? 32 : w.len), w.base);
+            sg_send_error(req, 400, "bad_request", msg, 0);
+            count(R_STATS, 400);
+            return;
+        }
+        window = (int)v;
     }
-    if (window < 10)
-        window = 10;
-    if (window > SG_RING_SECONDS - 1)
-        window = SG_RING_SECONDS - 1;
     sg_buf_t b = {0};
     double hr60 = sg_ring_hit_ratio(60);
     sg_buf_appendf(&b, "{\"version\":\"" SG_VERSION "\",\"uptime_s\":%.3f,\"window_s\":%d,\"hit_ratio_60s\":",

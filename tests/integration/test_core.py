@@ -377,6 +377,22 @@ class Core(unittest.TestCase):
 
     # --- health, metrics, root ---
 
+    def test_stats_window(self):
+        """window is whole seconds in [10, 900]; anything else is a 400 naming the range, not a clamp."""
+        self.assertEqual(len(self.gw.get("/stats").json()["series"]), 300)
+        for value, n in (("10", 10), ("900", 900), ("60", 60)):
+            r = self.gw.get("/stats?window=" + value)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json()["window_s"], n)
+            self.assertEqual(len(r.json()["series"]), n)
+        self.assertEqual(self.gw.get("/stats?window=60&window=20").json()["window_s"], 20)  # the last one, as Starlette
+        self.assertEqual(self.gw.get("/stats?xwindow=5&other=1").json()["window_s"], 300)  # other parameters are ignored
+        for bad in ("abc", "5", "9", "901", "-1", "", "10.5", "60x", "+60", "%3600", "1000000000000"):
+            r = self.gw.get("/stats?window=" + bad)
+            self.assertError(r, 400, "window must be a whole number of seconds in [10, 900]")
+            self.assertEqual(r.json()["error"]["type"], "bad_request")
+        self.assertGreaterEqual(self.gw.metric("searchgate_http_requests_total", route="stats", code="400"), 11)
+
     def test_health_metrics_root(self):
         r = self.gw.get("/health")
         self.assertEqual(r.status, 503)  # "broken" is configured to fail
