@@ -149,6 +149,12 @@ void sg_rreq_after_cache(sg_rreq_t *r)
     sg_dispatch_misses(r);
 }
 
+void sg_rreq_finish_if_complete(sg_rreq_t *r)
+{
+    if (!r->responded && r->n_pending == 0)
+        respond_ok(r);
+}
+
 static void start_lookup(sg_rreq_t *r)
 {
     sg_timer_start(r->loop, &r->timer, r->deadline_ms, on_timer);

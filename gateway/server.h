@@ -259,6 +259,8 @@ void sg_rreq_on_result(sg_rreq_t *r, uint32_t uniq_index, sg_blob_t *blob, sg_st
 void sg_retrieve_fail_all(sg_loop_t *loop, const char *why);
 /** Continues a request after the cache lookups finished (cache/cache.c calls it). */
 void sg_rreq_after_cache(sg_rreq_t *r);
+/** Responds when every distinct query has its answer (dispatch found the last ones in L1). */
+void sg_rreq_finish_if_complete(sg_rreq_t *r);
 static inline void sg_rreq_ref(sg_rreq_t *r)
 {
     ++r->refs;
