@@ -429,6 +429,14 @@ static int path_sub(h2o_iovec_t p, const char *prefix, const char **name, size_t
     return memchr(*name, '/', *len) == NULL;
 }
 
+/* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
+ * status is known right after the handler ran. */
+static void log_small(h2o_req_t *req)
+{
+    SG_LOG(SG_LL_DEBUG, "http", "%.*s %.*s %d", (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base,
+           (int)(req->path.len > 200 ? 200 : req->path.len), req->path.base, req->res.status);
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
@@ -442,6 +450,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (path_is(p, "/retrieve") || path_is(p, "/access")) {
         if (!is_post) {
             method_not_allowed(req, "POST");
+            log_small(req);
             return 0;
         }
         return sg_retrieve_handle(loop, req, path_is(p, "/access"), NULL, 0);
@@ -449,6 +458,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (path_sub(p, "/retrieve", &name, &nlen) || path_sub(p, "/access", &name, &nlen)) {
         if (!is_post) {
             method_not_allowed(req, "POST");
+            log_small(req);
             return 0;
         }
         return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
@@ -464,11 +474,11 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
                 {"/dashboard", R_DASHBOARD, on_dashboard}};
     for (size_t i = 0; i < sizeof(gets) / sizeof(gets[0]); ++i) {
         if (path_is(p, gets[i].path)) {
-            if (!is_get) {
+            if (!is_get)
                 method_not_allowed(req, "GET");
-                return 0;
-            }
-            gets[i].fn(req);
+            else
+                gets[i].fn(req);
+            log_small(req);
             return 0;
         }
     }
@@ -476,6 +486,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
     sg_send_error(req, 404, "not_found", msg, 0);
     count(R_OTHER, 404);
+    log_small(req);
     return 0;
 }
 

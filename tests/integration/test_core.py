@@ -274,7 +274,9 @@ class Core(unittest.TestCase):
         self.assertIn("retry-after", gw.retrieve(["x"], path="/retrieve/broken").headers)
         self.assertError(gw.retrieve(["@error=internal boom"]), 500, "scripted failure")
         self.assertError(gw.retrieve(["@error=timeout boom"]), 504, "scripted failure")
-        self.assertError(gw.retrieve(["x"], headers={"X-Timeout-Ms": "soon"}), 422, "X-Timeout-Ms")
+        for bad in ("soon", "0", "-5", "-1", "5abc", "+5", "1.5", "1e3", "99999999999999999999999"):
+            self.assertError(gw.retrieve(["x"], headers={"X-Timeout-Ms": bad}), 422, "X-Timeout-Ms")
+        self.assertEqual(gw.retrieve(["x"], headers={"X-Timeout-Ms": "5000"}).status, 200)
         self.assertError(gw.post("/access", {"urls": [1]}), 422, "urls[0] must be a string")
 
     def test_body_over_h2o_limit(self):
@@ -419,6 +421,48 @@ class Core(unittest.TestCase):
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
                 float(value.replace("+Inf", "inf").replace("NaN", "nan"))
+
+
+class DebugLog(unittest.TestCase):
+    """log_level debug: one line per request with route, backend, client and outcome."""
+
+    def test_per_request_lines(self):
+        env = {"SG_TEST_KEY_DBG": "k-dbg"}
+        cfg = config(log_level="debug",
+                     clients={"keys": [{"id": "job-dbg", "key_env": "SG_TEST_KEY_DBG"}]})
+        gw = Gateway(cfg, env=env)
+        try:
+            self.assertEqual(gw.retrieve(["who wrote hamlet", "paris", "paris"], headers={"X-API-Key": "k-dbg"}).status, 200)
+            self.assertEqual(gw.post("/retrieve", {"queries": [3]}).status, 422)
+            self.assertEqual(gw.retrieve(["x"], headers={"X-API-Key": "nope"}).status, 401)
+            self.assertEqual(gw.retrieve(["x"], path="/retrieve/missing").status, 404)
+            self.assertEqual(gw.retrieve(["x"], path="/retrieve/broken").status, 503)
+            self.assertEqual(gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}).status, 200)
+            self.assertEqual(gw.get("/metrics").status, 200)
+            self.assertEqual(gw.get("/nope").status, 404)
+            log = gw.read_log()
+        finally:
+            gw.stop()
+        req = [l for l in log.splitlines() if "debug [request]" in l]
+        self.assertRegex(req[0], r"debug \[request\] \d+-\d+ POST /retrieve backend=example client=job-dbg status=200 "
+                                 r"queries=3 distinct=2 l1=0 redis=0 misses=2 ms=[\d.]+$")
+        self.assertIn("- POST /retrieve backend=example client=- status=422 error=validation_error queries=0", req[1])
+        self.assertIn("backend=example client=- status=401 error=unauthorized", req[2])
+        self.assertIn("backend=- client=- status=404 error=not_found", req[3])
+        self.assertRegex(req[4], r"POST /retrieve backend=broken client=ip:127\.0\.0\.1 status=503 error=unavailable queries=1 ")
+        self.assertIn("POST /access backend=example client=ip:127.0.0.1 status=200 queries=1 ms=", req[5])
+        self.assertEqual(len(req), 6, "\n".join(req))
+        self.assertRegex(log, r"debug \[http\] GET /metrics 200")
+        self.assertRegex(log, r"debug \[http\] GET /nope 404")
+
+    def test_quiet_at_info(self):
+        gw = Gateway(config())
+        try:
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)
+            log = gw.read_log()
+        finally:
+            gw.stop()
+        self.assertNotIn("debug", log)
 
 
 class Shutdown(unittest.TestCase):
