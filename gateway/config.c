@@ -81,7 +81,8 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
 
 static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys", "max_tracked", NULL};
+    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys",
+                                       "max_tracked", "admin_key_env",          NULL};
     sg_cfg_t c = {"clients", err, err_size};
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
@@ -121,6 +122,12 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     }
     if (cfg->clients.require_key && cfg->clients.n_keyed == 0)
         return sg_cfg_fail(&c, "require_key", cJSON_GetObjectItem(o, "require_key"), "needs at least one entry in clients.keys");
+    if (sg_cfg_secret_env(&c, o, "admin_key_env", 0, &cfg->clients.admin_key) != 0)
+        return -1;
+    for (size_t i = 0; cfg->clients.admin_key != NULL && i < cfg->clients.n_keyed; ++i)
+        if (strcmp(cfg->clients.admin_key, cfg->clients.keyed[i].key) == 0)
+            return sg_cfg_fail(&c, "admin_key_env", cJSON_GetObjectItem(o, "admin_key_env"),
+                               "the admin key must differ from every client key (it is the key of clients.keys[%zu])", i);
     return 0;
 }
 
@@ -368,6 +375,10 @@ void sg_config_free(sg_config_t *cfg)
     for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
         free_client(&cfg->clients.keyed[i]);
     free(cfg->clients.keyed);
+    if (cfg->clients.admin_key != NULL) {
+        memset(cfg->clients.admin_key, 0, strlen(cfg->clients.admin_key));
+        free(cfg->clients.admin_key);
+    }
     free(cfg->cache.redis_host);
     free(cfg->cache.redis_prefix);
     free(cfg->path);

@@ -282,31 +282,11 @@ static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
     return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
 }
 
-static h2o_iovec_t trim(h2o_iovec_t v)
-{
-    while (v.len > 0 && (v.base[0] == ' ' || v.base[0] == '\t')) {
-        ++v.base;
-        --v.len;
-    }
-    while (v.len > 0 && (v.base[v.len - 1] == ' ' || v.base[v.len - 1] == '\t'))
-        --v.len;
-    return v;
-}
-
 static sg_client_t *identify(sg_loop_t *loop, h2o_req_t *req, const char **why)
 {
-    h2o_iovec_t key = {NULL, 0};
-    ssize_t ai = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
-    if (ai >= 0) {
-        h2o_iovec_t v = trim(req->headers.entries[ai].value);
-        if (v.len > 7 && strncasecmp(v.base, "Bearer ", 7) == 0)
-            key = trim(h2o_iovec_init(v.base + 7, v.len - 7));
-    }
-    if (key.base == NULL) {
-        h2o_iovec_t v = find_header(req, H2O_STRLIT("x-api-key"));
-        if (v.base != NULL)
-            key = trim(v);
-    }
+    h2o_iovec_t key;
+    if (sg_clients_presented_key(req, &key, why) != 0)
+        return NULL;
     h2o_iovec_t cid = find_header(req, H2O_STRLIT("x-client-id"));
     struct sockaddr_storage ss;
     socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
@@ -329,6 +309,8 @@ static void answer_early(h2o_req_t *req, int is_access, sg_backend_t *b, const s
         sg_hist_observe_us(b->latency, lat);
         sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
     }
+    if (status == 401)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
     if (status == 200)
         sg_send_json(req, 200, msg, strlen(msg));
     else

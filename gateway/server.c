@@ -429,6 +429,21 @@ static int path_sub(h2o_iovec_t p, const char *prefix, const char **name, size_t
     return memchr(*name, '/', *len) == NULL;
 }
 
+static int admin_allowed(h2o_req_t *req, const char **why)
+{
+    h2o_iovec_t key;
+    if (sg_clients_presented_key(req, &key, why) != 0)
+        return 0;
+    return sg_clients_admin_allowed(sg_server.clients, key.base, key.len, why);
+}
+
+static void unauthorized(h2o_req_t *req, int route, const char *why)
+{
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    sg_send_error(req, 401, "unauthorized", why, 0);
+    count(route, 401);
+}
+
 /* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
  * status is known right after the handler ran. */
 static void log_small(h2o_req_t *req)
@@ -463,19 +478,26 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         }
         return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
     }
+    /* the operations routes that show backends, upstreams and client ids are guarded when keys are
+     * in use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
+     * without data that asks for the key and reads /stats with it */
     static const struct {
         const char *path;
         int route;
+        int guarded;
         void (*fn)(h2o_req_t *);
-    } gets[] = {{"/", R_ROOT, on_root},
-                {"/health", R_HEALTH, on_health},
-                {"/metrics", R_METRICS, on_metrics},
-                {"/stats", R_STATS, on_stats},
-                {"/dashboard", R_DASHBOARD, on_dashboard}};
+    } gets[] = {{"/", R_ROOT, 1, on_root},
+                {"/health", R_HEALTH, 0, on_health},
+                {"/metrics", R_METRICS, 1, on_metrics},
+                {"/stats", R_STATS, 1, on_stats},
+                {"/dashboard", R_DASHBOARD, 0, on_dashboard}};
     for (size_t i = 0; i < sizeof(gets) / sizeof(gets[0]); ++i) {
         if (path_is(p, gets[i].path)) {
+            const char *why = NULL;
             if (!is_get)
                 method_not_allowed(req, "GET");
+            else if (gets[i].guarded && !admin_allowed(req, &why))
+                unauthorized(req, gets[i].route, why);
             else
                 gets[i].fn(req);
             log_small(req);

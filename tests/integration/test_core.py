@@ -440,6 +440,10 @@ class DebugLog(unittest.TestCase):
             self.assertEqual(gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}).status, 200)
             self.assertEqual(gw.get("/metrics").status, 200)
             self.assertEqual(gw.get("/nope").status, 404)
+            # the other routes log after their answer went out: give the last line a moment
+            deadline = time.time() + scaled(5)
+            while "GET /nope 404" not in gw.read_log() and time.time() < deadline:
+                time.sleep(0.02)
             log = gw.read_log()
         finally:
             gw.stop()

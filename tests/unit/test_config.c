@@ -113,6 +113,11 @@ static void test_errors(void **state)
          "],\"cache\":{\"redis\":null},\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\","
          "\"global\":true}]}}",
          "clients.keys[0].global: needs cache.redis"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"admin_key_env\":\"SG_TEST_UNSET_VAR\"}}",
+         "clients.admin_key_env: environment variable SG_TEST_UNSET_VAR (named here) is not set or empty"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"admin_key_env\":\"SG_TEST_KEY_A\",\"keys\":[{\"id\":\"a\","
+         "\"key_env\":\"SG_TEST_KEY_A\"}]}}",
+         "clients.admin_key_env: the admin key must differ from every client key (it is the key of clients.keys[0])"},
     };
     unsetenv("SG_TEST_UNSET_VAR");
     setenv("SG_TEST_KEY_A", "secret-a", 1);
