@@ -289,6 +289,8 @@ int sg_cache_redis_state(void)
 {
     if (server == NULL || server->cfg->cache.redis_host == NULL)
         return -1;
+    if (sg_redis_breaker_open())
+        return 2;
     for (int i = 0; i < server->n_loops; ++i)
         if (sg_redis_is_up(server->loops[i].redis))
             return 1;
@@ -303,7 +305,8 @@ void sg_cache_stats_json(sg_buf_t *out)
     sg_buf_appendf(out, "\"l1\":{\"enabled\":%s,\"bytes\":%zu,\"max_bytes\":%zu,\"entries\":%zu}",
                    server->l1 != NULL ? "true" : "false", bytes, server->cfg->cache.l1_bytes, entries);
     int rs = sg_cache_redis_state();
-    sg_buf_appendf(out, ",\"redis\":{\"enabled\":%s,\"up\":%s}", rs >= 0 ? "true" : "false", rs == 1 ? "true" : "false");
+    sg_buf_appendf(out, ",\"redis\":{\"enabled\":%s,\"up\":%s,\"breaker_open\":%s}", rs >= 0 ? "true" : "false",
+                   rs == 1 ? "true" : "false", rs == 2 ? "true" : "false");
 }
 
 /* ---- rate limits shared by replicas ----

@@ -62,7 +62,8 @@ typedef void (*sg_global_limit_cb)(sg_rreq_t *r, int decision, uint64_t wait_us)
 int sg_cache_global_limit(sg_rreq_t *r, const sg_client_t *c, uint64_t n, uint64_t max_wait_us, sg_global_limit_cb cb);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats. */
 void sg_cache_stats_json(sg_buf_t *out);
-/** 1 when at least one loop has a live Redis connection, 0 when none, -1 when Redis is off. */
+/** 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
+ * open (Redis stopped answering and is skipped), -1 when Redis is off. */
 int sg_cache_redis_state(void);
 
 #endif

@@ -242,9 +242,10 @@ static void on_health(h2o_req_t *req)
     }
     int redis = sg_cache_redis_state();
     sg_buf_appendf(&b, "},\"cache\":{\"redis\":\"%s\"},\"uptime_s\":%.3f,\"status\":\"%s\"}",
-                   redis < 0 ? "off"
-                   : redis   ? "up"
-                             : "down (bypassed)",
+                   redis < 0    ? "off"
+                   : redis == 2 ? "not answering (bypassed)"
+                   : redis == 1 ? "up"
+                                : "down (bypassed)",
                    (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, ok ? "ok" : "degraded");
     sg_send_json(req, ok ? 200 : 503, b.base, b.len);
     sg_buf_free(&b);
