@@ -246,24 +246,42 @@ void sg_cache_lookup(sg_rreq_t *r)
     sg_rreq_ref(r);
 }
 
-void sg_cache_store(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob)
+void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob)
 {
+    if (server->l1 == NULL)
+        return;
     sg_buf_t key = {0};
     sg_cache_key(&key, b, topk, text, len);
-    if (server->l1 != NULL)
-        sg_l1_put(server->l1, key.base, key.len, blob, sg_now_ms() + (uint64_t)b->conf->cache_ttl_s * 1000);
-    if (loop->redis != NULL) {
-        sg_buf_t rk = {0}, val = {0};
-        char ttl[16];
-        redis_key(&rk, server->cfg->cache.redis_prefix, key.base, key.len);
-        sg_cache_encode(&val, blob);
-        snprintf(ttl, sizeof(ttl), "%u", b->conf->cache_ttl_s);
-        const char *argv[5] = {"SET", rk.base, val.base, "EX", ttl};
-        size_t argvlen[5] = {3, rk.len, val.len, 2, strlen(ttl)};
-        sg_redis_command(loop->redis, NULL, NULL, 5, argv, argvlen);
-        sg_buf_free(&rk);
-        sg_buf_free(&val);
-    }
+    sg_l1_put(server->l1, key.base, key.len, blob, sg_now_ms() + (uint64_t)b->conf->cache_ttl_s * 1000);
+    sg_buf_free(&key);
+}
+
+sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len)
+{
+    if (server == NULL || server->l1 == NULL)
+        return NULL;
+    sg_buf_t key = {0};
+    sg_cache_key(&key, b, topk, text, len);
+    sg_blob_t *blob = sg_l1_get(server->l1, key.base, key.len, sg_now_ms());
+    sg_buf_free(&key);
+    return blob;
+}
+
+void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob)
+{
+    if (loop->redis == NULL)
+        return;
+    sg_buf_t key = {0}, rk = {0}, val = {0};
+    char ttl[16];
+    sg_cache_key(&key, b, topk, text, len);
+    redis_key(&rk, server->cfg->cache.redis_prefix, key.base, key.len);
+    sg_cache_encode(&val, blob);
+    snprintf(ttl, sizeof(ttl), "%u", b->conf->cache_ttl_s);
+    const char *argv[5] = {"SET", rk.base, val.base, "EX", ttl};
+    size_t argvlen[5] = {3, rk.len, val.len, 2, strlen(ttl)};
+    sg_redis_command(loop->redis, NULL, NULL, 5, argv, argvlen);
+    sg_buf_free(&rk);
+    sg_buf_free(&val);
     sg_buf_free(&key);
 }
 
@@ -271,6 +289,8 @@ int sg_cache_redis_state(void)
 {
     if (server == NULL || server->cfg->cache.redis_host == NULL)
         return -1;
+    if (sg_redis_breaker_open())
+        return 2;
     for (int i = 0; i < server->n_loops; ++i)
         if (sg_redis_is_up(server->loops[i].redis))
             return 1;
@@ -285,7 +305,8 @@ void sg_cache_stats_json(sg_buf_t *out)
     sg_buf_appendf(out, "\"l1\":{\"enabled\":%s,\"bytes\":%zu,\"max_bytes\":%zu,\"entries\":%zu}",
                    server->l1 != NULL ? "true" : "false", bytes, server->cfg->cache.l1_bytes, entries);
     int rs = sg_cache_redis_state();
-    sg_buf_appendf(out, ",\"redis\":{\"enabled\":%s,\"up\":%s}", rs >= 0 ? "true" : "false", rs == 1 ? "true" : "false");
+    sg_buf_appendf(out, ",\"redis\":{\"enabled\":%s,\"up\":%s,\"breaker_open\":%s}", rs >= 0 ? "true" : "false",
+                   rs == 1 ? "true" : "false", rs == 2 ? "true" : "false");
 }
 
 /* ---- rate limits shared by replicas ----

@@ -43,8 +43,16 @@ void sg_cache_dispose(sg_server_t *s);
  * for the rest. Calls sg_rreq_after_cache(r) when done -- possibly before returning.
  */
 void sg_cache_lookup(sg_rreq_t *r);
-/** Stores one result in L1 and (asynchronously, fire-and-forget) in Redis. Loop thread. */
-void sg_cache_store(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob);
+/**
+ * Stores one result in L1. Any thread: a call's completion stores its results here before it
+ * takes their flights out of the singleflight table, so a duplicate that no longer finds the
+ * flight finds the result (sg_cache_peek_l1).
+ */
+void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob);
+/** Stores one result in Redis (asynchronously, fire-and-forget). Loop thread (`loop`'s connection). */
+void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob);
+/** The L1 entry of one query (a referenced blob), or NULL. Any thread. */
+sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len);
 /**
  * The shared (cross-replica) rate limit of a client whose config says "global": one atomic Lua
  * GCRA in Redis. Returns 0 and later calls `cb(r, decision, wait_us)` (decision SG_RL_*, or -1
@@ -54,7 +62,8 @@ typedef void (*sg_global_limit_cb)(sg_rreq_t *r, int decision, uint64_t wait_us)
 int sg_cache_global_limit(sg_rreq_t *r, const sg_client_t *c, uint64_t n, uint64_t max_wait_us, sg_global_limit_cb cb);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats. */
 void sg_cache_stats_json(sg_buf_t *out);
-/** 1 when at least one loop has a live Redis connection, 0 when none, -1 when Redis is off. */
+/** 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
+ * open (Redis stopped answering and is skipped), -1 when Redis is off. */
 int sg_cache_redis_state(void);
 
 #endif

@@ -17,11 +17,13 @@ typedef void (*sg_redis_cb)(void *arg, redisReply *reply);
 
 sg_redis_t *sg_redis_create(sg_loop_t *loop, const char *host, uint16_t port, uint32_t timeout_ms);
 void sg_redis_destroy(sg_redis_t *r);
-/** 1 when connected. */
+/** 1 when connected and the circuit breaker is closed: lookups may use Redis. */
 int sg_redis_is_up(const sg_redis_t *r);
+/** 1 while the circuit breaker is open (Redis stopped answering; every command is skipped). */
+int sg_redis_breaker_open(void);
 /**
  * Sends a command (argv form). Returns 0 and calls `cb` exactly once later (on this loop), or
- * returns -1 without calling it when Redis is not connected. `cb` may be NULL (fire-and-forget);
+ * returns -1 without calling it when Redis is not connected or the circuit breaker is open. `cb` may be NULL (fire-and-forget);
  * fire-and-forget commands are dropped while too many are outstanding, so a stalled Redis can
  * never grow memory without bound.
  */

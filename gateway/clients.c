@@ -23,6 +23,8 @@ struct st_sg_clients_t {
     const sg_config_t *cfg;
     sg_client_t *keyed; /* n_keyed entries */
     unsigned char (*digests)[SHA256_DIGEST_LENGTH];
+    unsigned char admin_digest[SHA256_DIGEST_LENGTH];
+    int has_admin;
     size_t n_keyed;
     sg_client_t **buckets;
     size_t n_buckets, n_anon;
@@ -85,6 +87,10 @@ sg_clients_t *sg_clients_create(const sg_config_t *cfg)
         safe_label(label, sizeof(label), c->id);
         client_metrics(c, label);
         SHA256((const unsigned char *)c->conf->key, strlen(c->conf->key), t->digests[i]);
+    }
+    if (cfg->clients.admin_key != NULL) {
+        SHA256((const unsigned char *)cfg->clients.admin_key, strlen(cfg->clients.admin_key), t->admin_digest);
+        t->has_admin = 1;
     }
     t->n_buckets = 1024;
     t->buckets = sg_mem_calloc(t->n_buckets, sizeof(*t->buckets));
@@ -208,17 +214,82 @@ static sg_client_t *anon_get(sg_clients_t *t, const char *id)
     return c;
 }
 
+static h2o_iovec_t trim(h2o_iovec_t v)
+{
+    while (v.len > 0 && (v.base[0] == ' ' || v.base[0] == '\t')) {
+        ++v.base;
+        --v.len;
+    }
+    while (v.len > 0 && (v.base[v.len - 1] == ' ' || v.base[v.len - 1] == '\t'))
+        --v.len;
+    return v;
+}
+
+int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why)
+{
+    *key = h2o_iovec_init(NULL, 0);
+    for (size_t i = 0; i < req->headers.size; ++i) {
+        const h2o_header_t *h = &req->headers.entries[i];
+        h2o_iovec_t k = {NULL, 0};
+        if (h->name == &H2O_TOKEN_AUTHORIZATION->buf) {
+            h2o_iovec_t v = trim(h->value);
+            if (v.len < 7 || strncasecmp(v.base, "Bearer ", 7) != 0)
+                continue; /* another scheme (Basic ...): not an API key */
+            k = trim(h2o_iovec_init(v.base + 7, v.len - 7));
+        } else if (h2o_memis(h->name->base, h->name->len, H2O_STRLIT("x-api-key"))) {
+            k = trim(h->value);
+        } else {
+            continue;
+        }
+        if (key->base == NULL) {
+            *key = k;
+        } else if (key->len != k.len || memcmp(key->base, k.base, k.len) != 0) {
+            *why = "the request presents two different API keys (Authorization: Bearer and X-API-Key must agree)";
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Index of the client whose key is `key`, or SIZE_MAX. Every configured key is compared. */
+static size_t find_key(sg_clients_t *t, const char *key, size_t key_len)
+{
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)key, key_len, d);
+    size_t match = SIZE_MAX;
+    for (size_t i = 0; i < t->n_keyed; ++i) { /* no early exit: every key costs the same */
+        int eq = CRYPTO_memcmp(d, t->digests[i], sizeof(d)) == 0;
+        match = eq ? i : match;
+    }
+    return match;
+}
+
+int sg_clients_admin_allowed(sg_clients_t *t, const char *key, size_t key_len, const char **why)
+{
+    if (t->has_admin) {
+        unsigned char d[SHA256_DIGEST_LENGTH];
+        if (key != NULL)
+            SHA256((const unsigned char *)key, key_len, d);
+        if (key == NULL || CRYPTO_memcmp(d, t->admin_digest, sizeof(d)) != 0) {
+            *why = "this route needs the admin key (clients.admin_key_env): Authorization: Bearer <key> or X-API-Key: <key>";
+            return 0;
+        }
+        return 1;
+    }
+    if (!t->cfg->clients.require_key)
+        return 1;
+    if (key == NULL || find_key(t, key, key_len) == SIZE_MAX) {
+        *why = "this route needs a valid API key (clients.require_key is on)";
+        return 0;
+    }
+    return 1;
+}
+
 sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len,
                                  const struct sockaddr *peer, const char **why)
 {
     if (key != NULL) {
-        unsigned char d[SHA256_DIGEST_LENGTH];
-        SHA256((const unsigned char *)key, key_len, d);
-        size_t match = SIZE_MAX;
-        for (size_t i = 0; i < t->n_keyed; ++i) { /* no early exit: every key costs the same */
-            int eq = CRYPTO_memcmp(d, t->digests[i], sizeof(d)) == 0;
-            match = eq ? i : match;
-        }
+        size_t match = find_key(t, key, key_len);
         if (match == SIZE_MAX) {
             *why = "invalid API key";
             return NULL;

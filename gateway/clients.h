@@ -24,6 +24,19 @@ void sg_clients_destroy(sg_clients_t *t);
  */
 sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len,
                                  const struct sockaddr *peer, const char **why);
+/**
+ * The API key the request presents: `Authorization: Bearer <key>` and/or `X-API-Key: <key>`, each
+ * possibly repeated. Returns 0 with `*key` set (base NULL when none is presented), or -1 with a 401
+ * message in `*why` when the headers present different keys: every presented key must be valid,
+ * so one good key cannot carry a bad one past the check. Loop thread.
+ */
+int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why);
+/**
+ * Whether a request presenting `key` (base NULL: none) may read the operations routes (/, /metrics,
+ * /stats). With clients.admin_key_env set only that key may; else, with require_key, any client's
+ * key; else anyone. Returns 1, or 0 with a 401 message in `*why`. Constant time in the keys.
+ */
+int sg_clients_admin_allowed(sg_clients_t *t, const char *key, size_t key_len, const char **why);
 sg_client_t *sg_clients_ref(sg_client_t *c);
 void sg_clients_release(sg_client_t *c);
 /** Number of anonymous clients tracked (for tests and /stats). */

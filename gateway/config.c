@@ -37,7 +37,8 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_size
     return b.base;
 }
 
-static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed)
+static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed,
+                        int have_redis)
 {
     static const char *const keyed_keys[] = {"id",          "key_env",      "rate",   "burst",  "mode",
                                              "max_wait_ms", "max_inflight", "weight", "global", NULL};
@@ -71,12 +72,17 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
     out->weight = (uint32_t)v;
     if (sg_cfg_bool(c, o, "global", defaults != NULL ? defaults->global : 0, &out->global) != 0)
         return -1;
+    /* the shared limit lives in Redis: without it "global" would silently be a per-replica limit */
+    if (out->global && !have_redis) /* clients.default is checked first, so the value is always here */
+        return sg_cfg_fail(c, "global", cJSON_GetObjectItemCaseSensitive(o, "global"),
+                           "needs cache.redis (the shared rate limit is kept in Redis)");
     return 0;
 }
 
 static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys", "max_tracked", NULL};
+    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys",
+                                       "max_tracked", "admin_key_env",          NULL};
     sg_cfg_t c = {"clients", err, err_size};
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
@@ -93,7 +99,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
-        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0) != 0)
+        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0, cfg->cache.redis_host != NULL) != 0)
             return -1;
     }
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(o, "keys");
@@ -107,7 +113,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
             snprintf(path, sizeof(path), "clients.keys[%zu]", i);
             sg_cfg_t ck = {path, err, err_size};
             cfg->clients.n_keyed = i + 1;
-            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1) != 0)
+            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis_host != NULL) != 0)
                 return -1;
             for (size_t j = 0; j < i; ++j)
                 if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)
@@ -116,6 +122,12 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     }
     if (cfg->clients.require_key && cfg->clients.n_keyed == 0)
         return sg_cfg_fail(&c, "require_key", cJSON_GetObjectItem(o, "require_key"), "needs at least one entry in clients.keys");
+    if (sg_cfg_secret_env(&c, o, "admin_key_env", 0, &cfg->clients.admin_key) != 0)
+        return -1;
+    for (size_t i = 0; cfg->clients.admin_key != NULL && i < cfg->clients.n_keyed; ++i)
+        if (strcmp(cfg->clients.admin_key, cfg->clients.keyed[i].key) == 0)
+            return sg_cfg_fail(&c, "admin_key_env", cJSON_GetObjectItem(o, "admin_key_env"),
+                               "the admin key must differ from every client key (it is the key of clients.keys[%zu])", i);
     return 0;
 }
 
@@ -363,6 +375,10 @@ void sg_config_free(sg_config_t *cfg)
     for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
         free_client(&cfg->clients.keyed[i]);
     free(cfg->clients.keyed);
+    if (cfg->clients.admin_key != NULL) {
+        memset(cfg->clients.admin_key, 0, strlen(cfg->clients.admin_key));
+        free(cfg->clients.admin_key);
+    }
     free(cfg->cache.redis_host);
     free(cfg->cache.redis_prefix);
     free(cfg->path);

@@ -64,6 +64,7 @@ typedef struct st_sg_config_t {
         sg_client_conf_t *keyed;
         size_t n_keyed;
         size_t max_tracked; /* distinct anonymous client ids kept (LRU) */
+        char *admin_key;    /* guards /, /metrics, /stats (read from admin_key_env); NULL = none */
     } clients;
     /* result cache */
     struct {

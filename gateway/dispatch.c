@@ -13,8 +13,16 @@
  * burst cannot starve another job's single queries. Queued calls whose deadline passed, or whose
  * waiters all left, are dropped before they reach the plugin; running calls are cancelled.
  *
+ * No duplicate slips between a flight and the cache: a completed call stores its results in L1
+ * *before* it takes their flights out of the table, and a request that finds no flight looks in
+ * L1 again under the shard lock before it starts one. A duplicate therefore either joins the
+ * flight or finds the result -- even when its own cache lookup (L1, then a Redis MGET) ran while
+ * the flight was still in the air. (With L1 off, a result only reaches Redis, asynchronously,
+ * and that window stays open.)
+ *
  * Locks: a flight's waiter list and table membership are guarded by its shard mutex; admission
- * state by the backend's admit_mutex. No lock is held while calling into a plugin.
+ * state by the backend's admit_mutex; L1 has its own mutex, taken inside a shard lock but never
+ * the other way round. No lock is held while calling into a plugin.
  */
 #include "server.h"
 #include "json.h"
@@ -671,6 +679,10 @@ static void call_complete(sg_call_t *c, const sg_result *res)
         if (st != SG_OK)
             sg_counter_add(c->backend->call_errors, 1);
     }
+    /* results into L1 first: once a flight leaves the table, a duplicate must find its result */
+    if (st == SG_OK && c->backend->conf->cache && !c->is_access)
+        for (size_t i = 0; i < c->n; ++i)
+            sg_cache_store_l1(c->backend, c->search.topk, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
     for (size_t i = 0; i < c->n; ++i) {
         sg_flight_t *f = c->flights[i];
         shard_t *s = shard_of(f->hash);
@@ -717,9 +729,9 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             if (c->client != NULL)
                 atomic_fetch_sub(&c->client->inflight, c->n);
         }
-        if (c->status == SG_OK && b->conf->cache && !c->is_access) {
+        if (c->status == SG_OK && b->conf->cache && !c->is_access) { /* L1 was filled in call_complete() */
             for (size_t i = 0; i < c->n; ++i)
-                sg_cache_store(c->origin, b, c->search.topk, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
+                sg_cache_store_redis(c->origin, b, c->search.topk, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
         }
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
@@ -802,6 +814,21 @@ void sg_dispatch_misses(sg_rreq_t *r)
             sg_counter_add(b->coalesced, 1);
             continue;
         }
+        /* no flight: one may have completed since this request's cache lookup, and its result is
+         * in L1 (stored before the flight left the table, which this lock orders) */
+        sg_blob_t *late = b->conf->cache && !r->is_access ? sg_cache_peek_l1(b, r->topk, u->text, u->len) : NULL;
+        if (late != NULL) {
+            pthread_mutex_unlock(&s->mu);
+            free(w);
+            u->waiter = NULL;
+            u->blob = late;
+            --r->n_pending;
+            ++r->hits_l1;
+            if (r->misses > 0)
+                --r->misses;
+            sg_counter_add(b->cache_hits_l1, 1);
+            continue;
+        }
         if (f != NULL)
             shard_remove(s, f); /* its call was cancelled: start afresh */
         f = sg_mem_calloc(1, sizeof(*f));
@@ -833,6 +860,8 @@ void sg_dispatch_misses(sg_rreq_t *r)
     for (size_t i = 0; i < n_calls; ++i)
         admit_submit(calls[i]);
     free(calls);
+    if (r->n_pending == 0) /* every miss turned out to be in L1 by now */
+        sg_rreq_finish_if_complete(r);
 }
 
 void sg_dispatch_abandon(sg_rreq_t *r)

@@ -1,6 +1,12 @@
 /*
- * json.c -- JSON output helpers. Responses are assembled from ready fragments, so the only
- * encoding work left to the gateway is strings (error messages, echoed values) and numbers.
+ * json.c -- JSON output helpers, and the strict check of request bodies. Responses are assembled
+ * from ready fragments, so the only encoding work left to the gateway is strings (error messages,
+ * echoed values) and numbers.
+ *
+ * cJSON (1.7.15) is lenient where Python's json module, which every peer server uses, is not: it
+ * takes raw control bytes and invalid UTF-8 inside strings, stops a string at a raw NUL (so
+ * "ham<NUL>let" silently became "ham"), and ignores data after the value. sg_json_validate() walks
+ * the body once against the RFC 8259 grammar before cJSON sees it.
  */
 #include "json.h"
 
@@ -37,4 +43,230 @@ void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *m
     sg_buf_appends(b, "},\"detail\":");
     sg_buf_append_json_string(b, msg, strlen(msg));
     sg_buf_appends(b, "}\n");
+}
+
+/* ---- strict validation ---- */
+
+#define MAX_DEPTH 1000
+
+typedef struct st_vctx_t {
+    const unsigned char *p, *end, *start;
+    const char *why;
+    const unsigned char *bad;
+} vctx_t;
+
+static int vfail(vctx_t *v, const unsigned char *at, const char *why)
+{
+    v->bad = at;
+    v->why = why;
+    return -1;
+}
+
+static void skip_ws(vctx_t *v)
+{
+    while (v->p < v->end && (*v->p == ' ' || *v->p == '\t' || *v->p == '\n' || *v->p == '\r'))
+        ++v->p;
+}
+
+static int is_cont(unsigned char c)
+{
+    return (c & 0xC0) == 0x80;
+}
+
+/* One UTF-8 sequence starting at v->p (a byte >= 0x80), per RFC 3629's table. */
+static int utf8_seq(vctx_t *v)
+{
+    const unsigned char *s = v->p;
+    size_t left = (size_t)(v->end - s);
+    unsigned char c = s[0], lo = 0x80, hi = 0xBF;
+    size_t n;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlong forms */
+        else if (c == 0xED)
+            hi = 0x9F; /* no UTF-16 surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F; /* nothing past U+10FFFF */
+    } else {
+        return vfail(v, s, "invalid UTF-8");
+    }
+    if (left < n || s[1] < lo || s[1] > hi)
+        return vfail(v, s, "invalid UTF-8");
+    for (size_t i = 2; i < n; ++i)
+        if (!is_cont(s[i]))
+            return vfail(v, s, "invalid UTF-8");
+    v->p += n;
+    return 0;
+}
+
+static int hexdigit(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static int vstring(vctx_t *v)
+{
+    ++v->p; /* the opening quote */
+    for (;;) {
+        if (v->p >= v->end)
+            return vfail(v, v->p, "unterminated string");
+        unsigned char c = *v->p;
+        if (c == '"') {
+            ++v->p;
+            return 0;
+        }
+        if (c == 0)
+            return vfail(v, v->p, "raw NUL byte in a string");
+        if (c < 0x20)
+            return vfail(v, v->p, "raw control character in a string");
+        if (c == '\\') {
+            if (v->p + 1 >= v->end)
+                return vfail(v, v->p, "unterminated string");
+            unsigned char e = v->p[1];
+            if (e == 'u') {
+                if (v->end - v->p < 6 || !hexdigit(v->p[2]) || !hexdigit(v->p[3]) || !hexdigit(v->p[4]) || !hexdigit(v->p[5]))
+                    return vfail(v, v->p, "bad \\u escape (4 hex digits expected)");
+                v->p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                v->p += 2;
+            } else {
+                return vfail(v, v->p, "bad escape in a string");
+            }
+            continue;
+        }
+        if (c >= 0x80) {
+            if (utf8_seq(v) != 0)
+                return -1;
+            continue;
+        }
+        ++v->p;
+    }
+}
+
+static int digits(vctx_t *v)
+{
+    const unsigned char *s = v->p;
+    while (v->p < v->end && *v->p >= '0' && *v->p <= '9')
+        ++v->p;
+    return v->p > s ? 0 : -1;
+}
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int vnumber(vctx_t *v)
+{
+    const unsigned char *s = v->p;
+    if (*v->p == '-')
+        ++v->p;
+    if (v->p < v->end && *v->p == '0') {
+        ++v->p;
+    } else if (digits(v) != 0) {
+        return vfail(v, s, "bad number");
+    }
+    if (v->p < v->end && *v->p == '.') {
+        ++v->p;
+        if (digits(v) != 0)
+            return vfail(v, s, "bad number (digits expected after the decimal point)");
+    }
+    if (v->p < v->end && (*v->p == 'e' || *v->p == 'E')) {
+        ++v->p;
+        if (v->p < v->end && (*v->p == '+' || *v->p == '-'))
+            ++v->p;
+        if (digits(v) != 0)
+            return vfail(v, s, "bad number (digits expected in the exponent)");
+    }
+    if (v->p < v->end && ((*v->p >= '0' && *v->p <= '9') || *v->p == '.'))
+        return vfail(v, s, "bad number");
+    return 0;
+}
+
+static int vliteral(vctx_t *v, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(v->end - v->p) < n || memcmp(v->p, lit, n) != 0)
+        return vfail(v, v->p, "unexpected character");
+    v->p += n;
+    return 0;
+}
+
+static int vvalue(vctx_t *v, int depth)
+{
+    skip_ws(v);
+    if (v->p >= v->end)
+        return vfail(v, v->p, "unexpected end of the body");
+    unsigned char c = *v->p;
+    switch (c) {
+    case '{':
+    case '[': {
+        if (depth >= MAX_DEPTH)
+            return vfail(v, v->p, "nested too deeply");
+        int obj = c == '{';
+        ++v->p;
+        skip_ws(v);
+        if (v->p < v->end && *v->p == (obj ? '}' : ']')) {
+            ++v->p;
+            return 0;
+        }
+        for (;;) {
+            if (obj) {
+                skip_ws(v);
+                if (v->p >= v->end || *v->p != '"')
+                    return vfail(v, v->p, "object key (a string) expected");
+                if (vstring(v) != 0)
+                    return -1;
+                skip_ws(v);
+                if (v->p >= v->end || *v->p != ':')
+                    return vfail(v, v->p, "':' expected after an object key");
+                ++v->p;
+            }
+            if (vvalue(v, depth + 1) != 0)
+                return -1;
+            skip_ws(v);
+            if (v->p < v->end && *v->p == ',') {
+                ++v->p;
+                continue;
+            }
+            if (v->p < v->end && *v->p == (obj ? '}' : ']')) {
+                ++v->p;
+                return 0;
+            }
+            return vfail(v, v->p, obj ? "',' or '}' expected" : "',' or ']' expected");
+        }
+    }
+    case '"':
+        return vstring(v);
+    case 't':
+        return vliteral(v, "true");
+    case 'f':
+        return vliteral(v, "false");
+    case 'n':
+        return vliteral(v, "null");
+    default:
+        if (c == '-' || (c >= '0' && c <= '9'))
+            return vnumber(v);
+        return vfail(v, v->p, c >= 0x80 ? "invalid UTF-8 or a character outside a string" : "unexpected character");
+    }
+}
+
+long sg_json_validate(const char *p, size_t len, size_t *bad_at, const char **why)
+{
+    vctx_t v = {(const unsigned char *)p, (const unsigned char *)p + len, (const unsigned char *)p, NULL, NULL};
+    if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
+        v.p += 3;
+    const unsigned char *value = v.p;
+    if (vvalue(&v, 0) == 0) {
+        skip_ws(&v);
+        if (v.p == v.end)
+            return (long)(value - v.start);
+        vfail(&v, v.p, "unexpected data after the JSON value");
+    }
+    *bad_at = (size_t)(v.bad - v.start);
+    *why = v.why;
+    return -1;
 }

@@ -1,5 +1,6 @@
 /*
- * json.h -- the JSON writing helpers the gateway uses to build responses by splicing.
+ * json.h -- the JSON writing helpers the gateway uses to build responses by splicing, and the
+ * strict (RFC 8259) check of request bodies that runs before cJSON, which is lenient.
  */
 #ifndef SG_GATEWAY_JSON_H
 #define SG_GATEWAY_JSON_H
@@ -11,5 +12,17 @@
 void sg_json_append_double(sg_buf_t *b, double v);
 /** Builds `{"error": {"code": status, "type": type, "message": msg}, "detail": msg}` into `b`. */
 void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *msg);
+
+/**
+ * Checks that [p, p + len) is exactly one JSON value as RFC 8259 defines it, with optional
+ * whitespace around it and an optional UTF-8 byte order mark before it (which Python's
+ * json.loads of bytes accepts too). Rejected: raw control characters (U+0000..U+001F) inside
+ * strings, invalid UTF-8 (overlong forms, UTF-16 surrogates, code points past U+10FFFF, stray
+ * continuation bytes), bad escapes, numbers outside the grammar (01, 1., .5, +1, NaN, Infinity),
+ * anything after the value, and nesting deeper than 1000 (cJSON's own limit).
+ * Returns the offset where the value starts (after the BOM) or -1 with the offset of the first
+ * offending byte in `*bad_at` and a static reason in `*why`. Thread-safe, no allocation.
+ */
+long sg_json_validate(const char *p, size_t len, size_t *bad_at, const char **why);
 
 #endif

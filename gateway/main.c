@@ -4,6 +4,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "listen.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -26,7 +27,7 @@ static void usage(FILE *fp)
                 "      --host ADDR      listen address (overrides listen.host)\n"
                 "  -t, --threads N      event-loop threads (overrides threads; 0 = one per CPU)\n"
                 "      --log-level L    error, warn, info or debug\n"
-                "      --check          load the config and every plugin, then exit\n"
+                "      --check          do everything start-up does (config, address, plugins) but serve, then exit\n"
                 "  -h, --help           this text\n"
                 "  -V, --version        print the version\n");
 }
@@ -103,6 +104,7 @@ static int load_backends(sg_server_t *s)
             b->inst = NULL;
             return -1;
         }
+        b->serves_access = sg_plugin_serves_access(&b->plugin, b->inst);
         const char *ident = b->plugin.vt->identity != NULL ? b->plugin.vt->identity(b->inst) : NULL;
         size_t n = strlen(b->plugin.vt->name) + strlen(bc->name) + strlen(b->plugin.vt->version) + (ident ? strlen(ident) : 0) + 8;
         b->identity = sg_mem_alloc(n);
@@ -288,10 +290,22 @@ int main(int argc, char **argv)
     }
     sg_dispatch_init();
     int rc = 1;
+    /* the address before the plugins: a typo'd host or a port in use fails at once, before a
+     * model or an index is loaded (sg_server_start() binds for real later) */
+    sg_listen_addr_t addr;
+    if (sg_listen_resolve(cfg.host, cfg.port, &addr, err, sizeof(err)) != 0 || sg_listen_probe(&addr, err, sizeof(err)) != 0) {
+        fprintf(stderr, "searchgate: %s\n", err);
+        goto out;
+    }
     if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
     if (check) {
-        printf("searchgate: config %s is valid; %zu backend(s) loaded\n", config, s->n_backends);
+        if (cfg.port != 0)
+            printf("searchgate: config %s is valid; %s:%u is free; %zu backend(s) loaded\n", config, cfg.host, cfg.port,
+                   s->n_backends);
+        else
+            printf("searchgate: config %s is valid; %s resolves (port 0: any free port); %zu backend(s) loaded\n", config, cfg.host,
+                   s->n_backends);
         rc = 0;
         goto out;
     }
@@ -304,6 +318,12 @@ int main(int argc, char **argv)
     SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
            cfg.host, s->bound_port, s->n_loops, s->n_backends, cfg.backends[cfg.default_backend].name);
     SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg.host, s->bound_port);
+    if (cfg.cache.redis_host != NULL)
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, Redis %s:%u (timeout %u ms, key prefix \"%s\")",
+               cfg.cache.l1_bytes >> 20, cfg.cache.redis_host, cfg.cache.redis_port, cfg.cache.redis_timeout_ms,
+               cfg.cache.redis_prefix);
+    else
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, no Redis", cfg.cache.l1_bytes >> 20);
 
     int sig = 0;
     sigwait(&set, &sig);

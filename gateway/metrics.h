@@ -77,9 +77,13 @@ void sg_metrics_plugin_sample(void *sink, const char *name, const char *help, in
 
 /*
  * The per-second ring (last 15 minutes) that /stats serves to the dashboard: requests, queries,
- * cache hits/misses, errors and a coarse latency histogram for p50/p99 per second.
+ * cache hits/misses, errors and a coarse latency histogram for p50/p99 per second. It holds 900
+ * whole seconds plus the one still filling.
  */
-#define SG_RING_SECONDS 900
+#define SG_RING_SECONDS 901
+/** Accepted values of /stats?window= (whole seconds). */
+#define SG_STATS_WINDOW_MIN 10
+#define SG_STATS_WINDOW_MAX (SG_RING_SECONDS - 1)
 void sg_ring_record_request(uint64_t queries, uint64_t cache_hits, uint64_t cache_misses, int is_error, uint64_t latency_us);
 /** Appends `"series":[{t, requests, queries, hits, misses, errors, p50_ms, p99_ms}, ...]` for the last `seconds`. */
 void sg_ring_render_json(sg_buf_t *out, int seconds);

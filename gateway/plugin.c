@@ -65,6 +65,17 @@ void sg_plugin_unload(sg_plugin_t *p)
     memset(p, 0, sizeof(*p));
 }
 
+int sg_plugin_serves_access(const sg_plugin_t *p, sg_backend *inst)
+{
+    const sg_backend_vtable *vt = p->vt;
+    if (vt->access == NULL)
+        return 0;
+    if (vt->abi_minor < 1 || vt->struct_size < offsetof(sg_backend_vtable, has_access) + sizeof(vt->has_access) ||
+        vt->has_access == NULL)
+        return 1;
+    return vt->has_access(inst) != 0;
+}
+
 static void host_log(int level, const char *backend, const char *fmt, ...) SG_PRINTF(3, 4);
 static void host_log(int level, const char *backend, const char *fmt, ...)
 {

@@ -20,6 +20,11 @@ typedef struct st_sg_plugin_t {
  */
 int sg_plugin_load(sg_plugin_t *p, const char *path, char *err, size_t err_size);
 void sg_plugin_unload(sg_plugin_t *p);
+/**
+ * Whether the created instance `inst` serves POST /access: the plugin has access() and, from ABI
+ * 1.1, its has_access() (when present) says yes. Main thread, after create().
+ */
+int sg_plugin_serves_access(const sg_plugin_t *p, sg_backend *inst);
 /** The host services table every plugin receives in create(). */
 const sg_host_api *sg_plugin_host_api(void);
 /** HTTP status for a plugin status code. */

@@ -1,11 +1,14 @@
 /*
  * request.c -- the /retrieve request model, done the way the Python servers' clients expect:
- * 400 for a body that is not JSON, 422 for a body that does not fit the model (FastAPI's
- * status), 413 for anything over the configured limits. cJSON decodes \uXXXX escapes and
- * surrogate pairs (the Python clients send ASCII-escaped JSON); raw UTF-8 passes unchanged.
+ * 400 for a body that is not JSON (strict RFC 8259: sg_json_validate() runs first), 422 for a
+ * body that does not fit the model (FastAPI's status), 413 for anything over the configured
+ * limits. cJSON decodes \uXXXX escapes and surrogate pairs (the Python clients send
+ * ASCII-escaped JSON); raw UTF-8 passes unchanged. A key given twice keeps its last value, as
+ * Python's json does.
  */
 #include "request.h"
 #include "common.h"
+#include "json.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -34,6 +37,17 @@ static int has_nul_escape(const char *raw, size_t len)
     return 0;
 }
 
+/* The member `key` of `obj`, the last one when it appears more than once (Python's json keeps the
+ * last value; cJSON's own lookup returns the first). */
+static const cJSON *member(const cJSON *obj, const char *key)
+{
+    const cJSON *found = NULL;
+    for (const cJSON *it = obj->child; it != NULL; it = it->next)
+        if (it->string != NULL && strcmp(it->string, key) == 0)
+            found = it;
+    return found;
+}
+
 int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *lim, int is_access, sg_parsed_t *out, char *err,
                      size_t err_size)
 {
@@ -43,10 +57,15 @@ int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *li
         return fail(err, err_size, 413, "request body of %zu bytes exceeds limits.max_body_bytes (%zu)", len, lim->max_body_bytes);
     if (body == NULL || len == 0)
         return fail(err, err_size, 422, "a JSON body is required, e.g. {\"%s\": [\"...\"]}", list_key);
+    size_t bad_at = 0;
+    const char *why = NULL;
+    long start = sg_json_validate(body, len, &bad_at, &why);
+    if (start < 0)
+        return fail(err, err_size, 400, "request body is not valid JSON: %s at byte %zu", why, bad_at);
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (root == NULL) {
-        size_t at = end != NULL && end >= body ? (size_t)(end - body) : 0;
+    cJSON *root = cJSON_ParseWithLengthOpts(body + start, len - (size_t)start, &end, 0);
+    if (root == NULL) { /* valid JSON that cJSON refuses: a lone UTF-16 surrogate escape (\ud800) */
+        size_t at = end != NULL && end >= body + start ? (size_t)(end - body) : 0;
         return fail(err, err_size, 400, "request body is not valid JSON (error near byte %zu)", at);
     }
     int status = 0;
@@ -54,8 +73,8 @@ int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *li
         status = fail(err, err_size, 422, "request body must be a JSON object");
         goto out;
     }
-    const cJSON *qs = cJSON_GetObjectItemCaseSensitive(root, list_key);
-    const cJSON *q1 = is_access ? NULL : cJSON_GetObjectItemCaseSensitive(root, "query");
+    const cJSON *qs = member(root, list_key);
+    const cJSON *q1 = is_access ? NULL : member(root, "query");
     if (cJSON_IsNull(q1))
         q1 = NULL;
     if (qs != NULL && q1 != NULL) {
@@ -80,7 +99,7 @@ int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *li
         goto out;
     }
     /* topk: null, 0 or absent fall back to the default (Search-R1's `if not request.topk`) */
-    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "topk");
+    const cJSON *tk = member(root, "topk");
     if (tk != NULL && !cJSON_IsNull(tk) && !is_access) {
         if (!cJSON_IsNumber(tk) || !isfinite(tk->valuedouble) || tk->valuedouble != floor(tk->valuedouble)) {
             status = fail(err, err_size, 422, "field \"topk\" must be an integer or null");
@@ -96,7 +115,7 @@ int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *li
         }
         out->topk = (uint32_t)tk->valuedouble;
     }
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "return_scores");
+    const cJSON *rs = member(root, "return_scores");
     if (rs != NULL && !cJSON_IsNull(rs)) {
         if (cJSON_IsBool(rs)) {
             out->return_scores = cJSON_IsTrue(rs);
@@ -107,7 +126,7 @@ int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *li
             goto out;
         }
     }
-    const cJSON *be = cJSON_GetObjectItemCaseSensitive(root, "backend");
+    const cJSON *be = member(root, "backend");
     if (be != NULL && !cJSON_IsNull(be)) {
         if (!cJSON_IsString(be)) {
             status = fail(err, err_size, 422, "field \"backend\" must be a string");

@@ -38,9 +38,25 @@ void sg_rreq_unref(sg_rreq_t *r)
         rreq_free(r);
 }
 
-/* Records the outcome in every metric; called exactly once per request. */
-static void record(sg_rreq_t *r, int status)
+/* log_level debug: one line per /retrieve or /access request, whatever its outcome. */
+static void log_request(const char *id, int is_access, const sg_backend_t *b, const sg_client_t *client, int status,
+                        const char *type, uint32_t n_queries, const sg_rreq_t *r, uint64_t start_us)
 {
+    char cache[96] = "";
+    if (r != NULL && !r->is_access)
+        snprintf(cache, sizeof(cache), " distinct=%u l1=%u redis=%u misses=%u", r->n_uniq, r->hits_l1, r->hits_redis, r->misses);
+    SG_LOG(SG_LL_DEBUG, "request", "%s POST %s backend=%s client=%s status=%d%s%s queries=%u%s%s%s ms=%.3f", id,
+           is_access ? "/access" : "/retrieve", b != NULL ? b->conf->name : "-", client != NULL ? client->id : "-", status,
+           type != NULL ? " error=" : "", type != NULL ? type : "", n_queries, cache,
+           r != NULL && r->fallback_used ? " fallback=" : "", r != NULL && r->fallback_used ? r->serving->conf->name : "",
+           (double)(sg_now_us() - start_us) / 1000.0);
+}
+
+/* Records the outcome in every metric; called exactly once per request. */
+static void record(sg_rreq_t *r, int status, const char *type)
+{
+    if (sg_log_level >= SG_LL_DEBUG)
+        log_request(r->request_id, r->is_access, r->backend, r->client, status, type, r->n_queries, r, r->start_us);
     sg_backend_t *b = r->backend;
     int ci = sg_code_index(status);
     uint64_t lat = sg_now_us() - r->start_us;
@@ -63,21 +79,21 @@ static void record(sg_rreq_t *r, int status)
 }
 
 /* Ends the request's work: timers, flights. The caller sends (or cannot send) the response. */
-static void finish(sg_rreq_t *r, int status)
+static void finish(sg_rreq_t *r, int status, const char *type)
 {
     r->responded = 1;
     if (h2o_linklist_is_linked(&r->link))
         h2o_linklist_unlink(&r->link);
     sg_timer_stop(r->loop, &r->timer);
     sg_dispatch_abandon(r);
-    record(r, status);
+    record(r, status, type);
 }
 
 static void fail_request(sg_rreq_t *r, int status, const char *type, const char *msg, uint32_t retry_after)
 {
     if (r->responded)
         return;
-    finish(r, status);
+    finish(r, status, type);
     if (r->req != NULL)
         sg_send_error(r->req, status, type, msg, retry_after);
     sg_rreq_unref(r);
@@ -85,7 +101,7 @@ static void fail_request(sg_rreq_t *r, int status, const char *type, const char 
 
 static void respond_ok(sg_rreq_t *r)
 {
-    finish(r, 200);
+    finish(r, 200, NULL);
     h2o_req_t *req = r->req;
     if (req != NULL) {
         size_t total = sizeof("{\"result\":[]}") - 1 + (r->n_queries > 0 ? r->n_queries - 1 : 0);
@@ -147,6 +163,12 @@ void sg_rreq_after_cache(sg_rreq_t *r)
         return;
     }
     sg_dispatch_misses(r);
+}
+
+void sg_rreq_finish_if_complete(sg_rreq_t *r)
+{
+    if (!r->responded && r->n_pending == 0)
+        respond_ok(r);
 }
 
 static void start_lookup(sg_rreq_t *r)
@@ -249,7 +271,7 @@ static void on_req_dispose(void *p)
     r->req = NULL;
     r->dispose_slot = NULL;
     if (!r->responded) { /* the client went away before the answer */
-        finish(r, 499);
+        finish(r, 499, "client_gone");
         sg_rreq_unref(r);
     }
 }
@@ -260,31 +282,11 @@ static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
     return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
 }
 
-static h2o_iovec_t trim(h2o_iovec_t v)
-{
-    while (v.len > 0 && (v.base[0] == ' ' || v.base[0] == '\t')) {
-        ++v.base;
-        --v.len;
-    }
-    while (v.len > 0 && (v.base[v.len - 1] == ' ' || v.base[v.len - 1] == '\t'))
-        --v.len;
-    return v;
-}
-
 static sg_client_t *identify(sg_loop_t *loop, h2o_req_t *req, const char **why)
 {
-    h2o_iovec_t key = {NULL, 0};
-    ssize_t ai = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
-    if (ai >= 0) {
-        h2o_iovec_t v = trim(req->headers.entries[ai].value);
-        if (v.len > 7 && strncasecmp(v.base, "Bearer ", 7) == 0)
-            key = trim(h2o_iovec_init(v.base + 7, v.len - 7));
-    }
-    if (key.base == NULL) {
-        h2o_iovec_t v = find_header(req, H2O_STRLIT("x-api-key"));
-        if (v.base != NULL)
-            key = trim(v);
-    }
+    h2o_iovec_t key;
+    if (sg_clients_presented_key(req, &key, why) != 0)
+        return NULL;
     h2o_iovec_t cid = find_header(req, H2O_STRLIT("x-client-id"));
     struct sockaddr_storage ss;
     socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
@@ -292,14 +294,27 @@ static sg_client_t *identify(sg_loop_t *loop, h2o_req_t *req, const char **why)
                                why);
 }
 
-static void record_early(sg_backend_t *b, int status, uint32_t n_queries, uint64_t start_us)
+/* A request answered before it became an sg_rreq_t (malformed, unknown backend, unauthorised,
+ * empty): counted on its backend when known, logged at debug, and answered. */
+static void answer_early(h2o_req_t *req, int is_access, sg_backend_t *b, const sg_client_t *client, int status, const char *type,
+                         const char *msg, uint32_t n_queries, uint64_t start_us)
 {
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - start_us;
-    sg_counter_add(b->requests[ci], 1);
-    sg_counter_add(b->queries[ci], n_queries);
-    sg_hist_observe_us(b->latency, lat);
-    sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
+    if (sg_log_level >= SG_LL_DEBUG)
+        log_request("-", is_access, b, client, status, type, n_queries, NULL, start_us);
+    if (b != NULL) {
+        int ci = sg_code_index(status);
+        uint64_t lat = sg_now_us() - start_us;
+        sg_counter_add(b->requests[ci], 1);
+        sg_counter_add(b->queries[ci], n_queries);
+        sg_hist_observe_us(b->latency, lat);
+        sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
+    }
+    if (status == 401)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    if (status == 200)
+        sg_send_json(req, 200, msg, strlen(msg));
+    else
+        sg_send_error(req, status, type, msg, 0);
 }
 
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *bname, size_t blen)
@@ -313,7 +328,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         if (bi < 0) {
             char msg[200];
             snprintf(msg, sizeof(msg), "no backend named \"%.*s\" is configured", (int)(blen > 64 ? 64 : blen), bname);
-            sg_send_error(req, 404, "not_found", msg, 0);
+            answer_early(req, is_access, NULL, NULL, 404, "not_found", msg, 0, start_us);
             return 0;
         }
         b = &s->backends[bi];
@@ -325,8 +340,11 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
     int st =
         sg_request_parse(req->entity.base, req->entity.base != NULL ? req->entity.len : 0, &lim, is_access, &pr, err, sizeof(err));
     if (st != 0) {
-        record_early(b, st, 0, start_us);
-        sg_send_error(req, st, st == 400 ? "invalid_json" : st == 413 ? "too_large" : "validation_error", err, 0);
+        answer_early(req, is_access, b, NULL, st,
+                     st == 400   ? "invalid_json"
+                     : st == 413 ? "too_large"
+                                 : "validation_error",
+                     err, 0, start_us);
         return 0;
     }
     if (pr.backend != NULL && bname == NULL) {
@@ -334,31 +352,28 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         if (bi < 0) {
             snprintf(err, sizeof(err), "no backend named \"%.64s\" is configured", pr.backend);
             sg_parsed_free(&pr);
-            sg_send_error(req, 404, "not_found", err, 0);
+            answer_early(req, is_access, NULL, NULL, 404, "not_found", err, 0, start_us);
             return 0;
         }
         b = &s->backends[bi];
     }
-    if (is_access && b->plugin.vt->access == NULL) {
+    if (is_access && !b->serves_access) {
         snprintf(err, sizeof(err), "backend %s has no page store: /access is not available on it", b->conf->name);
         sg_parsed_free(&pr);
-        record_early(b, 404, 0, start_us);
-        sg_send_error(req, 404, "not_found", err, 0);
+        answer_early(req, is_access, b, NULL, 404, "not_found", err, 0, start_us);
         return 0;
     }
     const char *why = NULL;
     sg_client_t *client = identify(loop, req, &why);
     if (client == NULL) {
         sg_parsed_free(&pr);
-        record_early(b, 401, 0, start_us);
-        sg_send_error(req, 401, "unauthorized", why, 0);
+        answer_early(req, is_access, b, NULL, 401, "unauthorized", why, 0, start_us);
         return 0;
     }
     if (pr.n == 0) { /* the Search-R1 loop may post an empty batch */
         sg_parsed_free(&pr);
+        answer_early(req, is_access, b, client, 200, NULL, "{\"result\":[]}", 0, start_us);
         sg_clients_release(client);
-        record_early(b, 200, 0, start_us);
-        sg_send_json(req, 200, "{\"result\":[]}", 13);
         return 0;
     }
 
@@ -428,9 +443,13 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         size_t n = th.len < sizeof(tmp) - 1 ? th.len : sizeof(tmp) - 1;
         memcpy(tmp, th.base, n);
         tmp[n] = '\0';
-        char *end;
-        unsigned long long v = strtoull(tmp, &end, 10);
-        if (end == tmp || *end != '\0' || v == 0) {
+        /* digits only: strtoull would take "-5" (as a huge value), "+5" and " 5" */
+        int digits = th.len > 0 && th.len < sizeof(tmp) - 1;
+        for (size_t i = 0; digits && i < n; ++i)
+            digits = tmp[i] >= '0' && tmp[i] <= '9';
+        char *end = tmp;
+        unsigned long long v = digits ? strtoull(tmp, &end, 10) : 0;
+        if (!digits || *end != '\0' || v == 0) {
             fail_request(r, 422, "validation_error", "header X-Timeout-Ms must be a positive integer (milliseconds)", 0);
             return 0;
         }

@@ -9,13 +9,11 @@
 #include "server.h"
 #include "clients.h"
 #include "json.h"
+#include "listen.h"
 #include "../cache/cache.h"
 
 #include <errno.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -211,7 +209,7 @@ static void on_root(h2o_req_t *req)
         sg_buf_appends(&b, ",\"version\":");
         sg_buf_append_json_string(&b, be->plugin.vt->version, strlen(be->plugin.vt->version));
         sg_buf_appendf(&b, ",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s}", be->conf->topk, be->conf->name,
-                       be->plugin.vt->access != NULL ? "true" : "false");
+                       be->serves_access ? "true" : "false");
     }
     sg_buf_appends(&b, "],\"links\":{\"retrieve\":\"/retrieve\",\"access\":\"/access\",\"health\":\"/health\",\"metrics\":\"/"
                        "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"}}");
@@ -244,9 +242,10 @@ static void on_health(h2o_req_t *req)
     }
     int redis = sg_cache_redis_state();
     sg_buf_appendf(&b, "},\"cache\":{\"redis\":\"%s\"},\"uptime_s\":%.3f,\"status\":\"%s\"}",
-                   redis < 0 ? "off"
-                   : redis   ? "up"
-                             : "down (bypassed)",
+                   redis < 0    ? "off"
+                   : redis == 2 ? "not answering (bypassed)"
+                   : redis == 1 ? "up"
+                                : "down (bypassed)",
                    (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, ok ? "ok" : "degraded");
     sg_send_json(req, ok ? 200 : 503, b.base, b.len);
     sg_buf_free(&b);
@@ -296,20 +295,54 @@ static void on_metrics(h2o_req_t *req)
     count(R_METRICS, 200);
 }
 
+/* The value of query parameter `name` (the last one when repeated, as Starlette does), or a
+ * NULL base when absent. */
+static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
+{
+    h2o_iovec_t found = {NULL, 0};
+    if (req->query_at == SIZE_MAX)
+        return found;
+    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
+    size_t nlen = strlen(name);
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp != NULL ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        const char *kend = eq != NULL ? eq : stop;
+        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
+            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
+        p = stop + 1;
+    }
+    return found;
+}
+
 static void on_stats(h2o_req_t *req)
 {
     int window = 300;
-    if (req->query_at != SIZE_MAX) {
-        const char *q = req->path.base + req->query_at + 1;
-        size_t qlen = req->path.len - req->query_at - 1;
-        const char *w = memmem(q, qlen, "window=", 7);
-        if (w != NULL)
-            window = atoi(w + 7);
+    h2o_iovec_t w = query_param(req, "window");
+    if (w.base != NULL) {
+        /* whole seconds in range, digits only: "abc", "5", "900x" or "-1" is an error, not a clamp */
+        long v = -1;
+        if (w.len > 0 && w.len <= 6) {
+            char tmp[8];
+            memcpy(tmp, w.base, w.len);
+            tmp[w.len] = '\0';
+            char *end;
+            if (tmp[0] >= '0' && tmp[0] <= '9')
+                v = strtol(tmp, &end, 10);
+            if (v >= 0 && *end != '\0')
+                v = -1;
+        }
+        if (v < SG_STATS_WINDOW_MIN || v > SG_STATS_WINDOW_MAX) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "query parameter window must be a whole number of seconds in [%d, %d], got \"%.*s\"",
+                     SG_STATS_WINDOW_MIN, SG_STATS_WINDOW_MAX, (int)(w.len > 32 ? 32 : w.len), w.base);
+            sg_send_error(req, 400, "bad_request", msg, 0);
+            count(R_STATS, 400);
+            return;
+        }
+        window = (int)v;
     }
-    if (window < 10)
-        window = 10;
-    if (window > SG_RING_SECONDS - 1)
-        window = SG_RING_SECONDS - 1;
     sg_buf_t b = {0};
     double hr60 = sg_ring_hit_ratio(60);
     sg_buf_appendf(&b, "{\"version\":\"" SG_VERSION "\",\"uptime_s\":%.3f,\"window_s\":%d,\"hit_ratio_60s\":",
@@ -397,6 +430,29 @@ static int path_sub(h2o_iovec_t p, const char *prefix, const char **name, size_t
     return memchr(*name, '/', *len) == NULL;
 }
 
+static int admin_allowed(h2o_req_t *req, const char **why)
+{
+    h2o_iovec_t key;
+    if (sg_clients_presented_key(req, &key, why) != 0)
+        return 0;
+    return sg_clients_admin_allowed(sg_server.clients, key.base, key.len, why);
+}
+
+static void unauthorized(h2o_req_t *req, int route, const char *why)
+{
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    sg_send_error(req, 401, "unauthorized", why, 0);
+    count(route, 401);
+}
+
+/* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
+ * status is known right after the handler ran. */
+static void log_small(h2o_req_t *req)
+{
+    SG_LOG(SG_LL_DEBUG, "http", "%.*s %.*s %d", (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base,
+           (int)(req->path.len > 200 ? 200 : req->path.len), req->path.base, req->res.status);
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
@@ -410,6 +466,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (path_is(p, "/retrieve") || path_is(p, "/access")) {
         if (!is_post) {
             method_not_allowed(req, "POST");
+            log_small(req);
             return 0;
         }
         return sg_retrieve_handle(loop, req, path_is(p, "/access"), NULL, 0);
@@ -417,26 +474,34 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (path_sub(p, "/retrieve", &name, &nlen) || path_sub(p, "/access", &name, &nlen)) {
         if (!is_post) {
             method_not_allowed(req, "POST");
+            log_small(req);
             return 0;
         }
         return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
     }
+    /* the operations routes that show backends, upstreams and client ids are guarded when keys are
+     * in use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
+     * without data that asks for the key and reads /stats with it */
     static const struct {
         const char *path;
         int route;
+        int guarded;
         void (*fn)(h2o_req_t *);
-    } gets[] = {{"/", R_ROOT, on_root},
-                {"/health", R_HEALTH, on_health},
-                {"/metrics", R_METRICS, on_metrics},
-                {"/stats", R_STATS, on_stats},
-                {"/dashboard", R_DASHBOARD, on_dashboard}};
+    } gets[] = {{"/", R_ROOT, 1, on_root},
+                {"/health", R_HEALTH, 0, on_health},
+                {"/metrics", R_METRICS, 1, on_metrics},
+                {"/stats", R_STATS, 1, on_stats},
+                {"/dashboard", R_DASHBOARD, 0, on_dashboard}};
     for (size_t i = 0; i < sizeof(gets) / sizeof(gets[0]); ++i) {
         if (path_is(p, gets[i].path)) {
-            if (!is_get) {
+            const char *why = NULL;
+            if (!is_get)
                 method_not_allowed(req, "GET");
-                return 0;
-            }
-            gets[i].fn(req);
+            else if (gets[i].guarded && !admin_allowed(req, &why))
+                unauthorized(req, gets[i].route, why);
+            else
+                gets[i].fn(req);
+            log_small(req);
             return 0;
         }
     }
@@ -444,7 +509,62 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
     sg_send_error(req, 404, "not_found", msg, 0);
     count(R_OTHER, 404);
+    log_small(req);
     return 0;
+}
+
+/* ---- h2o's own error responses ----
+ *
+ * h2o answers a few malformed requests itself, before any handler runs: broken chunked encoding,
+ * an unknown Transfer-Encoding, a bad Content-Length, a body over twice limits.max_body_bytes,
+ * an unknown Expect. It does so through h2o_send_error_generic() on the host's fallback path with
+ * a plain-text body; this filter, registered on that path, rewrites them into the gateway's JSON
+ * error shape so clients that parse every error body keep working. What h2o writes straight to
+ * the socket -- a request line or headers it cannot parse, more than 100 headers, a request head
+ * over its size limit -- cannot be intercepted and stays a plain-text "400 Bad Request" (and the
+ * connection is closed). */
+
+static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt, h2o_send_state_t state)
+{
+    if (h2o_send_state_is_in_progress(state) || bufcnt == 0) { /* h2o sends these in one piece; HEAD has no body */
+        h2o_ostream_send_next(self, req, bufs, bufcnt, state);
+        return;
+    }
+    int status = req->res.status;
+    sg_buf_t msg = {0}, body = {0};
+    if (status == 413) {
+        sg_buf_appendf(&msg, "request body over twice limits.max_body_bytes (%zu bytes)", sg_server.cfg->limits.max_body_bytes);
+    } else {
+        for (size_t i = 0; i < bufcnt; ++i)
+            sg_buf_append(&msg, bufs[i].base, bufs[i].len);
+        while (msg.len > 0 && (msg.base[msg.len - 1] == '\n' || msg.base[msg.len - 1] == '\r'))
+            --msg.len;
+    }
+    sg_buf_appendc(&msg, '\0');
+    const char *type = status == 400 ? "bad_request" : status == 413 ? "too_large" : status == 417 ? "expectation_failed" : "error";
+    sg_json_error_body(&body, status, type, msg.base);
+    ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (ct >= 0)
+        req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+    else
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    req->res.content_length = body.len;
+    h2o_iovec_t out = h2o_strdup(&req->pool, body.base, body.len);
+    sg_buf_free(&msg);
+    sg_buf_free(&body);
+    count(R_OTHER, status);
+    h2o_ostream_send_next(self, req, &out, 1, state);
+}
+
+static void on_setup_json_errors(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    (void)self;
+    if (req->res.status >= 400) {
+        h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
+        o->do_send = json_error_send;
+        slot = &o->next;
+    }
+    h2o_setup_next_ostream(req, slot);
 }
 
 /* ---- listeners and loops ---- */
@@ -460,39 +580,6 @@ static void on_accept(h2o_socket_t *listener, const char *err)
             return;
         h2o_accept(&l->accept_ctx, sock);
     }
-}
-
-static int open_listener(const char *host, uint16_t port, uint16_t *bound, char *err, size_t err_size)
-{
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    char ps[8];
-    snprintf(ps, sizeof(ps), "%u", port);
-    int gai = getaddrinfo(host, ps, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, err_size, "listen.host %s: %s", host, gai_strerror(gai));
-        return -1;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int on = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
-        listen(fd, 4096) != 0) {
-        snprintf(err, err_size, "cannot listen on %s:%u: %s", host, port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -1;
-    }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    freeaddrinfo(res);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
-    return fd;
 }
 
 static int has_connections(sg_loop_t *l)
@@ -595,9 +682,41 @@ void sg_server_dispose(sg_server_t *s);
 int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
+    /* the listeners first: a port in use fails start-up before anything else is set up */
+    sg_listen_addr_t addr;
+    if (sg_listen_resolve(cfg->host, cfg->port, &addr, err, err_size) != 0 || sg_listen_probe(&addr, err, err_size) != 0)
+        return -1;
+    int n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
+    int *fds = sg_mem_alloc((size_t)n_loops * sizeof(*fds));
+    uint16_t port = cfg->port;
+    int opened = 0;
+    for (; opened < n_loops; ++opened) {
+        uint16_t bound = 0;
+        fds[opened] = sg_listen_open(&addr, port, &bound, err, err_size);
+        if (fds[opened] < 0)
+            break;
+        port = bound; /* port 0: every loop binds the port the first one got */
+    }
+    /* another process may have joined the port between the probe and our binds */
+    if (opened < n_loops || sg_listen_check_exclusive(&addr, port, fds, (size_t)n_loops, err, err_size) != 0) {
+        for (int i = 0; i < opened; ++i)
+            close(fds[i]);
+        free(fds);
+        return -1;
+    }
+    s->bound_port = port;
+    s->n_loops = n_loops;
+    s->loops = sg_mem_calloc((size_t)n_loops, sizeof(*s->loops));
+    for (int i = 0; i < n_loops; ++i) {
+        s->loops[i].id = i;
+        s->loops[i].server = s;
+        s->loops[i].listen_fd = fds[i];
+    }
+    free(fds);
+
     h2o_config_init(&s->h2o);
-    /* h2o refuses larger bodies itself (a plain-text 413, before reading them); up to twice the
-     * limit the handler answers with a JSON 413 that names limits.max_body_bytes */
+    /* h2o refuses larger bodies itself, before reading them (made JSON by on_setup_json_errors);
+     * up to twice the limit the handler answers with a JSON 413 that names limits.max_body_bytes */
     s->h2o.max_request_entity_size = cfg->limits.max_body_bytes * 2;
     s->h2o.server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
     /* h2o's HTTP/1 req_timeout (10 s) only covers reading a request and idle keep-alive: a long
@@ -607,6 +726,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     h2o_pathconf_t *pc = h2o_config_register_path(s->hostconf, "/", 0);
     h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
     h->on_req = on_req;
+    h2o_filter_t *f = h2o_create_filter(&s->hostconf->fallback_path, sizeof(*f));
+    f->on_setup_ostream = on_setup_json_errors;
     for (int r = 0; r < R_COUNT; ++r)
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             char labels[64];
@@ -619,28 +740,6 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
         }
     sg_metrics_add_collector(backend_stats_collector, NULL);
 
-    s->n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
-    s->loops = sg_mem_calloc((size_t)s->n_loops, sizeof(*s->loops));
-    uint16_t port = cfg->port;
-    for (int i = 0; i < s->n_loops; ++i) {
-        sg_loop_t *l = &s->loops[i];
-        l->id = i;
-        l->server = s;
-        uint16_t bound = 0;
-        l->listen_fd = open_listener(cfg->host, port, &bound, err, err_size);
-        if (l->listen_fd < 0) {
-            for (int j = 0; j < i; ++j)
-                close(s->loops[j].listen_fd);
-            free(s->loops);
-            s->loops = NULL;
-            s->n_loops = 0;
-            return -1;
-        }
-        if (i == 0) {
-            port = bound; /* port 0: every loop binds the port the first one got */
-            s->bound_port = bound;
-        }
-    }
     pthread_barrier_init(&s->barrier, NULL, (unsigned)s->n_loops + 1);
     for (int i = 0; i < s->n_loops; ++i)
         h2o_multithread_create_thread(&s->loops[i].tid, NULL, loop_main, &s->loops[i]);

@@ -118,7 +118,8 @@ struct st_sg_backend_t {
     const sg_backend_conf_t *conf;
     sg_plugin_t plugin;
     sg_backend *inst;
-    char *identity; /* cache identity: plugin kind + name + plugin identity() */
+    char *identity;    /* cache identity: plugin kind + name + plugin identity() */
+    int serves_access; /* POST /access is answered (the plugin has access() and a page store) */
     /* metrics */
     sg_counter_t *requests[SG_NUM_CODES];
     sg_counter_t *queries[SG_NUM_CODES];
@@ -258,6 +259,8 @@ void sg_rreq_on_result(sg_rreq_t *r, uint32_t uniq_index, sg_blob_t *blob, sg_st
 void sg_retrieve_fail_all(sg_loop_t *loop, const char *why);
 /** Continues a request after the cache lookups finished (cache/cache.c calls it). */
 void sg_rreq_after_cache(sg_rreq_t *r);
+/** Responds when every distinct query has its answer (dispatch found the last ones in L1). */
+void sg_rreq_finish_if_complete(sg_rreq_t *r);
 static inline void sg_rreq_ref(sg_rreq_t *r)
 {
     ++r->refs;

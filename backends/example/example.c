@@ -13,7 +13,8 @@
  *   "max_pending": searches queued before search() returns SG_EOVERLOAD (default 10000)
  *   "directives": when true, a query may start with "@delay=MS ", "@hang " or "@error=STATUS "
  *                 to script one request (default false)
- *   "pages":      [ {"url": "...", "contents": "..."} ] for POST /access (optional)
+ *   "pages":      [ {"url": "...", "contents": "..."} ] for POST /access (optional; without it the
+ *                 backend does not serve /access: has_access() says so and the gateway answers 404)
  *
  * Scoring: the share of the query's distinct words found in the document (lower-cased ASCII
  * words), ties broken by document order; every search returns min(topk, documents) hits.
@@ -507,6 +508,11 @@ fail:
     return st;
 }
 
+static int ex_has_access(sg_backend *self)
+{
+    return self->pages != NULL;
+}
+
 static const sg_backend_vtable vtable = {
     SG_BACKEND_HEADER("example", "1.0.0"),
     .create = ex_create,
@@ -517,6 +523,7 @@ static const sg_backend_vtable vtable = {
     .stats = ex_stats,
     .identity = ex_identity,
     .access = ex_access,
+    .has_access = ex_has_access,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

@@ -16,6 +16,7 @@
  *
  * ABI history
  *   1.0  create/destroy/search/cancel/health/stats, optional access and identity.
+ *   1.1  optional has_access: an instance that implements access() may still have no page store.
  *
  * Threading contract (see docs/plugins.md for the long form)
  *   - create() and destroy() run on the main thread, before the loops start / after they stop.
@@ -43,7 +44,7 @@ extern "C" {
 #endif
 
 #define SG_BACKEND_ABI_MAJOR 1
-#define SG_BACKEND_ABI_MINOR 0
+#define SG_BACKEND_ABI_MINOR 1
 #define SG_BACKEND_ENTRY_NAME "sg_backend_entry"
 
 #if defined(__GNUC__)
@@ -190,7 +191,16 @@ typedef struct sg_backend_vtable {
      * Same completion contract as search().
      */
     sg_status (*access)(sg_backend *self, const sg_search *search, sg_done_fn done, void *cb_data);
-    /* --- 1.1+ members go below; the host checks struct_size first --- */
+
+    /* --- 1.1 (the host checks struct_size before reading these) --- */
+    /**
+     * May be NULL. Whether this instance serves access(): a plugin may implement access() and
+     * still be configured without a page store. 0 = no: the gateway answers POST /access on the
+     * backend with 404 and GET / shows "access": false, exactly as when access is NULL. When NULL,
+     * every instance of a plugin with access() serves it. Main thread, once, after create().
+     */
+    int (*has_access)(sg_backend *self);
+    /* --- 1.2+ members go below --- */
 } sg_backend_vtable;
 
 /** Fills the frozen header; use as the first initializer of the plugin's vtable. */

@@ -976,6 +976,12 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
             goto fail;
         }
         self->have_pages = 1;
+        if (self->pages.n_urls == 0)
+            host->log(SG_LOG_WARN, instance,
+                      "config.pages: no row of %s has a \"url\" field, so POST /access will answer null for every URL (pages "
+                      "are looked up by their \"url\"; a Search-R1 wiki-18.jsonl has none: use a pages file such as "
+                      "wiki_webpages.jsonl, see docs/clients.md)",
+                      pages);
     }
     snprintf(self->identity, sizeof(self->identity),
              "local:%s|ix:%s-%llu-%016llx|co:%llu-%016llx|pg:%016llx|p:%016llx|ml%u|fp:%016llx", sg_e5_identity(self->model),
@@ -1068,6 +1074,13 @@ fail:
     return st;
 }
 
+/* Without a pages file /access is a 404 (a client error: RLinf and ASearcher retry a 503 for
+ * minutes), as on a backend without access() at all. */
+static int local_has_access(struct sg_backend *self)
+{
+    return self->have_pages;
+}
+
 static const sg_backend_vtable vtable = {
     SG_BACKEND_HEADER("local", "1.0.0"),
     .create = local_create,
@@ -1078,6 +1091,7 @@ static const sg_backend_vtable vtable = {
     .stats = local_stats,
     .identity = local_identity,
     .access = local_access,
+    .has_access = local_has_access,
 };
 
 const sg_backend_vtable *sg__local_vtable(void)

@@ -87,6 +87,7 @@ class Gateway:
         self.proc = subprocess.Popen([binary("searchgate"), "--config", self.config_path, "--port", "0"] + list(extra_args),
                                      stdout=self.log, stderr=subprocess.STDOUT, env=e)
         self.port = None
+        self.metrics_headers = None  # the key /metrics needs when keys are in use (clients.admin_key_env, require_key)
         if expect_fail:
             return
         deadline = time.time() + scaled(30)
@@ -126,7 +127,10 @@ class Gateway:
 
     def metric(self, name, **labels):
         """Sum of the samples of `name` whose labels include `labels`."""
-        text = self.get("/metrics").body.decode()
+        r = self.get("/metrics", headers=self.metrics_headers)
+        if r.status != 200:
+            raise AssertionError("GET /metrics: %r" % r)
+        text = r.body.decode()
         total = 0.0
         for line in text.splitlines():
             if line.startswith("#"):

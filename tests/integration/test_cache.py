@@ -186,6 +186,55 @@ class RedisFailures(unittest.TestCase):
             gw.stop()
             redis.close()
 
+    def test_circuit_breaker_stalled_redis(self):
+        """A Redis stopped with SIGSTOP accepts connections but never answers: after a few commands
+        in a row time out the breaker opens, and later lookups skip Redis at once instead of each
+        waiting timeout_ms; it closes when Redis answers again."""
+        redis = Redis()
+        c = cfg(redis.port)
+        c["cache"]["redis"]["timeout_ms"] = 500  # long, so a lookup that waits for it is unmistakable
+        gw = Gateway(c)
+        try:
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            redis.pause()
+            lat = []
+            for i in range(40):  # distinct queries: every one is an L1 miss that would ask Redis
+                t0 = time.time()
+                self.assertEqual(gw.retrieve(["breaker %d" % i]).status, 200)
+                lat.append(time.time() - t0)
+                time.sleep(0.05)  # ~3 s of traffic: each loop reconnects (and probes) several times
+            # only the lookups in flight when the breaker opened (3 timeouts in a row) waited for
+            # Redis; everything after went on at once
+            self.assertLess(sum(lat), scaled(3.0), lat)
+            self.assertLess(max(lat[15:]), scaled(0.25), lat)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_breaker_trips_total"), 1)
+            self.assertEqual(gw.metric("searchgate_cache_redis_breaker_open"), 1)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_bypass_total"), 25)
+            self.assertLessEqual(gw.metric("searchgate_cache_redis_errors_total", kind="timeout"), 20)
+            self.assertEqual(gw.get("/health").json()["cache"]["redis"], "not answering (bypassed)")
+            self.assertTrue(gw.get("/stats").json()["cache"]["redis"]["breaker_open"])
+            log = gw.read_log()
+            self.assertEqual(log.count("circuit breaker open: "), 1, log)
+            self.assertIn("got no reply within 500 ms", log)
+            redis.resume()
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", 15))
+            self.assertEqual(gw.metric("searchgate_cache_redis_breaker_open"), 0)
+            self.assertTrue(wait_for(lambda: "is answering again after" in gw.read_log()))
+            # writes reach Redis again (a loop whose connection is still re-connecting drops its
+            # write: keep asking until one lands)
+            n = [0]
+
+            def written():
+                n[0] += 1
+                gw.retrieve(["after the stall %d" % n[0]])
+                return len(redis.command("KEYS", "sg:r1:*")) >= 1
+
+            self.assertTrue(wait_for(written))
+        finally:
+            redis.resume()
+            gw.stop()
+            redis.close()
+
     def test_no_redis_at_start(self):
         port = sgtest.free_port()  # nothing listens there
         gw = Gateway(cfg(port))
@@ -196,6 +245,59 @@ class RedisFailures(unittest.TestCase):
             self.assertEqual(gw.get("/health").json()["cache"]["redis"], "down (bypassed)")
         finally:
             gw.stop()
+
+
+class RedisStateLog(unittest.TestCase):
+    """A configured Redis that is absent, or goes away, is said in the log once per change (not
+    once per attempt), and so is its return."""
+
+    def lines(self, gw, needle):
+        return [l for l in gw.read_log().splitlines() if needle in l]
+
+    def test_absent_then_up_then_down_then_up(self):
+        port = sgtest.free_port()  # nothing listens there yet
+        gw = Gateway(cfg(port))
+        redis = None
+        try:
+            where = "Redis 127.0.0.1:%d" % port
+            self.assertTrue(wait_for(lambda: self.lines(gw, "is configured but not reachable at start-up")))
+            # traffic and several reconnect attempts on both loops (100 ms .. 2 s apart)
+            for i in range(30):
+                self.assertEqual(gw.retrieve(["absent %d" % i]).status, 200)
+                time.sleep(0.1)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total", kind="connect"), 4)
+            absent = self.lines(gw, "is configured but not reachable at start-up")
+            self.assertEqual(len(absent), 1, gw.read_log())
+            self.assertIn(where, absent[0])
+            self.assertIn("Connection refused", absent[0])
+            self.assertEqual([l for l in gw.read_log().splitlines() if "warn" in l and "[redis]" in l], absent)
+            redis = Redis(port)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", 15))
+            self.assertTrue(wait_for(lambda: self.lines(gw, where + " is answering again after")))
+            redis.stop()
+            for i in range(20):
+                self.assertEqual(gw.retrieve(["gone %d" % i]).status, 200)
+                time.sleep(0.1)
+            self.assertTrue(wait_for(lambda: self.lines(gw, where + " is down (")))
+            redis.start()
+            self.assertTrue(wait_for(lambda: len(self.lines(gw, "is answering again after")) == 2, 15))
+            self.assertEqual(len(self.lines(gw, " is down (")), 1, gw.read_log())
+            self.assertEqual(len(self.lines(gw, "is configured but not reachable")), 1)
+        finally:
+            gw.stop()
+            if redis is not None:
+                redis.close()
+
+    def test_present_at_start(self):
+        redis = Redis()
+        gw = Gateway(cfg(redis.port))
+        try:
+            self.assertTrue(wait_for(lambda: self.lines(gw, "Redis 127.0.0.1:%d: connected" % redis.port)))
+            self.assertIn("Redis 127.0.0.1:%d (timeout 100 ms" % redis.port, gw.read_log())
+            self.assertEqual(self.lines(gw, "not reachable"), [])
+        finally:
+            gw.stop()
+            redis.close()
 
 
 class GlobalRateLimit(unittest.TestCase):

@@ -21,8 +21,10 @@ class SharedGateway(unittest.TestCase):
         cfg["cache"]["redis"]["port"] = redis.port
         cfg["backends"][0]["config"]["index"] = os.path.join(sgtest.BUILD_DIR, "demo", "bm25")
         env = {"SG_KEY_GRPO_MAIN": "k-grpo", "SG_KEY_PPO_ABLATION": "k-ppo", "SG_KEY_EVAL": "k-eval"}
-        check = subprocess.run([sgtest.binary("searchgate"), "--check", "--config", os.path.join(sgtest.SOURCE_DIR, "configs",
-                                "shared-gateway.json")], capture_output=True, text=True, env=dict(os.environ, **env))
+        # --port 0: --check test-binds the address, and port 8000 may be taken on a shared machine
+        check = subprocess.run([sgtest.binary("searchgate"), "--check", "--port", "0", "--config",
+                                os.path.join(sgtest.SOURCE_DIR, "configs", "shared-gateway.json")],
+                               capture_output=True, text=True, env=dict(os.environ, **env))
         # as shipped the config names ../build/demo (make run's build dir): valid when that exists, else a clear error
         if os.path.exists(os.path.join(sgtest.SOURCE_DIR, "build", "demo", "bm25", "bm25.meta")):
             self.assertEqual(check.returncode, 0, check.stderr)

@@ -88,6 +88,19 @@ class Core(unittest.TestCase):
         self.assertEqual(res[0]["contents"], "Hamlet page")
         self.assertIsNone(res[1])
 
+    def test_access_without_page_store_is_404(self):
+        """A backend that implements access() but has no pages configured is a 404 (RLinf and
+        ASearcher retry a 503 ten times ten seconds), and GET / says it has no /access."""
+        for path, body in (("/access/slow", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}),
+                           ("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"], "backend": "nocache"})):
+            r = self.gw.post(path, body)
+            self.assertEqual(r.status, 404, r)
+            self.assertNotIn("retry-after", r.headers)
+            self.assertEqual(r.json()["error"]["type"], "not_found")
+            self.assertIn("has no page store", r.json()["error"]["message"])
+        access = {b["name"]: b["access"] for b in self.gw.get("/").json()["backends"]}
+        self.assertEqual(access, {"example": True, "slow": False, "broken": False, "bad-upstream": False, "nocache": False})
+
     def test_both_shapes_same_documents(self):
         q = ["largest city", "similarity search library"]
         a = self.gw.retrieve(q, topk=4, return_scores=True).json()["result"]
@@ -171,6 +184,72 @@ class Core(unittest.TestCase):
         self.assertIn(needle, body["error"]["message"])
         self.assertEqual(body["detail"], body["error"]["message"])
 
+    def test_strict_json_bodies(self):
+        """RFC 8259: what is not JSON is a 400 invalid_json -- never a silently different query."""
+        ham = self.gw.retrieve(["ham"], topk=1).body
+        for body in (b'{"queries":["ham\x00let"],"topk":1}', b'{"queries":["ham\nlet"]}', b'{"queries":["a\x01"]}',
+                     b'{"queries":["\xff\xfe"]}', b'{"queries":["hamlet"]} xyz', b'{"queries":["a"],"topk":01}'):
+            r = self.gw.post("/retrieve", body, headers={"Content-Type": "application/json"})
+            self.assertError(r, 400, "not valid JSON")
+            self.assertEqual(r.json()["error"]["type"], "invalid_json")
+            self.assertNotEqual(r.body, ham)
+        self.assertError(self.gw.post("/access", b'{"urls":["a\x00b"]}'), 400, "raw NUL byte in a string")
+        # the escaped NUL stays a 422 (valid JSON, but not a query the backends can take)
+        self.assertError(self.gw.post("/retrieve", b'{"queries":["ham\\u0000let"]}'), 422, "NUL")
+        # a key given twice keeps its last value, as Python's json does
+        r = self.gw.post("/retrieve", b'{"queries":["paris"],"topk":1,"queries":["hamlet"],"topk":2,"return_scores":true}')
+        self.assertEqual(r.status, 200, r)
+        res = r.json()["result"]
+        self.assertEqual(len(res), 1)
+        self.assertEqual(len(res[0]), 2)
+        self.assertTrue(res[0][0]["document"]["contents"].startswith('"Hamlet"'))
+
+    def raw(self, data):
+        """Sends raw bytes on a fresh connection; returns (status, headers dict, body)."""
+        with socket.create_connection(("127.0.0.1", self.gw.port), timeout=10) as s:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:  # h2o closed with our bytes unread: the answer came first
+                    break
+                if not chunk:
+                    break
+                got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        return int(lines[0].split()[1]), headers, body
+
+    def test_h2o_errors_are_json(self):
+        """Requests h2o refuses before the handler runs get the gateway's JSON error shape."""
+        cases = [
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "bad_request",
+             "broken chunked-encoding"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "bad_request",
+             "unknown transfer-encoding"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n", 400, "bad_request",
+             "broken content-length header"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n", 413, "too_large",
+             "limits.max_body_bytes (400000 bytes)"),
+            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n", 417,
+             "expectation_failed", "unknown expectation"),
+        ]
+        for data, status, typ, needle in cases:
+            st, headers, body = self.raw(data)
+            self.assertEqual(st, status, body)
+            self.assertEqual(headers["content-type"], "application/json", body)
+            self.assertEqual(int(headers["content-length"]), len(body))
+            err = json.loads(body)
+            self.assertEqual(err["error"], {"code": status, "type": typ, "message": err["detail"]})
+            self.assertIn(needle, err["detail"])
+        # what h2o writes straight to the socket stays plain text (documented in docs/api.md)
+        many = b"".join(b"X-H%d: v\r\n" % i for i in range(101))
+        st, headers, body = self.raw(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        self.assertEqual((st, body), (400, b"Bad Request"))
+
     def test_error_statuses(self):
         gw = self.gw
         self.assertError(gw.post("/retrieve", "not json"), 400, "not valid JSON")
@@ -195,7 +274,9 @@ class Core(unittest.TestCase):
         self.assertIn("retry-after", gw.retrieve(["x"], path="/retrieve/broken").headers)
         self.assertError(gw.retrieve(["@error=internal boom"]), 500, "scripted failure")
         self.assertError(gw.retrieve(["@error=timeout boom"]), 504, "scripted failure")
-        self.assertError(gw.retrieve(["x"], headers={"X-Timeout-Ms": "soon"}), 422, "X-Timeout-Ms")
+        for bad in ("soon", "0", "-5", "-1", "5abc", "+5", "1.5", "1e3", "99999999999999999999999"):
+            self.assertError(gw.retrieve(["x"], headers={"X-Timeout-Ms": bad}), 422, "X-Timeout-Ms")
+        self.assertEqual(gw.retrieve(["x"], headers={"X-Timeout-Ms": "5000"}).status, 200)
         self.assertError(gw.post("/access", {"urls": [1]}), 422, "urls[0] must be a string")
 
     def test_body_over_h2o_limit(self):
@@ -298,6 +379,22 @@ class Core(unittest.TestCase):
 
     # --- health, metrics, root ---
 
+    def test_stats_window(self):
+        """window is whole seconds in [10, 900]; anything else is a 400 naming the range, not a clamp."""
+        self.assertEqual(len(self.gw.get("/stats").json()["series"]), 300)
+        for value, n in (("10", 10), ("900", 900), ("60", 60)):
+            r = self.gw.get("/stats?window=" + value)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json()["window_s"], n)
+            self.assertEqual(len(r.json()["series"]), n)
+        self.assertEqual(self.gw.get("/stats?window=60&window=20").json()["window_s"], 20)  # the last one, as Starlette
+        self.assertEqual(self.gw.get("/stats?xwindow=5&other=1").json()["window_s"], 300)  # other parameters are ignored
+        for bad in ("abc", "5", "9", "901", "-1", "", "10.5", "60x", "+60", "%3600", "1000000000000"):
+            r = self.gw.get("/stats?window=" + bad)
+            self.assertError(r, 400, "window must be a whole number of seconds in [10, 900]")
+            self.assertEqual(r.json()["error"]["type"], "bad_request")
+        self.assertGreaterEqual(self.gw.metric("searchgate_http_requests_total", route="stats", code="400"), 11)
+
     def test_health_metrics_root(self):
         r = self.gw.get("/health")
         self.assertEqual(r.status, 503)  # "broken" is configured to fail
@@ -324,6 +421,52 @@ class Core(unittest.TestCase):
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
                 float(value.replace("+Inf", "inf").replace("NaN", "nan"))
+
+
+class DebugLog(unittest.TestCase):
+    """log_level debug: one line per request with route, backend, client and outcome."""
+
+    def test_per_request_lines(self):
+        env = {"SG_TEST_KEY_DBG": "k-dbg"}
+        cfg = config(log_level="debug",
+                     clients={"keys": [{"id": "job-dbg", "key_env": "SG_TEST_KEY_DBG"}]})
+        gw = Gateway(cfg, env=env)
+        try:
+            self.assertEqual(gw.retrieve(["who wrote hamlet", "paris", "paris"], headers={"X-API-Key": "k-dbg"}).status, 200)
+            self.assertEqual(gw.post("/retrieve", {"queries": [3]}).status, 422)
+            self.assertEqual(gw.retrieve(["x"], headers={"X-API-Key": "nope"}).status, 401)
+            self.assertEqual(gw.retrieve(["x"], path="/retrieve/missing").status, 404)
+            self.assertEqual(gw.retrieve(["x"], path="/retrieve/broken").status, 503)
+            self.assertEqual(gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}).status, 200)
+            self.assertEqual(gw.get("/metrics").status, 200)
+            self.assertEqual(gw.get("/nope").status, 404)
+            # the other routes log after their answer went out: give the last line a moment
+            deadline = time.time() + scaled(5)
+            while "GET /nope 404" not in gw.read_log() and time.time() < deadline:
+                time.sleep(0.02)
+            log = gw.read_log()
+        finally:
+            gw.stop()
+        req = [l for l in log.splitlines() if "debug [request]" in l]
+        self.assertRegex(req[0], r"debug \[request\] \d+-\d+ POST /retrieve backend=example client=job-dbg status=200 "
+                                 r"queries=3 distinct=2 l1=0 redis=0 misses=2 ms=[\d.]+$")
+        self.assertIn("- POST /retrieve backend=example client=- status=422 error=validation_error queries=0", req[1])
+        self.assertIn("backend=example client=- status=401 error=unauthorized", req[2])
+        self.assertIn("backend=- client=- status=404 error=not_found", req[3])
+        self.assertRegex(req[4], r"POST /retrieve backend=broken client=ip:127\.0\.0\.1 status=503 error=unavailable queries=1 ")
+        self.assertIn("POST /access backend=example client=ip:127.0.0.1 status=200 queries=1 ms=", req[5])
+        self.assertEqual(len(req), 6, "\n".join(req))
+        self.assertRegex(log, r"debug \[http\] GET /metrics 200")
+        self.assertRegex(log, r"debug \[http\] GET /nope 404")
+
+    def test_quiet_at_info(self):
+        gw = Gateway(config())
+        try:
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)
+            log = gw.read_log()
+        finally:
+            gw.stop()
+        self.assertNotIn("debug", log)
 
 
 class Shutdown(unittest.TestCase):

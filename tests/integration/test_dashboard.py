@@ -54,5 +54,42 @@ class Dashboard(unittest.TestCase):
             shutil.rmtree(profile, ignore_errors=True)
 
 
+class DashboardWithKeys(unittest.TestCase):
+    """With keys in use /stats needs the admin key: the page asks for it, or takes it from the
+    URL fragment (never sent to the server), and then renders as usual."""
+
+    def dom(self, gw, profile, url_suffix):
+        out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                              "--user-data-dir=" + profile, "--virtual-time-budget=5000", "--dump-dom",
+                              "http://127.0.0.1:%d/dashboard%s" % (gw.port, url_suffix)],
+                             capture_output=True, text=True, timeout=120)
+        return out.stdout
+
+    def test_admin_key(self):
+        self.assertTrue(shutil.which(CHROMIUM), "chromium is required")
+        gw = Gateway({"backends": [example_backend()],
+                      "clients": {"require_key": True, "admin_key_env": "SG_TEST_DASH_ADMIN",
+                                  "keys": [{"id": "job", "key_env": "SG_TEST_DASH_JOB"}]}},
+                     env={"SG_TEST_DASH_ADMIN": "adm-key", "SG_TEST_DASH_JOB": "job-key"})
+        profile = tempfile.mkdtemp(prefix="sgchromium-")
+        try:
+            for i in range(10):
+                self.assertEqual(gw.retrieve(["paris %d" % (i % 2)], topk=1, headers={"X-API-Key": "job-key"}).status, 200)
+            time.sleep(1.2)
+            dom = self.dom(gw, profile, "")
+            self.assertIn("/stats needs the admin key", dom)
+            self.assertRegex(dom, r'<form id="keyform">')  # shown (no "hidden" attribute)
+            self.assertNotIn("<td>example</td>", dom)
+            dom = self.dom(gw, profile, "#key=adm-key")
+            self.assertRegex(dom, r'<form id="keyform" hidden="">')
+            self.assertIn('id="error"></span>', dom)
+            self.assertRegex(dom, r"<tr><td>example</td><td>10</td><td>10</td><td>8</td><td>0</td><td>2</td>")
+            self.assertNotIn("adm-key", dom)  # the fragment is gone from the address and the page
+        finally:
+            gw.stop()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
 if __name__ == "__main__":
     sgtest.main()

@@ -22,6 +22,7 @@ class Auth(unittest.TestCase):
             "clients": {"require_key": True, "keys": [{"id": "job-a", "key_env": "SG_TEST_KEY_A"},
                                                       {"id": "job-b", "key_env": "SG_TEST_KEY_B"}]},
         })
+        cls.gw.metrics_headers = {"X-API-Key": "key-for-job-a-0123456789"}  # require_key guards /metrics too
 
     @classmethod
     def tearDownClass(cls):

@@ -151,6 +151,47 @@ class LocalE2E(unittest.TestCase):
         self.assertEqual(res[2]["contents"], "Paris page")
 
 
+class LocalAccessWithoutPages(unittest.TestCase):
+    """/access needs a pages file whose rows carry "url": without one it is a 404 (not a 503 that
+    RLinf/ASearcher retry for minutes), and a pages file without any "url" is warned about."""
+
+    def test_no_pages_and_pages_without_urls(self):
+        d = tempfile.mkdtemp(prefix="sglocal-nopages-")
+        try:
+            corpus = os.path.join(d, "wiki-18.jsonl")
+            with open(corpus, "w") as f:
+                for i in range(8):
+                    f.write(json.dumps({"id": str(i), "contents": "\"T%d\"\nrow %d" % (i, i)}) + "\n")
+            index = os.path.join(d, "e5_Flat.index")
+            tool("searchgate-index-dense", "--model", MODEL, corpus, index)
+            base = {"model": MODEL, "index": index, "corpus": corpus, "workers": 1}
+            gw = sgtest.Gateway({"backends": [
+                {"name": "nopages", "plugin": "local", "config": base},
+                {"name": "nourl", "plugin": "local", "config": dict(base, pages=corpus)}]})
+            try:
+                r = gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]})
+                self.assertEqual(r.status, 404, r)
+                self.assertNotIn("retry-after", r.headers)
+                self.assertIn("has no page store", r.json()["error"]["message"])
+                access = {b["name"]: b["access"] for b in gw.get("/").json()["backends"]}
+                self.assertEqual(access, {"nopages": False, "nourl": True})
+                r = gw.post("/access/nourl", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]})
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.json(), {"result": [None]})
+                log = gw.read_log()
+                self.assertEqual(log.count('no row of %s has a "url" field' % corpus), 1, log)
+            finally:
+                gw.stop()
+            # the second start reuses the pages sidecar: the warning must not depend on building it
+            gw = sgtest.Gateway({"backends": [{"name": "nourl", "plugin": "local", "config": dict(base, pages=corpus)}]})
+            try:
+                self.assertIn('no row of %s has a "url" field' % corpus, gw.read_log())
+            finally:
+                gw.stop()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class LocalStartupFailures(unittest.TestCase):
     """A corrupt index, model or corpus stops start-up with a message naming the file."""
 

@@ -107,8 +107,20 @@ static void test_errors(void **state)
         {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"mode\":\"drop\"}}}", "clients.default.mode: expected one of"},
         {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"rate\":-1}}}", "clients.default.rate: expected a number"},
         {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"key_env\":\"X\"}}}", "clients.default.key_env: unknown key"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"rate\":5,\"global\":true}}}",
+         "clients.default.global: needs cache.redis (the shared rate limit is kept in Redis), got true"},
+        {"{\"backends\":[" BACKEND
+         "],\"cache\":{\"redis\":null},\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\","
+         "\"global\":true}]}}",
+         "clients.keys[0].global: needs cache.redis"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"admin_key_env\":\"SG_TEST_UNSET_VAR\"}}",
+         "clients.admin_key_env: environment variable SG_TEST_UNSET_VAR (named here) is not set or empty"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"admin_key_env\":\"SG_TEST_KEY_A\",\"keys\":[{\"id\":\"a\","
+         "\"key_env\":\"SG_TEST_KEY_A\"}]}}",
+         "clients.admin_key_env: the admin key must differ from every client key (it is the key of clients.keys[0])"},
     };
     unsetenv("SG_TEST_UNSET_VAR");
+    setenv("SG_TEST_KEY_A", "secret-a", 1);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
         sg_config_t cfg;
         char err[512] = "";

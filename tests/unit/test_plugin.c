@@ -23,7 +23,9 @@ static void expect_load_error(const char *file, const char *needle)
 static void test_bad_plugins(void **state)
 {
     (void)state;
-    expect_load_error("sg_test_bad_abi.so", "built for plugin ABI 2.0, this gateway speaks 1.0");
+    char want[96];
+    snprintf(want, sizeof(want), "built for plugin ABI 2.0, this gateway speaks %d.%d", SG_BACKEND_ABI_MAJOR, SG_BACKEND_ABI_MINOR);
+    expect_load_error("sg_test_bad_abi.so", want);
     expect_load_error("sg_test_no_entry.so", "no sg_backend_entry() exported");
     expect_load_error("sg_test_no_search.so", "lacks one of create/destroy/search/health");
     expect_load_error("does_not_exist.so", "cannot load");
@@ -122,6 +124,44 @@ static void test_destroy_cancels_pending(void **state)
     sg_plugin_unload(&p);
 }
 
+static sg_status fake_access(sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
+{
+    (void)self, (void)s, (void)done, (void)cb_data;
+    return SG_EUNAVAIL;
+}
+
+static int answer_no(sg_backend *self)
+{
+    (void)self;
+    return 0;
+}
+
+static int must_not_be_called(sg_backend *self)
+{
+    (void)self;
+    fail_msg("has_access read beyond a 1.0 vtable");
+    return 0;
+}
+
+/* has_access (ABI 1.1) decides per instance; a 1.0 plugin's table is never read past its size. */
+static void test_serves_access(void **state)
+{
+    (void)state;
+    sg_backend_vtable vt = {SG_BACKEND_HEADER("t", "1"), .access = fake_access};
+    sg_plugin_t p = {NULL, &vt, NULL};
+    assert_int_equal(sg_plugin_serves_access(&p, NULL), 1); /* access, no has_access */
+    vt.has_access = answer_no;
+    assert_int_equal(sg_plugin_serves_access(&p, NULL), 0);
+    vt.access = NULL;
+    vt.has_access = NULL;
+    assert_int_equal(sg_plugin_serves_access(&p, NULL), 0); /* no access() at all */
+    vt.access = fake_access;
+    vt.has_access = must_not_be_called;
+    vt.abi_minor = 0;
+    vt.struct_size = (uint32_t)offsetof(sg_backend_vtable, has_access);
+    assert_int_equal(sg_plugin_serves_access(&p, NULL), 1);
+}
+
 static void test_status_mapping(void **state)
 {
     (void)state;
@@ -138,6 +178,7 @@ static void test_status_mapping(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bad_plugins), cmocka_unit_test(test_example_plugin),
-                                       cmocka_unit_test(test_destroy_cancels_pending), cmocka_unit_test(test_status_mapping)};
+                                       cmocka_unit_test(test_destroy_cancels_pending), cmocka_unit_test(test_serves_access),
+                                       cmocka_unit_test(test_status_mapping)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -580,6 +580,9 @@ static int try_reuse(sg_jsonl_t *j, const struct stat *st, int want_table)
         j->table = NULL;
         return -1;
     }
+    if (j->table != NULL) /* the count is not stored: the start-up log and its warning need it */
+        for (uint64_t i = 0; i <= j->table_mask; ++i)
+            j->n_urls += j->table[i] != 0;
     j->side_reused = 1;
     return 0;
 }
