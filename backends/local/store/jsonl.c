@@ -824,6 +824,26 @@ int sg_jsonl_open(const char *path, const sg_jsonl_opts_t *opts, sg_jsonl_t *j, 
     return 0;
 }
 
+int sg_jsonl_open_buffer(const char *data, size_t size, const char *name, int url_table, sg_jsonl_t *j, char *err, size_t err_size)
+{
+    memset(j, 0, sizeof(*j));
+    j->path = strdup(name);
+    if (j->path == NULL)
+        abort();
+    j->data = size > 0 ? data : "";
+    j->size = size;
+    j->data_borrowed = 1;
+    struct stat st;
+    memset(&st, 0, sizeof(st));
+    st.st_size = (off_t)size;
+    if (build(j, &st, url_table, err, err_size) != 0) {
+        sg_jsonl_close(j);
+        return -1;
+    }
+    snprintf(j->side_note, sizeof(j->side_note), "in memory only: the rows are not a file");
+    return 0;
+}
+
 void sg_jsonl_close(sg_jsonl_t *j)
 {
     if (j->side != NULL) {
@@ -832,7 +852,7 @@ void sg_jsonl_close(sg_jsonl_t *j)
         else
             munmap(j->side, j->side_size);
     }
-    if (j->data != NULL && j->size > 0)
+    if (j->data != NULL && j->size > 0 && !j->data_borrowed)
         munmap((void *)j->data, j->size);
     free(j->path);
     free(j->side_path);

@@ -39,10 +39,17 @@ typedef struct st_sg_jsonl_t {
     int side_reused;     /* 1: read from disk; 0: built now */
     char side_note[256]; /* why it is kept in memory only, when it is */
     uint64_t n_urls;     /* rows with a "url" in the table */
+    int data_borrowed;   /* data is the caller's buffer (sg_jsonl_open_buffer): never unmapped */
 } sg_jsonl_t;
 
 /** Opens `path`. Returns 0, or -1 with a message naming the file (and line) in `err`. */
 int sg_jsonl_open(const char *path, const sg_jsonl_opts_t *opts, sg_jsonl_t *j, char *err, size_t err_size);
+/**
+ * The same scan and checks over `size` bytes at `data`, which the caller keeps alive and
+ * unchanged until sg_jsonl_close (nothing is copied, no sidecar is read or written); `name`
+ * stands for the file in messages. For rows that are not a file, and for the fuzz target.
+ */
+int sg_jsonl_open_buffer(const char *data, size_t size, const char *name, int url_table, sg_jsonl_t *j, char *err, size_t err_size);
 void sg_jsonl_close(sg_jsonl_t *j);
 /** Row `row` (< n_rows): the JSON object's bytes without line terminator. */
 void sg_jsonl_row(const sg_jsonl_t *j, uint64_t row, const char **p, size_t *len);
