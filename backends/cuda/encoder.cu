@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(BLOCK)
              int h, float eps, float *x32, __half *xh)
 {
     SGC_SHARED_DYN(float, row);
-    __shared__ float red[32];
+    SGC_SHARED(float, red, [32]);
     const int64_t r = blockIdx.x;
     const int p = (int)(r % L);
     const __half *we = word + (int64_t)ids[r] * h, *pe = pos + (int64_t)p * h;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(BLOCK) bias_res_ln(const float *y, const float
                                                      const float *b, int h, float eps, float *o32, __half *o16)
 {
     SGC_SHARED_DYN(float, row);
-    __shared__ float red[32];
+    SGC_SHARED(float, red, [32]);
     const int64_t r = blockIdx.x;
     float s = 0.0f;
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
@@ -155,7 +155,7 @@ __global__ void softmax_masked(const float *s, const int32_t *lens, int B, int L
 __global__ void __launch_bounds__(BLOCK) pool_normalize(const float *x32, const int32_t *lens, int L, int h, float *out)
 {
     SGC_SHARED_DYN(float, row);
-    __shared__ float red[32];
+    SGC_SHARED(float, red, [32]);
     const int64_t b = blockIdx.x;
     const int len = lens[b];
     const float *base = x32 + b * L * h;

@@ -123,9 +123,9 @@ __global__ void __launch_bounds__(SEL_BLOCK)
     select_topk(const float *vin, const int32_t *iin, int64_t n, int64_t ld_in, int32_t base, const float *norms, int k,
                 float *vout, int32_t *iout, int64_t ld_out)
 {
-    __shared__ float sv[SEL_CAP];
-    __shared__ int32_t si[SEL_CAP];
-    __shared__ int cnt;
+    SGC_SHARED(float, sv, [SEL_CAP]);
+    SGC_SHARED(int32_t, si, [SEL_CAP]);
+    SGC_SHARED(int, cnt, );
     const int tid = threadIdx.x;
     const int64_t q = blockIdx.y;
     const int64_t begin = (int64_t)blockIdx.x * SG_GPU_SELECT_CHUNK;

@@ -17,12 +17,16 @@
 #ifdef SGC_EMULATE
 /* tests/gpu/emu: the same code run on the CPU (fibers for threads, a reference GEMM for cuBLAS) */
 #include "cuda_emu.h"
+#define SGC_LAUNCH(kernel, grid, block, smem, stream, ...) SGC_EMU_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__)
 #else
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 /* kernel<<<grid, block, smem, stream>>>(args), written as a macro so the emulator can run it */
 #define SGC_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+/* static shared memory: SGC_SHARED(float, red, [32]) is __shared__ float red[32] (the emulation
+ * gives each running block its own, and counts it against the per-block limit) */
+#define SGC_SHARED(type, name, dims) __shared__ type name dims
 /* the dynamic shared memory of a kernel */
 #define SGC_SHARED_DYN(type, name) extern __shared__ type name[]
 #endif
@@ -56,7 +60,7 @@ static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what
     } while (0)
 
 /* Sum of `v` over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
- * `red` is __shared__ float[32]. Contains __syncthreads: all threads must call it. */
+ * `red` is shared float[32] (SGC_SHARED). Contains __syncthreads: all threads must call it. */
 static __device__ __forceinline__ float sgc_block_sum(float v, float *red)
 {
     for (int o = 16; o > 0; o >>= 1)
