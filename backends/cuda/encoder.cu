@@ -198,7 +198,7 @@ static int up_f16(int dev, const float *const *parts, int n_parts, size_t part, 
         e = cudaMemcpy(*dst, tmp, n * sizeof(__half), cudaMemcpyHostToDevice);
     free(tmp);
     if (e != cudaSuccess)
-        return sgc_fail(err, err_size, dev, "uploading fp16 weights", cudaGetErrorString(e), (int)e);
+        return sgc_fail_cuda(err, err_size, dev, "uploading fp16 weights", e);
     return 0;
 }
 
@@ -516,7 +516,7 @@ int sgc_encode_ids(sg_cuda_encoder_ws *w, const int32_t *const *ids, const uint3
         SGC_CUDA(cudaMemcpyAsync(w->ids, w->h_ids, B * L * sizeof(int32_t), cudaMemcpyHostToDevice, w->stream));
         SGC_CUDA(cudaMemcpyAsync(w->lens, w->h_lens, B * sizeof(int32_t), cudaMemcpyHostToDevice, w->stream));
         if (forward(w, (int)B, (int)L, err, err_size) != 0) {
-            cudaStreamSynchronize(w->stream);
+            sgc_note_cuda(dev, cudaStreamSynchronize(w->stream), "cudaStreamSynchronize (encoder)");
             return -1;
         }
         SGC_CUDA(cudaMemcpyAsync(w->h_out, w->pooled, B * (size_t)h * sizeof(float), cudaMemcpyDeviceToHost, w->stream));

@@ -523,7 +523,7 @@ int sgc_flat_create(const sg_cuda_flat_desc *desc, sg_cuda_flat **out, char *err
         dev = s->dev;
         cudaError_t ce = cudaSetDevice(dev);
         if (ce != cudaSuccess) {
-            sgc_fail(err, err_size, dev, "cudaSetDevice", cudaGetErrorString(ce), (int)ce);
+            sgc_fail_cuda(err, err_size, dev, "cudaSetDevice", ce);
             goto out;
         }
         char what[256], v[32], b[32];
@@ -665,7 +665,9 @@ static int search_part(sg_cuda_flat *f, size_t nq, const float *queries, int k, 
         if (e == cudaSuccess)
             e = cudaStreamSynchronize(s->stream);
         if (e != cudaSuccess && rc == 0)
-            rc = sgc_fail(err, err_size, dev, "cudaStreamSynchronize (flat search)", cudaGetErrorString(e), (int)e);
+            rc = sgc_fail_cuda(err, err_size, dev, "cudaStreamSynchronize (flat search)", e);
+        else
+            sgc_note_cuda(dev, e, "cudaStreamSynchronize (flat search)");
     }
     if (rc != 0)
         return -1;

@@ -37,11 +37,24 @@ static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what
     return -1;
 }
 
+#define SGC_MAX_DEVICES 64
+
+/* Remembers a sticky CUDA error (an illegal address, a failed launch...: the device's context is
+ * unusable until the process restarts) of GPU `dev`, seen by `what`; device_error() reports it,
+ * and through it the local backend's health. Other errors are ignored. Any thread. */
+void sgc_note_cuda(int dev, cudaError_t e, const char *what);
+
+static inline int sgc_fail_cuda(char *err, size_t err_size, int dev, const char *what, cudaError_t e)
+{
+    sgc_note_cuda(dev, e, what);
+    return sgc_fail(err, err_size, dev, what, cudaGetErrorString(e), (int)e);
+}
+
 #define SGC_CUDA(call)                                                                                                             \
     do {                                                                                                                           \
         cudaError_t e_ = (call);                                                                                                   \
         if (e_ != cudaSuccess)                                                                                                     \
-            return sgc_fail(err, err_size, dev, #call, cudaGetErrorString(e_), (int)e_);                                           \
+            return sgc_fail_cuda(err, err_size, dev, #call, e_);                                                                   \
     } while (0)
 
 #define SGC_BLAS(call)                                                                                                             \
@@ -56,7 +69,7 @@ static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what
     do {                                                                                                                           \
         cudaError_t e_ = cudaGetLastError();                                                                                       \
         if (e_ != cudaSuccess)                                                                                                     \
-            return sgc_fail(err, err_size, dev, "launch of " name, cudaGetErrorString(e_), (int)e_);                               \
+            return sgc_fail_cuda(err, err_size, dev, "launch of " name, e_);                                                       \
     } while (0)
 
 /* Sum of `v` over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
