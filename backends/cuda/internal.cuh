@@ -17,19 +17,28 @@
 #ifdef SGC_EMULATE
 /* tests/gpu/emu: the same code run on the CPU (fibers for threads, a reference GEMM for cuBLAS) */
 #include "cuda_emu.h"
-#define SGC_LAUNCH(kernel, grid, block, smem, stream, ...) SGC_EMU_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__)
+#define SGC_KERNEL_CALL(kernel, grid, block, smem, stream, ...) SGC_EMU_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__)
 #else
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-/* kernel<<<grid, block, smem, stream>>>(args), written as a macro so the emulator can run it */
-#define SGC_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define SGC_KERNEL_CALL(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 /* static shared memory: SGC_SHARED(float, red, [32]) is __shared__ float red[32] (the emulation
  * gives each running block its own, and counts it against the per-block limit) */
 #define SGC_SHARED(type, name, dims) __shared__ type name dims
 /* the dynamic shared memory of a kernel */
 #define SGC_SHARED_DYN(type, name) extern __shared__ type name[]
 #endif
+
+/* kernel<<<grid, block, smem, stream>>>(args), written as a macro so the emulator can run it. The
+ * calling thread's last error is cleared first: a failed call leaves it set (CUDA clears it only in
+ * cudaGetLastError), and SGC_LAUNCHED would otherwise report that old error -- say a sticky one of
+ * another GPU -- as this launch's. */
+#define SGC_LAUNCH(kernel, grid, block, smem, stream, ...)                                                                         \
+    do {                                                                                                                           \
+        (void)cudaGetLastError();                                                                                                  \
+        SGC_KERNEL_CALL(kernel, grid, block, smem, stream, __VA_ARGS__);                                                           \
+    } while (0)
 
 static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what, const char *msg, int code)
 {

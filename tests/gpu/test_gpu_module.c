@@ -625,6 +625,9 @@ static int suite_sticky(const char *model_dir)
               strstr(err, "restart") != NULL,
           "unclear message: %s", err);
     CHECK(api->device_error(1, err, sizeof(err)) == 0, "GPU 1 reported broken: %s", err);
+    /* the same thread goes on with GPU 1: GPU 0's error is not taken for one of GPU 1 */
+    CHECK(api->encode_ids(w[1], &idp, &len, 1, out, err, sizeof(err)) == 0, "GPU 1 after GPU 0 faulted: %s", err);
+    CHECK(api->device_error(1, err, sizeof(err)) == 0, "GPU 1 reported broken after it worked: %s", err);
     /* sticky: every later call on GPU 0 fails the same way */
     CHECK(api->encode_ids(w[0], &idp, &len, 1, out, err, sizeof(err)) == -1 && strstr(err, "(700)") != NULL,
           "GPU 0 worked again: %s", err);
