@@ -6,14 +6,15 @@
  * (tests/gpu/emu, label "gpu-emu") everywhere, so the module's own code is exercised here too.
  *
  *   test_gpu_module MODULE probe
- *   test_gpu_module MODULE encoder MODEL_DIR [MAX_LEN]
+ *   test_gpu_module MODULE encoder MODEL_DIR [MAX_LEN [GOLDEN_TEXTS]]
  *   test_gpu_module MODULE flat ROWS DIM QUERIES MAX_QUERIES
  *   test_gpu_module MODULE random ROWS DIM QUERIES
  *   test_gpu_module MODULE memory MODEL_DIR
  *   test_gpu_module MODULE sticky MODEL_DIR
  *
- * encoder: every text of tests/fixtures/e5-tiny/golden.jsonl plus long and one-word texts,
- *   encoded by the CPU and on every GPU, whole, one at a time and in many small forward passes;
+ * encoder: every text of tests/fixtures/e5-tiny/golden.jsonl (or the first GOLDEN_TEXTS) plus long
+ *   and one-word texts, encoded by the CPU and on every GPU, whole, one at a time and in many small
+ *   forward passes;
  *   cosine >= 0.999 per query (fp16 weights) and the same vector whatever the batch.
  * flat: FAISS Flat IP and L2 files written here, searched by FAISS (exact fp32) and on the GPUs,
  *   sharded over all of them and on one: per rank the same id, or a near-tie (the exact scores
@@ -121,7 +122,7 @@ static double cosine(const float *a, const float *b, int d)
     return ab / sqrt(aa * bb);
 }
 
-static int suite_encoder(const char *model_dir, uint32_t max_len)
+static int suite_encoder(const char *model_dir, uint32_t max_len, size_t golden)
 {
     char err[1024];
     sg_e5_model *m;
@@ -135,7 +136,7 @@ static int suite_encoder(const char *model_dir, uint32_t max_len)
     MUST(gold != NULL, "cannot read %s", gold_path);
     char *texts[128];
     size_t lens_txt[128], n = 0;
-    for (char *line = strtok(gold, "\n"); line != NULL && n < 100; line = strtok(NULL, "\n"))
+    for (char *line = strtok(gold, "\n"); line != NULL && n < golden && n < 100; line = strtok(NULL, "\n"))
         if ((texts[n] = tu_json_string_field(line, "text", &lens_txt[n])) != NULL)
             ++n;
     const char *extra[] = {"a", "who wrote the play hamlet", "", "Zürich 東京 naïve résumé ÅÄÖ"};
@@ -669,7 +670,8 @@ int main(int argc, char **argv)
     if (strcmp(suite, "probe") == 0)
         return 0;
     if (strcmp(suite, "encoder") == 0 && argc >= 4)
-        suite_encoder(argv[3], argc >= 5 ? (uint32_t)strtoul(argv[4], NULL, 10) : 256);
+        suite_encoder(argv[3], argc >= 5 ? (uint32_t)strtoul(argv[4], NULL, 10) : 256,
+                      argc >= 6 ? (size_t)strtoul(argv[5], NULL, 10) : 100);
     else if (strcmp(suite, "sticky") == 0 && argc >= 4)
         suite_sticky(argv[3]);
     else if (strcmp(suite, "flat") == 0 && argc >= 7)
