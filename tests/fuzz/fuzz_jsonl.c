@@ -11,9 +11,35 @@
 #include "fuzz_util.h"
 #include "jsonl.h"
 
+#include <cJSON.h>
+
 static int is_blank_byte(char c)
 {
     return c == ' ' || c == '\t' || c == '\r';
+}
+
+/* As Python's json.loads reads the row (the last of duplicate keys wins), through cJSON: 1 with
+ * the "url" string (malloc'ed) when it is one without NULs, 0 when the row has no string "url",
+ * -1 when cJSON cannot tell (it rejects some rows Python accepts, e.g. lone surrogates). */
+static int reference_url(const char *row, size_t len, char **out)
+{
+    *out = NULL;
+    cJSON *o = cJSON_ParseWithLength(row, len);
+    if (o == NULL)
+        return -1;
+    const cJSON *last = NULL;
+    for (const cJSON *c = o->child; c != NULL; c = c->next)
+        if (c->string != NULL && strcmp(c->string, "url") == 0)
+            last = c;
+    int r = 0;
+    if (cJSON_IsString(last)) {
+        *out = strdup(last->valuestring);
+        r = 1;
+    } else if (last != NULL && last->type == cJSON_Invalid) {
+        r = -1;
+    }
+    cJSON_Delete(o);
+    return r;
 }
 
 /* The normalised "url" string of a row, malloc'ed, or NULL. */
@@ -100,6 +126,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(v >= p && v + vl <= p + len && vl > 0);
         size_t ul;
         char *u = url_of(p, len, &ul);
+        /* the same "url" as Python's dict of the row (where cJSON can tell, and no key or value
+         * holds an escaped NUL, which cJSON cuts) */
+        char *ref;
+        const int rr = memmem(p, len, "\\u0000", 6) == NULL ? reference_url(p, len, &ref) : -1;
+        if (rr >= 0) {
+            FUZZ_CHECK((rr == 1) == (u != NULL));
+            if (rr == 1) {
+                char *norm = malloc(strlen(ref) * 2 + 1);
+                FUZZ_CHECK(norm != NULL);
+                size_t nl = sg_jsonl_normalize_url(ref, strlen(ref), norm);
+                FUZZ_CHECK(nl == ul && memcmp(norm, u, ul) == 0);
+                free(norm);
+            }
+            free(ref);
+        }
         if (u == NULL)
             continue;
         ++urls;
