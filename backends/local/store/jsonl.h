@@ -70,7 +70,8 @@ int sg_json_check_object(const char *p, size_t len, const char **why, size_t *at
 int sg_json_check_string(const char *p, size_t len);
 /**
  * Finds top-level key `key` of the object p[0..len). Returns 1 and the raw value span (for a
- * string, including its quotes) or 0 when absent.
+ * string, including its quotes) or 0 when absent. A key written more than once means its last
+ * value, as in Python's json.loads.
  */
 int sg_json_find_key(const char *p, size_t len, const char *key, const char **val, size_t *val_len);
 /** Decodes the JSON string literal s[0..len) (with quotes) to UTF-8; malloc'ed, NUL-terminated. */
