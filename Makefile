@@ -48,14 +48,20 @@ build-cuda: deps-test
 	cmake --build $(CUDA_BUILD) -j$(JOBS) && \
 	cd $(CUDA_BUILD) && ctest --output-on-failure -j$(JOBS) -R '^gpu\.' --timeout 900
 
-# libFuzzer (clang) on the reply parsers of the remote backends, FUZZ_SECONDS each, starting from
-# the committed seed corpora (copied: new inputs stay out of the tree).
+# libFuzzer (clang): each target FUZZ_SECONDS, starting from its committed seed corpus (copied:
+# new inputs stay out of the tree). target:corpus pairs; tests/fuzz/CMakeLists.txt says what each covers.
+FUZZ_TARGETS = serper_reply:tests/remote/fuzz/corpus/serper qdrant_reply:tests/remote/fuzz/corpus/qdrant \
+               upstream_reply:tests/remote/fuzz/corpus/upstream reader_reply:tests/remote/fuzz/corpus/reader \
+               request:tests/fuzz/corpus/request \
+               config:tests/fuzz/corpus/config jsonl:tests/fuzz/corpus/jsonl safetensors:tests/fuzz/corpus/safetensors \
+               wordpiece:tests/fuzz/corpus/wordpiece cache_value:tests/fuzz/corpus/cache_value
 fuzz-smoke: deps-test
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSG_FUZZ=ON $(CMAKE_ARGS)
-	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_serper_reply fuzz_qdrant_reply fuzz_upstream_reply fuzz_reader_reply
-	for t in serper qdrant upstream reader; do \
-	  rm -rf $(FUZZ_BUILD)/corpus-$$t && cp -r tests/remote/fuzz/corpus/$$t $(FUZZ_BUILD)/corpus-$$t && \
-	  $(FUZZ_BUILD)/fuzz/fuzz_$${t}_reply -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_BUILD)/corpus-$$t || exit 1; \
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target $(foreach t,$(FUZZ_TARGETS),fuzz_$(firstword $(subst :, ,$(t))))
+	for tc in $(FUZZ_TARGETS); do \
+	  t=$${tc%%:*}; c=$${tc#*:}; \
+	  rm -rf $(FUZZ_BUILD)/corpus-$$t && cp -r $$c $(FUZZ_BUILD)/corpus-$$t && \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_BUILD)/corpus-$$t || exit 1; \
 	done
 
 format:

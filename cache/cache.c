@@ -83,11 +83,17 @@ sg_blob_t *sg_cache_decode(const char *p, size_t len)
         goto bad;
     ++s;
     b->json_len = (size_t)(end - s);
-    for (uint32_t i = 0; i < n; ++i)
-        if ((uint64_t)b->docs[i].off + b->docs[i].len > b->json_len)
-            goto bad;
     if (b->json_len < 2 || s[0] != '[' || s[b->json_len - 1] != ']')
         goto bad;
+    /* documents inside the brackets, in order, never overlapping: the flat reply is spliced from
+     * them, and is then never larger than the value (a value naming one span many times would
+     * make a reply many times its size) */
+    uint64_t next = 1;
+    for (uint32_t i = 0; i < n; ++i) {
+        if (b->docs[i].len < 2 || b->docs[i].off < next || (uint64_t)b->docs[i].off + b->docs[i].len > b->json_len - 1)
+            goto bad;
+        next = (uint64_t)b->docs[i].off + b->docs[i].len;
+    }
     b->json = sg_strndup(s, b->json_len);
     return b;
 bad:

@@ -25,9 +25,9 @@ struct st_sg_l1_t {
     size_t max_bytes, bytes, n;
     entry_t **buckets;
     size_t n_buckets;
-    entry_t head; /* LRU sentinel */
     sg_counter_t *evictions;
     sg_gauge_t *g_bytes, *g_entries;
+    entry_t head; /* LRU sentinel; last: entry_t ends in a flexible array member */
 };
 
 sg_l1_t *sg_l1_create(size_t max_bytes)

@@ -193,10 +193,13 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, char *err
     b->config_json = pc != NULL ? cJSON_PrintUnformatted(pc) : sg_strdup("{}");
     if (b->config_json == NULL)
         abort();
-    if (sg_cfg_int(&c, o, "topk", 1, cfg->limits.max_topk, 3, &v) != 0)
+    /* the defaults never exceed the limits that bound the keys */
+    const int64_t def_topk = cfg->limits.max_topk < 3 ? cfg->limits.max_topk : 3;
+    const int64_t def_timeout = cfg->limits.max_deadline_ms < 30000 ? cfg->limits.max_deadline_ms : 30000;
+    if (sg_cfg_int(&c, o, "topk", 1, cfg->limits.max_topk, def_topk, &v) != 0)
         return -1;
     b->topk = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, 30000, &v) != 0)
+    if (sg_cfg_int(&c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, def_timeout, &v) != 0)
         return -1;
     b->timeout_ms = (uint32_t)v;
     if (sg_cfg_int(&c, o, "max_inflight", 0, 100000000, 0, &v) != 0)

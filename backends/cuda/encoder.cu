@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(BLOCK)
              int h, float eps, float *x32, __half *xh)
 {
     SGC_SHARED_DYN(float, row);
-    __shared__ float red[32];
+    SGC_SHARED(float, red, [32]);
     const int64_t r = blockIdx.x;
     const int p = (int)(r % L);
     const __half *we = word + (int64_t)ids[r] * h, *pe = pos + (int64_t)p * h;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(BLOCK) bias_res_ln(const float *y, const float
                                                      const float *b, int h, float eps, float *o32, __half *o16)
 {
     SGC_SHARED_DYN(float, row);
-    __shared__ float red[32];
+    SGC_SHARED(float, red, [32]);
     const int64_t r = blockIdx.x;
     float s = 0.0f;
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
@@ -155,7 +155,7 @@ __global__ void softmax_masked(const float *s, const int32_t *lens, int B, int L
 __global__ void __launch_bounds__(BLOCK) pool_normalize(const float *x32, const int32_t *lens, int L, int h, float *out)
 {
     SGC_SHARED_DYN(float, row);
-    __shared__ float red[32];
+    SGC_SHARED(float, red, [32]);
     const int64_t b = blockIdx.x;
     const int len = lens[b];
     const float *base = x32 + b * L * h;
@@ -198,7 +198,7 @@ static int up_f16(int dev, const float *const *parts, int n_parts, size_t part, 
         e = cudaMemcpy(*dst, tmp, n * sizeof(__half), cudaMemcpyHostToDevice);
     free(tmp);
     if (e != cudaSuccess)
-        return sgc_fail(err, err_size, dev, "uploading fp16 weights", cudaGetErrorString(e), (int)e);
+        return sgc_fail_cuda(err, err_size, dev, "uploading fp16 weights", e);
     return 0;
 }
 
@@ -516,7 +516,7 @@ int sgc_encode_ids(sg_cuda_encoder_ws *w, const int32_t *const *ids, const uint3
         SGC_CUDA(cudaMemcpyAsync(w->ids, w->h_ids, B * L * sizeof(int32_t), cudaMemcpyHostToDevice, w->stream));
         SGC_CUDA(cudaMemcpyAsync(w->lens, w->h_lens, B * sizeof(int32_t), cudaMemcpyHostToDevice, w->stream));
         if (forward(w, (int)B, (int)L, err, err_size) != 0) {
-            cudaStreamSynchronize(w->stream);
+            sgc_note_cuda(dev, cudaStreamSynchronize(w->stream), "cudaStreamSynchronize (encoder)");
             return -1;
         }
         SGC_CUDA(cudaMemcpyAsync(w->h_out, w->pooled, B * (size_t)h * sizeof(float), cudaMemcpyDeviceToHost, w->stream));

@@ -123,9 +123,9 @@ __global__ void __launch_bounds__(SEL_BLOCK)
     select_topk(const float *vin, const int32_t *iin, int64_t n, int64_t ld_in, int32_t base, const float *norms, int k,
                 float *vout, int32_t *iout, int64_t ld_out)
 {
-    __shared__ float sv[SEL_CAP];
-    __shared__ int32_t si[SEL_CAP];
-    __shared__ int cnt;
+    SGC_SHARED(float, sv, [SEL_CAP]);
+    SGC_SHARED(int32_t, si, [SEL_CAP]);
+    SGC_SHARED(int, cnt, );
     const int tid = threadIdx.x;
     const int64_t q = blockIdx.y;
     const int64_t begin = (int64_t)blockIdx.x * SG_GPU_SELECT_CHUNK;
@@ -523,7 +523,7 @@ int sgc_flat_create(const sg_cuda_flat_desc *desc, sg_cuda_flat **out, char *err
         dev = s->dev;
         cudaError_t ce = cudaSetDevice(dev);
         if (ce != cudaSuccess) {
-            sgc_fail(err, err_size, dev, "cudaSetDevice", cudaGetErrorString(ce), (int)ce);
+            sgc_fail_cuda(err, err_size, dev, "cudaSetDevice", ce);
             goto out;
         }
         char what[256], v[32], b[32];
@@ -665,7 +665,9 @@ static int search_part(sg_cuda_flat *f, size_t nq, const float *queries, int k, 
         if (e == cudaSuccess)
             e = cudaStreamSynchronize(s->stream);
         if (e != cudaSuccess && rc == 0)
-            rc = sgc_fail(err, err_size, dev, "cudaStreamSynchronize (flat search)", cudaGetErrorString(e), (int)e);
+            rc = sgc_fail_cuda(err, err_size, dev, "cudaStreamSynchronize (flat search)", e);
+        else
+            sgc_note_cuda(dev, e, "cudaStreamSynchronize (flat search)");
     }
     if (rc != 0)
         return -1;

@@ -17,15 +17,28 @@
 #ifdef SGC_EMULATE
 /* tests/gpu/emu: the same code run on the CPU (fibers for threads, a reference GEMM for cuBLAS) */
 #include "cuda_emu.h"
+#define SGC_KERNEL_CALL(kernel, grid, block, smem, stream, ...) SGC_EMU_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__)
 #else
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-/* kernel<<<grid, block, smem, stream>>>(args), written as a macro so the emulator can run it */
-#define SGC_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define SGC_KERNEL_CALL(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+/* static shared memory: SGC_SHARED(float, red, [32]) is __shared__ float red[32] (the emulation
+ * gives each running block its own, and counts it against the per-block limit) */
+#define SGC_SHARED(type, name, dims) __shared__ type name dims
 /* the dynamic shared memory of a kernel */
 #define SGC_SHARED_DYN(type, name) extern __shared__ type name[]
 #endif
+
+/* kernel<<<grid, block, smem, stream>>>(args), written as a macro so the emulator can run it. The
+ * calling thread's last error is cleared first: a failed call leaves it set (CUDA clears it only in
+ * cudaGetLastError), and SGC_LAUNCHED would otherwise report that old error -- say a sticky one of
+ * another GPU -- as this launch's. */
+#define SGC_LAUNCH(kernel, grid, block, smem, stream, ...)                                                                         \
+    do {                                                                                                                           \
+        (void)cudaGetLastError();                                                                                                  \
+        SGC_KERNEL_CALL(kernel, grid, block, smem, stream, __VA_ARGS__);                                                           \
+    } while (0)
 
 static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what, const char *msg, int code)
 {
@@ -33,11 +46,24 @@ static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what
     return -1;
 }
 
+#define SGC_MAX_DEVICES 64
+
+/* Remembers a sticky CUDA error (an illegal address, a failed launch...: the device's context is
+ * unusable until the process restarts) of GPU `dev`, seen by `what`; device_error() reports it,
+ * and through it the local backend's health. Other errors are ignored. Any thread. */
+void sgc_note_cuda(int dev, cudaError_t e, const char *what);
+
+static inline int sgc_fail_cuda(char *err, size_t err_size, int dev, const char *what, cudaError_t e)
+{
+    sgc_note_cuda(dev, e, what);
+    return sgc_fail(err, err_size, dev, what, cudaGetErrorString(e), (int)e);
+}
+
 #define SGC_CUDA(call)                                                                                                             \
     do {                                                                                                                           \
         cudaError_t e_ = (call);                                                                                                   \
         if (e_ != cudaSuccess)                                                                                                     \
-            return sgc_fail(err, err_size, dev, #call, cudaGetErrorString(e_), (int)e_);                                           \
+            return sgc_fail_cuda(err, err_size, dev, #call, e_);                                                                   \
     } while (0)
 
 #define SGC_BLAS(call)                                                                                                             \
@@ -52,11 +78,11 @@ static inline int sgc_fail(char *err, size_t err_size, int dev, const char *what
     do {                                                                                                                           \
         cudaError_t e_ = cudaGetLastError();                                                                                       \
         if (e_ != cudaSuccess)                                                                                                     \
-            return sgc_fail(err, err_size, dev, "launch of " name, cudaGetErrorString(e_), (int)e_);                               \
+            return sgc_fail_cuda(err, err_size, dev, "launch of " name, e_);                                                       \
     } while (0)
 
 /* Sum of `v` over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
- * `red` is __shared__ float[32]. Contains __syncthreads: all threads must call it. */
+ * `red` is shared float[32] (SGC_SHARED). Contains __syncthreads: all threads must call it. */
 static __device__ __forceinline__ float sgc_block_sum(float v, float *red)
 {
     for (int o = 16; o > 0; o >>= 1)

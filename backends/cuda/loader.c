@@ -26,9 +26,9 @@ int sg_gpu_module_load(const char *path, const sg_cuda_api **api, char *err, siz
         return -1;
     }
     const sg_cuda_api *a = entry();
-    if (a == NULL || a->abi_version != SG_CUDA_ABI_VERSION || a->struct_size < sizeof(sg_cuda_api)) {
-        snprintf(err, err_size, "%s has CUDA module ABI %u (size %u); this build needs ABI %d (size %zu)", path,
-                 a != NULL ? a->abi_version : 0, a != NULL ? a->struct_size : 0, SG_CUDA_ABI_VERSION, sizeof(sg_cuda_api));
+    if (a == NULL || a->abi_version != SG_CUDA_ABI_VERSION || a->struct_size < SG_CUDA_API_MIN_SIZE) {
+        snprintf(err, err_size, "%s has CUDA module ABI %u (size %u); this build needs ABI %d (size %zu or more)", path,
+                 a != NULL ? a->abi_version : 0, a != NULL ? a->struct_size : 0, SG_CUDA_ABI_VERSION, (size_t)SG_CUDA_API_MIN_SIZE);
         dlclose(h);
         return -1;
     }

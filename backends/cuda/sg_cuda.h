@@ -4,7 +4,9 @@
  * "cuda", so CPU-only runs never load the CUDA runtime or cuBLAS.
  *
  * The module exports one function, sg_cuda_entry(), returning a constant table. The loader checks
- * abi_version == SG_CUDA_ABI_VERSION and struct_size >= sizeof(sg_cuda_api) before using it.
+ * abi_version == SG_CUDA_ABI_VERSION and struct_size >= SG_CUDA_API_MIN_SIZE (the first table)
+ * before using it. The table only grows at its end, each addition noted with the release that
+ * made it; a caller uses a later function only when SG_CUDA_API_HAS says the module has it.
  * Only fixed-width C types, the e5 weight views of e5.h (plain pointers) and opaque handles cross
  * the boundary.
  *
@@ -126,7 +128,21 @@ typedef struct sg_cuda_api {
      */
     int (*flat_search)(sg_cuda_flat *f, size_t n, const float *queries, int k, float *keys, int64_t *labels, char *err,
                        size_t err_size);
+
+    /* ---- appended in 1.1 ---- */
+
+    /**
+     * The last known state of GPU `device`, without calling CUDA (cheap, any thread): 0, or -1 with
+     * `err` naming the sticky error (an illegal address, a failed launch...) that a call of this
+     * module met on it, after which every CUDA call on that GPU fails until the process restarts.
+     */
+    int (*device_error)(int device, char *err, size_t err_size);
 } sg_cuda_api;
+
+/* struct_size of the first table (up to flat_search): the smallest the loader accepts */
+#define SG_CUDA_API_MIN_SIZE (offsetof(sg_cuda_api, flat_search) + sizeof(((sg_cuda_api *)0)->flat_search))
+/* whether a loaded table has `field` (appended after the first table) */
+#define SG_CUDA_API_HAS(api, field) ((api)->struct_size >= offsetof(sg_cuda_api, field) + sizeof((api)->field))
 
 typedef const sg_cuda_api *(*sg_cuda_entry_fn)(void);
 

@@ -240,6 +240,20 @@ void sg_local_gpu_log(const sg_local_gpu_t *g, const sg_host_api *host, const ch
     }
 }
 
+sg_status sg_local_gpu_health(const sg_local_gpu_t *g, char *detail, size_t detail_size)
+{
+    if (!SG_CUDA_API_HAS(g->api, device_error) || g->api->device_error == NULL)
+        return SG_OK; /* a module from before 1.1 cannot tell */
+    for (int i = 0; i < g->n; ++i) {
+        char e2[512];
+        if (g->api->device_error(g->ids[i], e2, sizeof(e2)) != 0) {
+            snprintf(detail, detail_size, "%s", e2);
+            return SG_EUNAVAIL;
+        }
+    }
+    return SG_OK;
+}
+
 const char *sg_local_gpu_identity(const sg_local_gpu_t *g)
 {
     return g->identity;

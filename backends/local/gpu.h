@@ -72,6 +72,12 @@ int sg_local_gpu_load_index(sg_local_gpu_t *g, int flat, const char *path, const
 uint32_t sg_local_gpu_max_topk(const sg_local_gpu_t *g);
 /** Lines for the start-up log: devices, memory, what runs where. */
 void sg_local_gpu_log(const sg_local_gpu_t *g, const sg_host_api *host, const char *instance);
+/**
+ * The GPUs' last known state, for the backend's health (cheap, any thread): SG_OK, or SG_EUNAVAIL
+ * with the reason in `detail` once a GPU met a sticky CUDA error (an illegal address seen by a
+ * worker...), after which every call on it fails until the process restarts.
+ */
+sg_status sg_local_gpu_health(const sg_local_gpu_t *g, char *detail, size_t detail_size);
 /** "gpu:enc16", "gpu:enc16+flat16" or "gpu:enc16+flat16+rs4": the cache identity of the GPU path. */
 const char *sg_local_gpu_identity(const sg_local_gpu_t *g);
 void sg_local_gpu_close(sg_local_gpu_t *g);

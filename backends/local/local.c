@@ -641,10 +641,10 @@ static void local_cancel(struct sg_backend *self, void *cb_data)
 
 static sg_status local_health(struct sg_backend *self, char *detail, size_t n)
 {
-    (void)self;
     if (n > 0)
         detail[0] = '\0';
-    return SG_OK;
+    /* the CPU path has no state that can break; a GPU can (a sticky CUDA error) */
+    return self->gpu != NULL ? sg_local_gpu_health(self->gpu, detail, n) : SG_OK;
 }
 
 static void local_stats(struct sg_backend *self, void *sink)

@@ -8,8 +8,8 @@ build/plugins/sg_local.so), on any machine:
 * "cuda" without a usable GPU fails start-up with a message that says why.
 * The GPU path itself on the CUDA emulation (2 emulated GPUs): encoder and sharded flat index on
   the "GPUs", results against the CPU's (same ids except near-ties at fp16 precision), with
-  re-scoring, with the index left to FAISS, concurrent requests, metrics, and the start-up
-  errors for gpu_ids and memory.
+  re-scoring, with the index left to FAISS, concurrent requests, metrics, the start-up errors for
+  gpu_ids and memory, and a sticky CUDA error (injected) reported by /health.
 
 Data is made here: a small corpus and its Flat IP index built by searchgate-index-dense from the
 e5-tiny fixture model.
@@ -176,7 +176,7 @@ class GpuE2E(unittest.TestCase):
                 gw = self.start(dict(base, **extra), env=self.emu_env())
                 try:
                     log = gw.read_log()
-                    self.assertIn("device cuda: sg_local_cuda 1.0.0 (EMULATED on the CPU: tests only) from %s, 2 GPU(s) visible"
+                    self.assertIn("device cuda: sg_local_cuda 1.1.0 (EMULATED on the CPU: tests only) from %s, 2 GPU(s) visible"
                                   % EMU, log)
                     n = len(extra.get("gpu_ids", [0, 1]))
                     self.assertEqual(gw.metric("searchgate_backend_local_gpus"), n)
@@ -232,6 +232,30 @@ class GpuE2E(unittest.TestCase):
             self.assertIn("4 workers, max_batch 512", log)
             self.assertEqual(gw.retrieve(["dragon"], topk=100).status, 200)
             self.assertEqual(gw.retrieve(["dragon"], topk=101).status, 413)
+        finally:
+            gw.stop()
+
+    def test_emulated_sticky_error_makes_health_fail(self):
+        """A sticky CUDA error met by a worker (the emulation makes the first embed_ln launch fault
+        with an illegal address) turns /health into 503 naming the GPU and the error, where it used
+        to stay "ok" while every batch on that GPU failed; the request that met it gets a JSON 500."""
+        env = dict(self.emu_env(), SG_CUDA_EMU_FAULT="embed_ln:1")
+        gw = self.start({"device": "cuda", "cuda_module": EMU, "gpu_max_tokens": 1024, "gpu_ids": [1]}, env=env)
+        try:
+            h = gw.get("/health")
+            self.assertEqual(h.status, 200, h)
+            self.assertEqual(h.json()["backends"]["local"]["status"], "ok")
+            r = gw.retrieve(["dragon"], topk=3)
+            self.assertEqual(r.status, 500, r)
+            # whichever call met the fault first says so (a launch, a cuBLAS call, the final sync)
+            self.assertIn("GPU 1: ", r.json()["error"]["message"])
+            h = gw.get("/health")
+            self.assertEqual(h.status, 503, h)
+            local = h.json()["backends"]["local"]
+            self.assertEqual(local["status"], "unhealthy")
+            self.assertIn("GPU 1: an illegal memory access was encountered (700)", local["error"])
+            self.assertIn("until the process restarts", local["error"])
+            self.assertEqual(gw.retrieve(["castle"], topk=3).status, 500)  # sticky: the GPU stays broken
         finally:
             gw.stop()
 

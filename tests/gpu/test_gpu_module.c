@@ -6,13 +6,15 @@
  * (tests/gpu/emu, label "gpu-emu") everywhere, so the module's own code is exercised here too.
  *
  *   test_gpu_module MODULE probe
- *   test_gpu_module MODULE encoder MODEL_DIR [MAX_LEN]
+ *   test_gpu_module MODULE encoder MODEL_DIR [MAX_LEN [GOLDEN_TEXTS]]
  *   test_gpu_module MODULE flat ROWS DIM QUERIES MAX_QUERIES
  *   test_gpu_module MODULE random ROWS DIM QUERIES
  *   test_gpu_module MODULE memory MODEL_DIR
+ *   test_gpu_module MODULE sticky MODEL_DIR
  *
- * encoder: every text of tests/fixtures/e5-tiny/golden.jsonl plus long and one-word texts,
- *   encoded by the CPU and on every GPU, whole, one at a time and in many small forward passes;
+ * encoder: every text of tests/fixtures/e5-tiny/golden.jsonl (or the first GOLDEN_TEXTS) plus long
+ *   and one-word texts, encoded by the CPU and on every GPU, whole, one at a time and in many small
+ *   forward passes;
  *   cosine >= 0.999 per query (fp16 weights) and the same vector whatever the batch.
  * flat: FAISS Flat IP and L2 files written here, searched by FAISS (exact fp32) and on the GPUs,
  *   sharded over all of them and on one: per rank the same id, or a near-tie (the exact scores
@@ -21,6 +23,9 @@
  *   calls larger than max_queries; exact fp32 re-scoring gives FAISS's ids.
  * random: vectors generated on the GPUs, regenerated here bit for bit, searched both ways.
  * memory: indexes and workspaces that do not fit fail before allocating, with the sizes.
+ * sticky: after a sticky CUDA error on GPU 0 (injected: SG_CUDA_EMU_FAULT=embed_ln:2 makes the
+ *   emulation's second embed_ln launch fault; skipped without it, e.g. on a real module) every
+ *   later call on GPU 0 fails with it, device_error() names it, GPU 1 goes on.
  */
 #include "e5.h"
 #include "faissidx.h"
@@ -117,7 +122,7 @@ static double cosine(const float *a, const float *b, int d)
     return ab / sqrt(aa * bb);
 }
 
-static int suite_encoder(const char *model_dir, uint32_t max_len)
+static int suite_encoder(const char *model_dir, uint32_t max_len, size_t golden)
 {
     char err[1024];
     sg_e5_model *m;
@@ -131,7 +136,7 @@ static int suite_encoder(const char *model_dir, uint32_t max_len)
     MUST(gold != NULL, "cannot read %s", gold_path);
     char *texts[128];
     size_t lens_txt[128], n = 0;
-    for (char *line = strtok(gold, "\n"); line != NULL && n < 100; line = strtok(NULL, "\n"))
+    for (char *line = strtok(gold, "\n"); line != NULL && n < golden && n < 100; line = strtok(NULL, "\n"))
         if ((texts[n] = tu_json_string_field(line, "text", &lens_txt[n])) != NULL)
             ++n;
     const char *extra[] = {"a", "who wrote the play hamlet", "", "Zürich 東京 naïve résumé ÅÄÖ"};
@@ -576,11 +581,75 @@ static int suite_memory(const char *model_dir)
     return 0;
 }
 
+/* ---- sticky errors ---- */
+
+static int suite_sticky(const char *model_dir)
+{
+    if (getenv("SG_CUDA_EMU_FAULT") == NULL) {
+        printf("skipped: nothing injects a fault (set SG_CUDA_EMU_FAULT on the emulated module)\n");
+        exit(77);
+    }
+    MUST(n_gpus >= 2, "the sticky suite needs 2 GPUs");
+    MUST(SG_CUDA_API_HAS(api, device_error), "the module has no device_error (it predates 1.1)");
+    char err[1024];
+    sg_e5_model *m;
+    MUST(sg_e5_load(model_dir, &m, err, sizeof(err)) == 0, "%s", err);
+    const sg_e5_config *c = sg_e5_get_config(m);
+    sg_e5_embedding_weights emb;
+    sg_e5_get_embedding_weights(m, &emb);
+    sg_e5_layer_weights *lw = calloc((size_t)c->layers + 1, sizeof(*lw));
+    for (int i = 0; i < c->layers; ++i)
+        sg_e5_get_layer_weights(m, i, &lw[i]);
+    sg_cuda_encoder *e[2];
+    sg_cuda_encoder_ws *w[2];
+    for (int g = 0; g < 2; ++g) {
+        sg_cuda_encoder_desc d = {sizeof(d), g, c, &emb, lw, 32, 256, 8};
+        MUST(api->encoder_create(&d, &e[g], err, sizeof(err)) == 0, "%s", err);
+        MUST(api->encoder_ws_create(e[g], &w[g], err, sizeof(err)) == 0, "%s", err);
+    }
+    int32_t ids[32];
+    int k = sg_e5_tokenize(m, "query: ", "who wrote hamlet", 16, 32, ids);
+    MUST(k > 0, "tokenize");
+    const int32_t *idp = ids;
+    const uint32_t len = (uint32_t)k;
+    float *out = malloc(sizeof(float) * (size_t)c->hidden);
+    CHECK(api->encode_ids(w[0], &idp, &len, 1, out, err, sizeof(err)) == 0, "first encode on GPU 0: %s", err);
+    CHECK(api->device_error(0, err, sizeof(err)) == 0, "GPU 0 reported broken before the fault: %s", err);
+    /* the second embed_ln launch faults */
+    CHECK(api->encode_ids(w[0], &idp, &len, 1, out, err, sizeof(err)) == -1, "an encode through a faulting kernel succeeded");
+    printf("encode on the faulting GPU: %s\n", err);
+    /* whichever call meets the fault first reports it (a launch, a cuBLAS call, the final sync) */
+    CHECK(strstr(err, "GPU 0") != NULL, "unclear message: %s", err);
+    CHECK(api->device_error(0, err, sizeof(err)) == -1, "device_error does not report the sticky error");
+    printf("device_error(0): %s\n", err);
+    CHECK(strstr(err, "GPU 0") != NULL && strstr(err, "illegal memory access") != NULL && strstr(err, "(700)") != NULL &&
+              strstr(err, "restart") != NULL,
+          "unclear message: %s", err);
+    CHECK(api->device_error(1, err, sizeof(err)) == 0, "GPU 1 reported broken: %s", err);
+    /* the same thread goes on with GPU 1: GPU 0's error is not taken for one of GPU 1 */
+    CHECK(api->encode_ids(w[1], &idp, &len, 1, out, err, sizeof(err)) == 0, "GPU 1 after GPU 0 faulted: %s", err);
+    CHECK(api->device_error(1, err, sizeof(err)) == 0, "GPU 1 reported broken after it worked: %s", err);
+    /* sticky: every later call on GPU 0 fails the same way */
+    CHECK(api->encode_ids(w[0], &idp, &len, 1, out, err, sizeof(err)) == -1 && strstr(err, "(700)") != NULL,
+          "GPU 0 worked again: %s", err);
+    sg_cuda_encoder_ws *w2 = NULL;
+    CHECK(api->encoder_ws_create(e[0], &w2, err, sizeof(err)) == -1 && strstr(err, "(700)") != NULL, "new workspace on GPU 0: %s",
+          err);
+    for (int g = 0; g < 2; ++g) {
+        api->encoder_ws_destroy(w[g]);
+        api->encoder_destroy(e[g]);
+    }
+    free(out);
+    free(lw);
+    sg_e5_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MODULE probe|encoder|flat|random|memory [args]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODULE probe|encoder|flat|random|memory|sticky [args]\n", argv[0]);
         return 2;
     }
     char err[1024], why[512];
@@ -601,7 +670,10 @@ int main(int argc, char **argv)
     if (strcmp(suite, "probe") == 0)
         return 0;
     if (strcmp(suite, "encoder") == 0 && argc >= 4)
-        suite_encoder(argv[3], argc >= 5 ? (uint32_t)strtoul(argv[4], NULL, 10) : 256);
+        suite_encoder(argv[3], argc >= 5 ? (uint32_t)strtoul(argv[4], NULL, 10) : 256,
+                      argc >= 6 ? (size_t)strtoul(argv[5], NULL, 10) : 100);
+    else if (strcmp(suite, "sticky") == 0 && argc >= 4)
+        suite_sticky(argv[3]);
     else if (strcmp(suite, "flat") == 0 && argc >= 7)
         suite_flat(strtoll(argv[3], NULL, 10), (int)strtol(argv[4], NULL, 10), strtoull(argv[5], NULL, 10),
                    (uint32_t)strtoul(argv[6], NULL, 10));

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "faissidx.h"
+#include "gpu.h"
 #include "gpuhost.h"
 #include "loader.h"
 #include "../local/testutil.h"
@@ -719,6 +720,30 @@ static void test_loader_errors(void **state)
     free(def);
 }
 
+/* The table only grows: a module from before device_error (1.0: the table ends at flat_search)
+ * loads, and the backend's health treats it as unable to tell; a shorter table is refused. */
+static void test_loader_table_sizes(void **state)
+{
+    (void)state;
+    const sg_cuda_api *api;
+    char err[512];
+    assert_int_equal(sg_gpu_module_load(SG_FAKE_MODULES "/fake_module_v1_0.so", &api, err, sizeof(err)), 0);
+    assert_int_equal(api->struct_size, SG_CUDA_API_MIN_SIZE);
+    assert_false(SG_CUDA_API_HAS(api, device_error));
+    assert_true(SG_CUDA_API_HAS(api, flat_search));
+    sg_local_gpu_t g;
+    memset(&g, 0, sizeof(g));
+    g.api = api;
+    g.n = 1;
+    char detail[256] = "";
+    assert_int_equal(sg_local_gpu_health(&g, detail, sizeof(detail)), SG_OK);
+    assert_int_equal(sg_gpu_module_load(SG_FAKE_MODULES "/fake_module_short.so", &api, err, sizeof(err)), -1);
+    char want[64];
+    snprintf(want, sizeof(want), "(size %zu)", (size_t)SG_CUDA_API_MIN_SIZE - sizeof(void *));
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(err, "or more"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -736,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_keys_to_dist),
         cmocka_unit_test(test_rescore),
         cmocka_unit_test(test_loader_errors),
+        cmocka_unit_test(test_loader_table_sizes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

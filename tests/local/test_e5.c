@@ -128,6 +128,11 @@ static void test_tokenizer_edges(void **state)
     assert_int_equal(ids[0], 101);
     assert_int_equal(ids[1], 102);
     assert_int_equal(sg_wp_encode(wp, NULL, "hello", 5, 1, ids), -1);
+    /* no text at all (nothing before, between or after special tokens): [CLS] [SEP] only */
+    assert_int_equal(sg_wp_encode(wp, NULL, "", 0, 16, ids), 2);
+    assert_int_equal(sg_wp_encode(wp, NULL, "\x01 \t", 3, 16, ids), 2);
+    assert_int_equal(sg_wp_encode(wp, NULL, "[SEP]", 5, 16, ids), 3);
+    assert_int_equal(ids[1], 102);
     /* a literal special token in the text is kept whole, as transformers does */
     int k = sg_wp_encode(wp, NULL, "a[SEP]b [MASK]", 14, 16, ids);
     assert_int_equal(k, 6); /* [CLS] a [SEP] b [MASK] [SEP] */

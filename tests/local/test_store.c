@@ -287,6 +287,33 @@ static void test_url_table(void **state)
     free(p);
 }
 
+/* A key written twice in a row means its last value, as in Python's json.loads (what the
+ * RLinf/ASearcher page servers read the corpus with): /access finds such a row by its last "url"
+ * only, and the "contents" indexed is the last one. Found by the JSONL fuzz target, whose oracle
+ * reads each row as Python would: the first value was used. */
+static void test_duplicate_keys_last_wins(void **state)
+{
+    (void)state;
+    const char *o = "{\"url\": \"https://a/first\", \"contents\": \"c1\", \"u\\u0072l\": \"https://a/last\", \"contents\": \"c2\"}";
+    const char *v;
+    size_t vl;
+    assert_int_equal(sg_json_find_key(o, strlen(o), "url", &v, &vl), 1);
+    assert_int_equal(vl, strlen("\"https://a/last\""));
+    assert_memory_equal(v, "\"https://a/last\"", vl);
+    assert_int_equal(sg_json_find_key(o, strlen(o), "contents", &v, &vl), 1);
+    assert_memory_equal(v, "\"c2\"", vl);
+    char *p = write_tmp("dups.jsonl", "{\"url\": \"https://a/first\", \"url\": \"https://a/last\"}\n{\"url\": \"https://b\"}\n");
+    sg_jsonl_opts_t opts = {1, NULL};
+    sg_jsonl_t j;
+    char err[512];
+    assert_int_equal(sg_jsonl_open(p, &opts, &j, err, sizeof(err)), 0);
+    assert_int_equal(sg_jsonl_find_url(&j, "https://a/last", strlen("https://a/last")), 0);
+    assert_int_equal(sg_jsonl_find_url(&j, "https://a/first", strlen("https://a/first")), -1);
+    assert_int_equal(sg_jsonl_find_url(&j, "https://b", strlen("https://b")), 1);
+    sg_jsonl_close(&j);
+    free(p);
+}
+
 static void test_many_rows(void **state)
 {
     (void)state;
@@ -320,7 +347,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows),         cmocka_unit_test(test_cache_dir), cmocka_unit_test(test_broken),
-        cmocka_unit_test(test_json_helpers), cmocka_unit_test(test_url_table), cmocka_unit_test(test_many_rows),
+        cmocka_unit_test(test_json_helpers), cmocka_unit_test(test_url_table), cmocka_unit_test(test_duplicate_keys_last_wins),
+        cmocka_unit_test(test_many_rows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

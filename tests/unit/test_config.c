@@ -71,6 +71,25 @@ static void test_full(void **state)
     sg_config_free(&cfg);
 }
 
+/* A backend's defaults (topk 3, timeout_ms 30000) never exceed the limits that bound them: a
+ * config with limits.max_topk 2 and max_deadline_ms 5000 gets topk 2 and timeout 5000, not a
+ * route that answers 3 hits and waits 30 s. Found by the config fuzz target (tests/fuzz). */
+static void test_defaults_within_limits(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(parse("{\"limits\":{\"max_topk\":2,\"max_deadline_ms\":5000},\"backends\":[" BACKEND "]}", &cfg, err), 0);
+    assert_int_equal(cfg.backends[0].topk, 2);
+    assert_int_equal(cfg.backends[0].timeout_ms, 5000);
+    sg_config_free(&cfg);
+    /* larger limits keep the usual defaults */
+    assert_int_equal(parse("{\"limits\":{\"max_topk\":50,\"max_deadline_ms\":60000},\"backends\":[" BACKEND "]}", &cfg, err), 0);
+    assert_int_equal(cfg.backends[0].topk, 3);
+    assert_int_equal(cfg.backends[0].timeout_ms, 30000);
+    sg_config_free(&cfg);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -155,6 +174,7 @@ static void test_load_file(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),
-                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_load_file)};
+                                       cmocka_unit_test(test_defaults_within_limits), cmocka_unit_test(test_errors),
+                                       cmocka_unit_test(test_load_file)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

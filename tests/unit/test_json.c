@@ -107,9 +107,56 @@ static void test_blob_shapes(void **state)
     sg_blob_release(b);
 }
 
+/* A cached value's documents must lie inside its fragment's brackets, in order, without
+ * overlapping: the flat reply is spliced from them, so a value that lists the same span many
+ * times (a foreign or damaged Redis entry) would make a reply many times its size -- 4,000 copies
+ * of a 1 kB fragment, a 4 MB reply from a 50 kB value, and with 100,000 copies of a large
+ * fragment an allocation the gateway dies on. Found by the cache value fuzz target (tests/fuzz). */
+static void test_cache_value_docs_bounded(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "SG1 2 1 2 1 2\n[{},{}]", /* the same document twice */
+        "SG1 2 4 2 1 2\n[{},{}]", /* out of order */
+        "SG1 1 1 3\n[{}]",        /* takes the closing bracket */
+        "SG1 1 0 3\n[{}]",        /* takes the opening bracket */
+        "SG1 2 1 2 2 2\n[{},{}]", /* overlapping */
+        "SG1 1 1 0\n[{}]",        /* empty */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        sg_blob_t *b = sg_cache_decode(bad[i], strlen(bad[i]));
+        if (b != NULL)
+            fail_msg("accepted %s", bad[i]);
+    }
+    /* the amplification itself: n copies of the whole document */
+    sg_buf_t v = {0};
+    const size_t n = 4000, doc = 1000;
+    sg_buf_appendf(&v, "SG1 %zu", n);
+    for (size_t i = 0; i < n; ++i)
+        sg_buf_appendf(&v, " 1 %zu", doc);
+    sg_buf_appendc(&v, '\n');
+    sg_buf_appendc(&v, '[');
+    sg_buf_appendc(&v, '{');
+    for (size_t i = 0; i < doc - 2; ++i)
+        sg_buf_appendc(&v, ' ');
+    sg_buf_appends(&v, "}]");
+    sg_blob_t *b = sg_cache_decode(v.base, v.len);
+    if (b != NULL) {
+        size_t flat = sg_blob_fragment_len(b, 0);
+        sg_blob_release(b);
+        fail_msg("a %zu-byte value decoded into a %zu-byte reply", v.len, flat);
+    }
+    sg_buf_free(&v);
+    /* documents back to back (no separator) are still fine: the bound holds */
+    b = sg_cache_decode("SG1 2 1 2 3 2\n[{}{}]", strlen("SG1 2 1 2 3 2\n[{}{}]"));
+    assert_non_null(b);
+    assert_int_equal(sg_blob_fragment_len(b, 0), 7);
+    sg_blob_release(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_escape), cmocka_unit_test(test_double),
-                                       cmocka_unit_test(test_blob_shapes)};
+                                       cmocka_unit_test(test_blob_shapes), cmocka_unit_test(test_cache_value_docs_bounded)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

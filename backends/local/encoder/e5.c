@@ -563,8 +563,10 @@ static void gelu_scalar(float *x, size_t n)
 
 #if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 #include <immintrin.h>
-__m256 _ZGVdN8v_erff(__m256 x);
-__m512 _ZGVeN16v_erff(__m512 x);
+/* libmvec's vector erff; declared with the targets whose registers carry their vectors (clang
+ * refuses the call otherwise: the argument's ABI differs without them) */
+__attribute__((target("avx2,fma"))) __m256 _ZGVdN8v_erff(__m256 x);
+__attribute__((target("avx512f"))) __m512 _ZGVeN16v_erff(__m512 x);
 
 __attribute__((target("avx2,fma"))) static void gelu_avx2(float *x, size_t n)
 {

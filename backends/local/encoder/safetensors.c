@@ -44,7 +44,7 @@ void sg_st_close(sg_st_file_t *f)
     for (size_t i = 0; i < f->n_tensors; ++i)
         free(f->tensors[i].name);
     free(f->tensors);
-    if (f->map != NULL && f->map != MAP_FAILED)
+    if (f->map != NULL && f->map != MAP_FAILED && !f->borrowed)
         munmap(f->map, f->size);
     memset(f, 0, sizeof(*f));
 }
@@ -109,6 +109,58 @@ static int parse_entry(const char *path, const cJSON *e, const unsigned char *da
     return 0;
 }
 
+/* Validates the header of the file in f->map (f->size bytes) and fills f->tensors; `path` names
+ * it in messages. On failure the caller closes f. */
+static int parse_file(const char *path, sg_st_file_t *f, char *err, size_t err_size)
+{
+    if (f->size < 10) {
+        snprintf(err, err_size, "%s: too short for a safetensors file (%zu bytes)", path, f->size);
+        return -1;
+    }
+    const unsigned char *p = f->map;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i)
+        n = (n << 8) | p[i];
+    if (n < 2 || n > MAX_HEADER || n > f->size - 8) {
+        snprintf(err, err_size, "%s: bad safetensors header length %llu for a %zu-byte file", path, (unsigned long long)n, f->size);
+        return -1;
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < n; ++i)
+        h = (h ^ p[8 + i]) * 1099511628211ull;
+    f->header_hash = h;
+    cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)n);
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, err_size, "%s: the safetensors header is not a JSON object", path);
+        cJSON_Delete(root);
+        return -1;
+    }
+    const unsigned char *data = p + 8 + n;
+    uint64_t data_size = f->size - 8 - n;
+    size_t count = (size_t)cJSON_GetArraySize(root);
+    f->tensors = calloc(count + 1, sizeof(*f->tensors));
+    if (f->tensors == NULL) {
+        snprintf(err, err_size, "%s: out of memory", path);
+        cJSON_Delete(root);
+        return -1;
+    }
+    for (const cJSON *e = root->child; e != NULL; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0)
+            continue;
+        sg_st_tensor_t *t = &f->tensors[f->n_tensors];
+        if (parse_entry(path, e, data, data_size, t, err, err_size) != 0) {
+            cJSON_Delete(root);
+            return -1;
+        }
+        t->name = strdup(e->string);
+        if (t->name == NULL)
+            abort();
+        f->n_tensors++;
+    }
+    cJSON_Delete(root);
+    return 0;
+}
+
 int sg_st_open(const char *path, sg_st_file_t *f, char *err, size_t err_size)
 {
     memset(f, 0, sizeof(*f));
@@ -136,51 +188,23 @@ int sg_st_open(const char *path, sg_st_file_t *f, char *err, size_t err_size)
         snprintf(err, err_size, "%s: mmap failed: %s", path, strerror(errno));
         return -1;
     }
-    const unsigned char *p = f->map;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; --i)
-        n = (n << 8) | p[i];
-    if (n < 2 || n > MAX_HEADER || n > f->size - 8) {
-        snprintf(err, err_size, "%s: bad safetensors header length %llu for a %zu-byte file", path, (unsigned long long)n, f->size);
+    if (parse_file(path, f, err, err_size) != 0) {
         sg_st_close(f);
         return -1;
     }
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; ++i)
-        h = (h ^ p[8 + i]) * 1099511628211ull;
-    f->header_hash = h;
-    cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)n);
-    if (!cJSON_IsObject(root)) {
-        snprintf(err, err_size, "%s: the safetensors header is not a JSON object", path);
-        cJSON_Delete(root);
+    return 0;
+}
+
+int sg_st_open_buffer(const void *data, size_t size, const char *name, sg_st_file_t *f, char *err, size_t err_size)
+{
+    memset(f, 0, sizeof(*f));
+    f->map = (void *)(uintptr_t)data;
+    f->size = size;
+    f->borrowed = 1;
+    if (parse_file(name, f, err, err_size) != 0) {
         sg_st_close(f);
         return -1;
     }
-    const unsigned char *data = p + 8 + n;
-    uint64_t data_size = f->size - 8 - n;
-    size_t count = (size_t)cJSON_GetArraySize(root);
-    f->tensors = calloc(count + 1, sizeof(*f->tensors));
-    if (f->tensors == NULL) {
-        snprintf(err, err_size, "%s: out of memory", path);
-        cJSON_Delete(root);
-        sg_st_close(f);
-        return -1;
-    }
-    for (const cJSON *e = root->child; e != NULL; e = e->next) {
-        if (strcmp(e->string, "__metadata__") == 0)
-            continue;
-        sg_st_tensor_t *t = &f->tensors[f->n_tensors];
-        if (parse_entry(path, e, data, data_size, t, err, err_size) != 0) {
-            cJSON_Delete(root);
-            sg_st_close(f);
-            return -1;
-        }
-        t->name = strdup(e->string);
-        if (t->name == NULL)
-            abort();
-        f->n_tensors++;
-    }
-    cJSON_Delete(root);
     return 0;
 }
 

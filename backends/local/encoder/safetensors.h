@@ -32,10 +32,17 @@ typedef struct st_sg_st_file_t {
     sg_st_tensor_t *tensors;
     size_t n_tensors;
     uint64_t header_hash; /* FNV-1a of the JSON header, for identities */
+    int borrowed;         /* map is the caller's buffer (sg_st_open_buffer): never unmapped */
 } sg_st_file_t;
 
 /** Maps and validates `path`. Returns 0, or -1 with a message naming the file (and tensor) in `err`. */
 int sg_st_open(const char *path, sg_st_file_t *f, char *err, size_t err_size);
+/**
+ * The same checks over `size` bytes at `data`, which the caller keeps alive and unchanged until
+ * sg_st_close (nothing is copied); `name` stands for the file in messages. For data that is not
+ * a file of its own, and for the fuzz target (tests/fuzz).
+ */
+int sg_st_open_buffer(const void *data, size_t size, const char *name, sg_st_file_t *f, char *err, size_t err_size);
 void sg_st_close(sg_st_file_t *f);
 /** The tensor called `name`, or NULL. */
 const sg_st_tensor_t *sg_st_find(const sg_st_file_t *f, const char *name);

@@ -37,6 +37,7 @@ struct st_sg_wp_t {
     int32_t cls, sep, unk;
     int32_t special_id[5];
     uint64_t hash;
+    size_t max_tok_len; /* bytes of the longest token: no longer piece can match */
 };
 
 static const char *const special_names[5] = {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"};
@@ -148,6 +149,8 @@ int sg_wp_load(const char *path, sg_wp_t **out, char *err, size_t err_size)
             buf[i] = '\0';
             wp->tok[id] = buf + start;
             wp->tok_len[id] = (uint32_t)(i - start);
+            if (i - start > wp->max_tok_len)
+                wp->max_tok_len = i - start;
             /* a later duplicate wins, as in the Python dict */
             size_t h = (size_t)fnv(buf + start, i - start) & wp->mask;
             for (;;) {
@@ -385,6 +388,10 @@ static void wordpiece(tok_t *t, const int32_t *cp, size_t n)
     while (start < n) {
         int32_t found = -1;
         size_t end = n;
+        /* pieces longer than the longest token cannot match: skip their lookups (a long word
+         * would otherwise cost a quadratic number of them) */
+        while (end > start + 1 && off[end] - off[start] + (start > 0 ? 2 : 0) > t->wp->max_tok_len)
+            --end;
         for (; end > start; --end) {
             const char *s = buf + 2 + off[start];
             size_t sl = off[end] - off[start];
@@ -493,6 +500,8 @@ static void basic(tok_t *t, const char *s, size_t len)
     normalize(a->v, a->n, 1, nfc, &t->s1, &t->s1_cap);
     /* t->b is reused by word(): copy the NFC text to t->a first */
     a->n = 0;
+    if (nfc->n == 0) /* no text: both buffers may still be unallocated */
+        return;
     cp_reserve(a, nfc->n);
     memcpy(a->v, nfc->v, nfc->n * sizeof(int32_t));
     a->n = nfc->n;

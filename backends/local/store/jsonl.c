@@ -4,7 +4,7 @@
  * parse trees), top-level key lookup and the URL table for /access.
  *
  * Sidecar layout (native little-endian uint64 words):
- *   [0] magic "SGJSONL\1"   [1] version 1   [2] flags (1 = URL table)   [3] file size
+ *   [0] magic "SGJSONL\1"   [1] version 2   [2] flags (1 = URL table)   [3] file size
  *   [4] mtime s  [5] mtime ns  [6] st_dev  [7] st_ino  [8] rows  [9] content hash
  *   [10] URL table slots  [11] hash of words 0..10
  *   then rows + 1 offsets, then the URL table.
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #define SIDE_MAGIC 0x014C4E4F534A4753ull /* "SGJSONL\1" */
-#define SIDE_VERSION 1
+#define SIDE_VERSION 2                   /* 2: the URL table keeps the last "url" of a row */
 #define SIDE_WORDS 12
 #define MAX_DEPTH 256
 
@@ -363,13 +363,14 @@ int sg_json_find_key(const char *p, size_t len, const char *key, const char **va
     if (j.p >= j.end || *j.p != '{')
         return 0;
     ++j.p;
+    int found = 0; /* the last occurrence wins, as in Python's json.loads */
     for (;;) {
         ws(&j);
         if (j.p >= j.end || *j.p != '"')
-            return 0;
+            return found;
         const unsigned char *ks = j.p;
         if (string(&j) != 0)
-            return 0;
+            return found;
         size_t klen = (size_t)(j.p - ks);
         int match;
         if (memchr(ks, '\\', klen) != NULL) {
@@ -382,23 +383,23 @@ int sg_json_find_key(const char *p, size_t len, const char *key, const char **va
         }
         ws(&j);
         if (j.p >= j.end || *j.p != ':')
-            return 0;
+            return found;
         ++j.p;
         ws(&j);
         const unsigned char *vs = j.p;
         if (value(&j, 1) != 0)
-            return 0;
+            return found;
         if (match) {
             *val = (const char *)vs;
             *val_len = (size_t)(j.p - vs);
-            return 1;
+            found = 1;
         }
         ws(&j);
         if (j.p < j.end && *j.p == ',') {
             ++j.p;
             continue;
         }
-        return 0;
+        return found;
     }
 }
 
@@ -827,6 +828,26 @@ int sg_jsonl_open(const char *path, const sg_jsonl_opts_t *opts, sg_jsonl_t *j, 
     return 0;
 }
 
+int sg_jsonl_open_buffer(const char *data, size_t size, const char *name, int url_table, sg_jsonl_t *j, char *err, size_t err_size)
+{
+    memset(j, 0, sizeof(*j));
+    j->path = strdup(name);
+    if (j->path == NULL)
+        abort();
+    j->data = size > 0 ? data : "";
+    j->size = size;
+    j->data_borrowed = 1;
+    struct stat st;
+    memset(&st, 0, sizeof(st));
+    st.st_size = (off_t)size;
+    if (build(j, &st, url_table, err, err_size) != 0) {
+        sg_jsonl_close(j);
+        return -1;
+    }
+    snprintf(j->side_note, sizeof(j->side_note), "in memory only: the rows are not a file");
+    return 0;
+}
+
 void sg_jsonl_close(sg_jsonl_t *j)
 {
     if (j->side != NULL) {
@@ -835,7 +856,7 @@ void sg_jsonl_close(sg_jsonl_t *j)
         else
             munmap(j->side, j->side_size);
     }
-    if (j->data != NULL && j->size > 0)
+    if (j->data != NULL && j->size > 0 && !j->data_borrowed)
         munmap((void *)j->data, j->size);
     free(j->path);
     free(j->side_path);

@@ -39,10 +39,17 @@ typedef struct st_sg_jsonl_t {
     int side_reused;     /* 1: read from disk; 0: built now */
     char side_note[256]; /* why it is kept in memory only, when it is */
     uint64_t n_urls;     /* rows with a "url" in the table */
+    int data_borrowed;   /* data is the caller's buffer (sg_jsonl_open_buffer): never unmapped */
 } sg_jsonl_t;
 
 /** Opens `path`. Returns 0, or -1 with a message naming the file (and line) in `err`. */
 int sg_jsonl_open(const char *path, const sg_jsonl_opts_t *opts, sg_jsonl_t *j, char *err, size_t err_size);
+/**
+ * The same scan and checks over `size` bytes at `data`, which the caller keeps alive and
+ * unchanged until sg_jsonl_close (nothing is copied, no sidecar is read or written); `name`
+ * stands for the file in messages. For rows that are not a file, and for the fuzz target.
+ */
+int sg_jsonl_open_buffer(const char *data, size_t size, const char *name, int url_table, sg_jsonl_t *j, char *err, size_t err_size);
 void sg_jsonl_close(sg_jsonl_t *j);
 /** Row `row` (< n_rows): the JSON object's bytes without line terminator. */
 void sg_jsonl_row(const sg_jsonl_t *j, uint64_t row, const char **p, size_t *len);
@@ -63,7 +70,8 @@ int sg_json_check_object(const char *p, size_t len, const char **why, size_t *at
 int sg_json_check_string(const char *p, size_t len);
 /**
  * Finds top-level key `key` of the object p[0..len). Returns 1 and the raw value span (for a
- * string, including its quotes) or 0 when absent.
+ * string, including its quotes) or 0 when absent. A key written more than once means its last
+ * value, as in Python's json.loads.
  */
 int sg_json_find_key(const char *p, size_t len, const char *key, const char **val, size_t *val_len);
 /** Decodes the JSON string literal s[0..len) (with quotes) to UTF-8; malloc'ed, NUL-terminated. */

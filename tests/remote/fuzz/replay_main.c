@@ -2,7 +2,8 @@
  * replay_main.c -- runs a libFuzzer harness over files, without libFuzzer: each argument is a
  * corpus directory or a file; every input is fed to LLVMFuzzerTestOneInput once. CTest uses this
  * (built with gcc, sanitizers as configured) to replay the committed seed corpora on every build.
- * Fails when an argument is missing or a directory holds no input.
+ * Fails when an argument is missing or a directory holds no input. A harness's
+ * LLVMFuzzerInitialize, when it has one, runs first, as under libFuzzer.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 static int run_file(const char *path)
 {
@@ -51,6 +53,8 @@ static int run_file(const char *path)
 int main(int argc, char **argv)
 {
     size_t total = 0;
+    if (LLVMFuzzerInitialize != NULL)
+        LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; ++i) {
         struct stat st;
         if (stat(argv[i], &st) != 0) {
