@@ -450,13 +450,13 @@ static void test_config_errors(void **state)
         {"architectures", "[\"BertModel\"]", "BertModel"},
         /* two labels: the classifier has one row */
         {"id2label", "{\"0\": \"no\", \"1\": \"yes\"}", "classifier.weight"},
-        {"num_labels", "3", "classifier.weight"}, /* id2label (1 label) wins over num_labels */
+        /* without id2label (removed below), num_labels counts: 3 != the classifier's 1 row */
+        {"num_labels", "3", "classifier.weight"},
         {"type_vocab_size", "1", "token_type_embeddings"},
     };
     for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); ++k) {
         char *cfg = config_with(MODEL, v[k].key, v[k].value);
         if (strcmp(v[k].key, "num_labels") == 0) {
-            /* without id2label, num_labels counts (3 != the classifier's 1 row) */
             cJSON *o = cJSON_Parse(cfg);
             cJSON_DeleteItemFromObjectCaseSensitive(o, "id2label");
             free(cfg);
@@ -465,6 +465,17 @@ static void test_config_errors(void **state)
         }
         char *dir = make_variant(MODEL, cfg, NULL);
         expect_load_error(dir, v[k].needle);
+        tu_rmtree(dir);
+        free(dir);
+        free(cfg);
+    }
+    /* with id2label (1 label), num_labels is ignored, as PretrainedConfig ignores it */
+    {
+        char *cfg = config_with(MODEL, "num_labels", "3");
+        char *dir = make_variant(MODEL, cfg, NULL);
+        sg_xenc_model *m = load(dir);
+        assert_int_equal(sg_xenc_num_labels(m), 1);
+        sg_xenc_free(m);
         tu_rmtree(dir);
         free(dir);
         free(cfg);
