@@ -501,6 +501,8 @@ static void basic(tok_t *t, const char *s, size_t len)
     normalize(a->v, a->n, 1, nfc, &t->s1, &t->s1_cap);
     /* t->b is reused by word(): copy the NFC text to t->a first */
     a->n = 0;
+    if (nfc->n == 0) /* nothing left (an empty text): a->v may still be NULL, no memcpy */
+        return;
     cp_reserve(a, nfc->n);
     memcpy(a->v, nfc->v, nfc->n * sizeof(int32_t));
     a->n = nfc->n;
