@@ -340,6 +340,7 @@ static void check_metric(int metric, int rows, int dim, int k, int dup)
     free(wl);
     free(gl);
     tu_rmtree(dir);
+    free(dir);
 }
 
 static void test_flatscan_ip(void **state)
@@ -381,6 +382,7 @@ static void test_flatscan_refuses_non_flat(void **state)
     assert_int_equal(sg_flatscan_init(&fs, &ix), -1);
     sg_fidx_close(&ix);
     tu_rmtree(dir);
+    free(dir);
 }
 
 int main(void)
