@@ -140,6 +140,11 @@ static void test_tokenizer_edges(void **state)
     assert_int_equal(ids[2], 102);
     assert_int_equal(ids[3], sg_wp_lookup(wp, "b", 1));
     assert_int_equal(ids[4], 103);
+    /* an empty text without prefix, or one that cleaning empties: [CLS] [SEP] (an empty query
+     * with query_prefix "") */
+    assert_int_equal(sg_wp_encode(wp, NULL, "", 0, 16, ids), 2);
+    assert_int_equal(sg_wp_encode(wp, NULL, "\x01", 1, 16, ids), 2);
+    assert_int_equal(ids[1], 102);
     /* lower-case "[sep]" is ordinary text: "[", "sep", "]" */
     k = sg_wp_encode(wp, NULL, "[sep]", 5, 16, ids);
     assert_int_equal(k, 5);

@@ -5,6 +5,8 @@
  *   - every task of every step runs exactly once, on a slot no other running task holds, with
  *     helpers joining late and leaving in the middle of a session;
  *   - the encoder gives the same embeddings (to float rounding) with 2 and 4 threads as alone;
+ *   - so does the cross-encoder (xenc.h) its scores (to 2e-6 relative: logits are ~3, not unit
+ *     vectors), which stay within 1e-5 of its goldens;
  *   - flatscan gives FAISS's own results (in the canonical order), for IP and L2, with ties, with
  *     k larger than the index, and with any number of slices.
  */
@@ -18,6 +20,7 @@
 #include "flatscan.h"
 #include "team.h"
 #include "testutil.h"
+#include "xenc.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -194,6 +197,85 @@ static void test_encoder_same_with_any_threads(void **state)
     sg_e5_free(m);
 }
 
+/* ---- the cross-encoder over the team ---- */
+
+static void test_xenc_same_with_any_threads(void **state)
+{
+    (void)state;
+    sg_xenc_model *m;
+    char err[512];
+    assert_int_equal(sg_xenc_load(SG_FIXTURES "/xenc-tiny", &m, err, sizeof(err)), 0);
+    /* the golden pairs of the fixture's most frequent query (max_length 512): ~17 passages, one of
+     * 512 tokens, so the products split by rows; the first 2 alone, ~50 tokens: by columns */
+    size_t len;
+    char *all = tu_read_file(SG_FIXTURES "/xenc-tiny/golden.jsonl", &len);
+    assert_non_null(all);
+    enum { MAXP = 64 };
+    char *query = NULL, *passages[MAXP];
+    size_t qlen = 0, plens[MAXP], np = 0;
+    float golden[MAXP];
+    char *save = NULL;
+    for (char *line = strtok_r(all, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        size_t ql;
+        char *q = tu_json_string_field(line, "query", &ql);
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        int ml = (int)cJSON_GetObjectItem(o, "max_length")->valuedouble;
+        if (query == NULL && ml == 512) {
+            query = q;
+            qlen = ql;
+        } else if (query == NULL || ql != qlen || memcmp(q, query, ql) != 0 || ml != 512) {
+            free(q);
+            cJSON_Delete(o);
+            continue;
+        } else {
+            free(q);
+        }
+        assert_true(np < MAXP);
+        passages[np] = tu_json_string_field(line, "passage", &plens[np]);
+        golden[np++] = (float)cJSON_GetObjectItem(o, "logits")->child->valuedouble;
+        cJSON_Delete(o);
+    }
+    free(all);
+    assert_true(np >= 10);
+    float want[MAXP], got[MAXP];
+    sg_xenc_workspace *w = sg_xenc_workspace_new(m);
+    assert_int_equal(sg_xenc_score(m, w, query, qlen, (const char *const *)passages, plens, np, 512, want, err, sizeof(err)), 0);
+    for (size_t i = 0; i < np; ++i)
+        assert_true(fabsf(want[i] - golden[i]) <= 1e-5f);
+    float worst_alone = 0, worst_golden = 0;
+    for (unsigned workers = 2; workers <= 4; workers += 2) {
+        pool_t p;
+        pool_start(&p, workers);
+        for (int rep = 0; rep < 4; ++rep) {
+            size_t n = rep % 2 == 0 ? np : 2;
+            sg_team_open(&p.team, 0, workers);
+            sg_xenc_workspace_set_par(w, &p.team.par);
+            memset(got, 0xff, sizeof(got));
+            assert_int_equal(sg_xenc_score(m, w, query, qlen, (const char *const *)passages, plens, n, 512, got, err, sizeof(err)),
+                             0);
+            sg_xenc_workspace_set_par(w, NULL);
+            sg_team_close(&p.team);
+            for (size_t i = 0; i < n; ++i) {
+                /* float rounding of other summation orders, relative to logits of magnitude ~3 */
+                worst_alone = fmaxf(worst_alone, fabsf(got[i] - want[i]) / (1.0f + fabsf(want[i])));
+                worst_golden = fmaxf(worst_golden, fabsf(got[i] - golden[i]));
+            }
+        }
+        assert_true(atomic_load(&p.team.tasks) > 0);
+        pool_stop(&p);
+    }
+    fprintf(stderr, "cross-encoder on a team: worst diff %.3g (relative) to one thread, %.3g (abs) to the goldens\n", worst_alone,
+            worst_golden);
+    assert_true(worst_alone <= 2e-6f);
+    assert_true(worst_golden <= 1e-5f);
+    for (size_t i = 0; i < np; ++i)
+        free(passages[i]);
+    free(query);
+    sg_xenc_workspace_free(w);
+    sg_xenc_free(m);
+}
+
 /* ---- flatscan against FAISS ---- */
 
 static float frand(uint64_t *s)
@@ -309,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_every_task_once),
         cmocka_unit_test(test_lead_changes),
         cmocka_unit_test(test_encoder_same_with_any_threads),
+        cmocka_unit_test(test_xenc_same_with_any_threads),
         cmocka_unit_test(test_flatscan_ip),
         cmocka_unit_test(test_flatscan_l2),
         cmocka_unit_test(test_flatscan_small_index),

@@ -10,8 +10,9 @@
  * run as one sgemm over all tokens of the batch and attention runs per sequence and head over
  * that sequence's own tokens only. This computes exactly what BertModel computes for a padded
  * batch with its attention mask -- masked keys get weight exp(-inf) = 0 there -- without spending
- * work on padding. Then mean pooling over each sequence's tokens and L2 normalisation
- * (x / max(|x|, 1e-12), torch.nn.functional.normalize).
+ * work on padding. Then one of two heads: e5's mean pooling over each sequence's tokens and L2
+ * normalisation (x / max(|x|, 1e-12), torch.nn.functional.normalize), or BertPooler's
+ * tanh(dense(first token)) for the cross-encoder (xenc.c), whose pairs also bring token types.
  *
  * BLAS runs in the calling thread (the host keeps OpenBLAS single-threaded and parallelises
  * across workspaces).
@@ -65,9 +66,11 @@ struct sg_e5_model {
     sg_st_file_t st;
     float **owned;
     size_t n_owned;
+    const char *pfx; /* "bert." or "" before the BertModel tensor names */
     const float *word, *pos, *type;
     ln_t ln_emb;
     layer_t *layers;
+    lin_t pooler; /* BertPooler's dense layer (sg__e5_load_pooler; w == NULL until then) */
     char identity[176];
     /* precision */
     int precision;          /* SG_E5_FP32 / SG_E5_BF16 */
@@ -90,7 +93,6 @@ struct sg_e5_workspace {
     size_t *rows;   /* per sequence of a pass: its first token row */
     unsigned slots; /* scores holds this many slots */
     int32_t *ids;   /* token ids of the current encode call */
-    size_t *offs;   /* per text: offset into ids */
     uint32_t *lens; /* per text: number of ids */
     size_t cap_texts;
 };
@@ -388,6 +390,7 @@ int sg_e5_load(const char *dir, sg_e5_model **out, char *err, size_t err_size)
         goto out;
     const sg_e5_config *c = &m->cfg;
     const char *pfx = sg_st_find(&m->st, "bert.embeddings.word_embeddings.weight") != NULL ? "bert." : "";
+    m->pfx = pfx;
     if ((m->word = tensor(m, pfx, "embeddings.word_embeddings.weight", NULL, 2, c->vocab, c->hidden, err, err_size)) == NULL ||
         (m->pos = tensor(m, pfx, "embeddings.position_embeddings.weight", NULL, 2, c->max_positions, c->hidden, err, err_size)) ==
             NULL ||
@@ -516,7 +519,6 @@ void sg_e5_workspace_free(sg_e5_workspace *w)
     free(w->inter);
     free(w->scores);
     free(w->ids);
-    free(w->offs);
     free(w->lens);
     free(w);
 }
@@ -837,9 +839,26 @@ static void attn_task(void *arg, size_t i, unsigned slot)
                 w->ctx + base * (size_t)h + (size_t)hd * (size_t)dh, h);
 }
 
-/* Runs the model over `n` packed sequences (ids at offs[i], lens[i]) and writes the pooled,
- * normalised embeddings to out[i * hidden]. */
-static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, const uint32_t *lens, size_t n, float *out)
+/* The pooler head: out[s] = tanh(W h[first token of s] + b), in float32 whatever the precision
+ * (n x hidden x hidden: nothing next to the layers). */
+static void pooler_head(sg_e5_workspace *w, size_t n, float *out)
+{
+    const sg_e5_model *m = w->m;
+    const int h = m->cfg.hidden;
+    for (size_t s = 0; s < n; ++s) {
+        memcpy(w->tmp + s * (size_t)h, w->x + w->rows[s] * (size_t)h, (size_t)h * sizeof(float));
+        memcpy(out + s * (size_t)h, m->pooler.b, (size_t)h * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, h, h, 1.0f, w->tmp, h, m->pooler.w, h, 1.0f, out, h);
+    for (size_t i = 0; i < n * (size_t)h; ++i)
+        out[i] = tanhf(out[i]);
+}
+
+/* Runs the model over `n` sequences packed back to back in `ids` (lens[i] each; token types in
+ * `types`, NULL: all 0) and writes one vector of `hidden` floats per sequence to out[i * hidden]:
+ * the e5 embedding (head SG__E5_HEAD_MEAN) or the pooler output (SG__E5_HEAD_POOLER). */
+static int forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types, const uint32_t *lens, size_t n, int head,
+                   float *out)
 {
     const sg_e5_model *m = w->m;
     const sg_e5_config *c = &m->cfg;
@@ -870,15 +889,16 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, c
         w->cap_scores = per;
         w->slots = ns;
     }
-    /* embeddings: word + token type 0 + position, then LayerNorm */
+    /* embeddings: word + token type + position (in BertEmbeddings' order), then LayerNorm */
     size_t r = 0;
     for (size_t s = 0; s < n; ++s) {
         for (uint32_t p = 0; p < lens[s]; ++p, ++r) {
-            const float *we = m->word + (size_t)ids[offs[s] + p] * (size_t)h;
+            const float *we = m->word + (size_t)ids[r] * (size_t)h;
+            const float *te = m->type + (types != NULL ? (size_t)types[r] * (size_t)h : 0);
             const float *pe = m->pos + (size_t)p * (size_t)h;
             float *row = w->x + r * (size_t)h;
             for (int j = 0; j < h; ++j)
-                row[j] = (we[j] + m->type[j]) + pe[j];
+                row[j] = (we[j] + te[j]) + pe[j];
         }
     }
     layer_norm_par(w, w->x, NULL, t, h, &m->ln_emb, c->ln_eps);
@@ -898,6 +918,10 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const size_t *offs, c
             linear_par(w, 1, &outl, w->inter, t, c->intermediate, h, &w->x, 0) != 0)
             return -1;
         layer_norm_par(w, w->x, w->tmp, t, h, &L->ln_out, c->ln_eps);
+    }
+    if (head == SG__E5_HEAD_POOLER) {
+        pooler_head(w, n, out);
+        return 0;
     }
     /* mean pooling over each sequence, then L2 normalisation */
     r = 0;
@@ -947,10 +971,6 @@ int sg_e5_encode_ids(sg_e5_workspace *w, const int32_t *const *ids, const uint32
         w->cap_ids = total;
     }
     if (n > w->cap_texts) {
-        size_t *o = realloc(w->offs, n * sizeof(*o) + 16);
-        if (o == NULL)
-            goto oom;
-        w->offs = o;
         uint32_t *l = realloc(w->lens, n * sizeof(*l) + 16);
         if (l == NULL)
             goto oom;
@@ -960,24 +980,62 @@ int sg_e5_encode_ids(sg_e5_workspace *w, const int32_t *const *ids, const uint32
     size_t off = 0;
     for (size_t i = 0; i < n; ++i) {
         memcpy(w->ids + off, ids[i], lens[i] * sizeof(int32_t));
-        w->offs[i] = off;
         w->lens[i] = lens[i];
         off += lens[i];
     }
-    /* passes of at most PASS_TOKENS tokens (one sequence may exceed it alone) */
-    size_t i = 0;
-    while (i < n) {
-        size_t j = i, tok = 0;
-        while (j < n && (j == i || tok + w->lens[j] <= PASS_TOKENS))
-            tok += w->lens[j++];
-        if (forward(w, w->ids, w->offs + i, w->lens + i, j - i, out + i * (size_t)m->cfg.hidden) != 0)
-            goto oom;
-        i = j;
-    }
-    return 0;
+    if (sg__e5_forward(w, w->ids, NULL, w->lens, n, SG__E5_HEAD_MEAN, out) == 0)
+        return 0;
 oom:
     snprintf(err, err_size, "out of memory encoding %zu texts", n);
     return -1;
+}
+
+int sg__e5_forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types, const uint32_t *lens, size_t n, int head,
+                   float *out)
+{
+    if (head == SG__E5_HEAD_POOLER && w->m->pooler.w == NULL)
+        return -1;
+    /* passes of at most PASS_TOKENS tokens (one sequence may exceed it alone) */
+    size_t i = 0;
+    const size_t h = (size_t)w->m->cfg.hidden;
+    while (i < n) {
+        size_t j = i, tok = 0;
+        while (j < n && (j == i || tok + lens[j] <= PASS_TOKENS))
+            tok += lens[j++];
+        if (forward(w, ids, types, lens + i, j - i, head, out + i * h) != 0)
+            return -1;
+        ids += tok;
+        if (types != NULL)
+            types += tok;
+        i = j;
+    }
+    return 0;
+}
+
+int sg__e5_load_pooler(sg_e5_model *m, char *err, size_t err_size)
+{
+    if (m->pooler.w != NULL)
+        return 0;
+    lin_t l;
+    if (lin(m, m->pfx, "pooler.dense", m->cfg.hidden, m->cfg.hidden, &l, err, err_size) != 0)
+        return -1;
+    m->pooler = l;
+    return 0;
+}
+
+const float *sg__e5_tensor(sg_e5_model *m, const char *name, int ndim, int64_t d0, int64_t d1, char *err, size_t err_size)
+{
+    return tensor(m, "", name, NULL, ndim, d0, d1, err, err_size);
+}
+
+const char *sg__e5_prefix(const sg_e5_model *m)
+{
+    return m->pfx;
+}
+
+const sg_wp_t *sg__e5_wordpiece(const sg_e5_model *m)
+{
+    return m->wp;
 }
 
 int sg_e5_encode(const sg_e5_model *m, sg_e5_workspace *w, const char *prefix, const char *const *texts, const size_t *lens,

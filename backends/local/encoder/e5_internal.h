@@ -25,4 +25,32 @@ int sg__e5_fingerprint(const char *path, uint64_t *size, uint64_t *hash, char *e
 typedef struct sg_e5_model sg_e5_model;
 int sg__e5_set_bf16_reference(sg_e5_model *m, char *err, size_t err_size);
 
+/* ---- the BERT core for other heads (the cross-encoder, xenc.c) ---- */
+
+typedef struct sg_e5_workspace sg_e5_workspace;
+enum { SG__E5_HEAD_MEAN = 0, SG__E5_HEAD_POOLER = 1 };
+/**
+ * Runs the BERT layers over `n` sequences packed back to back in `ids` (lens[i] ids each, 1 to
+ * max_position_embeddings, every id and type already checked by the caller), with token types
+ * `types` (one per id; NULL: all 0), in passes of a bounded number of tokens, and writes `hidden`
+ * floats per sequence to out[i * hidden]: with SG__E5_HEAD_MEAN the e5 embedding (what
+ * sg_e5_encode_ids gives), with SG__E5_HEAD_POOLER BertPooler's tanh(dense(first token)) (after
+ * sg__e5_load_pooler). Returns 0, or -1 when out of memory or the pooler is not loaded.
+ */
+int sg__e5_forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types, const uint32_t *lens, size_t n, int head,
+                   float *out);
+/** Loads `[bert.]pooler.dense.{weight,bias}` (idempotent). Returns 0, or -1 with `err` set. */
+int sg__e5_load_pooler(sg_e5_model *m, char *err, size_t err_size);
+/**
+ * Another tensor of the model's model.safetensors by its full name, checked to be [d0] (ndim 1) or
+ * [d0, d1] (ndim 2), as float32 (valid until sg_e5_free). NULL with `err` set when missing or of
+ * another shape.
+ */
+const float *sg__e5_tensor(sg_e5_model *m, const char *name, int ndim, int64_t d0, int64_t d1, char *err, size_t err_size);
+typedef struct st_sg_wp_t sg_wp_t;
+/** The model's WordPiece vocabulary (valid until sg_e5_free). */
+const sg_wp_t *sg__e5_wordpiece(const sg_e5_model *m);
+/** "bert." when the BertModel tensors are named so (a *ForSequenceClassification checkpoint), else "". */
+const char *sg__e5_prefix(const sg_e5_model *m);
+
 #endif

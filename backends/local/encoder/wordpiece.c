@@ -16,6 +16,9 @@
  *                                  any piece missing -> the whole word is [UNK]
  *
  * Tokenisation stops as soon as max_len - 2 word pieces are known (truncation only keeps those).
+ * A pair (PreTrainedTokenizerBase.__call__(text, text_pair)) tokenises each segment alone, counting
+ * one piece past the budget to learn whether it must be cut, then keeps what longest-first
+ * truncation keeps (sg_wp_encode_pair).
  */
 #include "wordpiece.h"
 
@@ -346,7 +349,9 @@ static void normalize(const int32_t *in, size_t n, int compose, cpbuf_t *out, ch
 typedef struct st_tok_t {
     const sg_wp_t *wp;
     int32_t *ids;
-    size_t n_ids, limit; /* limit = max word pieces kept (max_len - 2) */
+    size_t n_ids; /* pieces counted so far */
+    size_t cap;   /* pieces written to ids: the first `cap` */
+    size_t limit; /* counting stops here (>= cap) */
     cpbuf_t a, b, c, word;
     char *s1, *s2;
     size_t s1_cap, s2_cap;
@@ -359,8 +364,11 @@ static int full(const tok_t *t)
 
 static void emit(tok_t *t, int32_t id)
 {
-    if (t->n_ids < t->limit)
-        t->ids[t->n_ids++] = id;
+    if (t->n_ids >= t->limit)
+        return;
+    if (t->n_ids < t->cap)
+        t->ids[t->n_ids] = id;
+    ++t->n_ids;
 }
 
 /* WordPiece over one basic token (code points). */
@@ -554,15 +562,16 @@ static void run(tok_t *t, const char *s, size_t len)
         basic(t, s + start, len - start);
 }
 
-int sg_wp_encode(const sg_wp_t *wp, const char *prefix, const char *text, size_t len, uint32_t max_len, int32_t *ids)
+/* Counts the word pieces of `prefix` + `text` up to `limit`, writing the first `cap` to `ids`;
+ * returns the count, or -1 when out of memory. */
+static long pieces(const sg_wp_t *wp, const char *prefix, const char *text, size_t len, size_t cap, size_t limit, int32_t *ids)
 {
-    if (max_len < 2)
-        return -1;
     tok_t t;
     memset(&t, 0, sizeof(t));
     t.wp = wp;
-    t.ids = ids + 1;
-    t.limit = max_len - 2;
+    t.ids = ids;
+    t.cap = cap;
+    t.limit = limit;
     /* the prefix is part of the text ("query: " + q), so a special token may straddle them */
     size_t pl = prefix != NULL ? strlen(prefix) : 0;
     char *joined = NULL;
@@ -579,8 +588,6 @@ int sg_wp_encode(const sg_wp_t *wp, const char *prefix, const char *text, size_t
         sl = pl + len;
     }
     run(&t, s, sl);
-    ids[0] = wp->cls;
-    ids[t.n_ids + 1] = wp->sep;
     free(joined);
     free(t.a.v);
     free(t.b.v);
@@ -588,5 +595,79 @@ int sg_wp_encode(const sg_wp_t *wp, const char *prefix, const char *text, size_t
     free(t.word.v);
     free(t.s1);
     free(t.s2);
-    return (int)t.n_ids + 2;
+    return (long)t.n_ids;
+}
+
+int sg_wp_encode(const sg_wp_t *wp, const char *prefix, const char *text, size_t len, uint32_t max_len, int32_t *ids)
+{
+    if (max_len < 2)
+        return -1;
+    long n = pieces(wp, prefix, text, len, max_len - 2, max_len - 2, ids + 1);
+    if (n < 0)
+        return -1;
+    ids[0] = wp->cls;
+    ids[n + 1] = wp->sep;
+    return (int)n + 2;
+}
+
+/* How many pieces each segment keeps of a pair truncated to `budget` pieces (max_len - 3):
+ * tokenizers' truncate_encodings (LongestFirst) or transformers' truncate_sequences (LONGEST_FIRST).
+ * Both keep everything when it fits, and cut only the longer segment when the shorter one takes at
+ * most half the budget; when both must be cut, they split the budget in halves, and an odd budget's
+ * spare piece goes to the longer segment (the second one on a tie) in tokenizers, always to the
+ * first segment in transformers. */
+static void pair_lengths(size_t na, size_t nb, size_t budget, int rule, size_t *ka, size_t *kb)
+{
+    *ka = na;
+    *kb = nb;
+    if (na + nb <= budget)
+        return;
+    size_t shorter = na < nb ? na : nb;
+    if (2 * shorter <= budget) {
+        if (na > nb)
+            *ka = budget - nb;
+        else
+            *kb = budget - na;
+        return;
+    }
+    size_t half = budget / 2, odd = budget % 2;
+    int first_gets_spare = rule == SG_WP_TRUNC_SLOW ? 1 : na > nb;
+    *ka = half + (first_gets_spare ? odd : 0);
+    *kb = half + (first_gets_spare ? 0 : odd);
+}
+
+int sg_wp_encode_pair(const sg_wp_t *wp, const char *a, size_t alen, const char *b, size_t blen, uint32_t max_len, int rule,
+                      int32_t *ids, uint8_t *types)
+{
+    if (max_len < 3 || (rule != SG_WP_TRUNC_FAST && rule != SG_WP_TRUNC_SLOW))
+        return -1;
+    size_t budget = max_len - 3;
+    int32_t *bbuf = malloc((budget + 1) * sizeof(*bbuf));
+    if (bbuf == NULL)
+        return -1;
+    /* Counting one piece past the budget tells whether a segment is cut; only when both are longer
+     * than the whole budget does the rule need their full lengths (which one is longer). */
+    long na = pieces(wp, NULL, a, alen, budget, budget + 1, ids + 1);
+    long nb = na < 0 ? -1 : pieces(wp, NULL, b, blen, budget, budget + 1, bbuf);
+    if (na > (long)budget && nb > (long)budget && budget % 2 == 1 && rule == SG_WP_TRUNC_FAST) {
+        na = pieces(wp, NULL, a, alen, 0, SIZE_MAX, NULL);
+        nb = na < 0 ? -1 : pieces(wp, NULL, b, blen, 0, SIZE_MAX, NULL);
+    }
+    if (na < 0 || nb < 0) {
+        free(bbuf);
+        return -1;
+    }
+    size_t ka, kb;
+    pair_lengths((size_t)na, (size_t)nb, budget, rule, &ka, &kb);
+    ids[0] = wp->cls;
+    ids[ka + 1] = wp->sep;
+    memcpy(ids + ka + 2, bbuf, kb * sizeof(*ids));
+    ids[ka + kb + 2] = wp->sep;
+    free(bbuf);
+    size_t n = ka + kb + 3;
+    if (types != NULL) {
+        memset(types, 0, ka + 2);
+        memset(types + ka + 2, 1, kb + 1);
+    }
+    return (int)n;
 }

@@ -3,9 +3,13 @@
 from the e5-tiny fixture, model.safetensors in F32 or F16), shaped like intfloat/e5-base-v2 by
 default: hidden 768, 12 layers, 12 heads, intermediate 3072, 512 positions. Weights ~ N(0, 0.02)
 like a fresh BERT, LayerNorm gain 1 and bias 0. Needs python3-numpy (the bench list of .ci/deps.sh).
+With --labels N: a cross-encoder instead (BertForSequenceClassification: the BertModel tensors
+under `bert.`, a `classifier` of N labels, config.json as the ms-marco cross-encoders have it);
+cross-encoder/ms-marco-MiniLM-L-12-v2 is --hidden 384 --layers 12 --heads 12 --intermediate 1536
+--labels 1.
 
     /usr/bin/python3 make_model.py OUT_DIR [--hidden 768 --layers 12 --heads 12 --intermediate 3072]
-                                          [--dtype f32|f16] [--seed 1]
+                                          [--dtype f32|f16] [--seed 1] [--labels N]
 """
 import argparse
 import json
@@ -29,6 +33,7 @@ def main():
     ap.add_argument("--positions", type=int, default=512)
     ap.add_argument("--dtype", choices=["f32", "f16"], default="f32")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--labels", type=int, default=0, help="a cross-encoder with this many labels (0: a BertModel)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     vocab_lines = open(os.path.join(FIXTURE, "vocab.txt"), encoding="utf-8").read().split("\n")
@@ -39,6 +44,11 @@ def main():
     cfg = json.load(open(os.path.join(FIXTURE, "config.json")))
     cfg.update({"hidden_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
                 "intermediate_size": a.intermediate, "max_position_embeddings": a.positions, "vocab_size": vocab})
+    if a.labels > 0:
+        cfg.update({"architectures": ["BertForSequenceClassification"],
+                    "id2label": {str(i): "LABEL_%d" % i for i in range(a.labels)},
+                    "label2id": {"LABEL_%d" % i: i for i in range(a.labels)},
+                    "sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     rng = np.random.default_rng(a.seed)
@@ -69,6 +79,10 @@ def main():
         ln(p + "output.LayerNorm")
     normal("pooler.dense.weight", H, H)
     normal("pooler.dense.bias", H)
+    if a.labels > 0:
+        tensors[:] = [("bert." + name, arr) for name, arr in tensors]
+        normal("classifier.weight", a.labels, H)
+        normal("classifier.bias", a.labels)
     dt, np_dt = ("F16", np.float16) if a.dtype == "f16" else ("F32", np.float32)
     header = {"__metadata__": {"format": "pt"}}
     off = 0
