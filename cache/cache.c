@@ -12,11 +12,17 @@
 static sg_server_t *server;
 static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_global_failopen;
 
-void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *text, size_t len)
+void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
     out->len = 0;
     sg_buf_appends(out, b->identity);
-    sg_buf_appendf(out, "%c%u%c", 0x1f, topk, 0x1f);
+    if (params == NULL || params[0] == '\0') {
+        sg_buf_appendf(out, "%c%u%c", 0x1f, topk, 0x1f); /* the key of requests without search parameters */
+    } else {
+        sg_buf_appendf(out, "%c%u%c%zu:", 0x1f, topk, 0x1e, strlen(params)); /* length-prefixed: no ambiguity */
+        sg_buf_appends(out, params);
+        sg_buf_appendc(out, 0x1f);
+    }
     sg_buf_append(out, text, len);
 }
 
@@ -160,7 +166,7 @@ static void on_mget(void *arg, redisReply *reply)
             ++r->hits_redis;
             sg_counter_add(r->serving->cache_hits_redis, 1);
             if (server->l1 != NULL) { /* promote: the next hit is served from memory */
-                sg_cache_key(&key, r->serving, r->topk, u->text, u->len);
+                sg_cache_key(&key, r->serving, r->topk, sg_rreq_params(r), u->text, u->len);
                 sg_l1_put(server->l1, key.base, key.len, b, expire);
             }
         }
@@ -186,7 +192,7 @@ void sg_cache_lookup(sg_rreq_t *r)
             sg_uq_t *u = &r->uniq[i];
             if (u->blob != NULL)
                 continue;
-            sg_cache_key(&key, b, r->topk, u->text, u->len);
+            sg_cache_key(&key, b, r->topk, sg_rreq_params(r), u->text, u->len);
             sg_blob_t *blob = sg_l1_get(server->l1, key.base, key.len, now);
             if (blob != NULL) {
                 u->blob = blob;
@@ -222,7 +228,7 @@ void sg_cache_lookup(sg_rreq_t *r)
         sg_uq_t *u = &r->uniq[i];
         if (u->blob != NULL)
             continue;
-        sg_cache_key(&key, b, r->topk, u->text, u->len);
+        sg_cache_key(&key, b, r->topk, sg_rreq_params(r), u->text, u->len);
         redis_key(&keys[k], server->cfg->cache.redis_prefix, key.base, key.len);
         argv[k + 1] = keys[k].base;
         argvlen[k + 1] = keys[k].len;
@@ -246,10 +252,11 @@ void sg_cache_lookup(sg_rreq_t *r)
     sg_rreq_ref(r);
 }
 
-void sg_cache_store(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob)
+void sg_cache_store(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len,
+                    sg_blob_t *blob)
 {
     sg_buf_t key = {0};
-    sg_cache_key(&key, b, topk, text, len);
+    sg_cache_key(&key, b, topk, params, text, len);
     if (server->l1 != NULL)
         sg_l1_put(server->l1, key.base, key.len, blob, sg_now_ms() + (uint64_t)b->conf->cache_ttl_s * 1000);
     if (loop->redis != NULL) {

@@ -20,6 +20,12 @@ typedef struct st_sg_plugin_t {
  */
 int sg_plugin_load(sg_plugin_t *p, const char *path, char *err, size_t err_size);
 void sg_plugin_unload(sg_plugin_t *p);
+/**
+ * The plugin's check_params (ABI 1.1), or NULL when it has none: not set, or a table from a 1.0
+ * plugin whose struct_size ends before the member.
+ */
+typedef sg_status (*sg_check_params_fn)(sg_backend *, const char *, size_t, char *, size_t, char *, size_t);
+sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt);
 /** The host services table every plugin receives in create(). */
 const sg_host_api *sg_plugin_host_api(void);
 /** HTTP status for a plugin status code. */

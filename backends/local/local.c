@@ -72,7 +72,7 @@ struct st_job_t {
     char fail_msg[200];
     float *dist;           /* n * topk */
     int64_t *labels;       /* n * topk */
-    int nprobe, ef_search; /* this call's search parameters; 0 = the route's */
+    int nprobe, ef_search; /* the request's search parameters (sg_search.params); 0 = the route's */
 };
 
 typedef struct st_item_t {
@@ -578,6 +578,27 @@ static void *worker_main(void *arg)
 
 /* ---- vtable ---- */
 
+/* "nprobe=32" / "efSearch=64" (comma-separated), as local_check_params writes them */
+static void parse_params(const char *p, int *nprobe, int *ef_search)
+{
+    while (*p != '\0') {
+        const char *eq = strchr(p, '=');
+        if (eq == NULL)
+            return;
+        char *end;
+        long v = strtol(eq + 1, &end, 10);
+        if (v > 0 && v <= (1L << 24)) {
+            if ((size_t)(eq - p) == 6 && memcmp(p, "nprobe", 6) == 0)
+                *nprobe = (int)v;
+            else if ((size_t)(eq - p) == 8 && memcmp(p, "efSearch", 8) == 0)
+                *ef_search = (int)v;
+        }
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',')
+            return;
+    }
+}
+
 static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data, int is_access)
 {
     if (!is_access && s->topk > self->max_topk)
@@ -595,6 +616,8 @@ static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn
         j->fail = SG_EUNAVAIL;
         snprintf(j->fail_msg, sizeof(j->fail_msg), "this local backend has no pages file (config key \"pages\")");
     }
+    if (!is_access && SG_SEARCH_HAS_PARAMS(s) && s->params != NULL)
+        parse_params(s->params, &j->nprobe, &j->ef_search); /* the canonical text of local_check_params */
     if (!is_access) {
         j->dist = malloc(j->n * s->topk * sizeof(float) + 1);
         j->labels = malloc(j->n * s->topk * sizeof(int64_t) + 1);
@@ -651,6 +674,67 @@ static sg_status local_search(struct sg_backend *self, const sg_search *s, sg_do
 static sg_status local_access(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
 {
     return enqueue(self, s, done, cb_data, 1);
+}
+
+/* The request field "search_params": {"nprobe": N} (IVF) or {"efSearch": N} (HNSW), each at most
+ * the route's max_nprobe / max_ef_search. Canonical text: "nprobe=N"; "" when equal to the route's. */
+static sg_status local_check_params(struct sg_backend *self, const char *json, size_t json_len, char *canon, size_t canon_size,
+                                    char *detail, size_t detail_size)
+{
+    const sg_fext_info_t *info = &self->index.info;
+    const char *takes = info->kind == SG_FEXT_IVF ? "nprobe" : info->kind == SG_FEXT_HNSW ? "efSearch" : NULL;
+    cJSON *o = cJSON_ParseWithLength(json, json_len);
+    sg_status st = SG_OK;
+    int nprobe = 0, ef = 0;
+    if (canon_size > 0)
+        canon[0] = '\0';
+    if (!cJSON_IsObject(o)) {
+        snprintf(detail, detail_size, "field \"search_params\" must be an object, e.g. {\"%s\": 32}",
+                 takes != NULL ? takes : "nprobe");
+        st = SG_EINVAL;
+        goto out;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, o)
+    {
+        const char *key = it->string != NULL ? it->string : "";
+        if (cJSON_IsNull(it))
+            continue;
+        if (takes == NULL || strcmp(key, takes) != 0) {
+            if (takes == NULL)
+                snprintf(detail, detail_size,
+                         "search_params.%.40s: the index of this route is exact (%s) and takes no search parameters", key,
+                         self->index.fourcc);
+            else
+                snprintf(detail, detail_size, "search_params.%.40s is not a search parameter of this route (it takes \"%s\")", key,
+                         takes);
+            st = SG_EINVAL;
+            goto out;
+        }
+        int max = info->kind == SG_FEXT_IVF ? self->max_nprobe : self->max_ef_search;
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 1) {
+            snprintf(detail, detail_size, "search_params.%s must be a positive integer", key);
+            st = SG_EINVAL;
+            goto out;
+        }
+        if (it->valuedouble > max) {
+            snprintf(detail, detail_size, "search_params.%s %.0f exceeds this route's limit of %d (config \"%s\")", key,
+                     it->valuedouble, max, info->kind == SG_FEXT_IVF ? "max_nprobe" : "max_ef_search");
+            st = SG_ETOOBIG;
+            goto out;
+        }
+        if (info->kind == SG_FEXT_IVF)
+            nprobe = (int)it->valuedouble;
+        else
+            ef = (int)it->valuedouble;
+    }
+    if (nprobe != 0 && nprobe != self->nprobe)
+        snprintf(canon, canon_size, "nprobe=%d", nprobe);
+    else if (ef != 0 && ef != self->ef_search)
+        snprintf(canon, canon_size, "efSearch=%d", ef);
+out:
+    cJSON_Delete(o);
+    return st;
 }
 
 static void local_cancel(struct sg_backend *self, void *cb_data)
@@ -1305,6 +1389,7 @@ static const sg_backend_vtable vtable = {
     .stats = local_stats,
     .identity = local_identity,
     .access = local_access,
+    .check_params = local_check_params,
 };
 
 const sg_backend_vtable *sg__local_vtable(void)

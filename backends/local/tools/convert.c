@@ -760,6 +760,7 @@ int main(int argc, char **argv)
             return 1;
         }
         sg_gpu_flat_advise(&ff, 1);
+        fprintf(stderr, "%s: adding %lld rows in chunks of %ld\n", prog, (long long)ff.ntotal, chunk);
         progress_t p;
         progress_start(&p, "adding", ff.ntotal);
         double t0 = now_s();
