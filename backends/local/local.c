@@ -701,9 +701,11 @@ static sg_status local_check_params(struct sg_backend *self, const char *json, s
         if (cJSON_IsNull(it))
             continue;
         if (takes == NULL || strcmp(key, takes) != 0) {
-            if (takes == NULL)
+            if (takes == NULL && info->kind == SG_FEXT_FLAT)
                 snprintf(detail, detail_size,
-                         "search_params.%.40s: the index of this route is exact (%s) and takes no search parameters", key,
+                         "search_params.%.40s: the index of this route is exact (Flat) and takes no search parameters", key);
+            else if (takes == NULL)
+                snprintf(detail, detail_size, "search_params.%.40s: the index of this route (%s) takes no search parameters", key,
                          self->index.fourcc);
             else
                 snprintf(detail, detail_size, "search_params.%.40s is not a search parameter of this route (it takes \"%s\")", key,
