@@ -1294,6 +1294,12 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         size_t il = strlen(self->identity);
         snprintf(self->identity + il, sizeof(self->identity) - il, "|np%d|ef%d|rr%d", self->nprobe, self->ef_search, self->rerank);
     }
+#ifdef SG_FAISS_AVX2
+    { /* the AVX2 build of FAISS sums distances in another order: near-ties may differ */
+        size_t il = strlen(self->identity);
+        snprintf(self->identity + il, sizeof(self->identity) - il, "|faiss-avx2");
+    }
+#endif
     if (self->gpu != NULL) { /* fp16 results differ slightly from the CPU's: another cache identity */
         size_t il = strlen(self->identity);
         snprintf(self->identity + il, sizeof(self->identity) - il, "|%s", sg_local_gpu_identity(self->gpu));
