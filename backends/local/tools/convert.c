@@ -540,6 +540,7 @@ static void usage(FILE *fp)
             "  --train-rows N     rows sampled for training (IVF: max(64 x nlist, 131072); others: 131072; at most all)\n"
             "  --chunk N          rows read and added at a time (65536)\n"
             "  --threads N        threads for training, adding and exact search (online CPUs)\n"
+            "  --blas-threads N   OpenBLAS threads while FAISS trains and adds (1: FAISS's OpenMP threads do the work)\n"
             "  --rerank F         record that searches re-rank topk x F candidates exactly from FLAT.index (IVF-PQ);\n"
             "                     the report then has rows with and without re-ranking\n"
             "  --eval N           recall report over N rows of FLAT.index, each searched with its own row left out (1000;\n"
@@ -563,7 +564,7 @@ int main(int argc, char **argv)
     if (getenv("OMP_WAIT_POLICY") == NULL && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
         execv("/proc/self/exe", argv); /* on failure, go on as we are */
     const char *src = NULL, *dst = NULL, *factory = NULL, *queries_file = NULL, *model_dir = NULL, *prefix = "query: ";
-    long train_rows = 0, chunk = 65536, threads = 0, rerank = 0, n_eval = 1000, max_len = 256, seed = 1;
+    long train_rows = 0, chunk = 65536, threads = 0, rerank = 0, n_eval = 1000, max_len = 256, seed = 1, blas_threads = 1;
     double target = 0.95;
     int force = 0;
     int nprobes[32] = {1, 4, 16, 32, 64, 128, 256}, n_nprobes = 7;
@@ -595,6 +596,8 @@ int main(int argc, char **argv)
             bad = parse_long(v, 1, 1L << 24, &chunk);
         } else if (strcmp(a, "--threads") == 0) {
             bad = parse_long(v, 0, 1024, &threads);
+        } else if (strcmp(a, "--blas-threads") == 0) {
+            bad = parse_long(v, 1, 1024, &blas_threads);
         } else if (strcmp(a, "--rerank") == 0) {
             bad = parse_long(v, 0, 64, &rerank);
         } else if (strcmp(a, "--eval") == 0) {
@@ -698,7 +701,7 @@ int main(int argc, char **argv)
      * keeps one thread, or its spinning threads and OpenMP's fight over the cores (k-means then
      * runs tens of times slower). Only the ground truth's big GEMMs use OpenBLAS threads. */
     omp_set_num_threads((int)threads);
-    openblas_set_num_threads(1);
+    openblas_set_num_threads((int)blas_threads);
     sg_fidx_set_blas_threshold(1);
 
     void *index = NULL;
@@ -802,8 +805,12 @@ int main(int argc, char **argv)
     fmt_bytes(ff.file_size, b2, sizeof(b2));
     printf("%s: wrote %s (\"%s\", %lld vectors): %s, %.1f%% of the Flat file's %s\n", prog, dst, factory,
            (long long)faiss_Index_ntotal(index), b1, 100.0 * (double)out_size / (double)ff.file_size, b2);
-    printf("  trained on %lld rows in %.1f s; added %lld rows in %.1f s (%.0f rows/s); written in %.1f s\n", (long long)n_train,
-           t_train, (long long)ff.ntotal, t_add, t_add > 0 ? (double)ff.ntotal / t_add : 0, t_write);
+    if (n_train > 0)
+        printf("  trained on %lld rows in %.1f s; ", (long long)n_train, t_train);
+    else
+        printf("  no training needed; ");
+    printf("added %lld rows in %.1f s (%.0f rows/s); written in %.1f s\n", (long long)ff.ntotal, t_add,
+           t_add > 0 ? (double)ff.ntotal / t_add : 0, t_write);
     if (info.kind == SG_FEXT_IVF) {
         sg_fext_info(index, &info);
         fmt_bytes((uint64_t)info.nlist * (uint64_t)ff.dim * 4u, b1, sizeof(b1));
