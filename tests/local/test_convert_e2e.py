@@ -123,6 +123,35 @@ class ConvertE2E(unittest.TestCase):
         full = [p for p in m["recall"] if p["nprobe"] == 8][0]
         self.assertEqual((full["recall@1"], full["recall@3"], full["recall@10"]), (1.0, 1.0, 1.0))
 
+    def test_cli_real_queries(self):
+        """--queries FILE --model DIR: the report runs over encoded queries (none left out); at nprobe = nlist it
+        must be exact, and the query count is the file's."""
+        qf = os.path.join(self.dir, "queries.jsonl")
+        with open(qf, "w") as f:
+            for i in range(40):
+                f.write(json.dumps("question number %d about rivers" % i) + "\n")
+            f.write("\n")  # a trailing blank line is fine
+        out = os.path.join(self.dir, "ivf_q.index")
+        text, _ = convert(self.flat, out, "--factory", "IVF8,Flat", "--queries", qf, "--model", MODEL, "--nprobe", "8")
+        self.assertIn("40 encoded queries", text)
+        with open(out + ".sgmeta") as f:
+            m = json.load(f)
+        self.assertEqual(m["eval"]["kind"], "queries")
+        self.assertEqual(m["eval"]["queries"], 40)
+        self.assertEqual([(p["nprobe"], p["recall@1"], p["recall@10"]) for p in m["recall"]], [(8, 1.0, 1.0)])
+        rc, _, err = run([sgtest.binary("searchgate-index-convert"), self.flat, out + "2", "--factory", "IVF8,Flat", "--queries",
+                          qf])
+        self.assertEqual(rc, 2)
+        self.assertIn("--queries and --model go together", err)
+        with open(qf, "a") as f:
+            f.write("not json\n")
+        rc, _, err = run([sgtest.binary("searchgate-index-convert"), self.flat, out + "3", "--factory", "IVF8,Flat", "--queries",
+                          qf, "--model", MODEL])
+        self.assertEqual(rc, 1)
+        self.assertIn("queries.jsonl:42: expected one JSON string per line", err)
+        self.assertFalse(os.path.exists(out + "3"))  # checked before any work
+        self.assertEqual(temp_files(self.dir), [])
+
     def test_cli_interrupted_leaves_nothing(self):
         big = os.path.join(self.dir, "big_Flat.index")
         rng = np.random.default_rng(9)

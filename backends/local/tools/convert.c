@@ -704,6 +704,29 @@ int main(int argc, char **argv)
     openblas_set_num_threads((int)blas_threads);
     sg_fidx_set_blas_threshold(1);
 
+    /* the report's queries first: a bad query file fails before hours of work, not after */
+    float *queries = NULL;
+    int64_t *self = NULL;
+    size_t nq = 0;
+    const char *qkind = NULL;
+    if (queries_file != NULL) {
+        fprintf(stderr, "%s: encoding the queries of %s\n", prog, queries_file);
+        queries = encode_queries(queries_file, model_dir, prefix, max_len, ff.dim, &nq, err, sizeof(err));
+        if (queries == NULL) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return 1;
+        }
+        qkind = "queries";
+    } else if (n_eval > 0) {
+        nq = (size_t)(n_eval < ff.ntotal ? n_eval : ff.ntotal);
+        self = sample_rows(ff.ntotal, (int64_t)nq, (uint64_t)seed * 104729u + 3u);
+        queries = malloc(nq * (size_t)ff.dim * sizeof(float));
+        if (queries == NULL)
+            abort();
+        for (size_t i = 0; i < nq; ++i)
+            sg_gpu_flat_rows(&ff, self[i], 1, queries + i * (size_t)ff.dim);
+        qkind = "rows";
+    }
     void *index = NULL;
     if (sg_fidx_create(factory, ff.dim, metric, &index, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
@@ -828,28 +851,6 @@ int main(int argc, char **argv)
     ix.ntotal = ff.ntotal;
     ix.metric = metric;
     sg_fext_info(index, &ix.info);
-    float *queries = NULL;
-    int64_t *self = NULL;
-    size_t nq = 0;
-    const char *qkind = NULL;
-    if (queries_file != NULL) {
-        fprintf(stderr, "%s: encoding the queries of %s\n", prog, queries_file);
-        queries = encode_queries(queries_file, model_dir, prefix, max_len, ff.dim, &nq, err, sizeof(err));
-        if (queries == NULL) {
-            fprintf(stderr, "%s: %s\n", prog, err);
-            return 1;
-        }
-        qkind = "queries";
-    } else if (n_eval > 0) {
-        nq = (size_t)(n_eval < ff.ntotal ? n_eval : ff.ntotal);
-        self = sample_rows(ff.ntotal, (int64_t)nq, (uint64_t)seed * 104729u + 3u);
-        queries = malloc(nq * (size_t)ff.dim * sizeof(float));
-        if (queries == NULL)
-            abort();
-        for (size_t i = 0; i < nq; ++i)
-            sg_gpu_flat_rows(&ff, self[i], 1, queries + i * (size_t)ff.dim);
-        qkind = "rows";
-    }
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddNumberToObject(meta, "searchgate_convert", 1);
     cJSON_AddStringToObject(meta, "factory", factory);
