@@ -12,11 +12,17 @@
 static sg_server_t *server;
 static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_global_failopen;
 
-void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *text, size_t len)
+void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
     out->len = 0;
     sg_buf_appends(out, b->identity);
-    sg_buf_appendf(out, "%c%u%c", 0x1f, topk, 0x1f);
+    if (params == NULL || params[0] == '\0') {
+        sg_buf_appendf(out, "%c%u%c", 0x1f, topk, 0x1f); /* the key of requests without search parameters */
+    } else {
+        sg_buf_appendf(out, "%c%u%c%zu:", 0x1f, topk, 0x1e, strlen(params)); /* length-prefixed: no ambiguity */
+        sg_buf_appends(out, params);
+        sg_buf_appendc(out, 0x1f);
+    }
     sg_buf_append(out, text, len);
 }
 
@@ -166,7 +172,7 @@ static void on_mget(void *arg, redisReply *reply)
             ++r->hits_redis;
             sg_counter_add(r->serving->cache_hits_redis, 1);
             if (server->l1 != NULL) { /* promote: the next hit is served from memory */
-                sg_cache_key(&key, r->serving, r->topk, u->text, u->len);
+                sg_cache_key(&key, r->serving, r->topk, sg_rreq_params(r), u->text, u->len);
                 sg_l1_put(server->l1, key.base, key.len, b, expire);
             }
         }
@@ -192,7 +198,7 @@ void sg_cache_lookup(sg_rreq_t *r)
             sg_uq_t *u = &r->uniq[i];
             if (u->blob != NULL)
                 continue;
-            sg_cache_key(&key, b, r->topk, u->text, u->len);
+            sg_cache_key(&key, b, r->topk, sg_rreq_params(r), u->text, u->len);
             sg_blob_t *blob = sg_l1_get(server->l1, key.base, key.len, now);
             if (blob != NULL) {
                 u->blob = blob;
@@ -228,7 +234,7 @@ void sg_cache_lookup(sg_rreq_t *r)
         sg_uq_t *u = &r->uniq[i];
         if (u->blob != NULL)
             continue;
-        sg_cache_key(&key, b, r->topk, u->text, u->len);
+        sg_cache_key(&key, b, r->topk, sg_rreq_params(r), u->text, u->len);
         redis_key(&keys[k], server->cfg->cache.redis_prefix, key.base, key.len);
         argv[k + 1] = keys[k].base;
         argvlen[k + 1] = keys[k].len;
@@ -252,34 +258,35 @@ void sg_cache_lookup(sg_rreq_t *r)
     sg_rreq_ref(r);
 }
 
-void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob)
+void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len, sg_blob_t *blob)
 {
     if (server->l1 == NULL)
         return;
     sg_buf_t key = {0};
-    sg_cache_key(&key, b, topk, text, len);
+    sg_cache_key(&key, b, topk, params, text, len);
     sg_l1_put(server->l1, key.base, key.len, blob, sg_now_ms() + (uint64_t)b->conf->cache_ttl_s * 1000);
     sg_buf_free(&key);
 }
 
-sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len)
+sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
     if (server == NULL || server->l1 == NULL)
         return NULL;
     sg_buf_t key = {0};
-    sg_cache_key(&key, b, topk, text, len);
+    sg_cache_key(&key, b, topk, params, text, len);
     sg_blob_t *blob = sg_l1_get(server->l1, key.base, key.len, sg_now_ms());
     sg_buf_free(&key);
     return blob;
 }
 
-void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob)
+void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len,
+                          sg_blob_t *blob)
 {
     if (loop->redis == NULL)
         return;
     sg_buf_t key = {0}, rk = {0}, val = {0};
     char ttl[16];
-    sg_cache_key(&key, b, topk, text, len);
+    sg_cache_key(&key, b, topk, params, text, len);
     redis_key(&rk, server->cfg->cache.redis_prefix, key.base, key.len);
     sg_cache_encode(&val, blob);
     snprintf(ttl, sizeof(ttl), "%u", b->conf->cache_ttl_s);

@@ -3,7 +3,8 @@
  * threads, in front of Redis (L2, one async hiredis connection per loop thread).
  *
  * Key = (backend identity: plugin kind, backend name and the plugin's data version -- model,
- * index, corpus --, topk, query text as the backend sees it). The value is the query's result:
+ * index, corpus --, topk, the request's canonical search parameters when it has any, query text
+ * as the backend sees it). The value is the query's result:
  * its scored JSON fragment plus where each DOC sits inside it, so one entry answers both
  * return_scores shapes with byte-identical output. Errors are never cached.
  */
@@ -26,7 +27,7 @@ void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uin
 void sg_l1_usage(sg_l1_t *c, size_t *bytes, size_t *entries);
 
 /** Builds the binary cache key of one query into `out` (cleared first). */
-void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *text, size_t len);
+void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
 /** Serialises a blob for Redis: "SG1 <n> <off> <len>...\n" + the scored fragment. */
 void sg_cache_encode(sg_buf_t *out, const sg_blob_t *blob);
 /** Parses what sg_cache_encode wrote (NULL when malformed: treated as a miss). */
@@ -46,13 +47,14 @@ void sg_cache_lookup(sg_rreq_t *r);
 /**
  * Stores one result in L1. Any thread: a call's completion stores its results here before it
  * takes their flights out of the singleflight table, so a duplicate that no longer finds the
- * flight finds the result (sg_cache_peek_l1).
+ * flight finds the result (sg_cache_peek_l1). `params` is the canonical search_params text (or NULL).
  */
-void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob);
+void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len, sg_blob_t *blob);
 /** Stores one result in Redis (asynchronously, fire-and-forget). Loop thread (`loop`'s connection). */
-void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *text, size_t len, sg_blob_t *blob);
+void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len,
+                          sg_blob_t *blob);
 /** The L1 entry of one query (a referenced blob), or NULL. Any thread. */
-sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *text, size_t len);
+sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
 /**
  * The shared (cross-replica) rate limit of a client whose config says "global": one atomic Lua
  * GCRA in Redis. Returns 0 and later calls `cb(r, decision, wait_us)` (decision SG_RL_*, or -1

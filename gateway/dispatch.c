@@ -2,7 +2,7 @@
  * dispatch.c -- how distinct queries reach a backend: result blobs, singleflight, calls and
  * admission.
  *
- * A *flight* is one (backend, topk, query text) being computed. The flight table is global and
+ * A *flight* is one (backend, topk, search parameters, query text) being computed. The flight table is global and
  * sharded, so identical queries from any loop thread share one computation (GRPO sends the same
  * prompt n times). Every request waiting on a flight owns a *waiter*; when the flight resolves,
  * each waiter is posted to its request's loop as an h2o_multithread message.
@@ -142,6 +142,7 @@ struct st_sg_flight_t {
     uint32_t backend, topk, op;
     uint32_t len;
     char *text;
+    const char *params; /* the call's (c->params), or NULL */
     sg_waiter_t *waiters;
     uint32_t n_waiters;
     int in_table;
@@ -175,6 +176,7 @@ struct st_sg_call_t {
     int is_access;     /* POST /access: vt->access() instead of vt->search() */
     sg_call_t *q_next; /* admission queue link */
     sg_search search;
+    char *params; /* search.params: the request's canonical search parameters, or NULL */
     sg_query *queries;
     sg_flight_t **flights;
     sg_blob_t **blobs; /* results, kept for the cache fill on the origin loop */
@@ -231,9 +233,17 @@ size_t sg_dispatch_flights(void)
     return n;
 }
 
-static uint64_t flight_hash(uint32_t backend, uint32_t topk, uint32_t op, const char *text, size_t len)
+static uint64_t flight_hash(uint32_t backend, uint32_t topk, uint32_t op, const char *params, const char *text, size_t len)
 {
-    return sg_hash64(text, len, ((uint64_t)backend << 40) ^ ((uint64_t)op << 32) ^ topk ^ 0x5ca1ab1eull);
+    uint64_t seed = ((uint64_t)backend << 40) ^ ((uint64_t)op << 32) ^ topk ^ 0x5ca1ab1eull;
+    if (params != NULL)
+        seed ^= sg_hash64(params, strlen(params), 0x9a4a35ull);
+    return sg_hash64(text, len, seed);
+}
+
+static int same_params(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
 static shard_t *shard_of(uint64_t hash)
@@ -265,12 +275,12 @@ static void shard_grow(shard_t *s)
     s->n_buckets = nb;
 }
 
-static sg_flight_t *shard_find(shard_t *s, uint64_t hash, uint32_t backend, uint32_t topk, uint32_t op, const char *text,
-                               size_t len)
+static sg_flight_t *shard_find(shard_t *s, uint64_t hash, uint32_t backend, uint32_t topk, uint32_t op, const char *params,
+                               const char *text, size_t len)
 {
     for (sg_flight_t *f = *bucket_of(s, hash); f != NULL; f = f->next)
         if (f->hash == hash && f->backend == backend && f->topk == topk && f->op == op && f->len == len &&
-            memcmp(f->text, text, len) == 0)
+            same_params(f->params, params) && memcmp(f->text, text, len) == 0)
             return f;
     return NULL;
 }
@@ -330,6 +340,7 @@ static void call_release(sg_call_t *c)
         sg_blob_release(c->blobs[i]);
     }
     free(c->flights);
+    free(c->params);
     free(c->queries);
     free(c->blobs);
     free(c->detail);
@@ -682,7 +693,7 @@ static void call_complete(sg_call_t *c, const sg_result *res)
     /* results into L1 first: once a flight leaves the table, a duplicate must find its result */
     if (st == SG_OK && c->backend->conf->cache && !c->is_access)
         for (size_t i = 0; i < c->n; ++i)
-            sg_cache_store_l1(c->backend, c->search.topk, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
+            sg_cache_store_l1(c->backend, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
     for (size_t i = 0; i < c->n; ++i) {
         sg_flight_t *f = c->flights[i];
         shard_t *s = shard_of(f->hash);
@@ -731,7 +742,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         }
         if (c->status == SG_OK && b->conf->cache && !c->is_access) { /* L1 was filled in call_complete() */
             for (size_t i = 0; i < c->n; ++i)
-                sg_cache_store_redis(c->origin, b, c->search.topk, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
+                sg_cache_store_redis(c->origin, b, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
         }
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
@@ -783,6 +794,9 @@ static sg_call_t *call_new(sg_rreq_t *r, size_t cap)
     c->search.queries = c->queries;
     c->search.deadline_ms = r->deadline_ms;
     c->search.request_id = c->request_id;
+    const char *params = sg_rreq_params(r);
+    c->params = params != NULL ? sg_strdup(params) : NULL;
+    c->search.params = c->params;
     return c;
 }
 
@@ -798,7 +812,8 @@ void sg_dispatch_misses(sg_rreq_t *r)
         if (u->blob != NULL || u->waiter != NULL)
             continue;
         uint32_t op = r->is_access ? 1 : 0;
-        uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, u->text, u->len);
+        const char *params = sg_rreq_params(r);
+        uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, params, u->text, u->len);
         shard_t *s = shard_of(h);
         sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));
         w->rreq = r;
@@ -807,7 +822,7 @@ void sg_dispatch_misses(sg_rreq_t *r)
         w->loop = r->loop;
         u->waiter = w;
         pthread_mutex_lock(&s->mu);
-        sg_flight_t *f = shard_find(s, h, (uint32_t)b->index, r->topk, op, u->text, u->len);
+        sg_flight_t *f = shard_find(s, h, (uint32_t)b->index, r->topk, op, params, u->text, u->len);
         if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
             waiter_link(f, w);
             pthread_mutex_unlock(&s->mu);
@@ -816,7 +831,7 @@ void sg_dispatch_misses(sg_rreq_t *r)
         }
         /* no flight: one may have completed since this request's cache lookup, and its result is
          * in L1 (stored before the flight left the table, which this lock orders) */
-        sg_blob_t *late = b->conf->cache && !r->is_access ? sg_cache_peek_l1(b, r->topk, u->text, u->len) : NULL;
+        sg_blob_t *late = b->conf->cache && !r->is_access ? sg_cache_peek_l1(b, r->topk, params, u->text, u->len) : NULL;
         if (late != NULL) {
             pthread_mutex_unlock(&s->mu);
             free(w);
@@ -847,6 +862,7 @@ void sg_dispatch_misses(sg_rreq_t *r)
             calls[n_calls++] = cur;
         }
         f->call = cur;
+        f->params = cur->params;
         atomic_fetch_add(&cur->live, 1);
         cur->queries[cur->n].text = f->text;
         cur->queries[cur->n].len = f->len;

@@ -102,6 +102,13 @@ static const sg_host_api host_api = {
     .metric = sg_metrics_plugin_sample,
 };
 
+sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt)
+{
+    if (vt->struct_size < offsetof(sg_backend_vtable, check_params) + sizeof(vt->check_params))
+        return NULL;
+    return vt->check_params;
+}
+
 const sg_host_api *sg_plugin_host_api(void)
 {
     return &host_api;

@@ -25,6 +25,12 @@ void sg_plugin_unload(sg_plugin_t *p);
  * 1.1, its has_access() (when present) says yes. Main thread, after create().
  */
 int sg_plugin_serves_access(const sg_plugin_t *p, sg_backend *inst);
+/**
+ * The plugin's check_params (ABI 1.1), or NULL when it has none: not set, or a table from a 1.0
+ * plugin whose struct_size ends before the member.
+ */
+typedef sg_status (*sg_check_params_fn)(sg_backend *, const char *, size_t, char *, size_t, char *, size_t);
+sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt);
 /** The host services table every plugin receives in create(). */
 const sg_host_api *sg_plugin_host_api(void);
 /** HTTP status for a plugin status code. */

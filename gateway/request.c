@@ -134,6 +134,18 @@ int sg_request_parse(const char *body, size_t len, const sg_request_limits_t *li
         }
         out->backend = sg_strdup(be->valuestring);
     }
+    const cJSON *sp = is_access ? NULL : cJSON_GetObjectItemCaseSensitive(root, "search_params");
+    if (sp != NULL && !cJSON_IsNull(sp)) {
+        if (!cJSON_IsObject(sp)) {
+            status = fail(err, err_size, 422, "field \"search_params\" must be an object");
+            goto out;
+        }
+        char *t = cJSON_PrintUnformatted(sp);
+        if (t == NULL)
+            abort();
+        out->search_params = sg_strdup(t);
+        cJSON_free(t);
+    }
     /* the queries */
     size_t total = 0;
     uint32_t i = 0;
@@ -182,5 +194,6 @@ void sg_parsed_free(sg_parsed_t *p)
     free(p->off);
     free(p->len);
     free(p->backend);
+    free(p->search_params);
     memset(p, 0, sizeof(*p));
 }

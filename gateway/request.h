@@ -1,7 +1,8 @@
 /*
  * request.h -- parsing and validating a /retrieve or /access body, independent of HTTP so it can
  * be unit-tested. protocols.md section 4 is the contract: `queries` (or SkyRL's single `query`),
- * optional `topk` and `return_scores`, unknown fields ignored.
+ * optional `topk` and `return_scores`, unknown fields ignored. searchgate's own optional field:
+ * `search_params` (an object the route's backend validates: docs/api.md).
  */
 #ifndef SG_GATEWAY_REQUEST_H
 #define SG_GATEWAY_REQUEST_H
@@ -23,7 +24,8 @@ typedef struct st_sg_parsed_t {
     uint32_t *len; /* n lengths */
     uint32_t topk; /* 0 = use the route's default */
     int return_scores;
-    char *backend; /* the optional "backend" field, or NULL */
+    char *backend;       /* the optional "backend" field, or NULL */
+    char *search_params; /* the optional "search_params" object, serialised compactly, or NULL (absent or null) */
 } sg_parsed_t;
 
 /**

@@ -29,6 +29,7 @@ static void rreq_free(sg_rreq_t *r)
     free(r->slot_uniq);
     free(r->uniq);
     free(r->arena);
+    free(r->params);
     free(r);
 }
 
@@ -363,14 +364,40 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         answer_early(req, is_access, b, NULL, 404, "not_found", err, 0, start_us);
         return 0;
     }
+    /* "search_params": validated and canonicalised by the route's backend (ABI 1.1 check_params) */
+    char *params = NULL;
+    if (pr.search_params != NULL) {
+        sg_check_params_fn check = sg_plugin_check_params(b->plugin.vt);
+        char canon[256], detail[400];
+        sg_status pst = SG_EINVAL;
+        if (check == NULL)
+            snprintf(detail, sizeof(detail), "backend %s takes no search_params", b->conf->name);
+        else
+            pst = check(b->inst, pr.search_params, strlen(pr.search_params), canon, sizeof(canon), detail, sizeof(detail));
+        if (pst != SG_OK) {
+            int http = sg_plugin_status_http(pst);
+            sg_parsed_free(&pr);
+            answer_early(req, is_access, b, NULL, http,
+                         http == 413   ? "too_large"
+                         : http == 422 ? "validation_error"
+                                       : sg_plugin_status_name(pst),
+                         detail, 0, start_us);
+            return 0;
+        }
+        canon[sizeof(canon) - 1] = '\0';
+        if (canon[0] != '\0')
+            params = sg_strdup(canon);
+    }
     const char *why = NULL;
     sg_client_t *client = identify(loop, req, &why);
     if (client == NULL) {
+        free(params);
         sg_parsed_free(&pr);
         answer_early(req, is_access, b, NULL, 401, "unauthorized", why, 0, start_us);
         return 0;
     }
     if (pr.n == 0) { /* the Search-R1 loop may post an empty batch */
+        free(params);
         sg_parsed_free(&pr);
         answer_early(req, is_access, b, client, 200, NULL, "{\"result\":[]}", 0, start_us);
         sg_clients_release(client);
@@ -389,6 +416,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
     r->is_access = is_access;
     r->topk = is_access ? 1 : pr.topk != 0 ? pr.topk : b->conf->topk;
     r->return_scores = pr.return_scores;
+    r->params = params;
     r->start_us = start_us;
     r->n_queries = pr.n;
     r->arena = pr.arena;

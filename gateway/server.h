@@ -242,7 +242,15 @@ struct st_sg_rreq_t {
     int redis_pending; /* an MGET is outstanding (cache/redis.c) */
     char request_id[24];
     int fallback_used;
+    char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
 };
+
+/** The search parameters of the backend answering now: the route's request parameters apply to
+ * the route's own backend only, never to its fallback. */
+static inline const char *sg_rreq_params(const sg_rreq_t *r)
+{
+    return r->serving == r->backend ? r->params : NULL;
+}
 
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);

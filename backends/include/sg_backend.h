@@ -16,7 +16,10 @@
  *
  * ABI history
  *   1.0  create/destroy/search/cancel/health/stats, optional access and identity.
- *   1.1  optional has_access: an instance that implements access() may still have no page store.
+ *   1.1  optional has_access: an instance that implements access() may still have no page store;
+ *        per-request search parameters: optional vtable.check_params, and sg_search.params (the
+ *        canonical text check_params returned). A 1.0 plugin never sees parameters: the gateway
+ *        answers 422 to requests that carry them for its routes.
  *
  * Threading contract (see docs/plugins.md for the long form)
  *   - create() and destroy() run on the main thread, before the loops start / after they stop.
@@ -111,7 +114,16 @@ typedef struct sg_search {
     size_t n_queries;        /* >= 1 */
     uint64_t deadline_ms;    /* absolute, in host->now_ms() time; 0 = none */
     const char *request_id;  /* NUL-terminated, for log correlation */
+    /* --- 1.1: read only when struct_size covers it (SG_SEARCH_HAS_PARAMS) --- */
+    /**
+     * NULL, or the request's search parameters as this plugin's check_params() canonicalised them
+     * (NUL-terminated, never empty). Every query of the call shares them.
+     */
+    const char *params;
 } sg_search;
+
+/** True when the host's sg_search carries the 1.1 member `params`. */
+#define SG_SEARCH_HAS_PARAMS(s) ((s)->struct_size >= offsetof(sg_search, params) + sizeof(const char *))
 
 /**
  * One hit. `doc` is a complete JSON object (the DOC of protocols.md: at least "contents", and
@@ -192,7 +204,7 @@ typedef struct sg_backend_vtable {
      */
     sg_status (*access)(sg_backend *self, const sg_search *search, sg_done_fn done, void *cb_data);
 
-    /* --- 1.1 (the host checks struct_size before reading these) --- */
+    /* --- 1.1 (the host reads these only when struct_size covers them) --- */
     /**
      * May be NULL. Whether this instance serves access(): a plugin may implement access() and
      * still be configured without a page store. 0 = no: the gateway answers POST /access on the
@@ -200,7 +212,19 @@ typedef struct sg_backend_vtable {
      * every instance of a plugin with access() serves it. Main thread, once, after create().
      */
     int (*has_access)(sg_backend *self);
-    /* --- 1.2+ members go below --- */
+    /**
+     * May be NULL: the backend takes no per-request search parameters. Any loop thread; must not
+     * block. `json` is the request's "search_params" object (`json_len` bytes, serialised by the
+     * gateway). Returns SG_OK and writes the canonical form into `canon` (NUL-terminated): equal
+     * requests must give equal text, and the empty string means "the route's defaults" (the
+     * request is then served and cached exactly like one without the field). Otherwise returns
+     * SG_EINVAL (HTTP 422) or SG_ETOOBIG (413, over a bound of the config) with a reason for the
+     * client in `detail`. The canonical text reaches search() as sg_search.params and is part of
+     * the result-cache key and of the identity of identical in-flight queries.
+     */
+    sg_status (*check_params)(sg_backend *self, const char *json, size_t json_len, char *canon, size_t canon_size, char *detail,
+                              size_t detail_size);
+    /* --- 1.2+ members go below; the host checks struct_size first --- */
 } sg_backend_vtable;
 
 /** Fills the frozen header; use as the first initializer of the plugin's vtable. */

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void faiss_err(char *err, size_t err_size, const char *what, const char *path)
@@ -87,11 +88,25 @@ int sg_fidx_open(const char *path, const char *params, sg_fidx_t *ix, char *err,
     if (got >= 4 && (memcmp(head, "IxFI", 4) == 0 || memcmp(head, "IxF2", 4) == 0 || memcmp(head, "IxFl", 4) == 0) &&
         check_flat(path, head, got, ix->file_size, err, err_size) != 0)
         return -1;
+    int is_flat = got >= 4 && (memcmp(head, "IxFI", 4) == 0 || memcmp(head, "IxF2", 4) == 0 || memcmp(head, "IxFl", 4) == 0);
     FaissIndex *index = NULL;
-    if (faiss_read_index_fname(path, 0, &index) != 0 || index == NULL) {
+    /* IVF lists are mapped, not copied (the flag is ignored by every other index type) */
+    if (faiss_read_index_fname(path, is_flat ? 0 : sg_fext_io_flag_mmap(), &index) != 0 || index == NULL) {
         faiss_err(err, err_size, "not a readable FAISS index", path);
         return -1;
     }
+    sg_fext_info(index, &ix->info);
+    if (ix->info.lists_mapped < 0) { /* FAISS on-disk lists: read them the normal way (they map their own file) */
+        faiss_Index_free(index);
+        index = NULL;
+        if (faiss_read_index_fname(path, 0, &index) != 0 || index == NULL) {
+            faiss_err(err, err_size, "not a readable FAISS index", path);
+            return -1;
+        }
+        sg_fext_info(index, &ix->info);
+    }
+    if (ix->info.lists_mapped > 0)
+        ix->prefetch_off = sg_fext_disable_prefetch(index);
     ix->index = index;
     ix->dim = (int)faiss_Index_d(index);
     ix->ntotal = (int64_t)faiss_Index_ntotal(index);
@@ -106,6 +121,7 @@ int sg_fidx_open(const char *path, const char *params, sg_fidx_t *ix, char *err,
             return -1;
         }
         faiss_ParameterSpace_free(ps);
+        sg_fext_info(index, &ix->info); /* nprobe / efSearch may have changed */
     }
     return 0;
 }
@@ -114,7 +130,82 @@ void sg_fidx_close(sg_fidx_t *ix)
 {
     if (ix->index != NULL)
         faiss_Index_free(ix->index);
+    sg_gpu_flat_close(&ix->rerank);
     memset(ix, 0, sizeof(*ix));
+}
+
+int sg_fidx_open_rerank(sg_fidx_t *ix, const char *path, char *err, size_t err_size)
+{
+    char fourcc[5];
+    int r = sg_gpu_flat_is_flat(path, fourcc, err, err_size);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        snprintf(err, err_size,
+                 "%s: not a FAISS Flat index (type \"%s\"); re-ranking reads exact vectors from an IndexFlatIP/L2 file", path,
+                 fourcc);
+        return -1;
+    }
+    sg_gpu_flatfile_t ff;
+    if (sg_gpu_flat_open(path, &ff, err, err_size) != 0)
+        return -1;
+    if (ff.dim != ix->dim || (ff.metric == SG_GPU_IP) != (ix->metric == SG_FIDX_IP) || ff.ntotal < ix->ntotal) {
+        snprintf(err, err_size,
+                 "%s: %lld vectors of dimension %d, metric %s, cannot re-rank an index of %lld vectors of dimension %d, metric %s",
+                 path, (long long)ff.ntotal, ff.dim, ff.metric == SG_GPU_IP ? "inner_product" : "l2", (long long)ix->ntotal,
+                 ix->dim, sg_fidx_metric_name(ix));
+        sg_gpu_flat_close(&ff);
+        return -1;
+    }
+    sg_gpu_flat_advise(&ff, 0); /* candidates are random rows: no read-ahead */
+    sg_gpu_flat_close(&ix->rerank);
+    ix->rerank = ff;
+    return 0;
+}
+
+int sg_fidx_search_sp(const sg_fidx_t *ix, size_t n, const float *queries, int k, const sg_fidx_sp_t *sp, float *dist,
+                      int64_t *labels, char *err, size_t err_size)
+{
+    int nprobe = sp != NULL ? sp->nprobe : 0, ef = sp != NULL ? sp->ef_search : 0;
+    int rerank = sp != NULL && ix->rerank.map != NULL ? sp->rerank : 0;
+    if (rerank <= 0)
+        return sg_fext_search(ix->index, (int64_t)n, queries, k, dist, labels, nprobe, ef, err, err_size);
+    int kc = k * rerank;
+    float *cd = malloc(n * (size_t)kc * sizeof(float) + (size_t)ix->dim * sizeof(float));
+    int64_t *cl = malloc(n * (size_t)kc * sizeof(int64_t));
+    if (cd == NULL || cl == NULL) {
+        free(cd);
+        free(cl);
+        snprintf(err, err_size, "out of memory for %zu x %d re-ranking candidates", n, kc);
+        return -1;
+    }
+    int rc = sg_fext_search(ix->index, (int64_t)n, queries, kc, cd, cl, nprobe, ef, err, err_size);
+    if (rc == 0)
+        sg_gpu_rescore(&ix->rerank, queries, n, cl, kc, k, dist, labels, cd + n * (size_t)kc);
+    free(cd);
+    free(cl);
+    return rc;
+}
+
+const char *sg_fidx_describe(const sg_fidx_t *ix, char *buf, size_t size)
+{
+    const sg_fext_info_t *i = &ix->info;
+    switch (i->kind) {
+    case SG_FEXT_FLAT:
+        snprintf(buf, size, "Flat (%zu B/vector, in memory)", i->code_size);
+        break;
+    case SG_FEXT_IVF:
+        snprintf(buf, size, "IVF%lld (%s codes, %zu B/vector + 8 B id; lists %s)", (long long)i->nlist, i->storage, i->code_size,
+                 i->lists_mapped ? "memory-mapped from the file" : "in memory");
+        break;
+    case SG_FEXT_HNSW:
+        snprintf(buf, size, "HNSW%d (%s storage, %zu B/vector, in memory)", i->hnsw_m, i->storage, i->code_size);
+        break;
+    default:
+        snprintf(buf, size, "%s (in memory)", ix->fourcc);
+        break;
+    }
+    return buf;
 }
 
 int sg_fidx_search(const sg_fidx_t *ix, size_t n, const float *queries, int k, float *dist, int64_t *labels, char *err,

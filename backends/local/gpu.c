@@ -180,6 +180,8 @@ int sg_local_gpu_load_index(sg_local_gpu_t *g, int flat, const char *path, const
     ix->ntotal = ff.ntotal;
     ix->metric = ff.metric == SG_GPU_L2 ? SG_FIDX_L2 : SG_FIDX_IP;
     snprintf(ix->fourcc, sizeof(ix->fourcc), "%s", ff.fourcc);
+    ix->info.kind = SG_FEXT_FLAT;
+    ix->info.code_size = (size_t)ff.dim * sizeof(float);
     if (sg__e5_fingerprint(path, &ix->file_size, &ix->file_hash, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.index: %s", e2);
         sg_gpu_flat_close(&ff);

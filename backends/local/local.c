@@ -41,11 +41,13 @@
 #include "faissidx.h"
 #include "flatscan.h"
 #include "gpu.h"
+#include "indexmeta.h"
 #include "jsonl.h"
 #include "team.h"
 
 #include <cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -68,8 +70,9 @@ struct st_job_t {
     uint64_t enq_ms;
     sg_status fail;
     char fail_msg[200];
-    float *dist;     /* n * topk */
-    int64_t *labels; /* n * topk */
+    float *dist;           /* n * topk */
+    int64_t *labels;       /* n * topk */
+    int nprobe, ef_search; /* the request's search parameters (sg_search.params); 0 = the route's */
 };
 
 typedef struct st_item_t {
@@ -112,6 +115,10 @@ struct sg_backend {
     int encoder_onednn;   /* "encoder_blas": the float32 products run through oneDNN */
     sg_team_t *team;      /* one session board per worker: its batch's, when it leads one */
     _Atomic int no_leave; /* helpers stay until their session ends (never set) */
+    /* search parameters: IVF nprobe / HNSW efSearch (0 when the index has none), their per-request
+     * bounds ("search_params"), the re-ranking factor, and what convert recorded */
+    int nprobe, ef_search, max_nprobe, max_ef_search, rerank;
+    sg_imeta_t meta;
     char identity[512];
     /* queue */
     pthread_mutex_t mu;
@@ -356,6 +363,32 @@ static size_t take_batch(struct sg_backend *self, worker_t *w, uint64_t now, siz
     return n;
 }
 
+/* The batch's FAISS search: one search per run of consecutive queries sharing their search
+ * parameters (the queries of one call are contiguous in a batch; calls without "search_params"
+ * all share the route's). */
+static int search_batch(struct sg_backend *self, worker_t *w, size_t n, int k, char *err, size_t err_size)
+{
+    size_t dim = (size_t)self->index.dim;
+    for (size_t i = 0; i < n;) {
+        const job_t *j = w->items[i].job;
+        sg_fidx_sp_t sp = {j->nprobe != 0 ? j->nprobe : self->nprobe, j->ef_search != 0 ? j->ef_search : self->ef_search,
+                           self->rerank};
+        size_t e = i + 1;
+        while (e < n) {
+            const job_t *o = w->items[e].job;
+            if ((o->nprobe != 0 ? o->nprobe : self->nprobe) != sp.nprobe ||
+                (o->ef_search != 0 ? o->ef_search : self->ef_search) != sp.ef_search)
+                break;
+            ++e;
+        }
+        if (sg_fidx_search_sp(&self->index, e - i, w->vecs + i * dim, k, &sp, w->dist + i * (size_t)k, w->labels + i * (size_t)k,
+                              err, err_size) != 0)
+            return -1;
+        i = e;
+    }
+    return 0;
+}
+
 /* Encodes and searches one batch (no lock held); fills the jobs' result slots. `par` (NULL: this
  * thread alone) lends it the idle workers. Returns 0, or -1 with `err` set. */
 static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *par, char *err, size_t err_size)
@@ -388,8 +421,7 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
             rc = sg_local_gpu_search(self->gpu, &w->gpu, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
         else if (par != NULL && self->have_flat)
             rc = sg_flatscan_search(&self->flat, par, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
-        else if ((rc = sg_fidx_search(&self->index, n, w->vecs, (int)k, w->dist, w->labels, err, err_size)) == 0 &&
-                 self->index.metric != SG_FIDX_OTHER)
+        else if ((rc = search_batch(self, w, n, (int)k, err, err_size)) == 0 && self->index.metric != SG_FIDX_OTHER)
             sg_flatscan_canonical(self->index.metric, n, (int)k, w->dist, w->labels); /* the order flatscan gives */
     }
     sg_e5_workspace_set_par(w->ws, NULL);
@@ -546,6 +578,27 @@ static void *worker_main(void *arg)
 
 /* ---- vtable ---- */
 
+/* "nprobe=32" / "efSearch=64" (comma-separated), as local_check_params writes them */
+static void parse_params(const char *p, int *nprobe, int *ef_search)
+{
+    while (*p != '\0') {
+        const char *eq = strchr(p, '=');
+        if (eq == NULL)
+            return;
+        char *end;
+        long v = strtol(eq + 1, &end, 10);
+        if (v > 0 && v <= (1L << 24)) {
+            if ((size_t)(eq - p) == 6 && memcmp(p, "nprobe", 6) == 0)
+                *nprobe = (int)v;
+            else if ((size_t)(eq - p) == 8 && memcmp(p, "efSearch", 8) == 0)
+                *ef_search = (int)v;
+        }
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',')
+            return;
+    }
+}
+
 static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data, int is_access)
 {
     if (!is_access && s->topk > self->max_topk)
@@ -563,6 +616,8 @@ static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn
         j->fail = SG_EUNAVAIL;
         snprintf(j->fail_msg, sizeof(j->fail_msg), "this local backend has no pages file (config key \"pages\")");
     }
+    if (!is_access && SG_SEARCH_HAS_PARAMS(s) && s->params != NULL)
+        parse_params(s->params, &j->nprobe, &j->ef_search); /* the canonical text of local_check_params */
     if (!is_access) {
         j->dist = malloc(j->n * s->topk * sizeof(float) + 1);
         j->labels = malloc(j->n * s->topk * sizeof(int64_t) + 1);
@@ -619,6 +674,69 @@ static sg_status local_search(struct sg_backend *self, const sg_search *s, sg_do
 static sg_status local_access(struct sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
 {
     return enqueue(self, s, done, cb_data, 1);
+}
+
+/* The request field "search_params": {"nprobe": N} (IVF) or {"efSearch": N} (HNSW), each at most
+ * the route's max_nprobe / max_ef_search. Canonical text: "nprobe=N"; "" when equal to the route's. */
+static sg_status local_check_params(struct sg_backend *self, const char *json, size_t json_len, char *canon, size_t canon_size,
+                                    char *detail, size_t detail_size)
+{
+    const sg_fext_info_t *info = &self->index.info;
+    const char *takes = info->kind == SG_FEXT_IVF ? "nprobe" : info->kind == SG_FEXT_HNSW ? "efSearch" : NULL;
+    cJSON *o = cJSON_ParseWithLength(json, json_len);
+    sg_status st = SG_OK;
+    int nprobe = 0, ef = 0;
+    if (canon_size > 0)
+        canon[0] = '\0';
+    if (!cJSON_IsObject(o)) {
+        snprintf(detail, detail_size, "field \"search_params\" must be an object, e.g. {\"%s\": 32}",
+                 takes != NULL ? takes : "nprobe");
+        st = SG_EINVAL;
+        goto out;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, o)
+    {
+        const char *key = it->string != NULL ? it->string : "";
+        if (cJSON_IsNull(it))
+            continue;
+        if (takes == NULL || strcmp(key, takes) != 0) {
+            if (takes == NULL && info->kind == SG_FEXT_FLAT)
+                snprintf(detail, detail_size,
+                         "search_params.%.40s: the index of this route is exact (Flat) and takes no search parameters", key);
+            else if (takes == NULL)
+                snprintf(detail, detail_size, "search_params.%.40s: the index of this route (%s) takes no search parameters", key,
+                         self->index.fourcc);
+            else
+                snprintf(detail, detail_size, "search_params.%.40s is not a search parameter of this route (it takes \"%s\")", key,
+                         takes);
+            st = SG_EINVAL;
+            goto out;
+        }
+        int max = info->kind == SG_FEXT_IVF ? self->max_nprobe : self->max_ef_search;
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 1) {
+            snprintf(detail, detail_size, "search_params.%s must be a positive integer", key);
+            st = SG_EINVAL;
+            goto out;
+        }
+        if (it->valuedouble > max) {
+            snprintf(detail, detail_size, "search_params.%s %.0f exceeds this route's limit of %d (config \"%s\")", key,
+                     it->valuedouble, max, info->kind == SG_FEXT_IVF ? "max_nprobe" : "max_ef_search");
+            st = SG_ETOOBIG;
+            goto out;
+        }
+        if (info->kind == SG_FEXT_IVF)
+            nprobe = (int)it->valuedouble;
+        else
+            ef = (int)it->valuedouble;
+    }
+    if (nprobe != 0 && nprobe != self->nprobe)
+        snprintf(canon, canon_size, "nprobe=%d", nprobe);
+    else if (ef != 0 && ef != self->ef_search)
+        snprintf(canon, canon_size, "efSearch=%d", ef);
+out:
+    cJSON_Delete(o);
+    return st;
 }
 
 static void local_cancel(struct sg_backend *self, void *cb_data)
@@ -738,6 +856,7 @@ static void local_destroy(struct sg_backend *self)
         }
     }
     sg_fidx_close(&self->index);
+    sg_imeta_free(&self->meta);
     sg_local_gpu_close(self->gpu);
     sg_jsonl_close(&self->corpus);
     if (self->have_pages)
@@ -825,14 +944,182 @@ static int set_encoder_blas(struct sg_backend *self, int engine, char *err, size
     return 0;
 }
 
+/* Resident memory of this process from /proc/self/status, in bytes (0 when unknown). */
+typedef struct st_mem_t {
+    uint64_t anon, file, peak;
+} mem_t;
+
+static mem_t mem_now(void)
+{
+    mem_t m = {0, 0, 0};
+    FILE *fp = fopen("/proc/self/status", "r");
+    if (fp == NULL)
+        return m;
+    char line[256];
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        unsigned long long kb;
+        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
+            m.anon = kb * 1024;
+        else if (sscanf(line, "RssFile: %llu kB", &kb) == 1)
+            m.file = kb * 1024;
+        else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            m.peak = kb * 1024;
+    }
+    fclose(fp);
+    return m;
+}
+
+static const char *mib(uint64_t b, char *buf, size_t size)
+{
+    return sg_gpu_fmt_bytes(b, buf, size);
+}
+
+/* nprobe / ef_search / max_* / rerank / rerank_index, once the index is open: the config, else
+ * faiss_params, else what convert recommended (INDEX.sgmeta), else the index file's own. */
+static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c, const char *index, const char *params,
+                        const char *base_dir, char *err, size_t err_size)
+{
+    const sg_fext_info_t *info = &self->index.info;
+    const char *inst = self->name;
+    char why[600];
+    int mr = sg_imeta_load(index, self->index.file_size, self->index.file_hash, &self->meta, why, sizeof(why));
+    if (mr < 0)
+        self->host->log(SG_LOG_WARN, inst, "%s", why);
+    int64_t v, vmax, rr;
+    if (sg_cfg_int(c, root, "nprobe", 1, 1 << 24, -1, &v) != 0 || sg_cfg_int(c, root, "max_nprobe", 1, 1 << 24, -1, &vmax) != 0)
+        return -1;
+    if (info->kind != SG_FEXT_IVF && (v > 0 || vmax > 0)) {
+        snprintf(err, err_size, "config.%s: %s is not an IVF index (it has no nprobe)", v > 0 ? "nprobe" : "max_nprobe", index);
+        return -1;
+    }
+    const char *src = NULL;
+    if (info->kind == SG_FEXT_IVF) {
+        if (v > 0) {
+            self->nprobe = (int)v, src = "config";
+        } else if (params != NULL && strstr(params, "nprobe") != NULL) {
+            self->nprobe = info->nprobe, src = "faiss_params";
+        } else if (self->meta.present && strcmp(self->meta.param, "nprobe") == 0 && self->meta.rec_value > 0) {
+            self->nprobe = self->meta.rec_value, src = "recommended by searchgate-index convert";
+        } else {
+            self->nprobe = info->nprobe > 0 ? info->nprobe : 1, src = "the index file's own";
+        }
+        if (self->nprobe > info->nlist) {
+            snprintf(err, err_size, "config.nprobe: %d exceeds the %lld inverted lists of %s", self->nprobe, (long long)info->nlist,
+                     index);
+            return -1;
+        }
+        self->max_nprobe = vmax > 0 ? (int)vmax : self->nprobe;
+        if (self->max_nprobe < self->nprobe) {
+            snprintf(err, err_size, "config.max_nprobe: %d is below the route's nprobe %d", self->max_nprobe, self->nprobe);
+            return -1;
+        }
+    }
+    if (sg_cfg_int(c, root, "ef_search", 1, 1 << 24, -1, &v) != 0 ||
+        sg_cfg_int(c, root, "max_ef_search", 1, 1 << 24, -1, &vmax) != 0)
+        return -1;
+    if (info->kind != SG_FEXT_HNSW && (v > 0 || vmax > 0)) {
+        snprintf(err, err_size, "config.%s: %s is not an HNSW index (it has no efSearch)", v > 0 ? "ef_search" : "max_ef_search",
+                 index);
+        return -1;
+    }
+    if (info->kind == SG_FEXT_HNSW) {
+        if (v > 0) {
+            self->ef_search = (int)v, src = "config";
+        } else if (params != NULL && strstr(params, "efSearch") != NULL) {
+            self->ef_search = info->ef_search, src = "faiss_params";
+        } else if (self->meta.present && strcmp(self->meta.param, "efSearch") == 0 && self->meta.rec_value > 0) {
+            self->ef_search = self->meta.rec_value, src = "recommended by searchgate-index convert";
+        } else {
+            self->ef_search = info->ef_search > 0 ? info->ef_search : 16, src = "the index file's own";
+        }
+        self->max_ef_search = vmax > 0 ? (int)vmax : self->ef_search;
+        if (self->max_ef_search < self->ef_search) {
+            snprintf(err, err_size, "config.max_ef_search: %d is below the route's ef_search %d", self->max_ef_search,
+                     self->ef_search);
+            return -1;
+        }
+        /* FAISS 1.7.3 sizes the candidate queue from the index's own efSearch (faiss_ext.h) */
+        sg_fext_set_ef_search(self->index.index, self->max_ef_search);
+    }
+    /* re-ranking */
+    const cJSON *rj = cJSON_GetObjectItemCaseSensitive(root, "rerank");
+    if (sg_cfg_int(c, root, "rerank", 0, 64, 0, &rr) != 0)
+        return -1;
+    int rr_from_meta = rj == NULL && self->meta.present && self->meta.rerank > 0;
+    self->rerank = rr_from_meta ? self->meta.rerank : (int)rr;
+    char *rpath = NULL;
+    if (sg_cfg_path(c, root, "rerank_index", 0, base_dir, &rpath) != 0)
+        return -1;
+    if (self->rerank > 0 && info->kind == SG_FEXT_FLAT) {
+        snprintf(err, err_size, "config.rerank: %s is a Flat index: its scores are exact already", index);
+        free(rpath);
+        return -1;
+    }
+    if (self->rerank == 0 && rpath != NULL) {
+        snprintf(err, err_size, "config.rerank_index: set without \"rerank\" (the number of candidates per hit to re-score)");
+        free(rpath);
+        return -1;
+    }
+    if (self->rerank > 0) {
+        if (rpath == NULL && self->meta.source[0] != '\0')
+            rpath = strdup(self->meta.source);
+        if (rpath == NULL) {
+            snprintf(err, err_size, "config.rerank: needs \"rerank_index\", the Flat index whose vectors re-score the candidates");
+            return -1;
+        }
+        char e2[600];
+        if (sg_fidx_open_rerank(&self->index, rpath, e2, sizeof(e2)) != 0) {
+            snprintf(err, err_size, "config.rerank_index: %s%s", e2,
+                     rr_from_meta ? " (re-ranking x%d comes from the convert side file; set \"rerank\": 0 to serve without it)"
+                                  : "");
+            if (rr_from_meta) {
+                size_t l = strlen(err);
+                snprintf(err + l, err_size - l, " [%s]", self->meta.path);
+            }
+            free(rpath);
+            return -1;
+        }
+    }
+    /* the log */
+    char line[1400];
+    if (info->kind == SG_FEXT_IVF)
+        snprintf(line, sizeof(line),
+                 "search: nprobe %d (%s) of %lld lists; per request (\"search_params\": {\"nprobe\": N}) up to %d", self->nprobe,
+                 src, (long long)info->nlist, self->max_nprobe);
+    else if (info->kind == SG_FEXT_HNSW)
+        snprintf(line, sizeof(line), "search: efSearch %d (%s); per request (\"search_params\": {\"efSearch\": N}) up to %d",
+                 self->ef_search, src, self->max_ef_search);
+    else
+        snprintf(line, sizeof(line), "search: %s", info->kind == SG_FEXT_FLAT ? "exact (Flat)" : "the index's own parameters");
+    if (self->rerank > 0) {
+        size_t l = strlen(line);
+        snprintf(line + l, sizeof(line) - l, "; re-ranking: topk x %d candidates re-scored exactly from %s (mapped)%s",
+                 self->rerank, rpath, rr_from_meta ? " as convert planned" : "");
+    }
+    self->host->log(SG_LOG_INFO, inst, "%s", line);
+    free(rpath);
+    if (info->kind == SG_FEXT_FLAT && self->rerank == 0) {
+        /* exact: nothing to expect */
+    } else if (self->meta.present) {
+        sg_imeta_expected(&self->meta, info->kind == SG_FEXT_IVF ? self->nprobe : self->ef_search, self->rerank, line,
+                          sizeof(line));
+        self->host->log(SG_LOG_INFO, inst, "expected recall against exact search: %s (%s)", line, self->meta.path);
+    } else {
+        self->host->log(SG_LOG_INFO, inst,
+                        "expected recall: unknown (no %s.sgmeta; `searchgate-index convert` measures it when it builds an index)",
+                        index);
+    }
+    return 0;
+}
+
 static sg_status local_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                               size_t config_len, struct sg_backend **out, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"model",        "index",      "corpus",       "pages",          "cache_dir",
-                                       "query_prefix", "max_length", "max_topk",     "workers",        "max_batch",
-                                       "max_wait_ms",  "max_queue",  "faiss_params", "blas_threshold", "omp_threads",
-                                       "device",       "gpu_ids",    "gpu_index",    "gpu_rescore",    "gpu_max_tokens",
-                                       "cuda_module",  "teams",      "precision",    "encoder_blas",   NULL};
+    static const char *const keys[] = {
+        "model",   "index",      "corpus",      "pages",          "cache_dir",    "query_prefix",   "max_length",  "max_topk",
+        "workers", "max_batch",  "max_wait_ms", "max_queue",      "faiss_params", "blas_threshold", "omp_threads", "device",
+        "gpu_ids", "gpu_index",  "gpu_rescore", "gpu_max_tokens", "cuda_module",  "teams",          "precision",   "encoder_blas",
+        "nprobe",  "max_nprobe", "ef_search",   "max_ef_search",  "rerank",       "rerank_index",   NULL};
     static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
@@ -943,10 +1230,14 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         }
     }
     /* the index */
+    mem_t m0 = mem_now();
+    uint64_t ti = host->now_ms();
     if (!gpu_index && sg_fidx_open(index, params, &self->index, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.index: %s", e2);
         goto fail;
     }
+    ti = host->now_ms() - ti;
+    mem_t m1 = mem_now();
     if (self->index.dim != sg_e5_dim(self->model)) {
         snprintf(err, err_size, "config.index: %s has dimension %d but the model %s encodes %d", index, self->index.dim, model,
                  sg_e5_dim(self->model));
@@ -955,12 +1246,27 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     sg_fidx_set_blas_threshold(blas_threshold);
     if (!gpu_index)
         self->have_flat = sg_flatscan_init(&self->flat, &self->index) == 0;
+    {
+        char desc[160], b1[32], b2[32];
+        host->log(SG_LOG_INFO, instance,
+                  "index %s: %s, %lld vectors of dimension %d, metric %s%s%s; read in %llu ms, memory +%s resident, +%s of "
+                  "files mapped "
+                  "in",
+                  index, gpu_index ? "Flat on the GPUs" : sg_fidx_describe(&self->index, desc, sizeof(desc)),
+                  (long long)self->index.ntotal, self->index.dim, sg_fidx_metric_name(&self->index), params[0] ? ", params " : "",
+                  params, (unsigned long long)ti, mib(m1.anon > m0.anon ? m1.anon - m0.anon : 0, b1, sizeof(b1)),
+                  mib(m1.file > m0.file ? m1.file - m0.file : 0, b2, sizeof(b2)));
+    }
+    if (setup_search(self, root, &c, index, params, base_dir, err, err_size) != 0)
+        goto fail;
     /* the corpus (and pages) */
+    uint64_t tc = host->now_ms();
     sg_jsonl_opts_t o = {0, cache_dir};
     if (sg_jsonl_open(corpus, &o, &self->corpus, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.corpus: %s", e2);
         goto fail;
     }
+    tc = host->now_ms() - tc;
     if ((uint64_t)self->index.ntotal > self->corpus.n_rows) {
         snprintf(err, err_size, "config.corpus: %s has %llu rows but the index %s has %lld vectors (FAISS label i is row i)",
                  corpus, (unsigned long long)self->corpus.n_rows, index, (long long)self->index.ntotal);
@@ -990,6 +1296,16 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
              self->have_pages ? (unsigned long long)self->pages.content_hash : 0ull,
              (unsigned long long)sg__e5_hash(0, self->prefix, strlen(self->prefix)), self->max_length,
              (unsigned long long)sg__e5_hash(0, params, strlen(params)));
+    if (self->nprobe != 0 || self->ef_search != 0 || self->rerank != 0) { /* the route's search parameters change results */
+        size_t il = strlen(self->identity);
+        snprintf(self->identity + il, sizeof(self->identity) - il, "|np%d|ef%d|rr%d", self->nprobe, self->ef_search, self->rerank);
+    }
+#ifdef SG_FAISS_AVX2
+    { /* the AVX2 build of FAISS sums distances in another order: near-ties may differ */
+        size_t il = strlen(self->identity);
+        snprintf(self->identity + il, sizeof(self->identity) - il, "|faiss-avx2");
+    }
+#endif
     if (self->gpu != NULL) { /* fp16 results differ slightly from the CPU's: another cache identity */
         size_t il = strlen(self->identity);
         snprintf(self->identity + il, sizeof(self->identity) - il, "|%s", sg_local_gpu_identity(self->gpu));
@@ -1041,16 +1357,19 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     const sg_e5_config *mc = sg_e5_get_config(self->model);
     host->log(SG_LOG_INFO, instance, "model %s: BERT hidden %d, %d layers, %d heads; prefix \"%s\", max_length %u", model,
               mc->hidden, mc->layers, mc->heads, self->prefix, self->max_length);
-    host->log(SG_LOG_INFO, instance, "index %s: %s, %lld vectors of dimension %d, metric %s%s%s", index, self->index.fourcc,
-              (long long)self->index.ntotal, self->index.dim, sg_fidx_metric_name(&self->index), params[0] ? ", params " : "",
-              params);
     if (self->gpu != NULL)
         sg_local_gpu_log(self->gpu, host, instance);
     log_store(self, "corpus", &self->corpus);
+    host->log(SG_LOG_INFO, instance, "corpus opened in %llu ms", (unsigned long long)tc);
     if (self->have_pages)
         log_store(self, "pages", &self->pages);
-    host->log(SG_LOG_INFO, instance, "ready in %llu ms: %zu workers, max_batch %zu, max_wait_ms %u, max_queue %zu",
-              (unsigned long long)(host->now_ms() - t0), self->n_workers, self->max_batch, self->max_wait_ms, self->max_queue);
+    mem_t m2 = mem_now();
+    char b1[32], b2[32], b3[32];
+    host->log(SG_LOG_INFO, instance,
+              "ready in %llu ms: %zu workers, max_batch %zu, max_wait_ms %u, max_queue %zu; resident %s private + %s of mapped "
+              "files, peak %s",
+              (unsigned long long)(host->now_ms() - t0), self->n_workers, self->max_batch, self->max_wait_ms, self->max_queue,
+              mib(m2.anon, b1, sizeof(b1)), mib(m2.file, b2, sizeof(b2)), mib(m2.peak, b3, sizeof(b3)));
     free(model);
     free(index);
     free(corpus);
@@ -1092,6 +1411,7 @@ static const sg_backend_vtable vtable = {
     .identity = local_identity,
     .access = local_access,
     .has_access = local_has_access,
+    .check_params = local_check_params,
 };
 
 const sg_backend_vtable *sg__local_vtable(void)

@@ -90,9 +90,38 @@ static void test_replace_and_oversize(void **state)
     sg_blob_release(g);
 }
 
+/* The key of a request with search parameters differs from the plain one (and from other
+ * parameters); without parameters ("" or NULL) it is the key every earlier release wrote. */
+static void test_key_params(void **state)
+{
+    (void)state;
+    sg_backend_t b;
+    memset(&b, 0, sizeof(b));
+    b.identity = "local|local|1.0.0|x";
+    sg_buf_t k0 = {0}, k1 = {0}, k2 = {0}, k3 = {0}, k4 = {0};
+    sg_cache_key(&k0, &b, 3, NULL, "who wrote hamlet", 16);
+    sg_cache_key(&k1, &b, 3, "", "who wrote hamlet", 16);
+    sg_cache_key(&k2, &b, 3, "nprobe=8", "who wrote hamlet", 16);
+    sg_cache_key(&k3, &b, 3, "nprobe=16", "who wrote hamlet", 16);
+    sg_cache_key(&k4, &b, 3, "nprobe=8", "who wrote hamlet", 16);
+    const char plain[] = "local|local|1.0.0|x\x1f"
+                         "3\x1fwho wrote hamlet";
+    assert_int_equal(k0.len, sizeof(plain) - 1);
+    assert_memory_equal(k0.base, plain, k0.len);
+    assert_true(k1.len == k0.len && memcmp(k1.base, k0.base, k0.len) == 0);
+    assert_false(k2.len == k0.len && memcmp(k2.base, k0.base, k0.len) == 0);
+    assert_false(k2.len == k3.len && memcmp(k2.base, k3.base, k2.len) == 0);
+    assert_true(k2.len == k4.len && memcmp(k2.base, k4.base, k2.len) == 0);
+    sg_buf_free(&k0);
+    sg_buf_free(&k1);
+    sg_buf_free(&k2);
+    sg_buf_free(&k3);
+    sg_buf_free(&k4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hit_miss_expiry), cmocka_unit_test(test_byte_budget_lru),
-                                       cmocka_unit_test(test_replace_and_oversize)};
+                                       cmocka_unit_test(test_replace_and_oversize), cmocka_unit_test(test_key_params)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -216,7 +216,7 @@ static void test_lookup_before_completion_dispatch_after(void **state)
     sg_cache_lookup(a);
     assert_int_equal(n_calls, 1);
     /* b's L1 lookup misses now; its Redis MGET is "outstanding" */
-    assert_null(sg_cache_peek_l1(&backend, 3, "capital of france", 17));
+    assert_null(sg_cache_peek_l1(&backend, 3, NULL, "capital of france", 17));
     complete(0);
     run_loop(0); /* even with the call fully finished on its loop */
     assert_true(a->responded);

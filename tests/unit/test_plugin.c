@@ -31,6 +31,30 @@ static void test_bad_plugins(void **state)
     expect_load_error("does_not_exist.so", "cannot load");
 }
 
+static sg_status fake_check(sg_backend *self, const char *json, size_t len, char *canon, size_t cs, char *detail, size_t ds)
+{
+    (void)self, (void)json, (void)len, (void)canon, (void)cs, (void)detail, (void)ds;
+    return SG_OK;
+}
+
+/* ABI 1.1's check_params is only read when the plugin's table is long enough to hold it: a 1.0
+ * plugin (shorter struct_size) has none, whatever bytes follow its table. */
+static void test_check_params_by_struct_size(void **state)
+{
+    (void)state;
+    sg_backend_vtable vt;
+    memset(&vt, 0, sizeof(vt));
+    vt.abi_major = SG_BACKEND_ABI_MAJOR;
+    vt.check_params = fake_check;
+    vt.struct_size = (uint32_t)sizeof(vt);
+    assert_true(sg_plugin_check_params(&vt) == fake_check);
+    vt.struct_size = (uint32_t)offsetof(sg_backend_vtable, check_params); /* a 1.0 table */
+    assert_null(sg_plugin_check_params(&vt));
+    vt.struct_size = (uint32_t)sizeof(vt);
+    vt.check_params = NULL;
+    assert_null(sg_plugin_check_params(&vt));
+}
+
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -84,7 +108,7 @@ static void test_example_plugin(void **state)
     char detail[64];
     assert_int_equal(vt->health(b, detail, sizeof(detail)), SG_OK);
     sg_query q[2] = {{"capital of france", 17}, {"norway", 6}};
-    sg_search s = {sizeof(sg_search), 1, q, 2, 0, "test-1"};
+    sg_search s = {sizeof(sg_search), 1, q, 2, 0, "test-1", NULL};
     waiter_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0};
     assert_int_equal(vt->search(b, &s, on_done, &w), SG_OK);
     wait_done(&w);
@@ -109,7 +133,7 @@ static void test_destroy_cancels_pending(void **state)
     const char *cfg = "{\"documents\":[{\"contents\":\"x\"}],\"hang\":true}";
     assert_int_equal(p.vt->create(sg_plugin_host_api(), "t", ".", cfg, strlen(cfg), &b, err, sizeof(err)), SG_OK);
     sg_query q = {"x", 1};
-    sg_search s = {sizeof(sg_search), 1, &q, 1, 0, "test-2"};
+    sg_search s = {sizeof(sg_search), 1, &q, 1, 0, "test-2", NULL};
     waiter_t w1 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0};
     waiter_t w2 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0};
     assert_int_equal(p.vt->search(b, &s, on_done, &w1), SG_OK);
@@ -177,8 +201,8 @@ static void test_status_mapping(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bad_plugins), cmocka_unit_test(test_example_plugin),
-                                       cmocka_unit_test(test_destroy_cancels_pending), cmocka_unit_test(test_serves_access),
-                                       cmocka_unit_test(test_status_mapping)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bad_plugins),    cmocka_unit_test(test_check_params_by_struct_size),
+                                       cmocka_unit_test(test_example_plugin), cmocka_unit_test(test_destroy_cancels_pending),
+                                       cmocka_unit_test(test_serves_access),  cmocka_unit_test(test_status_mapping)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,6 +252,34 @@ static void test_backend_field(void **state)
     sg_parsed_free(&p);
 }
 
+/* searchgate's optional "search_params": an object, kept as compact JSON for the route's backend
+ * to validate; null means absent; anything else is a 422; /access bodies ignore it. */
+static void test_search_params(void **state)
+{
+    (void)state;
+    sg_parsed_t p;
+    char err[256];
+    assert_int_equal(parse("{\"queries\":[\"a\"]}", &p, err), 0);
+    assert_null(p.search_params);
+    sg_parsed_free(&p);
+    assert_int_equal(parse("{\"queries\":[\"a\"], \"search_params\": { \"nprobe\" : 32 }}", &p, err), 0);
+    assert_string_equal(p.search_params, "{\"nprobe\":32}");
+    sg_parsed_free(&p);
+    assert_int_equal(parse("{\"queries\":[\"a\"],\"search_params\":null}", &p, err), 0);
+    assert_null(p.search_params);
+    sg_parsed_free(&p);
+    assert_int_equal(parse("{\"queries\":[\"a\"],\"search_params\":{}}", &p, err), 0);
+    assert_string_equal(p.search_params, "{}");
+    sg_parsed_free(&p);
+    assert_int_equal(parse("{\"queries\":[\"a\"],\"search_params\":[1]}", &p, err), 422);
+    assert_non_null(strstr(err, "search_params"));
+    assert_int_equal(parse("{\"queries\":[\"a\"],\"search_params\":\"nprobe=3\"}", &p, err), 422);
+    const char *acc = "{\"urls\":[\"u\"],\"search_params\":7}";
+    assert_int_equal(sg_request_parse(acc, strlen(acc), &lim, 1, &p, err, sizeof(err)), 0);
+    assert_null(p.search_params);
+    sg_parsed_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_strict_json),
         cmocka_unit_test(test_strict_json_accepts),
         cmocka_unit_test(test_duplicate_keys_last_wins),
+        cmocka_unit_test(test_search_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

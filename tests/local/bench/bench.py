@@ -95,17 +95,30 @@ def make_data(wd, rows, dim):
         write_flat_index(index, rows, dim)
     queries = os.path.join(wd, "queries.txt")
     if not os.path.exists(queries):
-        rnd = random.Random(11)
-        forms = ["what is the %s of %s", "who %s the %s", "when did %s %s", "where is %s %s", "how many %s in %s",
-                 "%s %s definition", "why does %s %s"]
-        seen = set()
-        with open(queries, "w") as f:
-            while len(seen) < 60000:
-                q = rnd.choice(forms) % (rnd.choice(vocab), " ".join(rnd.choice(vocab) for _ in range(rnd.randint(1, 3))))
-                if q not in seen:
-                    seen.add(q)
-                    f.write(json.dumps(q) + "\n")
+        make_queries(queries)
     return model, corpus, index, queries
+
+
+def make_queries(path, n=60000):
+    """`n` distinct synthetic questions, one JSON string a line."""
+    vocab = words()
+    rnd = random.Random(11)
+    forms = ["what is the %s of %s", "who %s the %s", "when did %s %s", "where is %s %s", "how many %s in %s",
+             "%s %s definition", "why does %s %s"]
+    seen = set()
+    with open(path + ".tmp", "w") as f:
+        while len(seen) < n:
+            q = rnd.choice(forms) % (rnd.choice(vocab), " ".join(rnd.choice(vocab) for _ in range(rnd.randint(1, 3))))
+            if q not in seen:
+                seen.add(q)
+                f.write(json.dumps(q) + "\n")
+    os.rename(path + ".tmp", path)
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        m = re.search(r"model name\s*:\s*(.*)", f.read())
+    return m.group(1) if m else "?"
 
 
 def post(port, body, timeout=600):
