@@ -439,13 +439,17 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
     return SG_OK;
 }
 
+/* Without a reader the route has no page store: has_access() says so and the gateway answers
+ * POST /access with 404 before it gets here (GET / lists "access": false). */
+static int sp_has_access(sg_backend *self)
+{
+    return self->reader != NULL;
+}
+
 static sg_status sp_access(sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
 {
-    if (self->reader == NULL) {
-        sg_result res = {SG_EINVAL,
-                         "this backend has no page reader: /access needs the \"reader\" object in its config "
-                         "(docs/backends/serper.md)",
-                         NULL, 0, 0};
+    if (self->reader == NULL) { /* not reached through the gateway: has_access() is 0 */
+        sg_result res = {SG_EINVAL, "this backend has no page reader (docs/backends/serper.md)", NULL, 0, 0};
         done(cb_data, &res);
         return SG_OK;
     }
@@ -647,6 +651,7 @@ static const sg_backend_vtable vtable = {
     .stats = sp_stats,
     .identity = sp_identity,
     .access = sp_access,
+    .has_access = sp_has_access,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

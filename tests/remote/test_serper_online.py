@@ -140,12 +140,16 @@ class TestAccess(OnlineBase):
         self.assertNotIn("authorization", self.jina.server.requests[0].headers)
         self.assertEqual(self.metric("serper_reader_keys"), 0)
 
-    def test_without_a_reader_access_is_a_clear_422(self):
+    def test_without_a_reader_access_is_a_404(self):
+        # no page store: a 404 (clients such as RLinf and ASearcher retry a 5xx for minutes), and
+        # GET / says the route has no access
         self.gw = gateway(google(self.serper), env=self.env)
         r = self.access(["https://example.org/x"])
-        self.assertEqual(r.status, 422, r)
-        self.assertIn("reader", r.json()["error"]["message"])
-        self.assertEqual(r.json()["error"]["type"], "invalid_request")
+        self.assertEqual(r.status, 404, r)
+        self.assertEqual(r.json()["error"]["type"], "not_found")
+        self.assertIn("no page store", r.json()["error"]["message"])
+        root = self.gw.get("/").json()
+        self.assertEqual([b["access"] for b in root["backends"] if b["name"] == "google"], [False])
         # search is unaffected
         self.assertEqual(self.gw.retrieve(["still searching"], topk=2).status, 200)
 
