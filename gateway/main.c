@@ -6,6 +6,7 @@
 #include "clients.h"
 #include "listen.h"
 #include "ratelimit_global.h"
+#include "mcp.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -313,6 +314,7 @@ int main(int argc, char **argv)
     s->clients = sg_clients_create(&cfg);
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
     sg_ratelimit_global_init();
+    sg_mcp_init(s);
     if (sg_server_start(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
@@ -338,6 +340,7 @@ out:
     destroy_backends(s);
     sg_cache_dispose();
     sg_clients_destroy(s->clients);
+    sg_mcp_dispose();
     free_backends(s);
     sg_dispatch_dispose();
     sg_metrics_reset();
