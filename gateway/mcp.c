@@ -457,7 +457,6 @@ static void deliver(sg_loop_t *from, const char *sid, const char *json, size_t l
 static void on_replies(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
     sg_mcp_loop_t *ml = H2O_STRUCT_FROM_MEMBER(sg_mcp_loop_t, replies, receiver);
-    (void)ml;
     while (!h2o_linklist_is_empty(messages)) {
         mcp_msg_t *m = H2O_STRUCT_FROM_MEMBER(mcp_msg_t, super.link, messages->next);
         h2o_linklist_unlink(&m->super.link);
