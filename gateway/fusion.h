@@ -6,8 +6,9 @@
  * keeps its own cache, singleflight, admission and metrics) and merges the legs' ranked lists:
  * reciprocal rank fusion, or a weighted sum of per-leg normalised scores.
  *
- * This header has three parts: the parsed settings (filled by config.c), the merge (pure: no
- * HTTP, no threads, unit-tested on its own), and the route (fusion_route.c: HTTP and fan-out).
+ * This header has two parts: the parsed settings (filled by config.c) and the merge (pure: no
+ * HTTP, no threads, unit-tested on its own). The route itself (HTTP and fan-out) is
+ * fusion_route.h.
  */
 #ifndef SG_GATEWAY_FUSION_H
 #define SG_GATEWAY_FUSION_H
@@ -102,16 +103,5 @@ uint32_t sg_fusion_merge(const sg_fusion_conf_t *fc, const sg_fusion_leg_t *legs
  * DOC is not a JSON object or has none of the three).
  */
 char *sg_fusion_doc_identity(const char *doc, size_t len, size_t *key_len);
-
-/* ---- the route (fusion_route.c) ---- */
-
-struct st_sg_loop_t;
-struct st_h2o_req_t;
-struct st_sg_parsed_t;
-
-/** Registers the fusion routes' metrics; call once, after the plugin routes are loaded. */
-void sg_fusion_init(void);
-/** Appends the fusion routes to GET /'s "backends" list (each entry preceded by a comma). */
-struct st_sg_buf_t;
 
 #endif
