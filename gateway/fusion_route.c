@@ -1,11 +1,15 @@
 /*
- * fusion_route.c -- POST /retrieve on a fusion route: one request fanned out to every leg through
- * the query pipeline (query.h), the legs' answers merged (fusion.c), one response.
+ * fusion_route.c -- fusion routes: a batch of queries fanned out to every leg through the query
+ * pipeline (query.h), the legs' answers merged (fusion.c), one answer.
  *
- *   (retrieve.c parsed the body and found a fusion route) -> search_params refused -> identify
- *   the client -> X-Timeout-Ms -> the client's rate limit, charged once for the request's queries
- *   -> one sg_query_start() per leg, all at once, sharing the deadline -> per query: merge the
- *   legs' lists -> respond (with X-Searchgate-Fusion-Partial when a leg failed)
+ *   sg_fusion_start(): the client's rate limit, charged once for the batch's queries -> one
+ *   sg_query_start() per leg, all at once, sharing the deadline -> per query: merge the legs'
+ *   lists -> done(result, partial legs)
+ *
+ * and its HTTP adapter for POST /retrieve (retrieve.c parsed the body and found a fusion route):
+ * search_params refused -> identify the client -> X-Timeout-Ms -> sg_fusion_start() -> respond
+ * (with X-Searchgate-Fusion-Partial when a leg failed). Other entry points (MCP) call
+ * sg_fusion_start() the same way they call sg_query_start().
  *
  * Legs are ordinary queries on their routes: each keeps its own cache, singleflight, admission
  * (the client's max_inflight and fair-share weight included) and per-route metrics. They skip the
@@ -13,8 +17,8 @@
  * requests (the fusion request is). The fused result is not cached: the legs are, and merging
  * their cached lists costs microseconds (docs/fusion.md has the measurement).
  *
- * Loop thread only. A fusion request holds one reference on itself until it has answered or its
- * client went away; a Redis round trip for a global rate limit holds another.
+ * Loop thread only. A fusion query holds one reference on itself until it has answered or was
+ * cancelled; a Redis round trip for a global rate limit holds another.
  */
 #include "server.h"
 #include "clients.h"
@@ -40,7 +44,7 @@ typedef struct st_fusion_route_t {
 static fusion_route_t *routes;
 static size_t n_routes;
 
-typedef struct st_fusion_req_t fusion_req_t;
+typedef struct st_sg_fusion_query_t fusion_req_t;
 
 typedef struct st_leg_t {
     fusion_req_t *fr;
@@ -52,10 +56,10 @@ typedef struct st_leg_t {
     sg_blob_t **blobs; /* on 200: one per distinct query */
 } leg_t;
 
-struct st_fusion_req_t {
+struct st_sg_fusion_query_t {
     int refs;
-    h2o_req_t *req;              /* NULL once the client went away */
-    fusion_req_t **dispose_slot; /* in req->pool */
+    sg_fusion_done_fn done;
+    void *ctx;
     sg_loop_t *loop;
     fusion_route_t *route;
     sg_client_t *client;
@@ -65,7 +69,7 @@ struct st_fusion_req_t {
     uint32_t *uniq_len;
     char *arena;
     uint32_t topk;
-    int return_scores;
+    char request_id[24];
     uint64_t start_us, deadline_us, max_wait_us;
     sg_timer_t timer; /* the rate-limit wait */
     uint32_t legs_pending;
@@ -180,8 +184,6 @@ void sg_fusion_append_root(sg_buf_t *b)
 
 static void fusion_req_free(fusion_req_t *fr)
 {
-    if (fr->dispose_slot != NULL)
-        *fr->dispose_slot = NULL;
     for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
         leg_t *leg = &fr->legs[l];
         for (uint32_t i = 0; leg->blobs != NULL && i < fr->n_uniq; ++i)
@@ -220,11 +222,11 @@ static void record(fusion_req_t *fr, int status, const char *type)
     if (status == 504)
         sg_counter_add(fr->client->m_timeouts, 1);
     sg_ring_record_request(fr->n_queries, 0, 0, status >= 400, lat);
-    SG_LOG(SG_LL_DEBUG, "request", "- POST /retrieve backend=%s client=%s status=%d%s%s queries=%u ms=%.3f", r->conf->name,
+    SG_LOG(SG_LL_DEBUG, "request", "%s fusion backend=%s client=%s status=%d%s%s queries=%u ms=%.3f", fr->request_id, r->conf->name,
            fr->client->id, status, type != NULL ? " error=" : "", type != NULL ? type : "", fr->n_queries, (double)lat / 1000.0);
 }
 
-/* Ends the request: stops what still runs and counts it. The caller answers (unless gone). */
+/* Ends the query: stops what still runs and counts it. The caller then answers (or not: cancelled). */
 static void finish(fusion_req_t *fr, int status, const char *type)
 {
     fr->answered = 1;
@@ -243,8 +245,8 @@ static void fail(fusion_req_t *fr, int status, const char *type, const char *msg
     if (fr->answered)
         return;
     finish(fr, status, type);
-    if (fr->req != NULL)
-        sg_send_error(fr->req, status, type, msg, retry_after);
+    sg_query_result_t res = {status, type, msg, retry_after, 0, NULL, fr->request_id};
+    fr->done(fr->ctx, &res, NULL);
     fusion_req_unref(fr);
 }
 
@@ -374,36 +376,14 @@ static void respond(fusion_req_t *fr)
                        1);
     }
     finish(fr, 200, NULL);
-    h2o_req_t *req = fr->req;
-    if (req != NULL) {
-        size_t total = sizeof("{\"result\":[]}") - 1 + (fr->n_queries > 0 ? fr->n_queries - 1 : 0);
-        for (uint32_t i = 0; i < fr->n_queries; ++i)
-            total += sg_blob_fragment_len(fused[fr->slot_uniq[i]], fr->return_scores);
-        char *body = h2o_mem_alloc_pool(&req->pool, total), *p = body;
-        memcpy(p, "{\"result\":[", 11);
-        p += 11;
-        for (uint32_t i = 0; i < fr->n_queries; ++i) {
-            if (i != 0)
-                *p++ = ',';
-            p = sg_blob_write_fragment(fused[fr->slot_uniq[i]], fr->return_scores, p);
-        }
-        memcpy(p, "]}", 2);
-        p += 2;
-        static h2o_generator_t generator = {NULL, NULL};
-        req->res.status = 200;
-        req->res.reason = "OK";
-        req->res.content_length = (size_t)(p - body);
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
-        if (partial.len != 0) {
-            char *v = h2o_mem_alloc_pool(&req->pool, partial.len);
-            memcpy(v, partial.base, partial.len);
-            h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v,
-                                  partial.len);
-        }
-        h2o_iovec_t buf = h2o_iovec_init(body, (size_t)(p - body));
-        h2o_start_response(req, &generator);
-        h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
-    }
+    sg_blob_t **blobs = sg_mem_alloc(fr->n_queries * sizeof(*blobs));
+    for (uint32_t i = 0; i < fr->n_queries; ++i)
+        blobs[i] = fused[fr->slot_uniq[i]];
+    sg_query_result_t res = {200, NULL, NULL, 0, fr->n_queries, blobs, fr->request_id};
+    if (partial.len != 0)
+        sg_buf_appendc(&partial, '\0');
+    fr->done(fr->ctx, &res, partial.len != 0 ? partial.base : NULL);
+    free(blobs);
     sg_buf_free(&partial);
     for (uint32_t u = 0; u < fr->n_uniq; ++u)
         sg_blob_release(fused[u]);
@@ -517,19 +497,154 @@ static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
     fusion_req_unref(fr); /* the round trip's reference */
 }
 
-/* The HTTP request is being freed: the client went away first. */
+void sg_fusion_cancel(sg_fusion_query_t *fr)
+{
+    if (fr == NULL || fr->answered)
+        return;
+    finish(fr, 499, "client_gone");
+    fusion_req_unref(fr);
+}
+
+sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
+{
+    fusion_route_t *r = &routes[spec->route];
+    const sg_fusion_conf_t *fc = r->conf;
+    fusion_req_t *fr = sg_mem_calloc(1, sizeof(*fr));
+    static __thread uint64_t seq;
+    snprintf(fr->request_id, sizeof(fr->request_id), "%d-f%llu", loop->id, (unsigned long long)++seq);
+    fr->refs = 1;
+    fr->done = done;
+    fr->ctx = ctx;
+    fr->loop = loop;
+    fr->route = r;
+    fr->client = sg_clients_ref(spec->client);
+    fr->n_queries = spec->n;
+    fr->topk = spec->topk != 0 ? spec->topk : fc->topk;
+    fr->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
+    uint64_t deadline_us = fr->start_us + (uint64_t)fc->timeout_ms * 1000;
+    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
+        deadline_us = spec->deadline_us > fr->start_us ? spec->deadline_us : fr->start_us;
+    fr->deadline_us = deadline_us;
+    sg_gauge_add(r->inflight, 1);
+    /* distinct queries: each leg searches a repeated text once, and it is fused once */
+    size_t total = 0;
+    for (uint32_t i = 0; i < spec->n; ++i)
+        total += spec->lens[i];
+    fr->arena = sg_mem_alloc(total != 0 ? total : 1);
+    fr->slot_uniq = sg_mem_alloc(spec->n * sizeof(*fr->slot_uniq));
+    fr->uniq_text = sg_mem_alloc(spec->n * sizeof(*fr->uniq_text));
+    fr->uniq_len = sg_mem_alloc(spec->n * sizeof(*fr->uniq_len));
+    size_t cap = 16;
+    while (cap < (size_t)spec->n * 2)
+        cap *= 2;
+    uint32_t *table = sg_mem_calloc(cap, sizeof(*table));
+    for (uint32_t i = 0, at = 0; i < spec->n; at += spec->lens[i++]) {
+        char *t = fr->arena + at;
+        uint32_t l = spec->lens[i];
+        memcpy(t, spec->texts[i], l);
+        size_t pos = sg_hash64(t, l, 3) & (cap - 1);
+        for (;;) {
+            uint32_t e = table[pos];
+            if (e == 0) {
+                fr->uniq_text[fr->n_uniq] = t;
+                fr->uniq_len[fr->n_uniq] = l;
+                table[pos] = ++fr->n_uniq;
+                fr->slot_uniq[i] = fr->n_uniq - 1;
+                break;
+            }
+            if (fr->uniq_len[e - 1] == l && memcmp(fr->uniq_text[e - 1], t, l) == 0) {
+                fr->slot_uniq[i] = e - 1;
+                break;
+            }
+            pos = (pos + 1) & (cap - 1);
+        }
+    }
+    free(table);
+
+    /* the client's rate limit, once for the batch (the legs are not charged again); it may wait
+     * at most until the deadline */
+    sg_client_t *client = fr->client;
+    const sg_client_conf_t *cc = client->conf;
+    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
+    if (max_wait_us > deadline_us - fr->start_us)
+        max_wait_us = deadline_us - fr->start_us;
+    fr->max_wait_us = max_wait_us;
+    ++fr->refs; /* the caller's handle stays valid through what follows */
+    int decided = 0;
+    if (cc->rate > 0 && cc->global) {
+        ++fr->refs; /* the Redis round trip's */
+        if (sg_ratelimit_global(loop->redis, client, fr->n_queries, max_wait_us, on_global_decision, fr) == 0)
+            decided = 1; /* Redis decides; when it cannot, the batch goes on (fail open) */
+        else
+            --fr->refs;
+    }
+    if (!decided) {
+        uint64_t wait_us = 0;
+        int rl = cc->global
+                     ? SG_RL_ALLOW
+                     : sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
+        on_rate_decision(fr, rl, wait_us);
+    }
+    int answered = fr->answered;
+    fusion_req_unref(fr);
+    return answered ? NULL : fr;
+}
+
+/* ---- POST /retrieve on a fusion route ---- */
+
+/* Lives in the HTTP request's pool: the link between the request and its fusion query. */
+typedef struct st_http_fusion_t {
+    h2o_req_t *req;
+    sg_fusion_query_t *q; /* NULL once answered */
+    int return_scores;
+} http_fusion_t;
+
+static void on_http_done(void *ctx, const sg_query_result_t *res, const char *partial)
+{
+    http_fusion_t *hf = ctx;
+    hf->q = NULL;
+    h2o_req_t *req = hf->req;
+    if (res->status != 200) {
+        sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
+        return;
+    }
+    size_t total = sizeof("{\"result\":[]}") - 1 + (res->n > 0 ? res->n - 1 : 0);
+    for (uint32_t i = 0; i < res->n; ++i)
+        total += sg_blob_fragment_len(res->blobs[i], hf->return_scores);
+    char *body = h2o_mem_alloc_pool(&req->pool, total), *p = body;
+    memcpy(p, "{\"result\":[", 11);
+    p += 11;
+    for (uint32_t i = 0; i < res->n; ++i) {
+        if (i != 0)
+            *p++ = ',';
+        p = sg_blob_write_fragment(res->blobs[i], hf->return_scores, p);
+    }
+    memcpy(p, "]}", 2);
+    p += 2;
+    static h2o_generator_t generator = {NULL, NULL};
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->res.content_length = (size_t)(p - body);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    if (partial != NULL) {
+        size_t n = strlen(partial);
+        char *v = h2o_mem_alloc_pool(&req->pool, n);
+        memcpy(v, partial, n);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v, n);
+    }
+    h2o_iovec_t buf = h2o_iovec_init(body, (size_t)(p - body));
+    h2o_start_response(req, &generator);
+    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
+}
+
+/* The HTTP request is being freed: if its fusion query still runs, the client went away first. */
 static void on_req_dispose(void *p)
 {
-    fusion_req_t **slot = p;
-    fusion_req_t *fr = *slot;
-    if (fr == NULL)
-        return;
-    fr->req = NULL;
-    fr->dispose_slot = NULL;
-    if (!fr->answered) {
-        finish(fr, 499, "client_gone");
-        fusion_req_unref(fr);
-    }
+    http_fusion_t *hf = p;
+    sg_fusion_query_t *q = hf->q;
+    hf->q = NULL;
+    if (q != NULL)
+        sg_fusion_cancel(q);
 }
 
 static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
@@ -593,7 +708,7 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
         return 0;
     }
     /* deadline: the route's timeout, shortened (never lengthened) by X-Timeout-Ms; shared by the legs */
-    uint64_t timeout_ms = fc->timeout_ms;
+    uint64_t deadline_us = 0;
     h2o_iovec_t th = find_header(req, H2O_STRLIT("x-timeout-ms"));
     if (th.base != NULL) {
         char tmp[24];
@@ -611,72 +726,26 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
             sg_clients_release(client);
             return 0;
         }
-        if (v < timeout_ms)
-            timeout_ms = v;
+        if (v < fc->timeout_ms)
+            deadline_us = start_us + v * 1000;
     }
-
-    fusion_req_t *fr = sg_mem_calloc(1, sizeof(*fr));
-    fr->refs = 1;
-    fr->req = req;
-    fr->loop = loop;
-    fr->route = r;
-    fr->client = client;
-    fr->n_queries = pr->n;
-    fr->topk = pr->topk != 0 ? pr->topk : fc->topk;
-    fr->return_scores = pr->return_scores;
-    fr->start_us = start_us;
-    fr->deadline_us = start_us + timeout_ms * 1000;
-    fr->arena = pr->arena;
-    pr->arena = NULL;
-    sg_gauge_add(r->inflight, 1);
-    /* distinct queries: each leg searches a repeated text once, and it is fused once */
-    fr->slot_uniq = sg_mem_alloc(pr->n * sizeof(*fr->slot_uniq));
-    fr->uniq_text = sg_mem_alloc(pr->n * sizeof(*fr->uniq_text));
-    fr->uniq_len = sg_mem_alloc(pr->n * sizeof(*fr->uniq_len));
-    size_t cap = 16;
-    while (cap < (size_t)pr->n * 2)
-        cap *= 2;
-    uint32_t *table = sg_mem_calloc(cap, sizeof(*table));
-    for (uint32_t i = 0; i < pr->n; ++i) {
-        const char *t = fr->arena + pr->off[i];
-        uint32_t l = pr->len[i];
-        size_t pos = sg_hash64(t, l, 3) & (cap - 1);
-        for (;;) {
-            uint32_t e = table[pos];
-            if (e == 0) {
-                fr->uniq_text[fr->n_uniq] = t;
-                fr->uniq_len[fr->n_uniq] = l;
-                table[pos] = ++fr->n_uniq;
-                fr->slot_uniq[i] = fr->n_uniq - 1;
-                break;
-            }
-            if (fr->uniq_len[e - 1] == l && memcmp(fr->uniq_text[e - 1], t, l) == 0) {
-                fr->slot_uniq[i] = e - 1;
-                break;
-            }
-            pos = (pos + 1) & (cap - 1);
-        }
-    }
-    free(table);
-    fusion_req_t **slot = h2o_mem_alloc_shared(&req->pool, sizeof(*slot), on_req_dispose);
-    *slot = fr;
-    fr->dispose_slot = slot;
-
-    /* the client's rate limit, once for the request (the legs are not charged again) */
-    const sg_client_conf_t *cc = client->conf;
-    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
-    if (max_wait_us > timeout_ms * 1000)
-        max_wait_us = timeout_ms * 1000;
-    fr->max_wait_us = max_wait_us;
-    if (cc->rate > 0 && cc->global) {
-        ++fr->refs; /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, client, fr->n_queries, max_wait_us, on_global_decision, fr) == 0)
-            return 0; /* Redis decides; when it cannot, the request goes on (fail open) */
-        --fr->refs;
-    }
-    uint64_t wait_us = 0;
-    int rl = cc->global ? SG_RL_ALLOW
-                        : sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, start_us, max_wait_us, &wait_us);
-    on_rate_decision(fr, rl, wait_us);
+    const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
+    for (uint32_t i = 0; i < pr->n; ++i)
+        texts[i] = pr->arena + pr->off[i];
+    sg_fusion_spec_t spec = {.route = fi,
+                             .client = client,
+                             .texts = texts,
+                             .lens = pr->len,
+                             .n = pr->n,
+                             .topk = pr->topk,
+                             .start_us = start_us,
+                             .deadline_us = deadline_us};
+    http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
+    *hf = (http_fusion_t){req, NULL, pr->return_scores};
+    sg_fusion_query_t *q = sg_fusion_start(loop, &spec, on_http_done, hf);
+    if (q != NULL) /* else done() already ran, and the request may be gone */
+        hf->q = q;
+    free(texts);
+    sg_clients_release(client);
     return 0;
 }
