@@ -323,6 +323,30 @@ class FusionRateLimitTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+    def test_charged_once_global(self):
+        # a "global" client: the shared limit lives in Redis (one Lua GCRA per fusion request)
+        redis = sgtest.Redis()
+        gw = sgtest.Gateway({
+            "cache": {"redis": {"port": redis.port}},
+            "clients": {"trust_client_id_header": True,
+                        "default": {"rate": 0.001, "burst": 3, "mode": "reject", "global": True}},
+            "backends": [example("a"), example("b"), {"name": "ab", "fusion": {"routes": ["a", "b"]}}]})
+        try:
+            deadline = time.time() + sgtest.scaled(10)
+            while gw.get("/health").json()["cache"]["redis"] != "up" and time.time() < deadline:
+                time.sleep(0.05)
+            h = {"X-Client-Id": "global-job"}
+            r = gw.retrieve(["paris", "ocean", "moon"], path="/retrieve/ab", headers=h)
+            self.assertEqual(r.status, 200, r)
+            self.assertNotIn("x-searchgate-fusion-partial", r.headers)
+            r = gw.retrieve(["paris"], path="/retrieve/ab", headers=h)
+            self.assertEqual(r.status, 429, r)
+            self.assertEqual(gw.metric("searchgate_client_rate_limited_total", client="id:global-job"), 1)
+        finally:
+            gw.stop()
+            redis.close()
+
+
 class FusionStartupTest(unittest.TestCase):
     def check_refused(self, backends, needle):
         with tempfile.TemporaryDirectory() as d:
