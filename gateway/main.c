@@ -5,6 +5,7 @@
 #include "server.h"
 #include "clients.h"
 #include "listen.h"
+#include "rerank.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -102,6 +103,10 @@ static int load_backends(sg_server_t *s)
         if (st != SG_OK) {
             fprintf(stderr, "searchgate: backend %s (%s): %s\n", bc->name, bc->plugin_path, err[0] != '\0' ? err : "create failed");
             b->inst = NULL;
+            return -1;
+        }
+        if (bc->rerank != NULL && sg_rerank_wrap(b, err, sizeof(err)) != 0) {
+            fprintf(stderr, "searchgate: backend %s: %s\n", bc->name, err);
             return -1;
         }
         b->serves_access = sg_plugin_serves_access(&b->plugin, b->inst);
