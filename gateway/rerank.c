@@ -266,7 +266,6 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
     sg_status fail = SG_OK;
     const char *why = NULL;
     char err[256];
-    uint64_t scored = 0;
     for (size_t q = 0; q < nq && fail == SG_OK; ++q) {
         size_t base = j->first[q], n = j->first[q + 1] - base, nu = 0;
         text.len = 0;
@@ -310,7 +309,7 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
                 sg_counter_add(st->m_errors, 1);
                 break;
             }
-            scored += m;
+            sg_counter_add(st->m_pairs, m); /* per pass: the rate is live while a long call is scored */
             at += m;
         }
         for (size_t k = 0; k < n && fail == SG_OK; ++k)
@@ -323,7 +322,6 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
     free(phash);
     free(rep);
     free(uscores);
-    sg_counter_add(st->m_pairs, scored);
     uint64_t now = sg_now_us();
     sg_hist_observe_us(st->m_score_latency, now - t0);
     if (fail != SG_OK) {
