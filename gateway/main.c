@@ -78,6 +78,11 @@ static int open_plugins(sg_server_t *s, const char *plugin_dir, char **argv)
             return -1;
         }
     }
+    char rerr[1024];
+    if (sg_rerank_open_module(cfg, plugin_dir, rerr, sizeof(rerr)) != 0) {
+        fprintf(stderr, "searchgate: %s\n", rerr);
+        return -1;
+    }
     if (sg_blas_tune(argv, &s->blas) != 0) {
         fprintf(stderr, "searchgate: %s\n", s->blas.reason);
         return -1;

@@ -21,11 +21,45 @@
  */
 #include "rerank.h"
 #include "server.h"
-#include "xenc.h"
+#include "rerank_xenc.h"
+
+#include <dlfcn.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* ---- the cross-encoder module (rerank_xenc.h) ---- */
+
+static const sg_xenc_api *X;
+
+int sg_rerank_open_module(const sg_config_t *cfg, const char *plugin_dir, char *err, size_t err_size)
+{
+    int wanted = 0;
+    for (size_t i = 0; i < cfg->n_backends; ++i)
+        wanted |= cfg->backends[i].rerank != NULL;
+    if (!wanted || X != NULL)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/rerank_xenc.so", plugin_dir);
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL) {
+        snprintf(err, err_size, "rerank: cannot load the cross-encoder module %s: %s", path, dlerror());
+        return -1;
+    }
+    sg_xenc_api_fn entry;
+    void *sym = dlsym(dl, SG_XENC_API_ENTRY);
+    memcpy(&entry, &sym, sizeof(entry));
+    const sg_xenc_api *api = sym != NULL ? entry() : NULL;
+    if (api == NULL || api->version != SG_XENC_API_VERSION || api->struct_size < sizeof(sg_xenc_api)) {
+        snprintf(err, err_size, "rerank: %s is not a cross-encoder module of this gateway (%s)", path,
+                 api == NULL ? "no " SG_XENC_API_ENTRY "()" : "another version");
+        dlclose(dl);
+        return -1;
+    }
+    X = api; /* stays loaded until the process exits */
+    return 0;
+}
 
 /* ---- configuration ---- */
 
@@ -302,8 +336,8 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
                 break;
             }
             size_t m = nu - at < st->conf->batch ? nu - at : st->conf->batch;
-            if (sg_xenc_score(st->model, ws, s->queries[q].text, s->queries[q].len, passages + at, plens + at, m, st->max_length,
-                              uscores + at, err, sizeof(err)) != 0) {
+            if (X->score(st->model, ws, s->queries[q].text, s->queries[q].len, passages + at, plens + at, m, st->max_length,
+                         uscores + at, err, sizeof(err)) != 0) {
                 fail = SG_EINTERNAL;
                 why = err;
                 sg_counter_add(st->m_errors, 1);
@@ -367,7 +401,7 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
 static void *worker_main(void *arg)
 {
     struct sg_backend *st = arg;
-    sg_xenc_workspace *ws = sg_xenc_workspace_new(st->model);
+    sg_xenc_workspace *ws = X->workspace_new(st->model);
     pthread_mutex_lock(&st->mu);
     for (;;) {
         while (st->head == NULL && !st->stopping)
@@ -393,7 +427,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&st->mu);
     }
     pthread_mutex_unlock(&st->mu);
-    sg_xenc_workspace_free(ws);
+    X->workspace_free(ws);
     return NULL;
 }
 
@@ -612,7 +646,7 @@ static void rr_destroy(sg_backend *st)
     st->inner_vt->destroy(st->inner);
     *st->vt_slot = st->inner_vt;
     *st->inst_slot = NULL;
-    sg_xenc_free(st->model);
+    X->free(st->model);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     free(st->threads);
@@ -628,34 +662,38 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
         return 0;
     char why[512];
     sg_xenc_model *m = NULL;
-    if (sg_xenc_load(rc->model, &m, why, sizeof(why)) != 0) {
+    if (X == NULL) {
+        snprintf(err, err_size, "rerank: the cross-encoder module is not loaded");
+        return -1;
+    }
+    if (X->load(rc->model, &m, why, sizeof(why)) != 0) {
         snprintf(err, err_size, "rerank.model %s: %s", rc->model, why);
         return -1;
     }
-    uint32_t positions = sg_xenc_max_length(m, UINT32_MAX);
-    uint32_t max_length = rc->max_length != 0 ? rc->max_length : sg_xenc_default_max_length(m);
+    uint32_t positions = X->max_length(m, UINT32_MAX);
+    uint32_t max_length = rc->max_length != 0 ? rc->max_length : X->default_max_length(m);
     if (max_length > positions) {
         snprintf(err, err_size, "rerank.max_length %u exceeds the model's max_position_embeddings (%u) in %s", max_length,
                  positions, rc->model);
-        sg_xenc_free(m);
+        X->free(m);
         return -1;
     }
     if (max_length < 3) {
         snprintf(err, err_size, "rerank.max_length: the model's default max_length %u is below 3 (%s); set rerank.max_length",
                  max_length, rc->model);
-        sg_xenc_free(m);
+        X->free(m);
         return -1;
     }
-    if ((rc->activation >= 0 && sg_xenc_set_activation(m, rc->activation) != 0) ||
-        (rc->truncation >= 0 && sg_xenc_set_truncation(m, rc->truncation) != 0)) {
+    if ((rc->activation >= 0 && X->set_activation(m, rc->activation) != 0) ||
+        (rc->truncation >= 0 && X->set_truncation(m, rc->truncation) != 0)) {
         snprintf(err, err_size, "rerank: the model %s refused the activation or truncation setting", rc->model);
-        sg_xenc_free(m);
+        X->free(m);
         return -1;
     }
-    if (rc->score_label >= 0 && sg_xenc_set_score_label(m, rc->score_label) != 0) {
+    if (rc->score_label >= 0 && X->set_score_label(m, rc->score_label) != 0) {
         snprintf(err, err_size, "rerank.score_label %d is not a label of %s (it has %d)", rc->score_label, rc->model,
-                 sg_xenc_num_labels(m));
-        sg_xenc_free(m);
+                 X->num_labels(m));
+        X->free(m);
         return -1;
     }
     struct sg_backend *st = sg_mem_calloc(1, sizeof(*st));
@@ -684,10 +722,10 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
     st->model = m;
     st->max_length = max_length;
     const char *inner_ident = ivt->identity != NULL ? ivt->identity(b->inst) : NULL;
-    size_t n = (inner_ident != NULL ? strlen(inner_ident) : 0) + strlen(sg_xenc_identity(m)) + 96;
+    size_t n = (inner_ident != NULL ? strlen(inner_ident) : 0) + strlen(X->identity(m)) + 96;
     st->identity = sg_mem_alloc(n);
-    snprintf(st->identity, n, "%s|rerank:%s,candidates=%u,max_length=%u", inner_ident != NULL ? inner_ident : "",
-             sg_xenc_identity(m), rc->candidates, max_length);
+    snprintf(st->identity, n, "%s|rerank:%s,candidates=%u,max_length=%u", inner_ident != NULL ? inner_ident : "", X->identity(m),
+             rc->candidates, max_length);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     st->tail = &st->head;
@@ -725,7 +763,7 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
             pthread_mutex_unlock(&st->mu);
             for (uint32_t k = 0; k < i; ++k)
                 pthread_join(st->threads[k], NULL);
-            sg_xenc_free(m);
+            X->free(m);
             pthread_mutex_destroy(&st->mu);
             pthread_cond_destroy(&st->cv);
             free(st->threads);
@@ -739,7 +777,7 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
     b->plugin.vt = &st->vt;
     b->inst = st;
     SG_LOG(SG_LL_INFO, "rerank", "route %s: cross-encoder %s (%d label%s), %u candidates, max_length %u, %u worker%s",
-           b->conf->name, rc->model, sg_xenc_num_labels(m), sg_xenc_num_labels(m) == 1 ? "" : "s", rc->candidates, max_length,
-           rc->workers, rc->workers == 1 ? "" : "s");
+           b->conf->name, rc->model, X->num_labels(m), X->num_labels(m) == 1 ? "" : "s", rc->candidates, max_length, rc->workers,
+           rc->workers == 1 ? "" : "s");
     return 0;
 }

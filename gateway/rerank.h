@@ -42,6 +42,14 @@ typedef struct st_sg_rerank_conf_t {
 int sg_rerank_conf_parse(sg_cfg_t *c, const cJSON *o, const char *base_dir, uint32_t route_topk, sg_rerank_conf_t **out);
 void sg_rerank_conf_free(sg_rerank_conf_t *rc);
 
+struct st_sg_config_t;
+/**
+ * Main thread, once, after main() set the signal mask and before any route is wrapped: when a
+ * route has a rerank stage, dlopen()s the cross-encoder module `<plugin_dir>/rerank_xenc.so`
+ * (rerank_xenc.h says why it is a module). Errors name the path.
+ */
+int sg_rerank_open_module(const struct st_sg_config_t *cfg, const char *plugin_dir, char *err, size_t err_size);
+
 struct st_sg_backend_t;
 /**
  * Main thread, after the route's plugin was created and before its identity is read: loads the
