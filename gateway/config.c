@@ -6,6 +6,7 @@
 #include "common.h"
 #include "cfg.h"
 #include "fusion.h"
+#include "rerank.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -169,8 +170,9 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
 
 static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"name",      "plugin", "config", "topk",        "timeout_ms", "max_inflight",
-                                       "max_queue", "chunk",  "cache",  "cache_ttl_s", "fallback",   NULL};
+    static const char *const keys[] = {"name",         "plugin",    "config", "topk",  "timeout_ms",
+                                       "max_inflight", "max_queue", "chunk",  "cache", "cache_ttl_s",
+                                       "fallback",     "rerank",    NULL};
     char path[64];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     sg_cfg_t c = {path, err, err_size};
@@ -217,7 +219,7 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     if (sg_cfg_int(&c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)
         return -1;
     b->cache_ttl_s = (uint32_t)v;
-    return 0;
+    return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
@@ -389,6 +391,7 @@ void sg_config_free(sg_config_t *cfg)
         free(b->plugin);
         free(b->plugin_path);
         free(b->config_json);
+        sg_rerank_conf_free(b->rerank);
     }
     free(cfg->backends);
     for (size_t i = 0; i < cfg->n_fusions; ++i)

@@ -20,7 +20,8 @@ typedef struct st_sg_backend_conf_t {
     uint32_t chunk;        /* a request's queries reach the plugin in calls of at most this many */
     int cache;             /* result cache on/off for this route */
     uint32_t cache_ttl_s;
-    int fallback; /* index of the fallback backend, -1 = none */
+    int fallback;                       /* index of the fallback backend, -1 = none */
+    struct st_sg_rerank_conf_t *rerank; /* the route's rerank stage (rerank.h), or NULL */
 } sg_backend_conf_t;
 
 typedef struct st_sg_client_conf_t {

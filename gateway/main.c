@@ -7,6 +7,7 @@
 #include "clients.h"
 #include "listen.h"
 #include "ratelimit_global.h"
+#include "rerank.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -78,6 +79,11 @@ static int open_plugins(sg_server_t *s, const char *plugin_dir, char **argv)
             return -1;
         }
     }
+    char rerr[1024];
+    if (sg_rerank_open_module(cfg, plugin_dir, rerr, sizeof(rerr)) != 0) {
+        fprintf(stderr, "searchgate: %s\n", rerr);
+        return -1;
+    }
     if (sg_blas_tune(argv, &s->blas) != 0) {
         fprintf(stderr, "searchgate: %s\n", s->blas.reason);
         return -1;
@@ -104,6 +110,10 @@ static int load_backends(sg_server_t *s)
         if (st != SG_OK) {
             fprintf(stderr, "searchgate: backend %s (%s): %s\n", bc->name, bc->plugin_path, err[0] != '\0' ? err : "create failed");
             b->inst = NULL;
+            return -1;
+        }
+        if (bc->rerank != NULL && sg_rerank_wrap(b, err, sizeof(err)) != 0) {
+            fprintf(stderr, "searchgate: backend %s: %s\n", bc->name, err);
             return -1;
         }
         b->serves_access = sg_plugin_serves_access(&b->plugin, b->inst);
