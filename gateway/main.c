@@ -4,6 +4,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "budget.h"
 #include "listen.h"
 #include "../cache/cache.h"
 
@@ -310,6 +311,7 @@ int main(int argc, char **argv)
         goto out;
     }
     s->clients = sg_clients_create(&cfg);
+    sg_budget_init(s);
     sg_cache_init(s);
     if (sg_server_start(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
@@ -335,6 +337,7 @@ int main(int argc, char **argv)
 out:
     destroy_backends(s);
     sg_cache_dispose(s);
+    sg_budget_dispose();
     sg_clients_destroy(s->clients);
     free_backends(s);
     sg_dispatch_dispose();

@@ -12,6 +12,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "budget.h"
 #include "json.h"
 #include "request.h"
 #include "../cache/cache.h"
@@ -163,7 +164,7 @@ void sg_rreq_after_cache(sg_rreq_t *r)
         respond_ok(r);
         return;
     }
-    sg_dispatch_misses(r);
+    sg_budget_dispatch(r, fail_request); /* spend budgets, then sg_dispatch_misses() */
 }
 
 void sg_rreq_finish_if_complete(sg_rreq_t *r)
@@ -213,7 +214,7 @@ void sg_rreq_on_result(sg_rreq_t *r, uint32_t ui, sg_blob_t *blob, sg_status sta
                    detail != NULL ? detail : sg_plugin_status_name(status), sg_server.backends[rc->fallback].conf->name);
         }
         r->serving = &sg_server.backends[rc->fallback];
-        sg_dispatch_misses(r);
+        sg_budget_dispatch(r, fail_request);
         return;
     }
     int http = sg_plugin_status_http(status);
