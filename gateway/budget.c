@@ -283,7 +283,7 @@ static sg_budget_t *client_budget(const sg_client_t *c)
     return NULL;
 }
 
-static int budgets_for(const sg_rreq_t *r, sg_budget_t **out)
+static int budgets_for(const sg_query_t *r, sg_budget_t **out)
 {
     int n = 0;
     if (g.s == NULL || g.n_all == 0)
@@ -388,7 +388,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
     free(f);
 }
 
-void sg_budget_charge(sg_rreq_t *r, sg_budget_charge_t *call, uint32_t n)
+void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
 {
     sg_budget_charge_t *ch = r->budget;
     if (ch == NULL)
@@ -398,7 +398,7 @@ void sg_budget_charge(sg_rreq_t *r, sg_budget_charge_t *call, uint32_t n)
     ch->n -= call->n;
 }
 
-void sg_budget_settle(sg_rreq_t *r)
+void sg_budget_settle(sg_query_t *r)
 {
     sg_budget_charge_t *ch = r->budget;
     if (ch == NULL)
@@ -444,14 +444,14 @@ void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
 /* ---- admission ---- */
 
 /* Hands the request to dispatch with its reservation; `r` may be gone afterwards. */
-static void run(sg_rreq_t *r, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
+static void run(sg_query_t *r, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
 {
     sg_budget_charge_t ch = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared};
     r->budget = &ch;
     sg_dispatch_misses(r); /* calls sg_budget_settle(), which clears r->budget */
 }
 
-static void refuse(sg_rreq_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
+static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
 {
     uint64_t now = wall_s();
     pthread_mutex_lock(&g.mu);
@@ -481,7 +481,7 @@ static void refuse(sg_rreq_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_
 }
 
 /* Decides on this replica's own counts (no Redis, or Redis down with every budget failing open). */
-static void decide_local(sg_rreq_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n)
+static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n)
 {
     uint64_t now = wall_s(), periods[2] = {0, 0};
     sg_budget_t *over = NULL;
@@ -512,7 +512,7 @@ static void decide_local(sg_rreq_t *r, sg_budget_fail_fn fail, sg_budget_t *cons
     run(r, bs, periods, n, 0);
 }
 
-static void unavailable(sg_rreq_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
+static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
 {
     for (int i = 0; i < 2; ++i)
         if (bs[i] != NULL && bs[i]->conf->fail == SG_BUDGET_FAIL_CLOSED) {
@@ -570,7 +570,7 @@ static const char reserve_lua[] = "local n = tonumber(ARGV[1])\n"
                                   "return out\n";
 
 typedef struct st_reserve_t {
-    sg_rreq_t *r;
+    sg_query_t *r;
     sg_budget_fail_fn fail;
     sg_budget_t *b[2]; /* compacted: b[0..nb) */
     uint64_t period[2];
@@ -582,7 +582,7 @@ typedef struct st_reserve_t {
 static void on_reserve(void *arg, redisReply *reply)
 {
     reserve_t *q = arg;
-    sg_rreq_t *r = q->r;
+    sg_query_t *r = q->r;
     int ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 + 2 * q->nb);
     for (size_t i = 0; ok && i < reply->elements; ++i)
         ok = reply->element[i]->type == REDIS_REPLY_INTEGER;
@@ -621,10 +621,10 @@ static void on_reserve(void *arg, redisReply *reply)
     run(r, bs, q->period, q->n, 1);
 out:
     free(q);
-    sg_rreq_unref(r); /* the script's reference */
+    sg__query_unref(r); /* the script's reference */
 }
 
-void sg_budget_dispatch(sg_rreq_t *r, sg_budget_fail_fn fail)
+void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
 {
     sg_budget_t *bs[2] = {NULL, NULL};
     int nb = budgets_for(r, bs);
@@ -688,7 +688,7 @@ void sg_budget_dispatch(sg_rreq_t *r, sg_budget_fail_fn fail)
         unavailable(r, fail, bs, n, "is not connected");
         return;
     }
-    sg_rreq_ref(r);
+    sg__query_ref(r);
 }
 
 /* ---- /metrics and /stats ---- */

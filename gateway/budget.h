@@ -32,7 +32,7 @@ void sg_budget_period(int period, uint64_t now_s, uint64_t *start_s, uint64_t *e
 void sg_budget_init(sg_server_t *s);
 void sg_budget_dispose(void);
 
-typedef void (*sg_budget_fail_fn)(sg_rreq_t *r, int status, const char *type, const char *msg, uint32_t retry_after_s);
+typedef void (*sg_budget_fail_fn)(sg_query_t *r, int status, const char *type, const char *msg, uint32_t retry_after_s);
 /**
  * Sends the unanswered distinct queries of `r` to `r->serving` (sg_dispatch_misses) once the budgets
  * that apply admit them: at once when none applies or Redis is off, after one Redis script otherwise.
@@ -40,13 +40,13 @@ typedef void (*sg_budget_fail_fn)(sg_rreq_t *r, int status, const char *type, co
  * the period); when Redis does not answer and a budget fails closed, 503 budget_unavailable. Loop
  * thread; `r` may be answered (and freed) before it returns.
  */
-void sg_budget_dispatch(sg_rreq_t *r, sg_budget_fail_fn fail);
+void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail);
 
 /* Hooks of gateway/dispatch.c, all no-ops for requests and calls without a reservation. */
 /** Moves `n` queries of `r`'s reservation onto a call that is about to be submitted. Loop thread. */
-void sg_budget_charge(sg_rreq_t *r, sg_budget_charge_t *call, uint32_t n);
+void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n);
 /** Gives back what no call took of `r`'s reservation (joins, late L1 hits). Loop thread of `r`. */
-void sg_budget_settle(sg_rreq_t *r);
+void sg_budget_settle(sg_query_t *r);
 /** The call reached the plugin: its queries are spent. Any thread. */
 void sg_budget_started(sg_budget_charge_t *ch);
 /** The call ended without reaching the plugin (shed, expired or cancelled in the queue): gives it

@@ -77,7 +77,7 @@ class BudgetBase(unittest.TestCase):
             self.jina = FakeJina(keys=("test-jina-key",))
         cfg = {"backends": [google(self.serper, self.jina, **(route or {}))]}
         if self.redis is not None:
-            cfg["cache"] = {"redis": {"port": self.redis.port, "timeout_ms": 500}}
+            cfg["cache"] = {"redis": {"port": self.redis.port, "timeout_ms": 5000}}  # a loaded machine must not fail closed
         cfg.update(top)
         gw = Gateway(cfg, threads=2, env=self.env)
         self.gws.append(gw)
