@@ -147,6 +147,20 @@ class TestClientBudget(BudgetBase):
         self.assertGreater(ttl, 0)
         self.assertLessEqual(ttl, to_period_end("hour") + 300 + 2)
 
+    def test_calls_that_never_reach_the_backend_are_given_back(self):
+        # one query in the plugin at a time and no queue: a second concurrent call is shed (503)
+        self.serper.default_script = [{"delay": 0.8}]
+        gw = self.start(redis=True, route={"max_inflight": 1, "max_queue": 0},
+                        clients=clients(a={"queries": 10, "period": "day"}))
+        rs = parallel(lambda q: self.ask(gw, [q]), [("slow one",), ("slow two",)])
+        self.assertEqual(sorted(r.status for r in rs), [200, 503], rs)
+        self.assertEqual(self.searched(), 1)
+        self.assertEqual(gw.metric("searchgate_budget_spent_queries_total", client="job-a"), 1)
+        day = int(time.time()) // 86400 * 86400
+        key = "sg:budget:client:job-a:day:%d" % day
+        self.assertTrue(wait_for(lambda: self.redis.command("HGET", key, "used") == b"1"), self.redis.command("HGETALL", key))
+        self.assertTrue(wait_for(lambda: gw.metric("searchgate_budget_used_queries", client="job-a") == 1))
+
     def test_warning_at_80_percent(self):
         gw = self.start(clients=clients(a={"queries": 10, "period": "day"}))
         self.assertEqual(self.ask(gw, ["w%d" % i for i in range(7)]).status, 200)
