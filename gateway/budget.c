@@ -534,14 +534,16 @@ static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *cons
 /* Reserves n in every counter, or in none. A counter is a hash: `used` (queries) and `seq` (its
  * version, so replies that cross on several connections are applied in order). KEYS: the counters;
  * ARGV[1] = n, then per key: limit, expiry (Unix s), carry (what this replica sent without a script,
- * added first). Returns {admitted, index of the budget that refused (1-based; 0), then used and seq
- * per key}. */
+ * added first; negative for give-backs that could not be sent; the count never goes below 0).
+ * Returns {admitted, index of the budget that refused (1-based; 0), then used and seq per key}. */
 static const char reserve_lua[] = "local n = tonumber(ARGV[1])\n"
                                   "local used = {}\n"
                                   "for i = 1, #KEYS do\n"
                                   "  local carry = tonumber(ARGV[i * 3 + 1])\n"
                                   "  if carry ~= 0 then\n"
-                                  "    redis.call('HINCRBY', KEYS[i], 'used', carry)\n"
+                                  "    if redis.call('HINCRBY', KEYS[i], 'used', carry) < 0 then\n"
+                                  "      redis.call('HSET', KEYS[i], 'used', 0)\n"
+                                  "    end\n"
                                   "    redis.call('HINCRBY', KEYS[i], 'seq', 1)\n"
                                   "    redis.call('EXPIREAT', KEYS[i], ARGV[i * 3])\n"
                                   "  end\n"
