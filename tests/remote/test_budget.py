@@ -268,6 +268,28 @@ class TestRouteBudget(BudgetBase):
         self.assertEqual(len(self.jina.server.requests), 2)
 
 
+class TestFusion(BudgetBase):
+    def test_fusion_legs_are_counted_by_their_routes(self):
+        serper2 = FakeSerper(api_key="test-serper-key")
+        try:
+            free = google(serper2, metered=False)
+            free["name"] = "free"
+            gw = self.start(clients=clients(), backends=[
+                google(self.serper, budget={"queries": 3, "period": "day"}), free,
+                {"name": "hy", "fusion": {"routes": ["google", "free"], "method": "rrf", "k": 60}, "topk": 2}])
+            self.assertEqual(gw.retrieve(["h1", "h2"], topk=2, headers=A, path="/retrieve/hy").status, 200)
+            self.assertEqual(self.searched(), 2)
+            self.assertEqual(gw.metric("searchgate_budget_used_queries", route="google"), 2)
+            # the paid leg cannot cover two more misses: it sends nothing, the free leg still answers
+            gw.retrieve(["h3", "h4"], topk=2, headers=A, path="/retrieve/hy")
+            self.assertEqual(self.searched(), 2)
+            self.assertEqual(len(serper2.search_requests()), 4)
+            self.assertEqual(gw.metric("searchgate_budget_exhausted_total", route="google"), 1)
+            self.assertEqual(gw.metric("searchgate_budget_used_queries", route="google"), 2)
+        finally:
+            serper2.stop()
+
+
 class TestShared(BudgetBase):
     def test_two_replicas_share_one_budget(self):
         cfg = dict(redis=True, clients=clients(a={"queries": 6, "period": "day"}),
