@@ -5,6 +5,7 @@
 #include "server.h"
 #include "fusion_route.h"
 #include "clients.h"
+#include "budget.h"
 #include "listen.h"
 #include "ratelimit_global.h"
 #include "rerank.h"
@@ -325,6 +326,7 @@ int main(int argc, char **argv)
     s->clients = sg_clients_create(&cfg);
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
     sg_ratelimit_global_init();
+    sg_budget_init(s);
     if (sg_server_start(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
@@ -349,6 +351,7 @@ int main(int argc, char **argv)
 out:
     destroy_backends(s);
     sg_cache_dispose();
+    sg_budget_dispose();
     sg_clients_destroy(s->clients);
     free_backends(s);
     sg_fusion_dispose();
