@@ -21,10 +21,25 @@ for p in $pkgs; do
     missing="$missing $p"
   fi
 done
-[ -z "$missing" ] && exit 0
-echo "searchgate: installing missing packages:$missing"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+# the MCP test's client (tests/mcp/node) runs on Node.js: any node >= 18 with npm will do (a
+# node from elsewhere that bundles npm is kept; Debian's own are nodejs + npm)
+if [ "$what" != run ] && { ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; }; then
+  missing="$missing nodejs npm"
+fi
+if [ -n "$missing" ]; then
+  echo "searchgate: installing missing packages:$missing"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+# the official MCP TypeScript SDK at the version package-lock.json pins, for the mcp_sdk test (which
+# is skipped, saying why, when npm cannot reach its registry)
+if [ "$what" != run ]; then
+  node_dir="$(dirname "$0")/../tests/mcp/node"
+  if [ ! -f "$node_dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+    echo "searchgate: installing the MCP test client's Node modules (npm ci in tests/mcp/node)"
+    (cd "$node_dir" && npm ci --no-audit --no-fund) || echo "searchgate: npm ci failed: the mcp_sdk test will be skipped" >&2
+  fi
+fi

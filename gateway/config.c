@@ -205,6 +205,30 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
     return 0;
 }
 
+static int parse_mcp(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
+{
+    static const char *const keys[] = {
+        "enabled", "max_sessions", "session_idle_s", "sse_keepalive_s", "require_session", "text_format", NULL};
+    static const char *const formats[] = {"search-r1", "results-json", NULL};
+    sg_cfg_t c = {"mcp", err, err_size};
+    int64_t v;
+    if (o != NULL && sg_cfg_check_keys(&c, o, keys) != 0)
+        return -1;
+    if (sg_cfg_bool(&c, o, "enabled", 1, &cfg->mcp.enabled) != 0 ||
+        sg_cfg_bool(&c, o, "require_session", 0, &cfg->mcp.require_session) != 0)
+        return -1;
+    if (sg_cfg_int(&c, o, "max_sessions", 1, 10000000, 10000, &v) != 0)
+        return -1;
+    cfg->mcp.max_sessions = (uint32_t)v;
+    if (sg_cfg_int(&c, o, "session_idle_s", 1, 86400, 300, &v) != 0)
+        return -1;
+    cfg->mcp.session_idle_s = (uint32_t)v;
+    if (sg_cfg_int(&c, o, "sse_keepalive_s", 1, 3600, 15, &v) != 0)
+        return -1;
+    cfg->mcp.sse_keepalive_s = (uint32_t)v;
+    return sg_cfg_enum(&c, o, "text_format", formats, SG_MCP_TEXT_SEARCH_R1, &cfg->mcp.text_format);
+}
+
 static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
     static const char *const keys[] = {"name",         "plugin",    "config",  "topk",   "timeout_ms",
@@ -266,7 +290,7 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
     static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
-                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", NULL};
+                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", "mcp",    NULL};
     static const char *const listen_keys[] = {"host", "port", NULL};
     static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
                                              "max_topk",       "max_deadline_ms", NULL};
@@ -327,6 +351,8 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     if (parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0)
         goto out;
     if (parse_clients(cfg, cJSON_GetObjectItemCaseSensitive(root, "clients"), err, err_size) != 0)
+        goto out;
+    if (parse_mcp(cfg, cJSON_GetObjectItemCaseSensitive(root, "mcp"), err, err_size) != 0)
         goto out;
     /* backends */
     const cJSON *bs = cJSON_GetObjectItemCaseSensitive(root, "backends");

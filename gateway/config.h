@@ -57,6 +57,7 @@ typedef struct st_sg_client_conf_t {
 } sg_client_conf_t;
 
 enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };
+enum { SG_MCP_TEXT_SEARCH_R1 = 0, SG_MCP_TEXT_RESULTS_JSON = 1 };
 
 typedef struct st_sg_config_t {
     char *path;     /* the config file */
@@ -100,6 +101,15 @@ typedef struct st_sg_config_t {
         double global_rate; /* queries/s shared by all replicas through Redis; 0 = off */
         double global_burst;
     } cache;
+    /* the MCP endpoint (mcp.c, docs/mcp.md) */
+    struct {
+        int enabled;
+        uint32_t max_sessions;    /* open sessions of both transports; least recently used out first */
+        uint32_t session_idle_s;  /* a session unused this long ends */
+        uint32_t sse_keepalive_s; /* comment lines on idle GET /sse streams */
+        int require_session;      /* POST /mcp other than initialize needs Mcp-Session-Id */
+        int text_format;          /* SG_MCP_TEXT_SEARCH_R1 or SG_MCP_TEXT_RESULTS_JSON */
+    } mcp;
 } sg_config_t;
 
 /** Reads and validates `path`. On failure returns -1 with a message naming the key and value in `err`. */

@@ -9,6 +9,7 @@
 #include "listen.h"
 #include "ratelimit_global.h"
 #include "rerank.h"
+#include "mcp.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -327,6 +328,7 @@ int main(int argc, char **argv)
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
     sg_ratelimit_global_init();
     sg_budget_init(s);
+    sg_mcp_init(s);
     if (sg_server_start(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
@@ -353,6 +355,7 @@ out:
     sg_cache_dispose();
     sg_budget_dispose();
     sg_clients_destroy(s->clients);
+    sg_mcp_dispose();
     free_backends(s);
     sg_fusion_dispose();
     sg_dispatch_dispose();

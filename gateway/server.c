@@ -12,6 +12,7 @@
 #include "budget.h"
 #include "json.h"
 #include "listen.h"
+#include "mcp.h"
 #include "query.h"
 #include "../cache/cache.h"
 
@@ -228,7 +229,10 @@ static void on_root(h2o_req_t *req)
     }
     sg_fusion_append_root(&b); /* fusion routes (fusion_route.c) */
     sg_buf_appends(&b, "],\"links\":{\"retrieve\":\"/retrieve\",\"access\":\"/access\",\"health\":\"/health\",\"metrics\":\"/"
-                       "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"}}");
+                       "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"");
+    if (sg_server.cfg->mcp.enabled)
+        sg_buf_appends(&b, ",\"mcp\":\"/mcp\",\"sse\":\"/sse\"");
+    sg_buf_appends(&b, "}}");
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
     count(R_ROOT, 200);
@@ -497,6 +501,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         }
         return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
     }
+    if (sg_mcp_route(loop, req)) { /* /mcp, /sse, /messages when mcp.enabled */
+        log_small(req);
+        return 0;
+    }
     /* the operations routes that show backends, upstreams and client ids are guarded when keys are
      * in use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
      * without data that asks for the key and reads /stats with it */
@@ -637,6 +645,7 @@ static void *loop_main(void *arg)
     sg_dispatch_init_loop(l);
     if (s->cfg->cache.redis_host != NULL)
         l->redis = sg_redis_create(l, s->cfg->cache.redis_host, s->cfg->cache.redis_port, s->cfg->cache.redis_timeout_ms);
+    sg_mcp_init_loop(l);
     pthread_barrier_wait(&s->barrier);
 
     uint64_t grace_end = 0;
@@ -653,6 +662,7 @@ static void *loop_main(void *arg)
              * once; a connection with a request in progress has no such timer armed. */
             l->ctx.http1.req_timeout.timeout = 0;
             l->ctx.http2.idle_timeout.timeout = 0;
+            sg_mcp_stop_loop(l); /* SSE streams end now, not at the grace's end */
         }
         if (grace_end != 0 && !has_connections(l)) {
             /* h2o re-sends GOAWAY once a second while HTTP/2 connections remain; none do */
@@ -683,6 +693,7 @@ static void *loop_main(void *arg)
     l->redis = NULL;
     drain(l);
     if (!l->abandoned) { /* h2o cannot dispose a context with live connections: the process exits anyway */
+        sg_mcp_dispose_loop(l);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
         h2o_multithread_queue_t *queue = l->ctx.queue;

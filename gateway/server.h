@@ -32,6 +32,7 @@ struct st_sg_query_result_t;
 typedef struct st_sg_call_t sg_call_t;
 typedef struct st_sg_flight_t sg_flight_t;
 typedef struct st_sg_waiter_t sg_waiter_t;
+typedef struct st_sg_mcp_loop_t sg_mcp_loop_t;
 
 /* ---- timers: a binary heap per loop, fired between h2o_evloop_run() rounds ---- */
 
@@ -183,6 +184,7 @@ struct st_sg_loop_t {
     h2o_linklist_t active; /* sg_query_t not yet answered (for shutdown) */
     /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */
     struct st_sg_redis_t *redis;
+    sg_mcp_loop_t *mcp; /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
 };
 
 struct st_sg_server_t {

@@ -35,6 +35,30 @@ static void test_minimal_defaults(void **state)
     assert_true(cfg.cache.l1_bytes > 0);
     assert_null(cfg.cache.redis_host);
     assert_int_equal(cfg.clients.defaults.weight, 1);
+    assert_true(cfg.mcp.enabled);
+    assert_int_equal(cfg.mcp.max_sessions, 10000);
+    assert_int_equal(cfg.mcp.session_idle_s, 300);
+    assert_int_equal(cfg.mcp.sse_keepalive_s, 15);
+    assert_false(cfg.mcp.require_session);
+    assert_int_equal(cfg.mcp.text_format, SG_MCP_TEXT_SEARCH_R1);
+    sg_config_free(&cfg);
+}
+
+static void test_mcp(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(parse("{\"backends\":[" BACKEND "],\"mcp\":{\"enabled\":false,\"max_sessions\":5,\"session_idle_s\":9,"
+                           "\"sse_keepalive_s\":2,\"require_session\":true,\"text_format\":\"results-json\"}}",
+                           &cfg, err),
+                     0);
+    assert_false(cfg.mcp.enabled);
+    assert_int_equal(cfg.mcp.max_sessions, 5);
+    assert_int_equal(cfg.mcp.session_idle_s, 9);
+    assert_int_equal(cfg.mcp.sse_keepalive_s, 2);
+    assert_true(cfg.mcp.require_session);
+    assert_int_equal(cfg.mcp.text_format, SG_MCP_TEXT_RESULTS_JSON);
     sg_config_free(&cfg);
 }
 
@@ -137,6 +161,12 @@ static void test_errors(void **state)
         {"{\"backends\":[" BACKEND "],\"clients\":{\"admin_key_env\":\"SG_TEST_KEY_A\",\"keys\":[{\"id\":\"a\","
          "\"key_env\":\"SG_TEST_KEY_A\"}]}}",
          "clients.admin_key_env: the admin key must differ from every client key (it is the key of clients.keys[0])"},
+        {"{\"backends\":[" BACKEND "],\"mcp\":{\"sessions\":1}}", "mcp.sessions: unknown key"},
+        {"{\"backends\":[" BACKEND "],\"mcp\":{\"max_sessions\":0}}",
+         "mcp.max_sessions: expected an integer in [1, 10000000], got 0"},
+        {"{\"backends\":[" BACKEND "],\"mcp\":{\"enabled\":\"yes\"}}", "mcp.enabled: expected true or false"},
+        {"{\"backends\":[" BACKEND "],\"mcp\":{\"text_format\":\"html\"}}", "mcp.text_format: expected one of"},
+        {"{\"backends\":[" BACKEND "],\"mcp\":[]}", "mcp: expected a JSON object"},
     };
     unsetenv("SG_TEST_UNSET_VAR");
     setenv("SG_TEST_KEY_A", "secret-a", 1);
@@ -247,8 +277,12 @@ static void test_load_file(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),    cmocka_unit_test(test_defaults_within_limits),
-        cmocka_unit_test(test_errors),           cmocka_unit_test(test_budgets), cmocka_unit_test(test_load_file)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_minimal_defaults),
+                                       cmocka_unit_test(test_full),
+                                       cmocka_unit_test(test_defaults_within_limits),
+                                       cmocka_unit_test(test_errors),
+                                       cmocka_unit_test(test_budgets),
+                                       cmocka_unit_test(test_load_file),
+                                       cmocka_unit_test(test_mcp)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,100 @@
+/*
+ * mcp.h -- the Model Context Protocol endpoint (docs/mcp.md): JSON-RPC 2.0 over the streamable
+ * HTTP transport (POST/DELETE /mcp, protocol versions 2025-06-18 and 2025-03-26) and over the older
+ * HTTP+SSE pair (GET /sse + POST /messages, 2024-11-05), serving one `search` tool per route and
+ * an `access` tool per route with a page store.
+ *
+ * mcp.c owns the transports, the sessions and the SSE streams; mcp_tools.c owns the tools: their
+ * list, their arguments, the call through the same query pipeline /retrieve uses (so rate limits,
+ * fairness, deadlines, cache and metrics are shared), and the formatting of the result.
+ * Everything runs on loop threads; the session table is the only state shared between loops
+ * (guarded by its mutex), and replies for an SSE stream owned by another loop travel there as
+ * h2o_multithread messages.
+ */
+#ifndef SG_GATEWAY_MCP_H
+#define SG_GATEWAY_MCP_H
+
+#include <cJSON.h>
+#include "server.h"
+
+/* ---- hooks called by the server (main.c, server.c) ---- */
+
+/** Builds the tool list and the session table; after the backends are loaded. */
+void sg_mcp_init(sg_server_t *s);
+void sg_mcp_dispose(void);
+/** On the loop thread, at start-up: registers the loop's receiver for cross-loop SSE replies. */
+void sg_mcp_init_loop(sg_loop_t *loop);
+/** On the loop thread, when shutdown begins: ends the loop's SSE streams cleanly. */
+void sg_mcp_stop_loop(sg_loop_t *loop);
+/** On the loop thread, before its context is disposed. */
+void sg_mcp_dispose_loop(sg_loop_t *loop);
+/** Answers /mcp, /sse and /messages (when mcp.enabled); returns 1 when it handled the request. */
+int sg_mcp_route(sg_loop_t *loop, h2o_req_t *req);
+
+/* ---- between mcp.c and mcp_tools.c ---- */
+
+enum {
+    SG_MCP_PARSE_ERROR = -32700,
+    SG_MCP_INVALID_REQUEST = -32600,
+    SG_MCP_METHOD_NOT_FOUND = -32601,
+    SG_MCP_INVALID_PARAMS = -32602,
+    SG_MCP_INTERNAL_ERROR = -32603,
+    SG_MCP_SESSION_NOT_FOUND = -32001
+};
+
+/** One JSON-RPC request of a POST (a batch has several); answered once, possibly later. */
+typedef struct st_sg_mcp_item_t {
+    char *id;     /* the request's id as JSON text; NULL for a notification */
+    sg_buf_t out; /* the whole JSON-RPC response object, once answered */
+    int pending;  /* a tool call is in flight */
+    int async;    /* answered through sg_mcp_item_done() (a tool call) */
+    int invalid;  /* answered -32600: not a valid request */
+    void *call;   /* mcp_tools.c's state while pending */
+    struct st_sg_mcp_post_t *post;
+} sg_mcp_item_t;
+
+/** Writes {"jsonrpc":"2.0","id":ID,"result":RESULT} into item->out. */
+void sg_mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len);
+/** Writes a JSON-RPC error response into item->out. */
+void sg_mcp_item_error(sg_mcp_item_t *item, int code, const char *message);
+/** A pending item got its answer (in item->out). Loop thread. */
+void sg_mcp_item_done(sg_mcp_item_t *item);
+
+/** The tools/list result object, built once at start-up. */
+const char *sg_mcp_tools_list(size_t *len);
+/**
+ * tools/call: answers at once (item->out filled, returns 0) or starts the work and returns 1, then
+ * calls sg_mcp_item_done() on the loop thread when the answer is in item->out.
+ */
+int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params);
+/** The caller went away: the pending call ends without calling sg_mcp_item_done(). */
+void sg_mcp_tools_cancel(sg_mcp_item_t *item);
+void sg_mcp_tools_init(sg_server_t *s);
+void sg_mcp_tools_dispose(void);
+
+/**
+ * Appends the Search-R1 observation of one query's hits -- `Doc 1(Title: T) TEXT\n` per document,
+ * T the first line of the document's `contents` and TEXT the other lines -- given the hits as a
+ * JSON array of `{"document": DOC, "score": S}` or of DOCs. Returns -1 when `hits` is not an array.
+ */
+int sg_mcp_format_search_r1(sg_buf_t *out, const cJSON *hits);
+
+/**
+ * Appends one query's hits as `{"query": Q, "results": [{"title", "url", "content", "score"}]}`: the
+ * shape of web-search MCP servers that verl's MCPSearchTool reads with regular expressions (it
+ * turns ' into " and takes "results" up to the first ]), so ' and ] inside strings are written as
+ * \u0027 and \u005d. Returns -1 when `hits` is not an array.
+ */
+int sg_mcp_format_results_json(sg_buf_t *out, const char *query, const cJSON *hits);
+
+/**
+ * Picks the reply format from an Accept header: 1 JSON, 2 SSE, 0 neither is acceptable. A missing
+ * header (NULL) means JSON. Media ranges with q-values are honoured; on a tie JSON wins.
+ */
+int sg_mcp_accept(const char *accept, size_t len);
+/** The protocol version answered to an initialize asking for `requested`: itself when supported, else the newest. */
+const char *sg_mcp_negotiate(const char *requested);
+/** Whether `v` (length `len`) is a protocol version this server speaks. */
+int sg_mcp_version_supported(const char *v, size_t len);
+
+#endif

@@ -1,0 +1,510 @@
+/*
+ * mcp_tools.c -- the MCP tools: `search` for the default route and `search_<route>` for every
+ * other route, `access` / `access_<route>` for the routes with a page store (docs/mcp.md).
+ *
+ * A call runs through sg_query_start(), the pipeline POST /retrieve and /access use, on behalf of
+ * the client the request identified: the same rate limit, concurrency caps, fair queue, cache,
+ * singleflight, deadline and metrics. The answer carries the documents twice: as text content
+ * formatted like the Search-R1 observation (what a model reads), and as structuredContent
+ * {"result": [...]} spliced from the same fragments /retrieve returns with return_scores true.
+ * Failures of the search itself (rate limit, timeout, backend down) are tool results with isError
+ * true, as the MCP spec wants, so an agent sees them; malformed calls are JSON-RPC errors.
+ */
+#include "mcp.h"
+#include "json.h"
+#include "query.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct st_mcp_tool_t {
+    char *name;
+    sg_backend_t *route;
+    int is_access;
+    sg_counter_t *ok, *failed;
+} mcp_tool_t;
+
+static struct {
+    mcp_tool_t *tools;
+    size_t n;
+    sg_buf_t list; /* the tools/list result */
+} X;
+
+typedef struct st_mcp_call_t {
+    sg_mcp_item_t *item;
+    sg_query_t *q;
+    const mcp_tool_t *tool;
+    uint32_t n;
+    char **texts; /* the queries (URLs), kept for the access text */
+} mcp_call_t;
+
+const char *sg_mcp_tools_list(size_t *len)
+{
+    *len = X.list.len;
+    return X.list.base;
+}
+
+static void append_tool(sg_buf_t *b, const mcp_tool_t *t, const sg_config_t *cfg)
+{
+    const sg_backend_conf_t *rc = t->route->conf;
+    sg_buf_appends(b, "{\"name\":");
+    sg_buf_append_json_string(b, t->name, strlen(t->name));
+    sg_buf_t d = {0};
+    if (!t->is_access) {
+        sg_buf_appendf(&d,
+                       "Search the %s route (%s backend). Returns the top documents for each query, as text formatted like the "
+                       "Search-R1 observation (Doc 1(Title: ...) text) and as structured documents.",
+                       rc->name, t->route->plugin.vt->name);
+        sg_buf_appends(b, ",\"title\":");
+        char title[160];
+        snprintf(title, sizeof(title), "Search %s", rc->name);
+        sg_buf_append_json_string(b, title, strlen(title));
+        sg_buf_appends(b, ",\"description\":");
+        sg_buf_append_json_string(b, d.base, d.len);
+        sg_buf_appendf(
+            b,
+            ",\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+            "\"query\":{\"type\":\"string\",\"description\":\"One search query.\"},"
+            "\"queries\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"maxItems\":%u,"
+            "\"description\":\"Several queries, answered in order (instead of query).\"},"
+            "\"topk\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":%u,\"description\":\"Documents per query (default %u).\"}}}"
+            ",\"outputSchema\":{\"type\":\"object\",\"properties\":{\"result\":{\"type\":\"array\",\"description\":\"One list "
+            "per query of {document, score}, best first, as POST /retrieve returns with return_scores true.\","
+            "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}}},\"required\":[\"result\"]}",
+            cfg->limits.max_queries, cfg->limits.max_topk, rc->topk);
+    } else {
+        sg_buf_appendf(&d,
+                       "Read pages of the %s route's page store by URL (as POST /access). Returns each page's contents as text and "
+                       "the pages (null when unknown) as structured content.",
+                       rc->name);
+        sg_buf_appends(b, ",\"title\":");
+        char title[160];
+        snprintf(title, sizeof(title), "Access pages of %s", rc->name);
+        sg_buf_append_json_string(b, title, strlen(title));
+        sg_buf_appends(b, ",\"description\":");
+        sg_buf_append_json_string(b, d.base, d.len);
+        sg_buf_appendf(
+            b,
+            ",\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+            "\"url\":{\"type\":\"string\",\"description\":\"One page URL.\"},"
+            "\"urls\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"maxItems\":%u,"
+            "\"description\":\"Several page URLs (instead of url).\"}}}"
+            ",\"outputSchema\":{\"type\":\"object\",\"properties\":{\"result\":{\"type\":\"array\",\"description\":\"One "
+            "page (or null) per URL, as POST /access returns.\",\"items\":{\"type\":[\"object\",\"null\"]}}},"
+            "\"required\":[\"result\"]}",
+            cfg->limits.max_queries);
+    }
+    sg_buf_free(&d);
+    sg_buf_appends(b, ",\"annotations\":{\"readOnlyHint\":true,\"idempotentHint\":true}}");
+}
+
+void sg_mcp_tools_init(sg_server_t *s)
+{
+    const sg_config_t *cfg = s->cfg;
+    X.tools = sg_mem_calloc(2 * s->n_backends, sizeof(*X.tools));
+    for (int access = 0; access < 2; ++access)
+        for (size_t i = 0; i < s->n_backends; ++i) {
+            sg_backend_t *b = &s->backends[i];
+            if (access && !b->serves_access)
+                continue;
+            mcp_tool_t *t = &X.tools[X.n++];
+            char name[200];
+            if ((int)i == cfg->default_backend)
+                snprintf(name, sizeof(name), "%s", access ? "access" : "search");
+            else
+                snprintf(name, sizeof(name), "%s_%s", access ? "access" : "search", b->conf->name);
+            t->name = sg_strdup(name);
+            t->route = b;
+            t->is_access = access;
+            char l[300];
+            snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"ok\"", name);
+            t->ok = sg_metrics_counter("searchgate_mcp_tool_calls_total",
+                                       "MCP tools/call by tool and outcome (error: isError results).", l);
+            snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"error\"", name);
+            t->failed = sg_metrics_counter("searchgate_mcp_tool_calls_total",
+                                           "MCP tools/call by tool and outcome (error: isError results).", l);
+        }
+    sg_buf_appends(&X.list, "{\"tools\":[");
+    for (size_t i = 0; i < X.n; ++i) {
+        if (i != 0)
+            sg_buf_appendc(&X.list, ',');
+        append_tool(&X.list, &X.tools[i], cfg);
+    }
+    sg_buf_appends(&X.list, "]}");
+}
+
+void sg_mcp_tools_dispose(void)
+{
+    for (size_t i = 0; i < X.n; ++i)
+        free(X.tools[i].name);
+    free(X.tools);
+    sg_buf_free(&X.list);
+    memset(&X, 0, sizeof(X));
+}
+
+/* ---- formatting ---- */
+
+static const char *str_item(const cJSON *o, const char *key, size_t *len)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v))
+        return NULL;
+    *len = strlen(v->valuestring);
+    return v->valuestring;
+}
+
+int sg_mcp_format_search_r1(sg_buf_t *out, const cJSON *hits)
+{
+    if (!cJSON_IsArray(hits))
+        return -1;
+    int idx = 0;
+    for (const cJSON *h = hits->child; h != NULL; h = h->next) {
+        const cJSON *doc = cJSON_GetObjectItemCaseSensitive(h, "document");
+        if (!cJSON_IsObject(doc))
+            doc = h;
+        size_t clen = 0, tlen = 0, xlen = 0;
+        const char *contents = str_item(doc, "contents", &clen), *title, *text;
+        if (contents != NULL) { /* Search-R1: title = the first line, text = the other lines */
+            const char *nl = memchr(contents, '\n', clen);
+            title = contents;
+            tlen = nl != NULL ? (size_t)(nl - contents) : clen;
+            text = nl != NULL ? nl + 1 : "";
+            xlen = nl != NULL ? clen - tlen - 1 : 0;
+        } else {
+            title = str_item(doc, "title", &tlen);
+            text = str_item(doc, "text", &xlen);
+            if (title == NULL)
+                title = "", tlen = 0;
+            if (text == NULL)
+                text = "", xlen = 0;
+        }
+        sg_buf_appendf(out, "Doc %d(Title: ", ++idx);
+        sg_buf_append(out, title, tlen);
+        sg_buf_appends(out, ") ");
+        sg_buf_append(out, text, xlen);
+        sg_buf_appendc(out, '\n');
+    }
+    return 0;
+}
+
+/* A JSON string literal with ' and ] escaped too (both are valid JSON escapes). */
+static void append_guarded_string(sg_buf_t *out, const char *s, size_t n)
+{
+    sg_buf_t t = {0};
+    sg_buf_append_json_string(&t, s, n);
+    for (size_t i = 0; i < t.len; ++i) {
+        if (t.base[i] == '\'')
+            sg_buf_appends(out, "\\u0027");
+        else if (t.base[i] == ']')
+            sg_buf_appends(out, "\\u005d");
+        else
+            sg_buf_appendc(out, t.base[i]);
+    }
+    sg_buf_free(&t);
+}
+
+int sg_mcp_format_results_json(sg_buf_t *out, const char *query, const cJSON *hits)
+{
+    if (!cJSON_IsArray(hits))
+        return -1;
+    sg_buf_appends(out, "{\"query\":");
+    append_guarded_string(out, query, strlen(query));
+    sg_buf_appends(out, ",\"results\":[");
+    for (const cJSON *h = hits->child; h != NULL; h = h->next) {
+        const cJSON *doc = cJSON_GetObjectItemCaseSensitive(h, "document");
+        const cJSON *score = cJSON_GetObjectItemCaseSensitive(h, "score");
+        if (!cJSON_IsObject(doc))
+            doc = h;
+        size_t clen = 0, tlen = 0, xlen = 0, ulen = 0;
+        const char *contents = str_item(doc, "contents", &clen), *title = str_item(doc, "title", &tlen);
+        const char *text = str_item(doc, "text", &xlen), *url = str_item(doc, "url", &ulen);
+        if (contents != NULL) { /* "\"Title\"\ntext": the first line (unquoted) and the rest */
+            const char *nl = memchr(contents, '\n', clen);
+            size_t fl = nl != NULL ? (size_t)(nl - contents) : clen;
+            if (title == NULL) {
+                title = contents;
+                tlen = fl;
+                if (tlen >= 2 && title[0] == '"' && title[tlen - 1] == '"')
+                    ++title, tlen -= 2;
+            }
+            if (text == NULL) {
+                text = nl != NULL ? nl + 1 : "";
+                xlen = nl != NULL ? clen - fl - 1 : 0;
+            }
+        }
+        if (h != hits->child)
+            sg_buf_appendc(out, ',');
+        sg_buf_appends(out, "{\"title\":");
+        append_guarded_string(out, title != NULL ? title : "", tlen);
+        sg_buf_appends(out, ",\"url\":");
+        append_guarded_string(out, url != NULL ? url : "", ulen);
+        sg_buf_appends(out, ",\"content\":");
+        append_guarded_string(out, text != NULL ? text : "", xlen);
+        if (cJSON_IsNumber(score)) {
+            sg_buf_appends(out, ",\"score\":");
+            sg_json_append_double(out, score->valuedouble);
+        }
+        sg_buf_appendc(out, '}');
+    }
+    sg_buf_appends(out, "]}");
+    return 0;
+}
+
+/* {"content":[{"type":"text","text":TEXT}],"isError":true} */
+static void tool_error(sg_mcp_item_t *item, const char *text)
+{
+    sg_buf_t b = {0};
+    sg_buf_appends(&b, "{\"content\":[{\"type\":\"text\",\"text\":");
+    sg_buf_append_json_string(&b, text, strlen(text));
+    sg_buf_appends(&b, "}],\"isError\":true}");
+    sg_mcp_item_result(item, b.base, b.len);
+    sg_buf_free(&b);
+}
+
+static void call_free(mcp_call_t *c)
+{
+    for (uint32_t i = 0; i < c->n; ++i)
+        free(c->texts[i]);
+    free(c->texts);
+    free(c);
+}
+
+static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
+{
+    sg_buf_t content = {0}, structured = {0}, frag = {0}, text = {0};
+    sg_buf_appends(&structured, "\"structuredContent\":{\"result\":[");
+    for (uint32_t i = 0; i < res->n; ++i) {
+        frag.len = 0;
+        sg_blob_append_fragment(res->blobs[i], 1, &frag);
+        if (i != 0)
+            sg_buf_appendc(&structured, ',');
+        sg_buf_append(&structured, frag.base, frag.len);
+        cJSON *hits = cJSON_ParseWithLength(frag.base, frag.len);
+        text.len = 0;
+        sg_buf_append(&text, "", 0);
+        if (sg_server.cfg->mcp.text_format == SG_MCP_TEXT_RESULTS_JSON)
+            sg_mcp_format_results_json(&text, c->texts[i], hits);
+        else
+            sg_mcp_format_search_r1(&text, hits);
+        cJSON_Delete(hits);
+        sg_buf_appends(&content, i == 0 ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
+        sg_buf_append_json_string(&content, text.base, text.len);
+        sg_buf_appendc(&content, '}');
+    }
+    sg_buf_appends(&structured, "]}");
+    sg_buf_t b = {0};
+    sg_buf_appends(&b, "{\"content\":[");
+    sg_buf_append(&b, content.base, content.len);
+    sg_buf_appends(&b, "],");
+    sg_buf_append(&b, structured.base, structured.len);
+    sg_buf_appends(&b, ",\"isError\":false}");
+    sg_mcp_item_result(c->item, b.base, b.len);
+    sg_buf_free(&b);
+    sg_buf_free(&content);
+    sg_buf_free(&structured);
+    sg_buf_free(&frag);
+    sg_buf_free(&text);
+}
+
+static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
+{
+    sg_buf_t content = {0}, structured = {0}, page = {0};
+    sg_buf_appends(&structured, "\"structuredContent\":{\"result\":[");
+    for (uint32_t i = 0; i < res->n; ++i) {
+        const sg_blob_t *bl = res->blobs[i];
+        page.len = 0;
+        if (bl->n_hits > 0 && bl->docs != NULL) {
+            sg_buf_append(&page, bl->json + bl->docs[0].off, bl->docs[0].len);
+        } else if (bl->n_hits > 0) { /* a final fragment [PAGE] */
+            cJSON *arr = cJSON_ParseWithLength(bl->json, bl->json_len);
+            char *p = cJSON_IsArray(arr) && arr->child != NULL ? cJSON_PrintUnformatted(arr->child) : NULL;
+            if (p != NULL)
+                sg_buf_appends(&page, p);
+            free(p);
+            cJSON_Delete(arr);
+        }
+        if (i != 0)
+            sg_buf_appendc(&structured, ',');
+        if (page.len == 0)
+            sg_buf_appends(&structured, "null");
+        else
+            sg_buf_append(&structured, page.base, page.len);
+        cJSON *pj = page.len != 0 ? cJSON_ParseWithLength(page.base, page.len) : NULL;
+        size_t clen = 0;
+        const char *contents = pj != NULL ? str_item(pj, "contents", &clen) : NULL;
+        sg_buf_appends(&content, i == 0 ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
+        if (contents != NULL) {
+            sg_buf_append_json_string(&content, contents, clen);
+        } else {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "No page found for %.200s", c->texts[i]);
+            sg_buf_append_json_string(&content, msg, strlen(msg));
+        }
+        sg_buf_appendc(&content, '}');
+        cJSON_Delete(pj);
+    }
+    sg_buf_appends(&structured, "]}");
+    sg_buf_t b = {0};
+    sg_buf_appends(&b, "{\"content\":[");
+    sg_buf_append(&b, content.base, content.len);
+    sg_buf_appends(&b, "],");
+    sg_buf_append(&b, structured.base, structured.len);
+    sg_buf_appends(&b, ",\"isError\":false}");
+    sg_mcp_item_result(c->item, b.base, b.len);
+    sg_buf_free(&b);
+    sg_buf_free(&content);
+    sg_buf_free(&structured);
+    sg_buf_free(&page);
+}
+
+static void on_query_done(void *ctx, const sg_query_result_t *res)
+{
+    mcp_call_t *c = ctx;
+    sg_mcp_item_t *item = c->item;
+    if (res->status != 200) {
+        char msg[800];
+        int n = snprintf(msg, sizeof(msg), "%s failed (%d %s): %s", c->tool->name, res->status,
+                         res->type != NULL ? res->type : "error", res->message != NULL ? res->message : "");
+        if (res->retry_after_s > 0 && n > 0 && (size_t)n < sizeof(msg) &&
+            (res->message == NULL || strstr(res->message, "retry") == NULL))
+            snprintf(msg + n, sizeof(msg) - (size_t)n, "; retry after %u s", res->retry_after_s);
+        tool_error(item, msg);
+        sg_counter_add(c->tool->failed, 1);
+    } else {
+        if (c->tool->is_access)
+            answer_access(c, res);
+        else
+            answer_search(c, res);
+        sg_counter_add(c->tool->ok, 1);
+    }
+    call_free(c);
+    sg_mcp_item_done(item);
+}
+
+/* Reads `one` (a string) or `many` (a non-empty array of strings) into texts; -1 with a message. */
+static int read_texts(const cJSON *args, const char *one, const char *many, char ***texts, uint32_t *n, char *err, size_t err_size)
+{
+    const sg_config_t *cfg = sg_server.cfg;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(args, one), *b = cJSON_GetObjectItemCaseSensitive(args, many);
+    if (cJSON_IsNull(a))
+        a = NULL;
+    if (cJSON_IsNull(b))
+        b = NULL;
+    if ((a == NULL) == (b == NULL)) {
+        snprintf(err, err_size, "arguments: give exactly one of %s (a string) and %s (an array of strings)", one, many);
+        return -1;
+    }
+    if (a != NULL && !cJSON_IsString(a)) {
+        snprintf(err, err_size, "arguments.%s must be a string", one);
+        return -1;
+    }
+    if (b != NULL && (!cJSON_IsArray(b) || cJSON_GetArraySize(b) == 0)) {
+        snprintf(err, err_size, "arguments.%s must be a non-empty array of strings", many);
+        return -1;
+    }
+    uint32_t count = a != NULL ? 1 : (uint32_t)cJSON_GetArraySize(b);
+    if (count > cfg->limits.max_queries) {
+        snprintf(err, err_size, "arguments.%s has %u entries, over limits.max_queries (%u)", many, count, cfg->limits.max_queries);
+        return -1;
+    }
+    char **t = sg_mem_calloc(count, sizeof(*t));
+    uint32_t i = 0;
+    for (const cJSON *e = a != NULL ? a : b->child; e != NULL && i < count; e = a != NULL ? NULL : e->next, ++i) {
+        const char *what = a != NULL ? one : many;
+        if (!cJSON_IsString(e)) {
+            snprintf(err, err_size, "arguments.%s[%u] must be a string", what, i);
+            goto fail;
+        }
+        size_t len = strlen(e->valuestring);
+        if (len > cfg->limits.max_query_bytes) {
+            snprintf(err, err_size, "arguments.%s%s is %zu bytes, over limits.max_query_bytes (%u)", what, a != NULL ? "" : "[]",
+                     len, cfg->limits.max_query_bytes);
+            goto fail;
+        }
+        t[i] = sg_strdup(e->valuestring);
+    }
+    *texts = t;
+    *n = count;
+    return 0;
+fail:
+    for (uint32_t j = 0; j < count; ++j)
+        free(t[j]);
+    free(t);
+    return -1;
+}
+
+int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params)
+{
+    const sg_config_t *cfg = sg_server.cfg;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
+    if (!cJSON_IsString(name)) {
+        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.name (a string) is required");
+        return 0;
+    }
+    const mcp_tool_t *tool = NULL;
+    for (size_t i = 0; i < X.n && tool == NULL; ++i)
+        if (strcmp(X.tools[i].name, name->valuestring) == 0)
+            tool = &X.tools[i];
+    char err[300];
+    if (tool == NULL) {
+        snprintf(err, sizeof(err), "unknown tool: %.100s (tools/list names them)", name->valuestring);
+        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
+        return 0;
+    }
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+    if (args != NULL && !cJSON_IsNull(args) && !cJSON_IsObject(args)) {
+        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.arguments must be an object");
+        return 0;
+    }
+    uint32_t topk = 0;
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(args, "topk");
+    if (!tool->is_access && tk != NULL && !cJSON_IsNull(tk)) {
+        double v = cJSON_IsNumber(tk) ? tk->valuedouble : -1;
+        if (v < 0 || v != (double)(uint64_t)v || v > cfg->limits.max_topk) {
+            snprintf(err, sizeof(err), "arguments.topk must be an integer in [1, %u] (limits.max_topk)", cfg->limits.max_topk);
+            sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
+            return 0;
+        }
+        topk = (uint32_t)v; /* 0, like null, means the route's default (as on /retrieve) */
+    }
+    char **texts = NULL;
+    uint32_t n = 0;
+    if (read_texts(args, tool->is_access ? "url" : "query", tool->is_access ? "urls" : "queries", &texts, &n, err, sizeof(err)) !=
+        0) {
+        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
+        return 0;
+    }
+    mcp_call_t *c = sg_mem_calloc(1, sizeof(*c));
+    c->item = item;
+    c->tool = tool;
+    c->n = n;
+    c->texts = texts;
+    uint32_t *lens = sg_mem_alloc(n * sizeof(*lens));
+    for (uint32_t i = 0; i < n; ++i)
+        lens[i] = (uint32_t)strlen(texts[i]);
+    sg_query_spec_t spec = {0};
+    spec.route = tool->route;
+    spec.client = client;
+    spec.texts = (const char *const *)texts;
+    spec.lens = lens;
+    spec.n = n;
+    spec.topk = topk;
+    spec.is_access = tool->is_access;
+    item->call = c;
+    sg_query_t *q = sg_query_start(loop, &spec, on_query_done, c);
+    free(lens);
+    if (q != NULL) /* else done() already ran and freed the call */
+        c->q = q;
+    return 1;
+}
+
+void sg_mcp_tools_cancel(sg_mcp_item_t *item)
+{
+    mcp_call_t *c = item->call;
+    if (c == NULL)
+        return;
+    item->call = NULL;
+    if (c->q != NULL)
+        sg_query_cancel(c->q);
+    call_free(c);
+}

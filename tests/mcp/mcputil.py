@@ -1,0 +1,111 @@
+"""Helpers for the MCP tests: raw JSON-RPC over POST /mcp, an SSE reader for GET /sse, and the
+Search-R1 observation format (Search-R1's `_passages2string`) to compare tool text against."""
+import http.client
+import json
+
+import sgtest
+
+ACCEPT_BOTH = "application/json, text/event-stream"
+
+
+def rpc(method, params=None, id=1):
+    m = {"jsonrpc": "2.0", "method": method}
+    if id is not None:
+        m["id"] = id
+    if params is not None:
+        m["params"] = params
+    return m
+
+
+def init_params(version="2025-06-18"):
+    return {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "sgtest", "version": "1"}}
+
+
+def post(gw, body, headers=None, path="/mcp", accept=ACCEPT_BOTH):
+    h = {"Content-Type": "application/json"}
+    if accept is not None:
+        h["Accept"] = accept
+    h.update(headers or {})
+    if not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+    return sgtest.request(gw.port, "POST", path, body, h)
+
+
+def initialize(gw, version="2025-06-18", headers=None):
+    """Opens a session; returns (session id, negotiated version)."""
+    r = post(gw, rpc("initialize", init_params(version)), headers)
+    assert r.status == 200, r
+    return r.headers["mcp-session-id"], r.json()["result"]["protocolVersion"]
+
+
+def passages2string(retrieval_result):
+    """Search-R1's search_r1/llm_agent/generation.py _passages2string, verbatim in behaviour."""
+    format_reference = ""
+    for idx, doc_item in enumerate(retrieval_result):
+        content = doc_item["document"]["contents"]
+        title = content.split("\n")[0]
+        text = "\n".join(content.split("\n")[1:])
+        format_reference += f"Doc {idx+1}(Title: {title}) {text}\n"
+    return format_reference
+
+
+def sse_events_from_body(body):
+    """Parses a complete text/event-stream body into [(event, data)]."""
+    out = []
+    for block in body.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        ev, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                ev = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+        out.append((ev, "\n".join(data)))
+    return out
+
+
+class SSEStream:
+    """GET /sse on its own connection; next_event() reads one event (comments skipped)."""
+
+    def __init__(self, port, headers=None, timeout=30):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        h = {"Accept": "text/event-stream"}
+        h.update(headers or {})
+        self.conn.request("GET", "/sse", headers=h)
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.headers = {k.lower(): v for k, v in self.resp.getheaders()}
+        self.buf = b""
+        self.endpoint = None
+        if self.status == 200:
+            ev, data = self.next_event()
+            assert ev == "endpoint", (ev, data)
+            self.endpoint = data
+
+    def next_event(self):
+        """(event, data), or None at the end of the stream."""
+        while True:
+            while b"\n\n" not in self.buf:
+                chunk = self.resp.read1(65536)
+                if not chunk:
+                    return None
+                self.buf += chunk
+            block, self.buf = self.buf.split(b"\n\n", 1)
+            ev, data, has_data = "message", [], False
+            for line in block.decode().split("\n"):
+                if line.startswith("event:"):
+                    ev = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+                    has_data = True
+            if has_data:
+                return ev, "\n".join(data)
+
+    def next_message(self):
+        e = self.next_event()
+        assert e is not None and e[0] == "message", e
+        return json.loads(e[1])
+
+    def close(self):
+        self.conn.close()
