@@ -3,7 +3,7 @@
  */
 #include "cache.h"
 #include "redis.h"
-#include "../gateway/json.h"
+#include "metrics.h"
 
 #include <openssl/sha.h>
 #include <stdio.h>

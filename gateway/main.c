@@ -4,6 +4,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "dispatch.h"
 #include "listen.h"
 #include "ratelimit_global.h"
 #include "../cache/cache.h"

@@ -15,6 +15,7 @@
 #include "clients.h"
 #include "json.h"
 #include "query.h"
+#include "retrieve.h"
 #include "request.h"
 
 #include <stdio.h>

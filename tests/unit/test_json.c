@@ -9,6 +9,7 @@
 #include <string.h>
 #include "json.h"
 #include "server.h"
+#include "dispatch.h"
 #include "../cache/cache.h"
 
 static void test_escape(void **state)

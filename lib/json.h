@@ -2,8 +2,8 @@
  * json.h -- the JSON writing helpers the gateway uses to build responses by splicing, and the
  * strict (RFC 8259) check of request bodies that runs before cJSON, which is lenient.
  */
-#ifndef SG_GATEWAY_JSON_H
-#define SG_GATEWAY_JSON_H
+#ifndef SG_LIB_JSON_H
+#define SG_LIB_JSON_H
 
 #include "common.h"
 

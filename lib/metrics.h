@@ -5,8 +5,8 @@
  * Series are created once (find-or-create under a mutex) and then updated lock-free with relaxed
  * atomics; callers keep the returned pointers, so the hot path never looks anything up.
  */
-#ifndef SG_GATEWAY_METRICS_H
-#define SG_GATEWAY_METRICS_H
+#ifndef SG_LIB_METRICS_H
+#define SG_LIB_METRICS_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -67,13 +67,8 @@ uint64_t sg_metrics_counter_total(const char *name);
 /** Frees the registry (at exit). */
 void sg_metrics_reset(void);
 
-/** The sink handed to plugin stats(): plugin samples are rendered with a backend label. */
-typedef struct st_sg_metrics_sink_t {
-    sg_buf_t *out;
-    const char *backend;
-    char last_name[128];
-} sg_metrics_sink_t;
-void sg_metrics_plugin_sample(void *sink, const char *name, const char *help, int type, const char *labels, double value);
+/** Appends a sample value as the exposition format writes it (integers without a fraction, NaN, +Inf). */
+void sg_metrics_render_value(sg_buf_t *out, double v);
 
 /*
  * The per-second ring (last 15 minutes) that /stats serves to the dashboard: requests, queries,

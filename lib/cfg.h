@@ -4,8 +4,8 @@
  * Every function writes "<path>.<key>: <what was expected>, got <value>" into `err` on failure and
  * returns -1; 0 on success. A missing key takes the default (or fails when the key is required).
  */
-#ifndef SG_BACKENDS_COMMON_CFG_H
-#define SG_BACKENDS_COMMON_CFG_H
+#ifndef SG_LIB_CFG_H
+#define SG_LIB_CFG_H
 
 #include <stddef.h>
 #include <stdint.h>
