@@ -46,7 +46,6 @@ sg_blob_t *sg_blob_from_hits(const sg_hits *hits)
     sg_buf_reserve(&b, total);
     sg_blob_t *blob = sg_mem_calloc(1, sizeof(*blob));
     atomic_init(&blob->refs, 1);
-    blob->shape = SG_SHAPE_BOTH;
     blob->n_hits = (uint32_t)hits->n_hits;
     blob->docs = hits->n_hits != 0 ? sg_mem_alloc(hits->n_hits * sizeof(*blob->docs)) : NULL;
     sg_buf_appendc(&b, '[');

@@ -11,27 +11,21 @@
 #include <stdint.h>
 #include "buf.h"
 
-enum { SG_SHAPE_BOTH = 0, SG_SHAPE_SCORED = 1, SG_SHAPE_FLAT = 2 };
-
 /**
  * The result of one query, shared read-only between threads once published (refcount is atomic).
- * SG_SHAPE_BOTH blobs come from a backend: `json` is the scored fragment
- * `[{"document":DOC,"score":S},...]` and `docs` locates each DOC inside it, so the flat fragment
- * `[DOC,...]` can be spliced too. SCORED/FLAT blobs come from the cache and hold one final fragment.
+ * `json` is the scored fragment `[{"document":DOC,"score":S},...]` and `docs` locates each DOC
+ * inside it, so the flat fragment `[DOC,...]` is spliced from the same bytes.
  */
 typedef struct st_sg_blob_t {
     _Atomic uint32_t refs;
-    uint8_t shape;
     uint32_t n_hits;
     size_t json_len;
     struct {
         uint32_t off, len;
-    } * docs; /* n_hits entries for SG_SHAPE_BOTH, else NULL */
+    } * docs; /* n_hits entries (NULL when there are none) */
     char *json;
 } sg_blob_t;
 
-/** Wraps a final fragment (copied; refs = 1). */
-sg_blob_t *sg_blob_from_fragment(int shape, const char *json, size_t len);
 static inline sg_blob_t *sg_blob_ref(sg_blob_t *b)
 {
     atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
@@ -42,8 +36,6 @@ void sg_blob_release(sg_blob_t *b);
 size_t sg_blob_fragment_len(const sg_blob_t *b, int return_scores);
 /** Writes the fragment to `dst` (sg_blob_fragment_len bytes); returns the end. */
 char *sg_blob_write_fragment(const sg_blob_t *b, int return_scores, char *dst);
-/** Appends the fragment for the given return_scores flag. */
-void sg_blob_append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *out);
 /** Approximate memory held by the blob (for the L1 byte budget). */
 size_t sg_blob_footprint(const sg_blob_t *b);
 

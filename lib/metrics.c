@@ -208,18 +208,6 @@ void sg_metrics_render_json(sg_buf_t *out)
     pthread_mutex_unlock(&reg_mutex);
 }
 
-uint64_t sg_metrics_counter_total(const char *name)
-{
-    uint64_t total = 0;
-    pthread_mutex_lock(&reg_mutex);
-    for (family_t *f = families; f != NULL; f = f->next)
-        if (f->kind == K_COUNTER && strcmp(f->name, name) == 0)
-            for (series_t *s = f->series; s != NULL; s = s->next)
-                total += atomic_load(&s->u.c.v);
-    pthread_mutex_unlock(&reg_mutex);
-    return total;
-}
-
 void sg_metrics_reset(void)
 {
     pthread_mutex_lock(&reg_mutex);

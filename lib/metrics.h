@@ -62,8 +62,6 @@ void sg_metrics_add_collector(sg_metrics_collector_fn fn, void *arg);
 void sg_metrics_render(sg_buf_t *out);
 /** Renders every series as JSON: {"name{labels}": value, ...} (histograms as {count,sum,buckets}). */
 void sg_metrics_render_json(sg_buf_t *out);
-/** Sum of all series of a counter family (0 when unknown); for /stats and tests. */
-uint64_t sg_metrics_counter_total(const char *name);
 /** Frees the registry (at exit). */
 void sg_metrics_reset(void);
 
