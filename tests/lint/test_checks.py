@@ -58,8 +58,21 @@ def check_layers():
         assert rc == 1 and "backends/cuda/internal.cuh" in out, out
 
 
+def check_funclen():
+    with tempfile.TemporaryDirectory() as t:
+        body = "".join("    x += %d;\n" % i for i in range(70))
+        write(t, "gateway/ok.c", "static int f(int x,\n             int y)\n{\n" + body + "    return x + y;\n}\n")
+        rc, out = run("check_funclen.py", t)
+        assert rc == 0, out
+        body = "".join("    x += %d;\n" % i for i in range(90))
+        write(t, "cache/long.c", "int g(int x)\n{\n" + body + "    return x;\n}\n")
+        rc, out = run("check_funclen.py", t)
+        assert rc == 1 and "cache/long.c:1: g (" in out, out
+
+
 if __name__ == "__main__":
     check_banned()
+    check_funclen()
     if os.path.exists(os.path.join(ROOT, "scripts", "check_layers.py")):
         check_layers()
     print("ok")
