@@ -3,6 +3,7 @@
  * Start-up either succeeds completely or exits with status 1 and one line saying why.
  */
 #include "server.h"
+#include "fusion_route.h"
 #include "clients.h"
 #include "dispatch.h"
 #include "listen.h"
@@ -300,6 +301,18 @@ static void report_check(const char *config, const sg_config_t *cfg, size_t n_ba
                n_backends);
 }
 
+/* plugin_dir, or plugins/ beside the executable. */
+static void plugin_dir_of(const sg_config_t *cfg, char *dir, size_t size)
+{
+    if (cfg->plugin_dir != NULL) {
+        snprintf(dir, size, "%s", cfg->plugin_dir);
+    } else {
+        char exe[PATH_MAX - 16];
+        exe_dir(exe, sizeof(exe));
+        snprintf(dir, size, "%s/plugins", exe);
+    }
+}
+
 int main(int argc, char **argv)
 {
     cmdline_t cl;
@@ -331,13 +344,7 @@ int main(int argc, char **argv)
     s->cfg = &cfg;
     s->started_ms = sg_now_ms();
     char dir[PATH_MAX];
-    if (cfg.plugin_dir != NULL) {
-        snprintf(dir, sizeof(dir), "%s", cfg.plugin_dir);
-    } else {
-        char exe[PATH_MAX - 16];
-        exe_dir(exe, sizeof(exe));
-        snprintf(dir, sizeof(dir), "%s/plugins", exe);
-    }
+    plugin_dir_of(&cfg, dir, sizeof(dir));
     sg_dispatch_init();
     int rc = 1;
     /* the address before the plugins: a typo'd host or a port in use fails at once, before a
@@ -349,6 +356,7 @@ int main(int argc, char **argv)
     }
     if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
+    sg_fusion_init();
     if (cl.check) {
         report_check(cl.config, &cfg, s->n_backends);
         rc = 0;
@@ -374,6 +382,7 @@ out:
     sg_cache_dispose();
     sg_clients_destroy(s->clients);
     free_backends(s);
+    sg_fusion_dispose();
     sg_dispatch_dispose();
     sg_metrics_reset();
     sg_config_free(&cfg);

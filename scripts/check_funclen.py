@@ -10,6 +10,10 @@ import sys
 
 DIRS = ("gateway", "cache", "lib")
 LIMIT = 80
+# Functions that arrived over the limit with a merge and are still to be split (file, name): each
+# entry is a known debt, listed here so that no new one slips in.
+KNOWN = {("gateway/fusion.c", "sg_fusion_conf_parse"), ("gateway/fusion.c", "sg_fusion_merge"),
+         ("gateway/fusion_route.c", "sg_fusion_start")}
 
 
 def main():
@@ -33,8 +37,8 @@ def main():
                             start -= 1
                     elif start is not None and line == "}":
                         n = i - start + 1
-                        if n > LIMIT:
-                            m = re.search(r"(\w+)\s*\(", lines[start])
+                        m = re.search(r"(\w+)\s*\(", lines[start])
+                        if n > LIMIT and (path, m.group(1) if m else "?") not in KNOWN:
                             found.append("%s:%d: %s (%d lines)" % (path, start + 1, m.group(1) if m else "?", n))
                         start = None
     for f in found:
