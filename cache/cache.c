@@ -3,7 +3,7 @@
  */
 #include "cache.h"
 #include "redis.h"
-#include "../gateway/json.h"
+#include "metrics.h"
 
 #include <openssl/sha.h>
 #include <stdio.h>
@@ -81,7 +81,6 @@ sg_blob_t *sg_cache_decode(const char *p, size_t len)
         return NULL;
     sg_blob_t *b = sg_mem_calloc(1, sizeof(*b));
     atomic_init(&b->refs, 1);
-    b->shape = SG_SHAPE_BOTH;
     b->n_hits = n;
     b->docs = n != 0 ? sg_mem_alloc(n * sizeof(*b->docs)) : NULL;
     for (uint32_t i = 0; i < n; ++i)

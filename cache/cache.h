@@ -13,7 +13,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../gateway/server.h"
+#include "blob.h"
+#include "buf.h"
 #include "redis.h"
 
 typedef struct st_sg_l1_t sg_l1_t;
@@ -69,8 +70,8 @@ sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len);
 int sg_cache_has_l1(void);
 /** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
-/** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` as
- * sg_server_redis_state() gives it. */
+/** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` is 1
+ * (a connection is up), 0 (none), 2 (the circuit breaker is open) or -1 (Redis is off). */
 void sg_cache_stats_json(sg_buf_t *out, int redis_state);
 
 #endif

@@ -5,6 +5,7 @@
  * until that response lets go.
  */
 #include "cache.h"
+#include "metrics.h"
 
 #include <pthread.h>
 #include <stdlib.h>

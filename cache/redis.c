@@ -26,6 +26,7 @@
  * bounded rate and the first reply closes the breaker.
  */
 #include "redis.h"
+#include "metrics.h"
 
 #include <async.h>
 #include <stdlib.h>
@@ -46,7 +47,9 @@ typedef struct st_pending_t {
 } pending_t;
 
 struct st_sg_redis_t {
-    sg_loop_t *loop;
+    h2o_evloop_t *loop;  /* the loop thread's event loop: the socket lives there */
+    sg_timers_t *timers; /* and its timers */
+    int loop_id;         /* for the log */
     char *host;
     uint16_t port;
     uint32_t timeout_ms;
@@ -281,13 +284,13 @@ static void schedule_reconnect(sg_redis_t *r)
 {
     if (r->closing)
         return;
-    sg_timer_start(r->loop, &r->reconnect_timer, sg_now_ms() + r->backoff_ms, on_reconnect_timer);
+    sg_timer_start(r->timers, &r->reconnect_timer, sg_now_ms() + r->backoff_ms, on_reconnect_timer);
     r->backoff_ms = r->backoff_ms * 2 > 2000 ? 2000 : r->backoff_ms * 2;
 }
 
 static void went_down(sg_redis_t *r, const char *why)
 {
-    sg_timer_stop(r->loop, &r->connect_timer);
+    sg_timer_stop(r->timers, &r->connect_timer);
     if (r->state == ST_UP)
         sg_gauge_add(m_up, -1);
     if (!r->closing)
@@ -312,17 +315,17 @@ static void on_connect(const redisAsyncContext *ac, int status)
     sg_redis_t *r = ac->data;
     if (status != REDIS_OK) {
         sg_counter_add(m_err_connect, 1);
-        SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connect to %s:%u failed: %s", r->loop->id, r->host, r->port, ac->errstr);
+        SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connect to %s:%u failed: %s", r->loop_id, r->host, r->port, ac->errstr);
         char why[160];
         snprintf(why, sizeof(why), "connect: %s", ac->errstr);
         went_down(r, why); /* hiredis frees the context after this callback */
         return;
     }
-    sg_timer_stop(r->loop, &r->connect_timer);
+    sg_timer_stop(r->timers, &r->connect_timer);
     r->state = ST_UP;
     sg_counter_add(m_connects, 1);
     sg_gauge_add(m_up, 1);
-    SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connected to %s:%u", r->loop->id, r->host, r->port);
+    SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connected to %s:%u", r->loop_id, r->host, r->port);
     /* a stopped Redis still accepts connections: it is answering once this PING has a reply (the
      * probe that closes an open breaker); the reconnect back-off is reset only then */
     static const char *ping[] = {"PING"};
@@ -377,7 +380,7 @@ static void connect_now(sg_redis_t *r)
     ac->data = r;
     r->ac = ac;
     r->ev_ac = ac;
-    r->sock = h2o_evloop_socket_create(r->loop->loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
+    r->sock = h2o_evloop_socket_create(r->loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
     r->sock->data = r;
     ac->ev.data = r;
     ac->ev.addRead = ev_add_read;
@@ -388,7 +391,7 @@ static void connect_now(sg_redis_t *r)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     r->state = ST_CONNECTING;
-    sg_timer_start(r->loop, &r->connect_timer,
+    sg_timer_start(r->timers, &r->connect_timer,
                    sg_now_ms() + (r->timeout_ms > MIN_CONNECT_TIMEOUT_MS ? r->timeout_ms : MIN_CONNECT_TIMEOUT_MS),
                    on_connect_timer);
     /* hiredis waits for the non-blocking connect to finish through addWrite */
@@ -474,11 +477,11 @@ static void on_check_timer(sg_timer_t *t)
     if (expired && r->ac != NULL) {
         /* Redis is stalled: drop the connection, every pending callback gets NULL (already
          * answered ones are ignored), and reconnect with back-off */
-        SG_LOG(SG_LL_DEBUG, "redis", "loop %d: no reply within %u ms; reconnecting", r->loop->id, r->timeout_ms);
+        SG_LOG(SG_LL_DEBUG, "redis", "loop %d: no reply within %u ms; reconnecting", r->loop_id, r->timeout_ms);
         redisAsyncFree(r->ac);
     }
     if (r->head != NULL)
-        sg_timer_start(r->loop, &r->check_timer, r->head->start_ms + r->timeout_ms, on_check_timer);
+        sg_timer_start(r->timers, &r->check_timer, r->head->start_ms + r->timeout_ms, on_check_timer);
 }
 
 int sg_redis_command(sg_redis_t *r, sg_redis_cb cb, void *arg, int argc, const char **argv, const size_t *argvlen)
@@ -520,7 +523,7 @@ static int send_command(sg_redis_t *r, sg_redis_cb cb, void *arg, int argc, cons
     *r->tail = p;
     r->tail = &p->next;
     if (!sg_timer_is_armed(&r->check_timer))
-        sg_timer_start(r->loop, &r->check_timer, p->start_ms + r->timeout_ms, on_check_timer);
+        sg_timer_start(r->timers, &r->check_timer, p->start_ms + r->timeout_ms, on_check_timer);
     return 0;
 }
 
@@ -534,7 +537,8 @@ int sg_redis_breaker_open(void)
     return atomic_load(&g_av.open);
 }
 
-sg_redis_t *sg_redis_create(sg_loop_t *loop, const char *host, uint16_t port, uint32_t timeout_ms)
+sg_redis_t *sg_redis_create(h2o_evloop_t *loop, sg_timers_t *timers, int loop_id, const char *host, uint16_t port,
+                            uint32_t timeout_ms)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, init_metrics);
@@ -544,6 +548,8 @@ sg_redis_t *sg_redis_create(sg_loop_t *loop, const char *host, uint16_t port, ui
     pthread_mutex_unlock(&g_av.mu);
     sg_redis_t *r = sg_mem_calloc(1, sizeof(*r));
     r->loop = loop;
+    r->timers = timers;
+    r->loop_id = loop_id;
     r->host = sg_strdup(host);
     r->port = port;
     r->timeout_ms = timeout_ms;
@@ -559,9 +565,9 @@ void sg_redis_destroy(sg_redis_t *r)
     if (r == NULL)
         return;
     r->closing = 1;
-    sg_timer_stop(r->loop, &r->reconnect_timer);
-    sg_timer_stop(r->loop, &r->check_timer);
-    sg_timer_stop(r->loop, &r->connect_timer);
+    sg_timer_stop(r->timers, &r->reconnect_timer);
+    sg_timer_stop(r->timers, &r->check_timer);
+    sg_timer_stop(r->timers, &r->connect_timer);
     if (r->ac != NULL)
         redisAsyncFree(r->ac); /* answers pending callbacks with NULL, then on_disconnect */
     while (r->head != NULL) {

@@ -8,14 +8,21 @@
 #define SG_CACHE_REDIS_H
 
 #include <hiredis.h>
-#include "../gateway/server.h"
+#include <h2o.h>
+#include "timer.h"
 
 typedef struct st_sg_redis_t sg_redis_t;
 
 /** Callback for a command: `reply` is NULL when Redis is down, slow (past the timeout) or answered an error. */
 typedef void (*sg_redis_cb)(void *arg, redisReply *reply);
 
-sg_redis_t *sg_redis_create(sg_loop_t *loop, const char *host, uint16_t port, uint32_t timeout_ms);
+/**
+ * Connects (and keeps reconnecting, with back-off) to Redis at host:port for the loop thread that
+ * runs `loop`, arming its deadlines on `timers` (that loop's). `loop_id` names it in the log.
+ * Every later call on the connection happens on that thread.
+ */
+sg_redis_t *sg_redis_create(h2o_evloop_t *loop, sg_timers_t *timers, int loop_id, const char *host, uint16_t port,
+                            uint32_t timeout_ms);
 void sg_redis_destroy(sg_redis_t *r);
 /** 1 when connected and the circuit breaker is closed: lookups may use Redis. */
 int sg_redis_is_up(const sg_redis_t *r);

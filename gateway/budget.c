@@ -22,6 +22,8 @@
  * held while calling into dispatch or Redis.
  */
 #include "budget.h"
+#include "query_impl.h"
+#include "dispatch.h"
 #include "json.h"
 #include "../cache/redis.h"
 

@@ -13,7 +13,7 @@
 #define SG_GATEWAY_BUDGET_H
 
 #include <stdint.h>
-#include "server.h"
+#include "query.h"
 
 typedef struct st_sg_budget_t sg_budget_t;
 

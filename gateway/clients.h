@@ -6,9 +6,33 @@
 #ifndef SG_GATEWAY_CLIENTS_H
 #define SG_GATEWAY_CLIENTS_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
-#include "server.h"
+#include <h2o.h>
+#include "config.h"
+#include "metrics.h"
+
+typedef struct st_sg_client_t sg_client_t;
+/** Who is calling: one per API key, trusted X-Client-Id or peer address (anonymous ones are kept
+ * in an LRU and freed once unreferenced). Shared by every thread: refs and inflight are atomic,
+ * the GCRA state is guarded by the table's mutex, the rest is read-only. */
+struct st_sg_client_t {
+    char *id;
+    const sg_client_conf_t *conf;
+    int keyed;
+    /* GCRA state, guarded by the client table mutex */
+    uint64_t tat_us;
+    /* queries in flight for this client (all backends); atomic */
+    _Atomic uint64_t inflight;
+    /* LRU links for anonymous clients */
+    sg_client_t *lru_prev, *lru_next;
+    sg_client_t *hash_next;
+    _Atomic uint32_t refs;
+    /* metrics; label value is the id, or "other" beyond the cardinality cap */
+    sg_counter_t *m_requests, *m_queries, *m_rate_limited, *m_queued, *m_shed, *m_timeouts, *m_hits_l1, *m_hits_redis, *m_misses;
+    sg_hist_t *m_wait;
+};
 
 typedef struct st_sg_clients_t sg_clients_t;
 

@@ -287,78 +287,65 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
-int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
+/* listen, threads, log_level, shutdown_grace_ms, plugin_dir */
+static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
-                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", "mcp",    NULL};
     static const char *const listen_keys[] = {"host", "port", NULL};
-    static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
-                                             "max_topk",       "max_deadline_ms", NULL};
     static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
-    cfg->default_backend = -1;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    if (root == NULL) {
-        size_t off = end != NULL && end >= json ? (size_t)(end - json) : 0;
-        snprintf(err, err_size, "not valid JSON (near byte %zu)", off);
-        return -1;
-    }
-    int ret = -1;
     sg_cfg_t c = {"", err, err_size};
     int64_t v;
-    if (sg_cfg_check_keys(&c, root, keys) != 0)
-        goto out;
-    /* listen */
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "listen");
     sg_cfg_t cl = {"listen", err, err_size};
     if (l != NULL && sg_cfg_check_keys(&cl, l, listen_keys) != 0)
-        goto out;
+        return -1;
     if (sg_cfg_string(&cl, l, "host", 0, "127.0.0.1", &cfg->host) != 0 || sg_cfg_int(&cl, l, "port", 0, 65535, 8000, &v) != 0)
-        goto out;
+        return -1;
     cfg->port = (uint16_t)v;
     if (sg_cfg_int(&c, root, "threads", 0, 1024, 0, &v) != 0)
-        goto out;
+        return -1;
     cfg->threads = (int)v;
     if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
-        goto out;
+        return -1;
     if (sg_cfg_int(&c, root, "shutdown_grace_ms", 0, 600000, 5000, &v) != 0)
-        goto out;
+        return -1;
     cfg->shutdown_grace_ms = (uint32_t)v;
-    if (sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir) != 0)
-        goto out;
-    /* limits */
-    const cJSON *lim = cJSON_GetObjectItemCaseSensitive(root, "limits");
+    return sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir);
+}
+
+static int parse_limits(sg_config_t *cfg, const cJSON *lim, char *err, size_t err_size)
+{
+    static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
+                                             "max_topk",       "max_deadline_ms", NULL};
     sg_cfg_t cm = {"limits", err, err_size};
+    int64_t v;
     if (lim != NULL && sg_cfg_check_keys(&cm, lim, limit_keys) != 0)
-        goto out;
+        return -1;
     if (sg_cfg_int(&cm, lim, "max_body_bytes", 1024, (int64_t)1 << 30, 16 << 20, &v) != 0)
-        goto out;
+        return -1;
     cfg->limits.max_body_bytes = (size_t)v;
     if (sg_cfg_int(&cm, lim, "max_queries", 1, 1000000, 10000, &v) != 0)
-        goto out;
+        return -1;
     cfg->limits.max_queries = (uint32_t)v;
     if (sg_cfg_int(&cm, lim, "max_query_bytes", 1, 1 << 20, 8192, &v) != 0)
-        goto out;
+        return -1;
     cfg->limits.max_query_bytes = (uint32_t)v;
     if (sg_cfg_int(&cm, lim, "max_topk", 1, 100000, 1000, &v) != 0)
-        goto out;
+        return -1;
     cfg->limits.max_topk = (uint32_t)v;
     if (sg_cfg_int(&cm, lim, "max_deadline_ms", 1, 3600000, 600000, &v) != 0)
-        goto out;
+        return -1;
     cfg->limits.max_deadline_ms = (uint32_t)v;
-    if (parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0)
-        goto out;
-    if (parse_clients(cfg, cJSON_GetObjectItemCaseSensitive(root, "clients"), err, err_size) != 0)
-        goto out;
-    if (parse_mcp(cfg, cJSON_GetObjectItemCaseSensitive(root, "mcp"), err, err_size) != 0)
-        goto out;
-    /* backends */
+    return 0;
+}
+
+/* backends, their fallbacks (names, resolved once all backends are known) and default_backend */
+static int parse_backends(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
+{
+    sg_cfg_t c = {"", err, err_size};
     const cJSON *bs = cJSON_GetObjectItemCaseSensitive(root, "backends");
     if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) == 0) {
         sg_cfg_fail(&c, "backends", bs, "expected a non-empty array of backend objects");
-        goto out;
+        return -1;
     }
     size_t n_entries = (size_t)cJSON_GetArraySize(bs);
     cfg->backends = sg_mem_calloc(n_entries, sizeof(*cfg->backends));
@@ -367,15 +354,15 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i) {
         if (sg_fusion_conf_is(it)) { /* a fusion route (fusion.c) */
             if (sg_fusion_conf_parse(cfg, it, i, err, err_size) != 0)
-                goto out;
+                return -1;
             continue;
         }
         ++cfg->n_backends;
         if (parse_backend(cfg, it, cfg->n_backends - 1, i, err, err_size) != 0)
-            goto out;
+            return -1;
     }
     if (sg_fusion_conf_resolve(cfg, root, err, err_size) != 0)
-        goto out;
+        return -1;
     /* fallbacks refer to names, so resolve them once all backends are known */
     i = 0;
     size_t bi = 0;
@@ -393,7 +380,7 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
         int idx = cJSON_IsString(f) ? sg_config_find_backend(cfg, f->valuestring, strlen(f->valuestring)) : -1;
         if (idx < 0 || (size_t)idx == bi) {
             sg_cfg_fail(&cb, "fallback", f, "expected the name of another configured backend");
-            goto out;
+            return -1;
         }
         cfg->backends[bi++].fallback = idx;
     }
@@ -414,7 +401,7 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
         sg_cfg_fail(&cc_cfg, "budget", NULL,
                     "counts backend calls on metered routes, and no route is metered: add \"metered\": true (or a "
                     "\"budget\") to the paid routes");
-        goto out;
+        return -1;
     }
     const cJSON *db = cJSON_GetObjectItemCaseSensitive(root, "default_backend");
     if (db == NULL || cJSON_IsNull(db)) {
@@ -422,10 +409,34 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     } else if (!cJSON_IsString(db) ||
                (cfg->default_backend = sg_config_find_backend(cfg, db->valuestring, strlen(db->valuestring))) < 0) {
         sg_cfg_fail(&c, "default_backend", db, "expected the name of a configured backend");
-        goto out;
+        return -1;
     }
-    ret = 0;
-out:
+    return 0;
+}
+
+int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
+                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", "mcp",    NULL};
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
+    cfg->default_backend = -1;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (root == NULL) {
+        size_t off = end != NULL && end >= json ? (size_t)(end - json) : 0;
+        snprintf(err, err_size, "not valid JSON (near byte %zu)", off);
+        return -1;
+    }
+    sg_cfg_t c = {"", err, err_size};
+    int ret = sg_cfg_check_keys(&c, root, keys) != 0 || parse_server(cfg, root, err, err_size) != 0 ||
+                      parse_limits(cfg, cJSON_GetObjectItemCaseSensitive(root, "limits"), err, err_size) != 0 ||
+                      parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0 ||
+                      parse_clients(cfg, cJSON_GetObjectItemCaseSensitive(root, "clients"), err, err_size) != 0 ||
+                      parse_mcp(cfg, cJSON_GetObjectItemCaseSensitive(root, "mcp"), err, err_size) != 0 ||
+                      parse_backends(cfg, root, err, err_size) != 0
+                  ? -1
+                  : 0;
     cJSON_Delete(root);
     return ret;
 }

@@ -22,6 +22,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "dispatch.h"
 #include "fusion_route.h"
 #include "json.h"
 #include "query.h"
@@ -230,7 +231,7 @@ static void record(fusion_req_t *fr, int status, const char *type)
 static void finish(fusion_req_t *fr, int status, const char *type)
 {
     fr->answered = 1;
-    sg_timer_stop(fr->loop, &fr->timer);
+    sg_timer_stop(&fr->loop->timers, &fr->timer);
     for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
         sg_query_t *q = fr->legs[l].q;
         fr->legs[l].q = NULL;
@@ -483,7 +484,7 @@ static void on_rate_decision(fusion_req_t *fr, int rl, uint64_t wait_us)
     if (rl == SG_RL_WAIT) {
         sg_counter_add(client->m_queued, 1);
         sg_hist_observe_us(client->m_wait, wait_us);
-        sg_timer_start(fr->loop, &fr->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+        sg_timer_start(&fr->loop->timers, &fr->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
         return;
     }
     start_legs(fr);

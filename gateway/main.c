@@ -6,6 +6,7 @@
 #include "fusion_route.h"
 #include "clients.h"
 #include "budget.h"
+#include "dispatch.h"
 #include "listen.h"
 #include "ratelimit_global.h"
 #include "rerank.h"
@@ -192,7 +193,15 @@ static void free_backends(sg_server_t *s)
     s->backends = NULL;
 }
 
-int main(int argc, char **argv)
+/* The command line: --config and the overrides of config keys. */
+typedef struct st_cmdline_t {
+    const char *config, *host, *level;
+    long port, threads;
+    int check;
+} cmdline_t;
+
+/* Returns 0 to go on, or 1 + the exit status (after --help, --version or an error). */
+static int parse_args(int argc, char **argv, cmdline_t *cl)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"port", required_argument, NULL, 'p'},
@@ -203,54 +212,125 @@ int main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
-    const char *config = NULL, *host = NULL, *level = NULL;
-    long port = -1, threads = -1;
-    int check = 0, c;
+    *cl = (cmdline_t){NULL, NULL, NULL, -1, -1, 0};
+    int c;
     while ((c = getopt_long(argc, argv, "c:p:t:hV", opts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'c':
-            config = optarg;
+            cl->config = optarg;
             break;
         case 'p':
-            port = strtol(optarg, &end, 10);
-            if (*end != '\0' || port < 0 || port > 65535) {
+            cl->port = strtol(optarg, &end, 10);
+            if (*end != '\0' || cl->port < 0 || cl->port > 65535) {
                 fprintf(stderr, "searchgate: --port: expected 0..65535, got %s\n", optarg);
-                return 1;
+                return 2;
             }
             break;
         case 'H':
-            host = optarg;
+            cl->host = optarg;
             break;
         case 't':
-            threads = strtol(optarg, &end, 10);
-            if (*end != '\0' || threads < 0 || threads > 1024) {
+            cl->threads = strtol(optarg, &end, 10);
+            if (*end != '\0' || cl->threads < 0 || cl->threads > 1024) {
                 fprintf(stderr, "searchgate: --threads: expected 0..1024, got %s\n", optarg);
-                return 1;
+                return 2;
             }
             break;
         case 'l':
-            level = optarg;
+            cl->level = optarg;
             break;
         case 'k':
-            check = 1;
+            cl->check = 1;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return 1;
         case 'V':
             printf("searchgate %s (h2o %s, plugin ABI %d.%d)\n", SG_VERSION, H2O_VERSION, SG_BACKEND_ABI_MAJOR,
                    SG_BACKEND_ABI_MINOR);
-            return 0;
+            return 1;
         default:
             usage(stderr);
-            return 1;
+            return 2;
         }
     }
-    if (config == NULL || optind != argc) {
+    if (cl->config == NULL || optind != argc) {
         usage(stderr);
-        return 1;
+        return 2;
     }
+    return 0;
+}
+
+/* The command line's --port, --threads, --host and --log-level over the config's. */
+static int apply_overrides(sg_config_t *cfg, const cmdline_t *cl)
+{
+    if (cl->port >= 0)
+        cfg->port = (uint16_t)cl->port;
+    if (cl->threads >= 0)
+        cfg->threads = (int)cl->threads;
+    if (cl->host != NULL) {
+        free(cfg->host);
+        cfg->host = sg_strdup(cl->host);
+    }
+    sg_log_level = cfg->log_level;
+    if (cl->level != NULL) {
+        static const char *names[] = {"error", "warn", "info", "debug"};
+        int found = -1;
+        for (int i = 0; i < 4; ++i)
+            if (strcmp(cl->level, names[i]) == 0)
+                found = i;
+        if (found < 0) {
+            fprintf(stderr, "searchgate: --log-level: expected error, warn, info or debug, got %s\n", cl->level);
+            return -1;
+        }
+        sg_log_level = found;
+    }
+    return 0;
+}
+
+static void log_started(const sg_server_t *s)
+{
+    const sg_config_t *cfg = s->cfg;
+    SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
+           cfg->host, s->bound_port, s->n_loops, s->n_backends, cfg->backends[cfg->default_backend].name);
+    SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg->host, s->bound_port);
+    if (cfg->cache.redis_host != NULL)
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, Redis %s:%u (timeout %u ms, key prefix \"%s\")",
+               cfg->cache.l1_bytes >> 20, cfg->cache.redis_host, cfg->cache.redis_port, cfg->cache.redis_timeout_ms,
+               cfg->cache.redis_prefix);
+    else
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, no Redis", cfg->cache.l1_bytes >> 20);
+}
+
+/* --check: the config is valid, the address free and every backend loaded. */
+static void report_check(const char *config, const sg_config_t *cfg, size_t n_backends)
+{
+    if (cfg->port != 0)
+        printf("searchgate: config %s is valid; %s:%u is free; %zu backend(s) loaded\n", config, cfg->host, cfg->port, n_backends);
+    else
+        printf("searchgate: config %s is valid; %s resolves (port 0: any free port); %zu backend(s) loaded\n", config, cfg->host,
+               n_backends);
+}
+
+/* plugin_dir, or plugins/ beside the executable. */
+static void plugin_dir_of(const sg_config_t *cfg, char *dir, size_t size)
+{
+    if (cfg->plugin_dir != NULL) {
+        snprintf(dir, size, "%s", cfg->plugin_dir);
+    } else {
+        char exe[PATH_MAX - 16];
+        exe_dir(exe, sizeof(exe));
+        snprintf(dir, size, "%s/plugins", exe);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    cmdline_t cl;
+    int st = parse_args(argc, argv, &cl);
+    if (st != 0)
+        return st - 1;
     /* BLAS and OpenMP pools oversubscribe small machines badly (platform.md): plugins
      * parallelise across requests instead, unless the operator says otherwise. */
     setenv("OMP_NUM_THREADS", "1", 0);
@@ -265,43 +345,18 @@ int main(int argc, char **argv)
 
     static sg_config_t cfg;
     char err[1024];
-    if (sg_config_load(&cfg, config, err, sizeof(err)) != 0) {
+    if (sg_config_load(&cfg, cl.config, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: config %s\n", err);
         return 1;
     }
-    if (port >= 0)
-        cfg.port = (uint16_t)port;
-    if (threads >= 0)
-        cfg.threads = (int)threads;
-    if (host != NULL) {
-        free(cfg.host);
-        cfg.host = sg_strdup(host);
-    }
-    sg_log_level = cfg.log_level;
-    if (level != NULL) {
-        static const char *names[] = {"error", "warn", "info", "debug"};
-        int found = -1;
-        for (int i = 0; i < 4; ++i)
-            if (strcmp(level, names[i]) == 0)
-                found = i;
-        if (found < 0) {
-            fprintf(stderr, "searchgate: --log-level: expected error, warn, info or debug, got %s\n", level);
-            return 1;
-        }
-        sg_log_level = found;
-    }
+    if (apply_overrides(&cfg, &cl) != 0)
+        return 1;
 
     sg_server_t *s = &sg_server;
     s->cfg = &cfg;
     s->started_ms = sg_now_ms();
     char dir[PATH_MAX];
-    if (cfg.plugin_dir != NULL) {
-        snprintf(dir, sizeof(dir), "%s", cfg.plugin_dir);
-    } else {
-        char exe[PATH_MAX - 16];
-        exe_dir(exe, sizeof(exe));
-        snprintf(dir, sizeof(dir), "%s/plugins", exe);
-    }
+    plugin_dir_of(&cfg, dir, sizeof(dir));
     sg_dispatch_init();
     int rc = 1;
     /* the address before the plugins: a typo'd host or a port in use fails at once, before a
@@ -314,13 +369,8 @@ int main(int argc, char **argv)
     if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
     sg_fusion_init();
-    if (check) {
-        if (cfg.port != 0)
-            printf("searchgate: config %s is valid; %s:%u is free; %zu backend(s) loaded\n", config, cfg.host, cfg.port,
-                   s->n_backends);
-        else
-            printf("searchgate: config %s is valid; %s resolves (port 0: any free port); %zu backend(s) loaded\n", config, cfg.host,
-                   s->n_backends);
+    if (cl.check) {
+        report_check(cl.config, &cfg, s->n_backends);
         rc = 0;
         goto out;
     }
@@ -333,16 +383,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
     }
-    SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
-           cfg.host, s->bound_port, s->n_loops, s->n_backends, cfg.backends[cfg.default_backend].name);
-    SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg.host, s->bound_port);
-    if (cfg.cache.redis_host != NULL)
-        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, Redis %s:%u (timeout %u ms, key prefix \"%s\")",
-               cfg.cache.l1_bytes >> 20, cfg.cache.redis_host, cfg.cache.redis_port, cfg.cache.redis_timeout_ms,
-               cfg.cache.redis_prefix);
-    else
-        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, no Redis", cfg.cache.l1_bytes >> 20);
-
+    log_started(s);
     int sig = 0;
     sigwait(&set, &sig);
     SG_LOG(SG_LL_INFO, "main", "signal %d: shutting down", sig);

@@ -406,7 +406,7 @@ static void on_stream_dispose(void *p)
     pthread_mutex_unlock(&T.mu);
     if (h2o_linklist_is_linked(&st->link))
         h2o_linklist_unlink(&st->link);
-    sg_timer_stop(st->loop, &st->keepalive);
+    sg_timer_stop(&st->loop->timers, &st->keepalive);
     sg_gauge_add(M.streams, -1);
     sg_buf_free(&st->inflight);
     sg_buf_free(&st->pending);
@@ -425,7 +425,8 @@ static void on_keepalive(sg_timer_t *t)
     if (s != NULL && s->stream == st)
         s->last_ms = sg_now_ms();
     pthread_mutex_unlock(&T.mu);
-    sg_timer_start(st->loop, &st->keepalive, sg_now_ms() + (uint64_t)sg_server.cfg->mcp.sse_keepalive_s * 1000, on_keepalive);
+    sg_timer_start(&st->loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)sg_server.cfg->mcp.sse_keepalive_s * 1000,
+                   on_keepalive);
 }
 
 /* Sends one reply to the SSE stream of a legacy session, wherever the stream lives. */
@@ -1028,7 +1029,7 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
     sg_buf_appendf(&ev, "event: endpoint\ndata: /messages?session_id=%s\n\n", st->sid);
     stream_write(st, ev.base, ev.len);
     sg_buf_free(&ev);
-    sg_timer_start(loop, &st->keepalive, sg_now_ms() + (uint64_t)sg_server.cfg->mcp.sse_keepalive_s * 1000, on_keepalive);
+    sg_timer_start(&loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)sg_server.cfg->mcp.sse_keepalive_s * 1000, on_keepalive);
 }
 
 /* The value of query parameter `name`, or a NULL base. */
@@ -1222,7 +1223,7 @@ void sg_mcp_stop_loop(sg_loop_t *loop)
         if (s != NULL && s->stream == st)
             remove_locked(s, END_STREAM_CLOSED);
         pthread_mutex_unlock(&T.mu);
-        sg_timer_stop(loop, &st->keepalive);
+        sg_timer_stop(&loop->timers, &st->keepalive);
         stream_close(st);
     }
 }

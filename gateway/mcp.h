@@ -16,6 +16,7 @@
 
 #include <cJSON.h>
 #include "server.h"
+#include "clients.h"
 
 /* ---- hooks called by the server (main.c, server.c) ---- */
 

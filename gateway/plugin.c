@@ -164,3 +164,23 @@ const char *sg_plugin_status_name(sg_status st)
     }
     return "internal_error";
 }
+
+void sg_metrics_plugin_sample(void *sinkp, const char *name, const char *help, int type, const char *labels, double value)
+{
+    sg_metrics_sink_t *sink = sinkp;
+    if (sink == NULL || name == NULL)
+        return;
+    /* only [a-zA-Z0-9_:] may appear in a metric name; drop anything else rather than break the exposition */
+    for (const char *p = name; *p != '\0'; ++p)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == ':'))
+            return;
+    if (strcmp(sink->last_name, name) != 0) {
+        sg_buf_appendf(sink->out, "# HELP searchgate_backend_%s %s\n# TYPE searchgate_backend_%s %s\n", name,
+                       help != NULL ? help : "", name, type == SG_METRIC_COUNTER ? "counter" : "gauge");
+        snprintf(sink->last_name, sizeof(sink->last_name), "%s", name);
+    }
+    sg_buf_appendf(sink->out, "searchgate_backend_%s{backend=\"%s\"%s%s} ", name, sink->backend,
+                   labels != NULL && labels[0] != '\0' ? "," : "", labels != NULL ? labels : "");
+    sg_metrics_render_value(sink->out, value);
+    sg_buf_appendc(sink->out, '\n');
+}

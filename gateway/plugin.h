@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include "sg_backend.h"
+#include "buf.h"
 
 typedef struct st_sg_plugin_t {
     void *dl;
@@ -37,5 +38,13 @@ const sg_host_api *sg_plugin_host_api(void);
 int sg_plugin_status_http(sg_status st);
 /** Short machine-readable name ("unavailable", "timeout", ...) of a status code. */
 const char *sg_plugin_status_name(sg_status st);
+
+/** The sink handed to plugin stats(): plugin samples are rendered with a backend label. */
+typedef struct st_sg_metrics_sink_t {
+    sg_buf_t *out;
+    const char *backend;
+    char last_name[128];
+} sg_metrics_sink_t;
+void sg_metrics_plugin_sample(void *sink, const char *name, const char *help, int type, const char *labels, double value);
 
 #endif

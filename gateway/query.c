@@ -13,6 +13,8 @@
  * deadline timer answers 504 and abandons the backend work when the deadline passes.
  */
 #include "query.h"
+#include "query_impl.h"
+#include "dispatch.h"
 #include "clients.h"
 #include "budget.h"
 #include "ratelimit_global.h"
@@ -88,7 +90,7 @@ static void finish(sg_query_t *q, int status, const char *type)
     q->responded = 1;
     if (h2o_linklist_is_linked(&q->link))
         h2o_linklist_unlink(&q->link);
-    sg_timer_stop(q->loop, &q->timer);
+    sg_timer_stop(&q->loop->timers, &q->timer);
     sg_dispatch_abandon(q);
     record(q, status, type);
 }
@@ -203,7 +205,7 @@ static void on_timer(sg_timer_t *t);
 
 static void start_lookup(sg_query_t *q)
 {
-    sg_timer_start(q->loop, &q->timer, q->deadline_ms, on_timer);
+    sg_timer_start(&q->loop->timers, &q->timer, q->deadline_ms, on_timer);
     q->timer_is_ratelimit = 0;
     sg__query_lookup(q);
 }
@@ -286,7 +288,7 @@ static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
         sg_counter_add(client->m_queued, 1);
         sg_hist_observe_us(client->m_wait, wait_us);
         q->timer_is_ratelimit = 1;
-        sg_timer_start(q->loop, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+        sg_timer_start(&q->loop->timers, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
         return;
     }
     start_lookup(q);

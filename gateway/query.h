@@ -20,6 +20,9 @@
 
 #include <stdint.h>
 #include "server.h"
+#include "route.h"
+#include "clients.h"
+#include "blob.h"
 
 /** A running query (opaque). Valid from sg_query_start() until done() ran or sg_query_cancel(). */
 typedef struct st_sg_query_t sg_query_t;

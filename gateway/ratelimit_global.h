@@ -5,7 +5,7 @@
 #define SG_GATEWAY_RATELIMIT_GLOBAL_H
 
 #include <stdint.h>
-#include "server.h"
+#include "clients.h"
 #include "../cache/redis.h"
 
 /** Registers the metric. Main thread, once. */

@@ -16,6 +16,7 @@
 #include "fusion_route.h"
 #include "json.h"
 #include "query.h"
+#include "retrieve.h"
 #include "request.h"
 
 #include <stdio.h>

@@ -14,6 +14,8 @@
 #include "listen.h"
 #include "mcp.h"
 #include "query.h"
+#include "dispatch.h"
+#include "retrieve.h"
 #include "../cache/cache.h"
 
 #include <errno.h>
@@ -33,92 +35,6 @@ int sg_code_index(int status)
         if (sg_code_values[i] == status)
             return i;
     return SG_CODE_OTHER;
-}
-
-/* ---- timers ---- */
-
-static void heap_swap(sg_loop_t *l, size_t a, size_t b)
-{
-    sg_timer_t *t = l->heap[a];
-    l->heap[a] = l->heap[b];
-    l->heap[b] = t;
-    l->heap[a]->_heap_index = a + 1;
-    l->heap[b]->_heap_index = b + 1;
-}
-
-static void heap_up(sg_loop_t *l, size_t i)
-{
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (l->heap[p]->at_ms <= l->heap[i]->at_ms)
-            break;
-        heap_swap(l, i, p);
-        i = p;
-    }
-}
-
-static void heap_down(sg_loop_t *l, size_t i)
-{
-    for (;;) {
-        size_t c = 2 * i + 1, m = i;
-        if (c < l->heap_len && l->heap[c]->at_ms < l->heap[m]->at_ms)
-            m = c;
-        if (c + 1 < l->heap_len && l->heap[c + 1]->at_ms < l->heap[m]->at_ms)
-            m = c + 1;
-        if (m == i)
-            break;
-        heap_swap(l, i, m);
-        i = m;
-    }
-}
-
-void sg_timer_stop(sg_loop_t *l, sg_timer_t *t)
-{
-    if (t->_heap_index == 0)
-        return;
-    size_t i = t->_heap_index - 1;
-    t->_heap_index = 0;
-    --l->heap_len;
-    if (i == l->heap_len)
-        return;
-    l->heap[i] = l->heap[l->heap_len];
-    l->heap[i]->_heap_index = i + 1;
-    heap_down(l, i);
-    heap_up(l, i);
-}
-
-void sg_timer_start(sg_loop_t *l, sg_timer_t *t, uint64_t at_ms, sg_timer_cb cb)
-{
-    sg_timer_stop(l, t);
-    t->at_ms = at_ms;
-    t->cb = cb;
-    if (l->heap_len == l->heap_cap) {
-        l->heap_cap = l->heap_cap != 0 ? l->heap_cap * 2 : 64;
-        l->heap = sg_mem_realloc(l->heap, l->heap_cap * sizeof(*l->heap));
-    }
-    l->heap[l->heap_len] = t;
-    t->_heap_index = ++l->heap_len;
-    heap_up(l, l->heap_len - 1);
-}
-
-static int32_t timers_next_wait(sg_loop_t *l, int32_t max)
-{
-    if (l->heap_len == 0)
-        return max;
-    uint64_t now = sg_now_ms(), at = l->heap[0]->at_ms;
-    if (at <= now)
-        return 0;
-    return at - now < (uint64_t)max ? (int32_t)(at - now) : max;
-}
-
-void sg__timers_run(sg_loop_t *l)
-{
-    uint64_t now = sg_now_ms();
-    while (l->heap_len > 0 && l->heap[0]->at_ms <= now) {
-        sg_timer_t *t = l->heap[0];
-        sg_timer_stop(l, t);
-        t->cb(t);
-    }
 }
 
 int sg_server_redis_state(void)
@@ -617,7 +533,7 @@ static void drain(sg_loop_t *l)
 {
     for (int i = 0; i < 3; ++i) {
         h2o_evloop_run(l->loop, 0);
-        sg__timers_run(l);
+        sg_timers_run(&l->timers);
     }
 }
 
@@ -644,7 +560,8 @@ static void *loop_main(void *arg)
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     if (s->cfg->cache.redis_host != NULL)
-        l->redis = sg_redis_create(l, s->cfg->cache.redis_host, s->cfg->cache.redis_port, s->cfg->cache.redis_timeout_ms);
+        l->redis = sg_redis_create(l->loop, &l->timers, l->id, s->cfg->cache.redis_host, s->cfg->cache.redis_port,
+                                   s->cfg->cache.redis_timeout_ms);
     sg_mcp_init_loop(l);
     pthread_barrier_wait(&s->barrier);
 
@@ -683,8 +600,8 @@ static void *loop_main(void *arg)
                 break;
             }
         }
-        h2o_evloop_run(l->loop, timers_next_wait(l, grace_end != 0 ? 50 : 500));
-        sg__timers_run(l);
+        h2o_evloop_run(l->loop, sg_timers_next_wait(&l->timers, grace_end != 0 ? 50 : 500));
+        sg_timers_run(&l->timers);
     }
     pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
@@ -702,7 +619,7 @@ static void *loop_main(void *arg)
         free(queue);
         h2o_evloop_destroy(l->loop);
     }
-    free(l->heap);
+    sg_timers_dispose(&l->timers);
     return NULL;
 }
 

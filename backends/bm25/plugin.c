@@ -341,11 +341,30 @@ static void bm_destroy(sg_backend *self)
     free(self);
 }
 
+/* The config keys (docs/backends/bm25.md, "Configuration"), in the order an unknown key's error
+ * lists them. workers (its default is the CPU count), k1 and b (theirs come from the index) are
+ * read by bm_create itself. */
+typedef struct st_bm_conf_t {
+    char *dir;
+    int verify, preload;
+    size_t max_pending;
+    uint32_t max_topk;
+} bm_conf_t;
+static const char *const verify_modes[] = {"header", "full", NULL};
+static const sg_cfg_key_t bm_config[] = {
+    SG_CFG_PATH(bm_conf_t, dir, "index", 1),
+    SG_CFG_CUSTOM_KEY("k1"),
+    SG_CFG_CUSTOM_KEY("b"),
+    SG_CFG_CUSTOM_KEY("workers"),
+    SG_CFG_INT(bm_conf_t, max_pending, "max_pending", 1, 10000000, 4096),
+    SG_CFG_INT(bm_conf_t, max_topk, "max_topk", 1, 100000, 1000),
+    SG_CFG_ENUM(bm_conf_t, verify, "verify", verify_modes, SG_BM25_VERIFY_FULL),
+    SG_CFG_BOOL(bm_conf_t, preload, "preload", 1),
+};
+
 static sg_status bm_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"index", "k1", "b", "workers", "max_pending", "max_topk", "verify", "preload", NULL};
-    static const char *const verify_modes[] = {"header", "full", NULL};
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
     sg_backend *self = calloc(1, sizeof(*self));
@@ -357,29 +376,23 @@ static sg_status bm_create(const sg_host_api *host, const char *instance, const 
     self->name = strdup(instance);
     pthread_mutex_init(&self->mu, NULL);
     pthread_cond_init(&self->cv, NULL);
-    char *dir = NULL;
+    bm_conf_t conf = {0};
     int64_t v;
-    int verify, preload;
     sg_status st = SG_EINVAL;
     if (root == NULL) {
         snprintf(err, err_size, "config: not valid JSON");
         goto fail;
     }
-    if (sg_cfg_check_keys(&c, root, keys) != 0 || sg_cfg_path(&c, root, "index", 1, base_dir, &dir) != 0)
+    if (sg_cfg_read(&c, root, bm_config, sizeof(bm_config) / sizeof(bm_config[0]), base_dir, &conf) != 0)
         goto fail;
-    if (sg_cfg_enum(&c, root, "verify", verify_modes, SG_BM25_VERIFY_FULL, &verify) != 0 ||
-        sg_cfg_bool(&c, root, "preload", 1, &preload) != 0)
-        goto fail;
+    const char *dir = conf.dir;
+    int verify = conf.verify, preload = conf.preload;
+    self->max_pending = conf.max_pending;
+    self->max_topk = conf.max_topk;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (sg_cfg_int(&c, root, "workers", 1, 256, ncpu < 1 ? 1 : ncpu > 64 ? 64 : ncpu, &v) != 0)
         goto fail;
     self->n_workers = (size_t)v;
-    if (sg_cfg_int(&c, root, "max_pending", 1, 10000000, 4096, &v) != 0)
-        goto fail;
-    self->max_pending = (size_t)v;
-    if (sg_cfg_int(&c, root, "max_topk", 1, 100000, 1000, &v) != 0)
-        goto fail;
-    self->max_topk = (uint32_t)v;
     uint64_t t0 = mono_us();
     if (sg_bm25_index_open(&self->ix, dir, verify, preload, err, err_size) != 0) {
         st = SG_EUNAVAIL;
@@ -426,12 +439,12 @@ static sg_status bm_create(const sg_host_api *host, const char *instance, const 
               sg_bm25_stemmer_name((sg_bm25_stemmer_t)self->ix.meta.stemmer),
               sg_bm25_stopset_name((sg_bm25_stopset_t)self->ix.meta.stopset), self->k1, self->b,
               verify == SG_BM25_VERIFY_FULL ? "full" : "header", load_ms, self->n_workers);
-    free(dir);
+    free(conf.dir);
     cJSON_Delete(root);
     *out = self;
     return SG_OK;
 fail:
-    free(dir);
+    free(conf.dir);
     cJSON_Delete(root);
     bm_destroy(self);
     return st;

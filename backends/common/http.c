@@ -44,62 +44,6 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void append_number(sg_buf_t *b, double d)
-{
-    if (!isfinite(d)) {
-        sg_buf_appends(b, "null");
-        return;
-    }
-    if (d == floor(d) && fabs(d) < 1e17) {
-        sg_buf_appendf(b, "%.0f", d);
-        return;
-    }
-    char tmp[40];
-    snprintf(tmp, sizeof(tmp), "%.15g", d);
-    if (strtod(tmp, NULL) != d)
-        snprintf(tmp, sizeof(tmp), "%.17g", d);
-    sg_buf_appends(b, tmp);
-}
-
-void sg_buf_append_json(sg_buf_t *b, const cJSON *v)
-{
-    if (v == NULL || cJSON_IsNull(v) || cJSON_IsInvalid(v)) {
-        sg_buf_appends(b, "null");
-    } else if (cJSON_IsFalse(v)) {
-        sg_buf_appends(b, "false");
-    } else if (cJSON_IsTrue(v)) {
-        sg_buf_appends(b, "true");
-    } else if (cJSON_IsNumber(v)) {
-        append_number(b, v->valuedouble);
-    } else if (cJSON_IsString(v)) {
-        const char *s = v->valuestring != NULL ? v->valuestring : "";
-        sg_buf_append_json_string(b, s, strlen(s));
-    } else if (cJSON_IsRaw(v)) {
-        sg_buf_appends(b, v->valuestring != NULL ? v->valuestring : "null");
-    } else if (cJSON_IsArray(v)) {
-        sg_buf_append(b, "[", 1);
-        for (const cJSON *it = v->child; it != NULL; it = it->next) {
-            if (it != v->child)
-                sg_buf_append(b, ",", 1);
-            sg_buf_append_json(b, it);
-        }
-        sg_buf_append(b, "]", 1);
-    } else if (cJSON_IsObject(v)) {
-        sg_buf_append(b, "{", 1);
-        for (const cJSON *it = v->child; it != NULL; it = it->next) {
-            if (it != v->child)
-                sg_buf_append(b, ",", 1);
-            const char *k = it->string != NULL ? it->string : "";
-            sg_buf_append_json_string(b, k, strlen(k));
-            sg_buf_append(b, ":", 1);
-            sg_buf_append_json(b, it);
-        }
-        sg_buf_append(b, "}", 1);
-    } else {
-        sg_buf_appends(b, "null");
-    }
-}
-
 void sg_http_excerpt(const char *body, size_t len, const char *secret, char *out, size_t out_size, size_t max)
 {
     if (out_size == 0)

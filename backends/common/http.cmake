@@ -2,4 +2,4 @@
 # plugin scaffolding they share (remote.c) and the round-robin API keys (keyring.c): static, PIC.
 add_library(sg_http STATIC ${CMAKE_CURRENT_LIST_DIR}/http.c ${CMAKE_CURRENT_LIST_DIR}/remote.c ${CMAKE_CURRENT_LIST_DIR}/keyring.c)
 target_include_directories(sg_http PUBLIC ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/backends/include)
-target_link_libraries(sg_http PUBLIC sg_cfg PkgConfig::CURL PkgConfig::CJSON Threads::Threads m)
+target_link_libraries(sg_http PUBLIC sg_lib PkgConfig::CURL PkgConfig::CJSON Threads::Threads m)

@@ -209,11 +209,7 @@ int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, con
 
 /* Buffers are the shared sg_buf_t (buf.h). */
 
-/**
- * Appends the JSON text of `v` (compact). Strings go through sg_buf_append_json_string, so the
- * output is valid UTF-8 even when the input was not; NaN and infinities become null.
- */
-void sg_buf_append_json(sg_buf_t *b, const cJSON *v);
+/* A cJSON value as JSON text: sg_json_append_value() (json.h). */
 
 /**
  * A short, printable excerpt of an upstream error body for a client-facing message: at most

@@ -1,6 +1,6 @@
 /*
  * encoder.cu -- the e5 (BERT) query encoder on a GPU: the maths of sg_e5_encode_ids
- * (backends/local/encoder/e5.c) with the weights in fp16 and cuBLAS tensor-core GEMMs.
+ * (backends/encoder/e5.c) with the weights in fp16 and cuBLAS tensor-core GEMMs.
  *
  * Precision: GEMM inputs are fp16, accumulation and outputs fp32 (CUBLAS_COMPUTE_32F); biases,
  * LayerNorm parameters, the residual stream, LayerNorm statistics, softmax, GELU (exact erf),

@@ -15,8 +15,12 @@
 #include <stdio.h>
 
 #ifdef SGC_EMULATE
-/* tests/gpu/emu: the same code run on the CPU (fibers for threads, a reference GEMM for cuBLAS) */
-#include "cuda_emu.h"
+/* The tests build these files against a CPU emulation of CUDA (fibers for threads, a reference
+ * GEMM for cuBLAS): their wrappers include the emulation's header before the .cu file, so no
+ * shipped file names anything under tests/. */
+#ifndef SG_TESTS_GPU_CUDA_EMU_H
+#error "an SGC_EMULATE build includes the CUDA emulation header (tests/gpu/emu/cuda_emu.h) before this file"
+#endif
 #define SGC_KERNEL_CALL(kernel, grid, block, smem, stream, ...) SGC_EMU_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__)
 #else
 #include <cublas_v2.h>

@@ -422,12 +422,23 @@ static void ex_destroy(sg_backend *self)
     free(self);
 }
 
+/* The config keys (docs/plugins.md, "The example plugin"), in the order an unknown key's error lists
+ * them. */
+static const sg_cfg_key_t example_config[] = {
+    SG_CFG_CUSTOM_KEY("documents"),
+    SG_CFG_INT(sg_backend, delay_ms, "delay_ms", 0, 3600000, 0),
+    SG_CFG_INT(sg_backend, delay_per_query_ms, "delay_per_query_ms", 0, 60000, 0),
+    SG_CFG_BOOL(sg_backend, hang, "hang", 0),
+    SG_CFG_CUSTOM_KEY("error"),
+    SG_CFG_INT(sg_backend, n_workers, "workers", 1, 64, 1),
+    SG_CFG_INT(sg_backend, max_pending, "max_pending", 1, 10000000, 10000),
+    SG_CFG_BOOL(sg_backend, directives, "directives", 0),
+    SG_CFG_CUSTOM_KEY("pages"),
+};
+
 static sg_status ex_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
-    (void)base_dir;
-    static const char *const keys[] = {"documents", "delay_ms",    "delay_per_query_ms", "hang",  "error",
-                                       "workers",   "max_pending", "directives",         "pages", NULL};
     static const char *const ekeys[] = {"status", "message", NULL};
     sg_cfg_t c = {"config", err, err_size};
     cJSON *root = cJSON_ParseWithLength(config_json, config_len);
@@ -438,13 +449,13 @@ static sg_status ex_create(const sg_host_api *host, const char *instance, const 
     self->name = strdup(instance);
     pthread_mutex_init(&self->mu, NULL);
     pthread_cond_init(&self->cv, NULL);
-    int64_t v;
     sg_status st = SG_EINVAL;
     if (root == NULL) {
         snprintf(err, err_size, "config: not valid JSON");
         goto fail;
     }
-    if (sg_cfg_check_keys(&c, root, keys) != 0)
+    /* every key is checked and the plain ones read here; documents, pages and error below */
+    if (sg_cfg_read(&c, root, example_config, sizeof(example_config) / sizeof(example_config[0]), base_dir, self) != 0)
         goto fail;
     const cJSON *docs = cJSON_GetObjectItemCaseSensitive(root, "documents");
     if (docs == NULL) {
@@ -460,20 +471,6 @@ static sg_status ex_create(const sg_host_api *host, const char *instance, const 
     const cJSON *pages = cJSON_GetObjectItemCaseSensitive(root, "pages");
     if (pages != NULL && load_docs(pages, "pages", &self->pages, &self->n_pages, 0, &c) != 0)
         goto fail;
-    if (sg_cfg_int(&c, root, "delay_ms", 0, 3600000, 0, &v) != 0)
-        goto fail;
-    self->delay_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "delay_per_query_ms", 0, 60000, 0, &v) != 0)
-        goto fail;
-    self->delay_per_query_ms = (uint32_t)v;
-    if (sg_cfg_bool(&c, root, "hang", 0, &self->hang) != 0 || sg_cfg_bool(&c, root, "directives", 0, &self->directives) != 0)
-        goto fail;
-    if (sg_cfg_int(&c, root, "workers", 1, 64, 1, &v) != 0)
-        goto fail;
-    self->n_workers = (size_t)v;
-    if (sg_cfg_int(&c, root, "max_pending", 1, 10000000, 10000, &v) != 0)
-        goto fail;
-    self->max_pending = (size_t)v;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
     if (e != NULL && !cJSON_IsNull(e)) {
         sg_cfg_t ce = {"config.error", err, err_size};

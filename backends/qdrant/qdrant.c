@@ -4,7 +4,7 @@
  * RLinf's local_retrieval_server.py does, but batched.
  *
  * search() copies the queries and queues the call for the encoder threads (the e5 encoder of
- * backends/local/encoder, shared as the sg_e5 library). An encoder thread takes queued calls up
+ * backends/encoder, shared as the sg_e5 library). An encoder thread takes queued calls up
  * to `max_batch` queries at once, encodes them with the "query: " prefix (mean pooling, L2
  * normalisation), and hands each call's single POST /collections/{c}/points/query/batch
  * (`limit` = topk, `with_payload`: true, optional hnsw_ef/exact/score_threshold/using) to this

@@ -3,6 +3,7 @@
  * query API): the /points/query/batch request, its reply, error replies and collection info.
  */
 #include "qdrant_parse.h"
+#include "json.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -85,7 +86,7 @@ static void emit_point(sg_buf_t *b, const cJSON *payload, const char *id)
             first = 0;
             sg_buf_append_json_string(b, k, strlen(k));
             sg_buf_append(b, ":", 1);
-            sg_buf_append_json(b, it);
+            sg_json_append_value(b, it);
         }
     }
     if (!has_id) {

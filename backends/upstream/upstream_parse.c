@@ -6,6 +6,7 @@
  * valid UTF-8) so the gateway can splice it and serve either shape to its own clients.
  */
 #include "upstream_parse.h"
+#include "json.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -20,7 +21,7 @@ static void emit(sg_buf_t *b, const cJSON *doc, int add_url)
     const cJSON *url = cJSON_GetObjectItemCaseSensitive(doc, "url");
     if (add_url && url == NULL) {
         /* the object plus a trailing "url": "" */
-        sg_buf_append_json(b, doc);
+        sg_json_append_value(b, doc);
         b->len -= 1; /* drop '}' */
         if (doc->child != NULL)
             sg_buf_append(b, ",", 1);
@@ -31,10 +32,10 @@ static void emit(sg_buf_t *b, const cJSON *doc, int add_url)
         if (copy == NULL)
             abort();
         cJSON_ReplaceItemInObjectCaseSensitive(copy, "url", cJSON_CreateString(""));
-        sg_buf_append_json(b, copy);
+        sg_json_append_value(b, copy);
         cJSON_Delete(copy);
     } else {
-        sg_buf_append_json(b, doc);
+        sg_json_append_value(b, doc);
     }
 }
 

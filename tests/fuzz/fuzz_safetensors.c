@@ -1,6 +1,6 @@
 /*
  * fuzz_safetensors.c -- libFuzzer harness for the safetensors header reader of the e5 encoder
- * (backends/local/encoder/safetensors.c), through sg_st_open_buffer. Byte 0 picks the layout:
+ * (backends/encoder/safetensors.c), through sg_st_open_buffer. Byte 0 picks the layout:
  * odd: the rest is the file as is; even: the rest is the JSON header up to the first NUL byte
  * and the data area after it (none without a NUL), and the harness writes the 8-byte header
  * length in front, so mutations reach the JSON. Checks: never crashes or leaks; a failure has

@@ -1,6 +1,6 @@
 /*
  * fuzz_wordpiece.c -- libFuzzer harness for the WordPiece tokenizer of the e5 encoder
- * (backends/local/encoder/wordpiece.c) over the e5-tiny fixture's vocabulary (the real
+ * (backends/encoder/wordpiece.c) over the e5-tiny fixture's vocabulary (the real
  * 30,522-token BERT one), loaded once. Byte 0 picks max_len (2 .. 65) and whether the
  * "query: " prefix is used; the rest is the text (any bytes; at most MAX_TEXT of them are used:
  * longer texts only repeat what shorter ones reach, at the cost of speed -- WordPiece's greedy

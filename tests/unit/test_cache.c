@@ -9,9 +9,14 @@
 #include "server.h"
 #include "../cache/cache.h"
 
+/* A blob holding `frag` (no documents located in it: L1 only counts and returns it). */
 static sg_blob_t *blob_of(const char *frag)
 {
-    return sg_blob_from_fragment(SG_SHAPE_SCORED, frag, strlen(frag));
+    sg_blob_t *b = sg_mem_calloc(1, sizeof(*b));
+    atomic_init(&b->refs, 1);
+    b->json = sg_strdup(frag);
+    b->json_len = strlen(frag);
+    return b;
 }
 
 static void test_hit_miss_expiry(void **state)

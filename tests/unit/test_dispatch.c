@@ -15,6 +15,8 @@
 #include <string.h>
 #include "server.h"
 #include "query.h"
+#include "query_impl.h"
+#include "dispatch.h"
 #include "clients.h"
 #include "../cache/cache.h"
 
@@ -138,7 +140,7 @@ static int teardown(void **state)
         run_loop(i);
         free(q);
         h2o_evloop_destroy(loops[i].loop);
-        free(loops[i].heap);
+        sg_timers_dispose(&loops[i].timers);
     }
     sg_cache_dispose();
     sg_dispatch_dispose();

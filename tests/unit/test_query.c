@@ -14,6 +14,8 @@
 #include <string.h>
 #include "server.h"
 #include "query.h"
+#include "query_impl.h"
+#include "dispatch.h"
 #include "clients.h"
 #include "../cache/cache.h"
 
@@ -146,7 +148,7 @@ static void run_loop(void)
 {
     for (int k = 0; k < 3; ++k) {
         h2o_evloop_run(loop.loop, 0);
-        sg__timers_run(&loop);
+        sg_timers_run(&loop.timers);
     }
 }
 
@@ -161,7 +163,7 @@ static int teardown(void **state)
     run_loop();
     free(q);
     h2o_evloop_destroy(loop.loop);
-    free(loop.heap);
+    sg_timers_dispose(&loop.timers);
     sg_cache_dispose();
     sg_dispatch_dispose();
     sg_clients_destroy(sg_server.clients);
@@ -277,7 +279,7 @@ static void test_deadline(void **state)
     assert_int_equal(calls[0].s->deadline_ms, (now + 30000) / 1000);
     while (o.calls == 0 && sg_now_us() < now + 5000000) {
         h2o_evloop_run(loop.loop, 5);
-        sg__timers_run(&loop);
+        sg_timers_run(&loop.timers);
     }
     assert_int_equal(o.calls, 1);
     assert_int_equal(o.status, 504);

@@ -1,9 +1,9 @@
 /*
- * common.h -- small utilities shared by every gateway file: allocation that aborts on OOM,
- * a growable byte buffer, the monotonic clock, logging and hashing.
+ * common.h -- small utilities every layer shares: allocation that aborts on OOM, a growable byte
+ * buffer (buf.h), the monotonic clock, logging and hashing.
  */
-#ifndef SG_GATEWAY_COMMON_H
-#define SG_GATEWAY_COMMON_H
+#ifndef SG_LIB_COMMON_H
+#define SG_LIB_COMMON_H
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,7 +19,7 @@ void *sg_mem_realloc(void *p, size_t sz);
 char *sg_strdup(const char *s);
 char *sg_strndup(const char *s, size_t n);
 
-#include "buf.h" /* sg_buf_t, from backends/common (shared with the plugins) */
+#include "buf.h"
 
 /** Monotonic milliseconds (CLOCK_MONOTONIC) and microseconds. */
 uint64_t sg_now_ms(void);

@@ -1,9 +1,9 @@
 /*
- * buf.h -- a growable byte buffer, shared by the gateway and the plugins (library sg_common).
+ * buf.h -- a growable byte buffer, shared by the gateway, the cache and the plugins (library sg_lib).
  * Allocation failure aborts the process (h2o/Redis style), so callers never check.
  */
-#ifndef SG_BACKENDS_COMMON_BUF_H
-#define SG_BACKENDS_COMMON_BUF_H
+#ifndef SG_LIB_BUF_H
+#define SG_LIB_BUF_H
 
 #include <stddef.h>
 #include <string.h>

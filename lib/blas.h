@@ -17,8 +17,8 @@
  * SG_BLAS_SIMULATE_DEFAULT_CORE (e.g. "Prescott") makes the decision behave as if OpenBLAS had
  * picked that core by itself: how the CPU-OpenBLAS-does-not-know case is reproduced on one it knows.
  */
-#ifndef SG_BACKENDS_COMMON_BLAS_H
-#define SG_BACKENDS_COMMON_BLAS_H
+#ifndef SG_LIB_BLAS_H
+#define SG_LIB_BLAS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,8 +5,8 @@
  * Series are created once (find-or-create under a mutex) and then updated lock-free with relaxed
  * atomics; callers keep the returned pointers, so the hot path never looks anything up.
  */
-#ifndef SG_GATEWAY_METRICS_H
-#define SG_GATEWAY_METRICS_H
+#ifndef SG_LIB_METRICS_H
+#define SG_LIB_METRICS_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -62,18 +62,11 @@ void sg_metrics_add_collector(sg_metrics_collector_fn fn, void *arg);
 void sg_metrics_render(sg_buf_t *out);
 /** Renders every series as JSON: {"name{labels}": value, ...} (histograms as {count,sum,buckets}). */
 void sg_metrics_render_json(sg_buf_t *out);
-/** Sum of all series of a counter family (0 when unknown); for /stats and tests. */
-uint64_t sg_metrics_counter_total(const char *name);
 /** Frees the registry (at exit). */
 void sg_metrics_reset(void);
 
-/** The sink handed to plugin stats(): plugin samples are rendered with a backend label. */
-typedef struct st_sg_metrics_sink_t {
-    sg_buf_t *out;
-    const char *backend;
-    char last_name[128];
-} sg_metrics_sink_t;
-void sg_metrics_plugin_sample(void *sink, const char *name, const char *help, int type, const char *labels, double value);
+/** Appends a sample value as the exposition format writes it (integers without a fraction, NaN, +Inf). */
+void sg_metrics_render_value(sg_buf_t *out, double v);
 
 /*
  * The per-second ring (last 15 minutes) that /stats serves to the dashboard: requests, queries,

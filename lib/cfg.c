@@ -194,3 +194,60 @@ int sg_cfg_secret_env(sg_cfg_t *c, const cJSON *obj, const char *key, int requir
     *out = dup_str(val);
     return 0;
 }
+
+static void store_int(void *dst, size_t size, int64_t v)
+{
+    uint8_t u8 = (uint8_t)v;
+    uint16_t u16 = (uint16_t)v;
+    uint32_t u32 = (uint32_t)v;
+    uint64_t u64 = (uint64_t)v;
+    memcpy(dst, size == 1 ? (void *)&u8 : size == 2 ? (void *)&u16 : size == 4 ? (void *)&u32 : (void *)&u64, size);
+}
+
+static int read_entry(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *k, const char *base_dir, char *dst)
+{
+    int64_t v;
+    int b;
+    char *str = NULL;
+    switch (k->type) {
+    case SG_CFG_INT:
+        if (sg_cfg_int(c, obj, k->key, k->min, k->max, k->def, &v) != 0)
+            return -1;
+        store_int(dst + k->offset, k->size, v);
+        return 0;
+    case SG_CFG_DOUBLE:
+        return sg_cfg_double(c, obj, k->key, k->dmin, k->dmax, k->ddef, (double *)(void *)(dst + k->offset));
+    case SG_CFG_BOOL:
+    case SG_CFG_ENUM:
+        if ((k->type == SG_CFG_BOOL ? sg_cfg_bool(c, obj, k->key, (int)k->def, &b)
+                                    : sg_cfg_enum(c, obj, k->key, k->choices, (int)k->def, &b)) != 0)
+            return -1;
+        memcpy(dst + k->offset, &b, sizeof(b));
+        return 0;
+    case SG_CFG_STRING:
+    case SG_CFG_PATH:
+        if ((k->type == SG_CFG_STRING ? sg_cfg_string(c, obj, k->key, k->required, k->sdef, &str)
+                                      : sg_cfg_path(c, obj, k->key, k->required, base_dir, &str)) != 0)
+            return -1;
+        memcpy(dst + k->offset, &str, sizeof(str));
+        return 0;
+    default:
+        return 0; /* SG_CFG_CUSTOM: the plugin reads it */
+    }
+}
+
+int sg_cfg_read(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst)
+{
+    const char *allowed[65];
+    if (n >= sizeof(allowed) / sizeof(allowed[0]))
+        return sg_cfg_fail(c, NULL, NULL, "too many keys in the plugin's config table");
+    for (size_t i = 0; i < n; ++i)
+        allowed[i] = table[i].key;
+    allowed[n] = NULL;
+    if (sg_cfg_check_keys(c, obj, allowed) != 0)
+        return -1;
+    for (size_t i = 0; i < n; ++i)
+        if (read_entry(c, obj, &table[i], base_dir, dst) != 0)
+            return -1;
+    return 0;
+}

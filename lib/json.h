@@ -1,15 +1,23 @@
 /*
- * json.h -- the JSON writing helpers the gateway uses to build responses by splicing, and the
- * strict (RFC 8259) check of request bodies that runs before cJSON, which is lenient.
+ * json.h -- the one JSON writer (strings: buf.h; doubles, cJSON values, error bodies: here) that
+ * the gateway and the plugins build their output with, and the strict (RFC 8259) check of request
+ * bodies that runs before cJSON, which is lenient.
  */
-#ifndef SG_GATEWAY_JSON_H
-#define SG_GATEWAY_JSON_H
+#ifndef SG_LIB_JSON_H
+#define SG_LIB_JSON_H
 
+#include <cJSON.h>
 #include "common.h"
 
 /* JSON strings: sg_buf_append_json_string() (buf.h). */
 /** Appends a double in the shortest form that reads back to the same value ("null" for NaN/inf). */
 void sg_json_append_double(sg_buf_t *b, double v);
+/**
+ * Appends the JSON text of `v` (compact). Strings go through sg_buf_append_json_string, so the
+ * output is valid UTF-8 even when the input was not; numbers pass through (integers stay
+ * integers); NaN and infinities become null.
+ */
+void sg_json_append_value(sg_buf_t *b, const cJSON *v);
 /** Builds `{"error": {"code": status, "type": type, "message": msg}, "detail": msg}` into `b`. */
 void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *msg);
 

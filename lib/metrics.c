@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include "sg_backend.h"
 
 const double sg_hist_bounds[SG_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,     0.25,
                                                 0.5,    1,     2.5,    5,     10,   30,    60,   INFINITY};
@@ -111,7 +110,7 @@ void sg_metrics_add_collector(sg_metrics_collector_fn fn, void *arg)
     pthread_mutex_unlock(&reg_mutex);
 }
 
-static void render_value(sg_buf_t *out, double v)
+void sg_metrics_render_value(sg_buf_t *out, double v)
 {
     if (isnan(v))
         sg_buf_appends(out, "NaN");
@@ -131,7 +130,7 @@ static void render_sample(sg_buf_t *out, const char *name, const char *suffix, c
     if (has_l || has_e)
         sg_buf_appendf(out, "{%s%s%s}", has_l ? labels : "", has_l && has_e ? "," : "", has_e ? extra : "");
     sg_buf_appendc(out, ' ');
-    render_value(out, v);
+    sg_metrics_render_value(out, v);
     sg_buf_appendc(out, '\n');
 }
 
@@ -209,18 +208,6 @@ void sg_metrics_render_json(sg_buf_t *out)
     pthread_mutex_unlock(&reg_mutex);
 }
 
-uint64_t sg_metrics_counter_total(const char *name)
-{
-    uint64_t total = 0;
-    pthread_mutex_lock(&reg_mutex);
-    for (family_t *f = families; f != NULL; f = f->next)
-        if (f->kind == K_COUNTER && strcmp(f->name, name) == 0)
-            for (series_t *s = f->series; s != NULL; s = s->next)
-                total += atomic_load(&s->u.c.v);
-    pthread_mutex_unlock(&reg_mutex);
-    return total;
-}
-
 void sg_metrics_reset(void)
 {
     pthread_mutex_lock(&reg_mutex);
@@ -245,26 +232,6 @@ void sg_metrics_reset(void)
     }
     collectors_tail = &collectors;
     pthread_mutex_unlock(&reg_mutex);
-}
-
-void sg_metrics_plugin_sample(void *sinkp, const char *name, const char *help, int type, const char *labels, double value)
-{
-    sg_metrics_sink_t *sink = sinkp;
-    if (sink == NULL || name == NULL)
-        return;
-    /* only [a-zA-Z0-9_:] may appear in a metric name; drop anything else rather than break the exposition */
-    for (const char *p = name; *p != '\0'; ++p)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == ':'))
-            return;
-    if (strcmp(sink->last_name, name) != 0) {
-        sg_buf_appendf(sink->out, "# HELP searchgate_backend_%s %s\n# TYPE searchgate_backend_%s %s\n", name,
-                       help != NULL ? help : "", name, type == SG_METRIC_COUNTER ? "counter" : "gauge");
-        snprintf(sink->last_name, sizeof(sink->last_name), "%s", name);
-    }
-    sg_buf_appendf(sink->out, "searchgate_backend_%s{backend=\"%s\"%s%s} ", name, sink->backend,
-                   labels != NULL && labels[0] != '\0' ? "," : "", labels != NULL ? labels : "");
-    render_value(sink->out, value);
-    sg_buf_appendc(sink->out, '\n');
 }
 
 /* ---- per-second ring ---- */

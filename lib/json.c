@@ -270,3 +270,60 @@ long sg_json_validate(const char *p, size_t len, size_t *bad_at, const char **wh
     *why = v.why;
     return -1;
 }
+
+/* A JSON number passed through: integers stay integers, others in the shortest form that reads back. */
+static void append_number(sg_buf_t *b, double d)
+{
+    if (!isfinite(d)) {
+        sg_buf_appends(b, "null");
+        return;
+    }
+    if (d == floor(d) && fabs(d) < 1e17) {
+        sg_buf_appendf(b, "%.0f", d);
+        return;
+    }
+    char tmp[40];
+    snprintf(tmp, sizeof(tmp), "%.15g", d);
+    if (strtod(tmp, NULL) != d)
+        snprintf(tmp, sizeof(tmp), "%.17g", d);
+    sg_buf_appends(b, tmp);
+}
+
+void sg_json_append_value(sg_buf_t *b, const cJSON *v)
+{
+    if (v == NULL || cJSON_IsNull(v) || cJSON_IsInvalid(v)) {
+        sg_buf_appends(b, "null");
+    } else if (cJSON_IsFalse(v)) {
+        sg_buf_appends(b, "false");
+    } else if (cJSON_IsTrue(v)) {
+        sg_buf_appends(b, "true");
+    } else if (cJSON_IsNumber(v)) {
+        append_number(b, v->valuedouble);
+    } else if (cJSON_IsString(v)) {
+        const char *s = v->valuestring != NULL ? v->valuestring : "";
+        sg_buf_append_json_string(b, s, strlen(s));
+    } else if (cJSON_IsRaw(v)) {
+        sg_buf_appends(b, v->valuestring != NULL ? v->valuestring : "null");
+    } else if (cJSON_IsArray(v)) {
+        sg_buf_append(b, "[", 1);
+        for (const cJSON *it = v->child; it != NULL; it = it->next) {
+            if (it != v->child)
+                sg_buf_append(b, ",", 1);
+            sg_json_append_value(b, it);
+        }
+        sg_buf_append(b, "]", 1);
+    } else if (cJSON_IsObject(v)) {
+        sg_buf_append(b, "{", 1);
+        for (const cJSON *it = v->child; it != NULL; it = it->next) {
+            if (it != v->child)
+                sg_buf_append(b, ",", 1);
+            const char *k = it->string != NULL ? it->string : "";
+            sg_buf_append_json_string(b, k, strlen(k));
+            sg_buf_append(b, ":", 1);
+            sg_json_append_value(b, it);
+        }
+        sg_buf_append(b, "}", 1);
+    } else {
+        sg_buf_appends(b, "null");
+    }
+}

@@ -1,0 +1,82 @@
+/*
+ * query_impl.h -- the inside of a query (query.h), for the files that run it: query.c (its life)
+ * and dispatch.c (flights and calls, which continue it). Everything here runs on the query's loop
+ * thread. Nothing else includes this header: entry points use query.h.
+ */
+#ifndef SG_GATEWAY_QUERY_IMPL_H
+#define SG_GATEWAY_QUERY_IMPL_H
+
+#include "query.h"
+#include "route.h"
+#include "clients.h"
+
+typedef struct st_sg_waiter_t sg_waiter_t;
+
+typedef struct st_sg_uq_t {
+    const char *text; /* points into the query's arena */
+    uint32_t len;
+    uint64_t hash;
+    sg_blob_t *blob;     /* set once answered */
+    sg_waiter_t *waiter; /* while waiting on a flight */
+    uint8_t fallback_tried;
+} sg_uq_t;
+
+struct st_sg_query_t {
+    h2o_linklist_t link; /* in loop->active until answered */
+    int refs;            /* loop thread only: the query itself + an outstanding Redis round trip */
+    sg_query_done_fn done;
+    void *ctx;
+    sg_loop_t *loop;
+    sg_backend_t *backend; /* the route's backend */
+    sg_backend_t *serving; /* the backend answering now (differs after a fallback) */
+    sg_client_t *client;
+    uint32_t topk;
+    int return_scores;
+    int is_access; /* POST /access: no cache, no flights */
+    uint64_t start_us;
+    uint64_t deadline_ms;
+    sg_timer_t timer; /* deadline, or the rate-limit wake-up */
+    int timer_is_ratelimit;
+    uint64_t max_wait_us; /* longest rate-limit wait this query accepts */
+    uint32_t n_queries, n_uniq;
+    uint32_t *slot_uniq;
+    sg_uq_t *uniq;
+    uint32_t n_pending; /* uniq entries without a blob */
+    char *arena;
+    uint32_t hits_l1, hits_redis, misses;
+    int responded;
+    char request_id[24];
+    int fallback_used;
+    int leg;      /* a fusion route's leg (query.h) */
+    char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
+
+    /* budget.c: the reservation dispatch draws from, while sg_dispatch_misses() runs */
+    struct st_sg_budget_charge_t *budget;
+};
+
+/** The search parameters of the backend answering now: the route's request parameters apply to
+ * the route's own backend only, never to its fallback. */
+static inline const char *sg__query_params(const sg_query_t *q)
+{
+    return q->serving == q->backend ? q->params : NULL;
+}
+
+/** A waiter finished (result or failure) for `q`; continues the query. */
+void sg__query_on_result(sg_query_t *q, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
+                         uint32_t retry_after_s);
+/** The cache step: looks the open distinct queries up (sg_cache_lookup), then continues. */
+void sg__query_lookup(sg_query_t *q);
+/** Continues a query after its cache lookup: answers it, or dispatches the misses. */
+void sg__query_after_cache(sg_query_t *q);
+/** Answers when every distinct query has its answer (dispatch found the last ones in L1). */
+void sg__query_finish_if_complete(sg_query_t *q);
+static inline void sg__query_ref(sg_query_t *q)
+{
+    ++q->refs;
+}
+/** Drops a reference; frees the query when none is left. */
+void sg__query_unref(sg_query_t *q);
+/** The cache key of one query text for backend `b` (its identity, topk and parameters). */
+void sg__query_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * route.h -- a route: one configured backend as the gateway serves it (its config, the loaded
+ * plugin instance, the cache identity, per-route metrics and admission state). Not to be confused
+ * with `sg_backend`, the plugin's own instance behind the ABI (sg_backend.h), which a route holds
+ * in `inst`.
+ *
+ * Routes are created at start-up (main.c) and live until exit; loops and plugin threads share
+ * them. Admission state is guarded by `admit_mutex`, metrics are atomic, the rest is read-only.
+ */
+#ifndef SG_GATEWAY_ROUTE_H
+#define SG_GATEWAY_ROUTE_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "sg_backend.h"
+#include "config.h"
+#include "metrics.h"
+#include "plugin.h"
+
+typedef struct st_sg_backend_t sg_backend_t;
+typedef struct st_sg_admit_queue_t sg_admit_queue_t;
+
+/* HTTP statuses the per-route and per-endpoint metrics count separately */
+enum {
+    SG_CODE_200,
+    SG_CODE_400,
+    SG_CODE_401,
+    SG_CODE_404,
+    SG_CODE_405,
+    SG_CODE_413,
+    SG_CODE_422,
+    SG_CODE_429,
+    SG_CODE_500,
+    SG_CODE_502,
+    SG_CODE_503,
+    SG_CODE_504,
+    SG_CODE_OTHER,
+    SG_NUM_CODES
+};
+int sg_code_index(int status);
+extern const int sg_code_values[SG_NUM_CODES];
+
+struct st_sg_backend_t {
+    int index;
+    const sg_backend_conf_t *conf;
+    sg_plugin_t plugin;
+    sg_backend *inst;
+    char *identity;    /* cache identity: plugin kind + name + plugin identity() */
+    int serves_access; /* POST /access is answered (the plugin has access() and a page store) */
+    /* metrics */
+    sg_counter_t *requests[SG_NUM_CODES];
+    sg_counter_t *queries[SG_NUM_CODES];
+    sg_hist_t *latency;
+    sg_gauge_t *inflight_requests;
+    sg_gauge_t *inflight_queries; /* handed to the plugin */
+    sg_gauge_t *queued_queries;   /* waiting for admission */
+    sg_counter_t *calls;          /* plugin search() calls */
+    sg_counter_t *call_errors;
+    sg_hist_t *call_latency;
+    sg_counter_t *batch_queries; /* queries per call: sum; with calls gives the mean batch size */
+    sg_counter_t *shed;          /* calls refused because the admission queue was full */
+    sg_counter_t *expired;       /* queued calls dropped at their deadline */
+    sg_counter_t *coalesced;     /* queries that joined an identical in-flight query */
+    sg_counter_t *fallbacks;     /* requests answered by the fallback backend */
+    sg_counter_t *cache_hits_l1, *cache_hits_redis, *cache_misses;
+    /* admission: guarded by admit_mutex */
+    pthread_mutex_t admit_mutex;
+    uint64_t admit_inflight;        /* queries */
+    uint64_t admit_queued;          /* queries */
+    sg_admit_queue_t *admit_queues; /* circular list of per-client queues with work (DRR) */
+};
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * blob.c -- result blobs (blob.h): reference counting and splicing either response shape from the
+ * same bytes without parsing.
+ */
+#include "blob.h"
+#include "common.h"
+
+#include <stdlib.h>
+
+void sg_blob_release(sg_blob_t *b)
+{
+    if (b == NULL || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    free(b->docs);
+    free(b->json);
+    free(b);
+}
+
+size_t sg_blob_fragment_len(const sg_blob_t *b, int return_scores)
+{
+    if (return_scores)
+        return b->json_len;
+    size_t n = 2 + (b->n_hits > 0 ? b->n_hits - 1 : 0);
+    for (uint32_t i = 0; i < b->n_hits; ++i)
+        n += b->docs[i].len;
+    return n;
+}
+
+char *sg_blob_write_fragment(const sg_blob_t *b, int return_scores, char *dst)
+{
+    if (return_scores) {
+        memcpy(dst, b->json, b->json_len);
+        return dst + b->json_len;
+    }
+    *dst++ = '[';
+    for (uint32_t i = 0; i < b->n_hits; ++i) {
+        if (i != 0)
+            *dst++ = ',';
+        memcpy(dst, b->json + b->docs[i].off, b->docs[i].len);
+        dst += b->docs[i].len;
+    }
+    *dst++ = ']';
+    return dst;
+}
+
+size_t sg_blob_footprint(const sg_blob_t *b)
+{
+    return sizeof(*b) + b->json_len + (b->docs != NULL ? b->n_hits * sizeof(*b->docs) : 0);
+}
+
+void sg_blob_append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *out)
+{
+    size_t n = sg_blob_fragment_len(b, return_scores);
+    sg_buf_reserve(out, n);
+    out->len = (size_t)(sg_blob_write_fragment(b, return_scores, out->base + out->len) - out->base);
+}

@@ -1,0 +1,44 @@
+/*
+ * blob.h -- the result of one query: a ready JSON fragment, shared read-only by every thread once
+ * published (the reference count is atomic). Requests, the L1 cache and deliveries to other loops
+ * share one copy; nobody writes to a published blob.
+ */
+#ifndef SG_LIB_BLOB_H
+#define SG_LIB_BLOB_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "buf.h"
+
+/**
+ * The result of one query, shared read-only between threads once published (refcount is atomic).
+ * `json` is the scored fragment `[{"document":DOC,"score":S},...]` and `docs` locates each DOC
+ * inside it, so the flat fragment `[DOC,...]` is spliced from the same bytes.
+ */
+typedef struct st_sg_blob_t {
+    _Atomic uint32_t refs;
+    uint32_t n_hits;
+    size_t json_len;
+    struct {
+        uint32_t off, len;
+    } * docs; /* n_hits entries (NULL when there are none) */
+    char *json;
+} sg_blob_t;
+
+static inline sg_blob_t *sg_blob_ref(sg_blob_t *b)
+{
+    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    return b;
+}
+void sg_blob_release(sg_blob_t *b);
+/** Size in bytes of the fragment for the given return_scores flag. */
+size_t sg_blob_fragment_len(const sg_blob_t *b, int return_scores);
+/** Writes the fragment to `dst` (sg_blob_fragment_len bytes); returns the end. */
+char *sg_blob_write_fragment(const sg_blob_t *b, int return_scores, char *dst);
+/** Appends the fragment for the given return_scores flag to `out` (MCP builds its content from it). */
+void sg_blob_append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *out);
+/** Approximate memory held by the blob (for the L1 byte budget). */
+size_t sg_blob_footprint(const sg_blob_t *b);
+
+#endif
