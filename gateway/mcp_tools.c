@@ -13,13 +13,15 @@
 #include "mcp.h"
 #include "json.h"
 #include "query.h"
+#include "fusion_route.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 typedef struct st_mcp_tool_t {
     char *name;
-    sg_backend_t *route;
+    sg_backend_t *route; /* the plugin route searched (or read, for access); NULL for a fusion search */
+    int fusion;          /* index into cfg->fusions for a fusion route's tools, else -1 */
     int is_access;
     sg_counter_t *ok, *failed;
 } mcp_tool_t;
@@ -33,6 +35,7 @@ static struct {
 typedef struct st_mcp_call_t {
     sg_mcp_item_t *item;
     sg_query_t *q;
+    sg_fusion_query_t *fq; /* a fusion route's search runs through sg_fusion_start() instead */
     const mcp_tool_t *tool;
     uint32_t n;
     char **texts; /* the queries (URLs), kept for the access text */
@@ -46,7 +49,9 @@ const char *sg_mcp_tools_list(size_t *len)
 
 static void append_tool(sg_buf_t *b, const mcp_tool_t *t, const sg_config_t *cfg)
 {
-    const sg_backend_conf_t *rc = t->route->conf;
+    const sg_fusion_conf_t *fc = t->fusion >= 0 ? &cfg->fusions[t->fusion] : NULL;
+    const char *rname = fc != NULL ? fc->name : t->route->conf->name;
+    uint32_t rtopk = fc != NULL ? fc->topk : t->route->conf->topk;
     sg_buf_appends(b, "{\"name\":");
     sg_buf_append_json_string(b, t->name, strlen(t->name));
     sg_buf_t d = {0};
@@ -54,10 +59,10 @@ static void append_tool(sg_buf_t *b, const mcp_tool_t *t, const sg_config_t *cfg
         sg_buf_appendf(&d,
                        "Search the %s route (%s backend). Returns the top documents for each query, as text formatted like the "
                        "Search-R1 observation (Doc 1(Title: ...) text) and as structured documents.",
-                       rc->name, t->route->plugin.vt->name);
+                       rname, fc != NULL ? "fusion of other routes" : t->route->plugin.vt->name);
         sg_buf_appends(b, ",\"title\":");
         char title[160];
-        snprintf(title, sizeof(title), "Search %s", rc->name);
+        snprintf(title, sizeof(title), "Search %s", rname);
         sg_buf_append_json_string(b, title, strlen(title));
         sg_buf_appends(b, ",\"description\":");
         sg_buf_append_json_string(b, d.base, d.len);
@@ -71,15 +76,15 @@ static void append_tool(sg_buf_t *b, const mcp_tool_t *t, const sg_config_t *cfg
             ",\"outputSchema\":{\"type\":\"object\",\"properties\":{\"result\":{\"type\":\"array\",\"description\":\"One list "
             "per query of {document, score}, best first, as POST /retrieve returns with return_scores true.\","
             "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}}},\"required\":[\"result\"]}",
-            cfg->limits.max_queries, cfg->limits.max_topk, rc->topk);
+            cfg->limits.max_queries, cfg->limits.max_topk, rtopk);
     } else {
         sg_buf_appendf(&d,
                        "Read pages of the %s route's page store by URL (as POST /access). Returns each page's contents as text and "
                        "the pages (null when unknown) as structured content.",
-                       rc->name);
+                       rname);
         sg_buf_appends(b, ",\"title\":");
         char title[160];
-        snprintf(title, sizeof(title), "Access pages of %s", rc->name);
+        snprintf(title, sizeof(title), "Access pages of %s", rname);
         sg_buf_append_json_string(b, title, strlen(title));
         sg_buf_appends(b, ",\"description\":");
         sg_buf_append_json_string(b, d.base, d.len);
@@ -98,32 +103,48 @@ static void append_tool(sg_buf_t *b, const mcp_tool_t *t, const sg_config_t *cfg
     sg_buf_appends(b, ",\"annotations\":{\"readOnlyHint\":true,\"idempotentHint\":true}}");
 }
 
+static void add_tool(const char *name, sg_backend_t *route, int fusion, int is_access)
+{
+    mcp_tool_t *t = &X.tools[X.n++];
+    t->name = sg_strdup(name);
+    t->route = route;
+    t->fusion = fusion;
+    t->is_access = is_access;
+    char l[300];
+    snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"ok\"", name);
+    t->ok = sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).",
+                               l);
+    snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"error\"", name);
+    t->failed = sg_metrics_counter("searchgate_mcp_tool_calls_total",
+                                   "MCP tools/call by tool and outcome (error: isError results).", l);
+}
+
 void sg_mcp_tools_init(sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
-    X.tools = sg_mem_calloc(2 * s->n_backends, sizeof(*X.tools));
-    for (int access = 0; access < 2; ++access)
+    X.tools = sg_mem_calloc(2 * (s->n_backends + cfg->n_fusions), sizeof(*X.tools));
+    char name[200];
+    for (int access = 0; access < 2; ++access) {
         for (size_t i = 0; i < s->n_backends; ++i) {
             sg_backend_t *b = &s->backends[i];
             if (access && !b->serves_access)
                 continue;
-            mcp_tool_t *t = &X.tools[X.n++];
-            char name[200];
             if ((int)i == cfg->default_backend)
                 snprintf(name, sizeof(name), "%s", access ? "access" : "search");
             else
                 snprintf(name, sizeof(name), "%s_%s", access ? "access" : "search", b->conf->name);
-            t->name = sg_strdup(name);
-            t->route = b;
-            t->is_access = access;
-            char l[300];
-            snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"ok\"", name);
-            t->ok = sg_metrics_counter("searchgate_mcp_tool_calls_total",
-                                       "MCP tools/call by tool and outcome (error: isError results).", l);
-            snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"error\"", name);
-            t->failed = sg_metrics_counter("searchgate_mcp_tool_calls_total",
-                                           "MCP tools/call by tool and outcome (error: isError results).", l);
+            add_tool(name, b, -1, access);
         }
+        /* fusion routes (never the default route): search fans out to the legs; access reads the
+         * pages of the first leg with a page store, as POST /access on the route does */
+        for (size_t i = 0; i < cfg->n_fusions; ++i) {
+            sg_backend_t *via = access ? sg_fusion_access_backend((int)i) : NULL;
+            if (access && via == NULL)
+                continue;
+            snprintf(name, sizeof(name), "%s_%s", access ? "access" : "search", cfg->fusions[i].name);
+            add_tool(name, via, (int)i, access);
+        }
+    }
     sg_buf_appends(&X.list, "{\"tools\":[");
     for (size_t i = 0; i < X.n; ++i) {
         if (i != 0)
@@ -381,6 +402,12 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
     sg_mcp_item_done(item);
 }
 
+static void on_fusion_done(void *ctx, const sg_query_result_t *res, const char *partial)
+{
+    (void)partial; /* counted by searchgate_fusion_partial_total; the answer holds the other legs' documents */
+    on_query_done(ctx, res);
+}
+
 /* Reads `one` (a string) or `many` (a non-empty array of strings) into texts; -1 with a message. */
 static int read_texts(const cJSON *args, const char *one, const char *many, char ***texts, uint32_t *n, char *err, size_t err_size)
 {
@@ -482,6 +509,21 @@ int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client,
     uint32_t *lens = sg_mem_alloc(n * sizeof(*lens));
     for (uint32_t i = 0; i < n; ++i)
         lens[i] = (uint32_t)strlen(texts[i]);
+    item->call = c;
+    if (tool->fusion >= 0 && !tool->is_access) {
+        sg_fusion_spec_t fs = {0};
+        fs.route = tool->fusion;
+        fs.client = client;
+        fs.texts = (const char *const *)texts;
+        fs.lens = lens;
+        fs.n = n;
+        fs.topk = topk;
+        sg_fusion_query_t *fq = sg_fusion_start(loop, &fs, on_fusion_done, c);
+        free(lens);
+        if (fq != NULL) /* else done() already ran and freed the call */
+            c->fq = fq;
+        return 1;
+    }
     sg_query_spec_t spec = {0};
     spec.route = tool->route;
     spec.client = client;
@@ -490,7 +532,6 @@ int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client,
     spec.n = n;
     spec.topk = topk;
     spec.is_access = tool->is_access;
-    item->call = c;
     sg_query_t *q = sg_query_start(loop, &spec, on_query_done, c);
     free(lens);
     if (q != NULL) /* else done() already ran and freed the call */
@@ -506,5 +547,7 @@ void sg_mcp_tools_cancel(sg_mcp_item_t *item)
     item->call = NULL;
     if (c->q != NULL)
         sg_query_cancel(c->q);
+    if (c->fq != NULL)
+        sg_fusion_cancel(c->fq);
     call_free(c);
 }

@@ -408,6 +408,45 @@ class Tools(unittest.TestCase):
         self.assertGreaterEqual(self.gw.metric("searchgate_client_requests_total"), 1)  # the pipeline counts the call
 
 
+class FusionTools(unittest.TestCase):
+    """A fusion route (docs/fusion.md) is a route like the others: its search tool fans the query out
+    to the legs through the same pipeline and answers what POST /retrieve/<fusion> answers; its access
+    tool reads the first leg with a page store."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.gw = Gateway({"backends": [example_backend(), example_backend("wiki", pages=PAGES),
+                                       {"name": "hybrid", "fusion": {"routes": ["example", "wiki"], "method": "rrf"},
+                                        "topk": 4}]})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+
+    def test_tools_are_listed(self):
+        r = post(self.gw, rpc("tools/list", {}))
+        names = [t["name"] for t in r.json()["result"]["tools"]]
+        self.assertIn("search_hybrid", names)
+        self.assertIn("access_hybrid", names)  # through its leg "wiki", which has pages
+
+    def test_search_matches_retrieve(self):
+        for args, queries, topk in (({"query": "paris"}, ["paris"], 4), ({"queries": ["hamlet", "tokyo"], "topk": 2},
+                                                                           ["hamlet", "tokyo"], 2)):
+            r = post(self.gw, rpc("tools/call", {"name": "search_hybrid", "arguments": args}))
+            res = r.json()["result"]
+            self.assertFalse(res["isError"], res)
+            want = self.gw.retrieve(queries, topk=topk, path="/retrieve/hybrid").json()["result"]
+            self.assertEqual(res["structuredContent"]["result"], want)
+            self.assertEqual([c["text"] for c in res["content"]], [passages2string(x) for x in want])
+        self.assertGreaterEqual(self.gw.metric("searchgate_mcp_tool_calls_total", tool="search_hybrid", outcome="ok"), 2)
+
+    def test_access_reads_the_leg_with_pages(self):
+        r = post(self.gw, rpc("tools/call", {"name": "access_hybrid", "arguments": {"url": PAGES[0]["url"]}}))
+        res = r.json()["result"]
+        self.assertFalse(res["isError"], res)
+        self.assertEqual(res["content"][0]["text"], "Hamlet is a tragedy.")
+
+
 def verl_mcp_search_parse(content):
     """verl's MCPSearchTool._parse_tool_result (verl/tools/mcp_search_tool.py): regular expressions
     over each text part, after turning ' into \"."""
