@@ -112,11 +112,11 @@ static void add_tool(const char *name, sg_backend_t *route, int fusion, int is_a
     t->is_access = is_access;
     char l[300];
     snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"ok\"", name);
-    t->ok = sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).",
-                               l);
+    t->ok =
+        sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).", l);
     snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"error\"", name);
-    t->failed = sg_metrics_counter("searchgate_mcp_tool_calls_total",
-                                   "MCP tools/call by tool and outcome (error: isError results).", l);
+    t->failed =
+        sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).", l);
 }
 
 void sg_mcp_tools_init(sg_server_t *s)
