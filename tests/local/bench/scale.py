@@ -77,7 +77,7 @@ def ensure_data(build, data, n):
         return corpus, flat, json.load(f)
 
 
-def ensure_index(build, data, n, kind, flat, pq_m, rerank, n_eval=1000):
+def ensure_index(build, data, n, kind, flat, pq_m, rerank, n_eval=1000, train_rows=0, blas_threads=0):
     if kind == "flat":
         return flat, {"size": os.path.getsize(flat)}
     f = factory(kind, n, pq_m)
@@ -90,12 +90,16 @@ def ensure_index(build, data, n, kind, flat, pq_m, rerank, n_eval=1000):
             argv += ["--rerank", str(rerank)]
         if kind == "hnsw":
             argv += ["--ef-search", "16,32,64,128,256"]
+        if train_rows > 0:
+            argv += ["--train-rows", str(train_rows)]
+        if blas_threads > 0:
+            argv += ["--blas-threads", str(blas_threads)]
         log("converting %d rows to %s" % (n, f))
         wall, peak, report = run_timed(argv, out + ".report")
         with open(out + ".sgmeta") as fm:
             meta = json.load(fm)
         info = {"factory": f, "convert_wall_s": wall, "convert_peak_rss": peak, "size": os.path.getsize(out), "meta": meta,
-                "report": report, "convert_build": build}
+                "report": report, "convert_build": build, "convert_argv": argv[1:]}
         with open(info_path, "w") as fi:
             json.dump(info, fi)
     with open(info_path) as fi:
@@ -388,6 +392,8 @@ def main():
     ap.add_argument("--only-build", action="store_true", help="make data and indexes, measure nothing")
     ap.add_argument("--convert-build", help="the build whose searchgate-index-convert makes the indexes (default: --build)")
     ap.add_argument("--eval", type=int, default=1000, help="held-out rows of convert's recall report")
+    ap.add_argument("--train-rows", type=int, default=0, help="convert's --train-rows (default: convert's own)")
+    ap.add_argument("--blas-threads", type=int, default=0, help="convert's --blas-threads (default: convert's own)")
     ap.add_argument("--tag", default="", help="suffix of the result keys (e.g. -avx2 for another FAISS build)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", action="store_true", help="only print the tables of --out")
@@ -417,7 +423,7 @@ def main():
         res["data"] = stats
         kinds = a.kinds.split(",")
         cb = os.path.abspath(a.convert_build or a.build)
-        idx = {k: ensure_index(cb, a.data, n, k, flat, a.pq_m, a.rerank, a.eval) for k in kinds}
+        idx = {k: ensure_index(cb, a.data, n, k, flat, a.pq_m, a.rerank, a.eval, a.train_rows, a.blas_threads) for k in kinds}
         for k in kinds:
             res.setdefault(k + a.tag, {})["index"] = {kk: vv for kk, vv in idx[k][1].items() if kk != "report"}
         with open(a.out, "w") as f:
