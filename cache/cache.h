@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../gateway/server.h"
+#include "redis.h"
 
 typedef struct st_sg_l1_t sg_l1_t;
 
@@ -26,46 +27,50 @@ void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uin
 /** Current bytes and entries (for /stats and tests). */
 void sg_l1_usage(sg_l1_t *c, size_t *bytes, size_t *entries);
 
-/** Builds the binary cache key of one query into `out` (cleared first). */
-void sg_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
+/**
+ * Builds the binary cache key of one query into `out` (cleared first): the route's cache
+ * `identity` (plugin kind, route name, plugin version and identity()), topk, the canonical
+ * search parameters (NULL or "" when none) and the query text.
+ */
+void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len);
 /** Serialises a blob for Redis: "SG1 <n> <off> <len>...\n" + the scored fragment. */
 void sg_cache_encode(sg_buf_t *out, const sg_blob_t *blob);
 /** Parses what sg_cache_encode wrote (NULL when malformed: treated as a miss). */
 sg_blob_t *sg_cache_decode(const char *p, size_t len);
 
-/** Creates the shared L1 and metrics; per-loop Redis connections are made by sg_cache_init_loop. */
-void sg_cache_init(sg_server_t *s);
-void sg_cache_init_loop(sg_loop_t *loop);
-void sg_cache_dispose_loop(sg_loop_t *loop);
-void sg_cache_dispose(sg_server_t *s);
+/** Creates the shared L1 (none when `l1_bytes` is 0) and the cache's metrics. Main thread, once. */
+void sg_cache_init(size_t l1_bytes, const char *redis_prefix);
+void sg_cache_dispose(void);
+/** The prefix of every Redis key this gateway writes (cache.redis.prefix). */
+const char *sg_cache_redis_prefix(void);
+
+enum { SG_CACHE_MISS = 0, SG_CACHE_L1 = 1, SG_CACHE_REDIS = 2 };
 
 /**
- * Looks the request's distinct queries up: L1 synchronously, then one pipelined MGET to Redis
- * for the rest. Calls sg_rreq_after_cache(r) when done -- possibly before returning.
+ * The answer of sg_cache_lookup(): `blobs[i]` is the result stored under key i (a reference the
+ * callee takes over) or NULL on a miss, and `tier[i]` says where it was found (SG_CACHE_*). Both
+ * arrays are borrowed for the duration of the callback.
  */
-void sg_cache_lookup(sg_rreq_t *r);
+typedef void (*sg_cache_lookup_cb)(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t n);
+
 /**
- * Stores one result in L1. Any thread: a call's completion stores its results here before it
- * takes their flights out of the singleflight table, so a duplicate that no longer finds the
- * flight finds the result (sg_cache_peek_l1). `params` is the canonical search_params text (or NULL).
+ * Looks `n` keys up: L1 at once, then one pipelined MGET on `redis` (NULL: no Redis) for the
+ * rest; values found in Redis are promoted into L1 for `ttl_s` seconds. A Redis that is down,
+ * slow or answering garbage turns into misses. Calls `cb` exactly once, on this loop thread --
+ * before returning when no Redis round trip is needed. The keys are copied.
  */
-void sg_cache_store_l1(sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len, sg_blob_t *blob);
-/** Stores one result in Redis (asynchronously, fire-and-forget). Loop thread (`loop`'s connection). */
-void sg_cache_store_redis(sg_loop_t *loop, sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len,
-                          sg_blob_t *blob);
-/** The L1 entry of one query (a referenced blob), or NULL. Any thread. */
-sg_blob_t *sg_cache_peek_l1(sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
-/**
- * The shared (cross-replica) rate limit of a client whose config says "global": one atomic Lua
- * GCRA in Redis. Returns 0 and later calls `cb(r, decision, wait_us)` (decision SG_RL_*, or -1
- * when Redis did not answer: fail open), or -1 at once when Redis is not connected (fail open).
- */
-typedef void (*sg_global_limit_cb)(sg_rreq_t *r, int decision, uint64_t wait_us);
-int sg_cache_global_limit(sg_rreq_t *r, const sg_client_t *c, uint64_t n, uint64_t max_wait_us, sg_global_limit_cb cb);
-/** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats. */
-void sg_cache_stats_json(sg_buf_t *out);
-/** 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
- * open (Redis stopped answering and is skipped), -1 when Redis is off. */
-int sg_cache_redis_state(void);
+void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, const size_t *key_lens, uint32_t ttl_s,
+                     sg_cache_lookup_cb cb, void *ctx);
+/** Stores one result in L1 for `ttl_s` seconds (no-op without L1). Any thread. */
+void sg_cache_put_l1(const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
+/** The L1 entry under `key` (a referenced blob), or NULL. Any thread. */
+sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len);
+/** 1 when the L1 exists (cache.l1_bytes > 0). */
+int sg_cache_has_l1(void);
+/** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
+void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
+/** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` as
+ * sg_server_redis_state() gives it. */
+void sg_cache_stats_json(sg_buf_t *out, int redis_state);
 
 #endif

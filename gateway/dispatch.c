@@ -25,6 +25,7 @@
  * the other way round. No lock is held while calling into a plugin.
  */
 #include "server.h"
+#include "query.h"
 #include "json.h"
 #include "clients.h"
 #include "../cache/cache.h"
@@ -153,7 +154,7 @@ struct st_sg_waiter_t {
     h2o_multithread_message_t msg;
     sg_waiter_t *next, **pprev; /* in flight->waiters, under the shard lock */
     sg_flight_t *flight;        /* under the shard lock; NULL once resolved (in transit) */
-    sg_rreq_t *rreq;            /* loop thread only; NULL when the request was abandoned */
+    sg_query_t *query;          /* loop thread only; NULL when the query was abandoned */
     uint64_t hash;              /* of the flight: selects the shard */
     uint32_t uniq;
     sg_loop_t *loop;
@@ -691,9 +692,14 @@ static void call_complete(sg_call_t *c, const sg_result *res)
             sg_counter_add(c->backend->call_errors, 1);
     }
     /* results into L1 first: once a flight leaves the table, a duplicate must find its result */
-    if (st == SG_OK && c->backend->conf->cache && !c->is_access)
-        for (size_t i = 0; i < c->n; ++i)
-            sg_cache_store_l1(c->backend, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
+    if (st == SG_OK && c->backend->conf->cache && !c->is_access && sg_cache_has_l1()) {
+        sg_buf_t key = {0};
+        for (size_t i = 0; i < c->n; ++i) {
+            sg__query_cache_key(&key, c->backend, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len);
+            sg_cache_put_l1(key.base, key.len, c->blobs[i], c->backend->conf->cache_ttl_s);
+        }
+        sg_buf_free(&key);
+    }
     for (size_t i = 0; i < c->n; ++i) {
         sg_flight_t *f = c->flights[i];
         shard_t *s = shard_of(f->hash);
@@ -740,9 +746,13 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             if (c->client != NULL)
                 atomic_fetch_sub(&c->client->inflight, c->n);
         }
-        if (c->status == SG_OK && b->conf->cache && !c->is_access) { /* L1 was filled in call_complete() */
-            for (size_t i = 0; i < c->n; ++i)
-                sg_cache_store_redis(c->origin, b, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len, c->blobs[i]);
+        if (c->status == SG_OK && b->conf->cache && !c->is_access && c->origin->redis != NULL) { /* L1: call_complete() */
+            sg_buf_t key = {0};
+            for (size_t i = 0; i < c->n; ++i) {
+                sg__query_cache_key(&key, b, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len);
+                sg_cache_put_redis(c->origin->redis, key.base, key.len, c->blobs[i], b->conf->cache_ttl_s);
+            }
+            sg_buf_free(&key);
         }
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
@@ -758,10 +768,10 @@ static void on_delivery(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
     while (!h2o_linklist_is_empty(messages)) {
         sg_waiter_t *w = H2O_STRUCT_FROM_MEMBER(sg_waiter_t, msg.link, messages->next);
         h2o_linklist_unlink(&w->msg.link);
-        sg_rreq_t *r = w->rreq;
+        sg_query_t *r = w->query;
         if (r != NULL) {
             r->uniq[w->uniq].waiter = NULL;
-            sg_rreq_on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
+            sg__query_on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
         }
         sg_blob_release(w->blob);
         free(w->detail);
@@ -775,7 +785,7 @@ void sg_dispatch_init_loop(sg_loop_t *loop)
     h2o_multithread_register_receiver(loop->ctx.queue, &loop->finished, on_finished);
 }
 
-static sg_call_t *call_new(sg_rreq_t *r, size_t cap)
+static sg_call_t *call_new(sg_query_t *r, size_t cap)
 {
     sg_call_t *c = sg_mem_calloc(1, sizeof(*c));
     atomic_init(&c->refs, 1);
@@ -794,13 +804,25 @@ static sg_call_t *call_new(sg_rreq_t *r, size_t cap)
     c->search.queries = c->queries;
     c->search.deadline_ms = r->deadline_ms;
     c->search.request_id = c->request_id;
-    const char *params = sg_rreq_params(r);
+    const char *params = sg__query_params(r);
     c->params = params != NULL ? sg_strdup(params) : NULL;
     c->search.params = c->params;
     return c;
 }
 
-void sg_dispatch_misses(sg_rreq_t *r)
+/* The L1 entry of one query (a referenced blob), or NULL. */
+static sg_blob_t *peek_l1(const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
+{
+    if (!sg_cache_has_l1())
+        return NULL;
+    sg_buf_t key = {0};
+    sg__query_cache_key(&key, b, topk, params, text, len);
+    sg_blob_t *blob = sg_cache_get_l1(key.base, key.len);
+    sg_buf_free(&key);
+    return blob;
+}
+
+void sg_dispatch_misses(sg_query_t *r)
 {
     sg_backend_t *b = r->serving;
     uint32_t chunk = b->conf->chunk;
@@ -812,11 +834,11 @@ void sg_dispatch_misses(sg_rreq_t *r)
         if (u->blob != NULL || u->waiter != NULL)
             continue;
         uint32_t op = r->is_access ? 1 : 0;
-        const char *params = sg_rreq_params(r);
+        const char *params = sg__query_params(r);
         uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, params, u->text, u->len);
         shard_t *s = shard_of(h);
         sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));
-        w->rreq = r;
+        w->query = r;
         w->hash = h;
         w->uniq = i;
         w->loop = r->loop;
@@ -831,7 +853,7 @@ void sg_dispatch_misses(sg_rreq_t *r)
         }
         /* no flight: one may have completed since this request's cache lookup, and its result is
          * in L1 (stored before the flight left the table, which this lock orders) */
-        sg_blob_t *late = b->conf->cache && !r->is_access ? sg_cache_peek_l1(b, r->topk, params, u->text, u->len) : NULL;
+        sg_blob_t *late = b->conf->cache && !r->is_access ? peek_l1(b, r->topk, params, u->text, u->len) : NULL;
         if (late != NULL) {
             pthread_mutex_unlock(&s->mu);
             free(w);
@@ -877,10 +899,10 @@ void sg_dispatch_misses(sg_rreq_t *r)
         admit_submit(calls[i]);
     free(calls);
     if (r->n_pending == 0) /* every miss turned out to be in L1 by now */
-        sg_rreq_finish_if_complete(r);
+        sg__query_finish_if_complete(r);
 }
 
-void sg_dispatch_abandon(sg_rreq_t *r)
+void sg_dispatch_abandon(sg_query_t *r)
 {
     for (uint32_t i = 0; i < r->n_uniq; ++i) {
         sg_uq_t *u = &r->uniq[i];
@@ -901,7 +923,7 @@ void sg_dispatch_abandon(sg_rreq_t *r)
             pthread_mutex_unlock(&s->mu);
             free(w);
         } else {
-            w->rreq = NULL; /* resolved and in transit to this loop: on_delivery frees it */
+            w->query = NULL; /* resolved and in transit to this loop: on_delivery frees it */
             pthread_mutex_unlock(&s->mu);
         }
         if (cancel != NULL) {

@@ -5,6 +5,7 @@
 #include "server.h"
 #include "clients.h"
 #include "listen.h"
+#include "ratelimit_global.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -310,7 +311,8 @@ int main(int argc, char **argv)
         goto out;
     }
     s->clients = sg_clients_create(&cfg);
-    sg_cache_init(s);
+    sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
+    sg_ratelimit_global_init();
     if (sg_server_start(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
@@ -334,7 +336,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     destroy_backends(s);
-    sg_cache_dispose(s);
+    sg_cache_dispose();
     sg_clients_destroy(s->clients);
     free_backends(s);
     sg_dispatch_dispose();

@@ -10,6 +10,7 @@
 #include "clients.h"
 #include "json.h"
 #include "listen.h"
+#include "query.h"
 #include "../cache/cache.h"
 
 #include <errno.h>
@@ -107,7 +108,7 @@ static int32_t timers_next_wait(sg_loop_t *l, int32_t max)
     return at - now < (uint64_t)max ? (int32_t)(at - now) : max;
 }
 
-static void timers_run(sg_loop_t *l)
+void sg__timers_run(sg_loop_t *l)
 {
     uint64_t now = sg_now_ms();
     while (l->heap_len > 0 && l->heap[0]->at_ms <= now) {
@@ -115,6 +116,18 @@ static void timers_run(sg_loop_t *l)
         sg_timer_stop(l, t);
         t->cb(t);
     }
+}
+
+int sg_server_redis_state(void)
+{
+    if (sg_server.cfg == NULL || sg_server.cfg->cache.redis_host == NULL)
+        return -1;
+    if (sg_redis_breaker_open())
+        return 2;
+    for (int i = 0; i < sg_server.n_loops; ++i)
+        if (sg_redis_is_up(sg_server.loops[i].redis))
+            return 1;
+    return 0;
 }
 
 /* ---- responses ---- */
@@ -240,7 +253,7 @@ static void on_health(h2o_req_t *req)
         }
         sg_buf_appendc(&b, '}');
     }
-    int redis = sg_cache_redis_state();
+    int redis = sg_server_redis_state();
     sg_buf_appendf(&b, "},\"cache\":{\"redis\":\"%s\"},\"uptime_s\":%.3f,\"status\":\"%s\"}",
                    redis < 0    ? "off"
                    : redis == 2 ? "not answering (bypassed)"
@@ -383,7 +396,7 @@ static void on_stats(h2o_req_t *req)
             (unsigned long long)atomic_load(&be->fallbacks->v));
     }
     sg_buf_appends(&b, "},\"cache\":{");
-    sg_cache_stats_json(&b);
+    sg_cache_stats_json(&b, sg_server_redis_state());
     sg_buf_appends(&b, "},\"metrics\":");
     sg_metrics_render_json(&b);
     sg_buf_appendc(&b, ',');
@@ -591,7 +604,7 @@ static void drain(sg_loop_t *l)
 {
     for (int i = 0; i < 3; ++i) {
         h2o_evloop_run(l->loop, 0);
-        timers_run(l);
+        sg__timers_run(l);
     }
 }
 
@@ -617,7 +630,8 @@ static void *loop_main(void *arg)
     h2o_socket_read_start(l->listener, on_accept);
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
-    sg_cache_init_loop(l);
+    if (s->cfg->cache.redis_host != NULL)
+        l->redis = sg_redis_create(l, s->cfg->cache.redis_host, s->cfg->cache.redis_port, s->cfg->cache.redis_timeout_ms);
     pthread_barrier_wait(&s->barrier);
 
     uint64_t grace_end = 0;
@@ -646,7 +660,7 @@ static void *loop_main(void *arg)
                 /* requests still waiting (a slow or hanging backend): answer them 503 now, which
                  * also cancels their backend work, and give the answers a moment to go out */
                 failed_active = 1;
-                sg_retrieve_fail_all(l, "the gateway is shutting down");
+                sg_query_fail_all(l, "the gateway is shutting down");
                 grace_end = sg_now_ms() + 1000;
             } else {
                 SG_LOG(SG_LL_WARN, "main", "loop %d: connections still open after the shutdown grace; exiting anyway", l->id);
@@ -655,12 +669,13 @@ static void *loop_main(void *arg)
             }
         }
         h2o_evloop_run(l->loop, timers_next_wait(l, grace_end != 0 ? 50 : 500));
-        timers_run(l);
+        sg__timers_run(l);
     }
     pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
     drain(l);                          /* their cancellations */
-    sg_cache_dispose_loop(l);
+    sg_redis_destroy(l->redis);
+    l->redis = NULL;
     drain(l);
     if (!l->abandoned) { /* h2o cannot dispose a context with live connections: the process exits anyway */
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);

@@ -3,7 +3,7 @@
  * and the objects a /retrieve request moves through (request, flight, call, blob).
  *
  * Threads. N loop threads each own an h2o context, a SO_REUSEPORT listener and a timer heap.
- * Everything attached to an HTTP request (sg_rreq_t) is touched only by its loop thread. Plugin
+ * Everything attached to a query (sg_query_t) is touched only by its loop thread. Plugin
  * threads complete calls; completions travel back to loops through h2o_multithread messages.
  * Objects that cross threads (blobs, flights, calls) are either immutable after publication,
  * reference-counted atomically, or guarded by the lock named beside them.
@@ -27,7 +27,8 @@ typedef struct st_sg_server_t sg_server_t;
 typedef struct st_sg_loop_t sg_loop_t;
 typedef struct st_sg_backend_t sg_backend_t;
 typedef struct st_sg_client_t sg_client_t;
-typedef struct st_sg_rreq_t sg_rreq_t;
+typedef struct st_sg_query_t sg_query_t;
+struct st_sg_query_result_t;
 typedef struct st_sg_call_t sg_call_t;
 typedef struct st_sg_flight_t sg_flight_t;
 typedef struct st_sg_waiter_t sg_waiter_t;
@@ -179,7 +180,7 @@ struct st_sg_loop_t {
     sg_timer_t **heap;
     size_t heap_len, heap_cap;
     int abandoned;         /* the loop exited with connections still open (shutdown grace expired) */
-    h2o_linklist_t active; /* sg_rreq_t not yet answered (for shutdown) */
+    h2o_linklist_t active; /* sg_query_t not yet answered (for shutdown) */
     /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */
     struct st_sg_redis_t *redis;
 };
@@ -196,7 +197,6 @@ struct st_sg_server_t {
     pthread_barrier_t barrier; /* the loops and the main thread meet at start-up and shutdown */
     atomic_int stopping;
     uint64_t started_ms;
-    struct st_sg_l1_t *l1; /* in-process result cache (cache/l1.c); NULL when off */
     struct st_sg_clients_t *clients;
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
     sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
@@ -204,10 +204,11 @@ struct st_sg_server_t {
 
 extern sg_server_t sg_server;
 
-/* ---- a /retrieve request ---- */
+/* ---- a query (query.h: the pipeline every entry point runs; the fields are for query.c and
+ * dispatch.c) ---- */
 
 typedef struct st_sg_uq_t {
-    const char *text; /* points into the request arena */
+    const char *text; /* points into the query's arena */
     uint32_t len;
     uint64_t hash;
     sg_blob_t *blob;     /* set once answered */
@@ -215,11 +216,11 @@ typedef struct st_sg_uq_t {
     uint8_t fallback_tried;
 } sg_uq_t;
 
-struct st_sg_rreq_t {
-    h2o_linklist_t link;      /* in loop->active until answered */
-    int refs;                 /* loop thread only: the request itself + an outstanding Redis lookup */
-    h2o_req_t *req;           /* NULL once the client went away */
-    sg_rreq_t **dispose_slot; /* in req->pool: cleared when the request is freed first */
+struct st_sg_query_t {
+    h2o_linklist_t link; /* in loop->active until answered */
+    int refs;            /* loop thread only: the query itself + an outstanding Redis round trip */
+    void (*done)(void *ctx, const struct st_sg_query_result_t *res);
+    void *ctx;
     sg_loop_t *loop;
     sg_backend_t *backend; /* the route's backend */
     sg_backend_t *serving; /* the backend answering now (differs after a fallback) */
@@ -231,7 +232,7 @@ struct st_sg_rreq_t {
     uint64_t deadline_ms;
     sg_timer_t timer; /* deadline, or the rate-limit wake-up */
     int timer_is_ratelimit;
-    uint64_t max_wait_us; /* longest rate-limit wait this request accepts */
+    uint64_t max_wait_us; /* longest rate-limit wait this query accepts */
     uint32_t n_queries, n_uniq;
     uint32_t *slot_uniq;
     sg_uq_t *uniq;
@@ -239,7 +240,6 @@ struct st_sg_rreq_t {
     char *arena;
     uint32_t hits_l1, hits_redis, misses;
     int responded;
-    int redis_pending; /* an MGET is outstanding (cache/redis.c) */
     char request_id[24];
     int fallback_used;
     char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
@@ -247,43 +247,52 @@ struct st_sg_rreq_t {
 
 /** The search parameters of the backend answering now: the route's request parameters apply to
  * the route's own backend only, never to its fallback. */
-static inline const char *sg_rreq_params(const sg_rreq_t *r)
+static inline const char *sg__query_params(const sg_query_t *q)
 {
-    return r->serving == r->backend ? r->params : NULL;
+    return q->serving == q->backend ? q->params : NULL;
 }
 
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
 /** Sends a 200 JSON body (copied into the request pool). */
 void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);
+/** Runs the timers of `loop` that are due. Loop thread. */
+void sg__timers_run(sg_loop_t *loop);
+/** 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
+ * open (Redis stopped answering and is skipped), -1 when Redis is off. */
+int sg_server_redis_state(void);
 
-/* retrieve.c */
+/* retrieve.c: POST /retrieve and /access, an HTTP adapter over query.h */
 /** Handles POST /retrieve[/<backend>] and POST /access. Returns 0 (always handled). */
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *backend_name, size_t backend_name_len);
-/** A waiter finished (result or failure) for `r`; continues the request. Loop thread. */
-void sg_rreq_on_result(sg_rreq_t *r, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
-                       uint32_t retry_after_s);
-/** Answers every request of the loop still waiting with 503 (the gateway is shutting down). */
-void sg_retrieve_fail_all(sg_loop_t *loop, const char *why);
-/** Continues a request after the cache lookups finished (cache/cache.c calls it). */
-void sg_rreq_after_cache(sg_rreq_t *r);
-/** Responds when every distinct query has its answer (dispatch found the last ones in L1). */
-void sg_rreq_finish_if_complete(sg_rreq_t *r);
-static inline void sg_rreq_ref(sg_rreq_t *r)
+
+/* query.c: internal steps dispatch.c continues a query with (loop thread) */
+/** A waiter finished (result or failure) for `q`; continues the query. */
+void sg__query_on_result(sg_query_t *q, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
+                         uint32_t retry_after_s);
+/** The cache step: looks the open distinct queries up (sg_cache_lookup), then continues. */
+void sg__query_lookup(sg_query_t *q);
+/** Continues a query after its cache lookup: answers it, or dispatches the misses. */
+void sg__query_after_cache(sg_query_t *q);
+/** Answers when every distinct query has its answer (dispatch found the last ones in L1). */
+void sg__query_finish_if_complete(sg_query_t *q);
+static inline void sg__query_ref(sg_query_t *q)
 {
-    ++r->refs;
+    ++q->refs;
 }
-/** Drops a reference; frees the request when none is left. Loop thread. */
-void sg_rreq_unref(sg_rreq_t *r);
+/** Drops a reference; frees the query when none is left. */
+void sg__query_unref(sg_query_t *q);
+/** The cache key of one query text for backend `b` (its identity, topk and parameters). */
+void sg__query_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
 
 /* dispatch.c: flights, calls, admission */
 /**
- * Sends the unanswered distinct queries of `r` to its serving backend: joins identical in-flight
+ * Sends the unanswered distinct queries of `q` to its serving backend: joins identical in-flight
  * queries (singleflight), groups the rest into calls of at most `chunk` queries and admits them.
  */
-void sg_dispatch_misses(sg_rreq_t *r);
-/** Detaches `r` from every flight it waits on (request finished or went away). Loop thread. */
-void sg_dispatch_abandon(sg_rreq_t *r);
+void sg_dispatch_misses(sg_query_t *q);
+/** Detaches `q` from every flight it waits on (query finished or went away). Loop thread. */
+void sg_dispatch_abandon(sg_query_t *q);
 /** Registers the per-loop receivers. */
 void sg_dispatch_init_loop(sg_loop_t *loop);
 void sg_dispatch_init(void);

@@ -99,11 +99,11 @@ static void test_key_params(void **state)
     memset(&b, 0, sizeof(b));
     b.identity = "local|local|1.0.0|x";
     sg_buf_t k0 = {0}, k1 = {0}, k2 = {0}, k3 = {0}, k4 = {0};
-    sg_cache_key(&k0, &b, 3, NULL, "who wrote hamlet", 16);
-    sg_cache_key(&k1, &b, 3, "", "who wrote hamlet", 16);
-    sg_cache_key(&k2, &b, 3, "nprobe=8", "who wrote hamlet", 16);
-    sg_cache_key(&k3, &b, 3, "nprobe=16", "who wrote hamlet", 16);
-    sg_cache_key(&k4, &b, 3, "nprobe=8", "who wrote hamlet", 16);
+    sg_cache_key(&k0, b.identity, 3, NULL, "who wrote hamlet", 16);
+    sg_cache_key(&k1, b.identity, 3, "", "who wrote hamlet", 16);
+    sg_cache_key(&k2, b.identity, 3, "nprobe=8", "who wrote hamlet", 16);
+    sg_cache_key(&k3, b.identity, 3, "nprobe=16", "who wrote hamlet", 16);
+    sg_cache_key(&k4, b.identity, 3, "nprobe=8", "who wrote hamlet", 16);
     const char plain[] = "local|local|1.0.0|x\x1f"
                          "3\x1fwho wrote hamlet";
     assert_int_equal(k0.len, sizeof(plain) - 1);

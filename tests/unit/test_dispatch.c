@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "server.h"
+#include "query.h"
 #include "clients.h"
 #include "../cache/cache.h"
 
@@ -115,7 +116,7 @@ static int setup(void **state)
         sg_dispatch_init_loop(&loops[i]);
     }
     sg_dispatch_init();
-    sg_cache_init(&sg_server);
+    sg_cache_init(cfg.cache.l1_bytes, "");
     return 0;
 }
 
@@ -139,7 +140,7 @@ static int teardown(void **state)
         h2o_evloop_destroy(loops[i].loop);
         free(loops[i].heap);
     }
-    sg_cache_dispose(&sg_server);
+    sg_cache_dispose();
     sg_dispatch_dispose();
     h2o_config_dispose(&sg_server.h2o);
     sg_metrics_reset();
@@ -147,12 +148,29 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A one-query request on loop `l`, as sg_retrieve_handle() builds it, plus a reference for the
- * test so it can be inspected after it answered. */
-static sg_rreq_t *new_request(int l, const char *text)
+/* The caller's done(): the test inspects the query itself. */
+static void on_done(void *ctx, const sg_query_result_t *res)
 {
-    sg_rreq_t *r = sg_mem_calloc(1, sizeof(*r));
+    (void)ctx, (void)res;
+}
+
+/* The L1 entry of one query of the test backend, or NULL. */
+static sg_blob_t *peek_l1(const char *text, size_t len)
+{
+    sg_buf_t key = {0};
+    sg__query_cache_key(&key, &backend, 3, NULL, text, len);
+    sg_blob_t *b = sg_cache_get_l1(key.base, key.len);
+    sg_buf_free(&key);
+    return b;
+}
+
+/* A one-query query on loop `l`, as sg_query_start() builds it, plus a reference for the test so
+ * it can be inspected after it answered. */
+static sg_query_t *new_request(int l, const char *text)
+{
+    sg_query_t *r = sg_mem_calloc(1, sizeof(*r));
     r->refs = 2;
+    r->done = on_done;
     r->loop = &loops[l];
     r->backend = r->serving = &backend;
     r->client = sg_clients_ref(&client);
@@ -183,14 +201,14 @@ static void test_duplicate_after_completion_before_store(void **state)
 {
     (void)state;
     reset_counts();
-    sg_rreq_t *a = new_request(0, "who wrote hamlet");
-    sg_cache_lookup(a); /* L1 miss -> a flight and a call */
+    sg_query_t *a = new_request(0, "who wrote hamlet");
+    sg__query_lookup(a); /* L1 miss -> a flight and a call */
     assert_int_equal(n_calls, 1);
     complete(0); /* the plugin answers; loop 0 is busy and runs nothing yet */
     assert_int_equal(sg_dispatch_flights(), 0);
 
-    sg_rreq_t *b = new_request(1, "who wrote hamlet");
-    sg_cache_lookup(b);
+    sg_query_t *b = new_request(1, "who wrote hamlet");
+    sg__query_lookup(b);
     assert_int_equal(n_calls, 1); /* the backend was not asked again */
     assert_true(b->responded);
     assert_non_null(b->uniq[0].blob);
@@ -201,8 +219,8 @@ static void test_duplicate_after_completion_before_store(void **state)
     assert_true(a->responded);
     assert_non_null(a->uniq[0].blob);
     assert_int_equal(atomic_load(&m_calls.v), 1);
-    sg_rreq_unref(a);
-    sg_rreq_unref(b);
+    sg__query_unref(a);
+    sg__query_unref(b);
 }
 
 /* The duplicate's cache lookup (L1, then an MGET that answers nil) ran while the flight was in
@@ -211,23 +229,23 @@ static void test_lookup_before_completion_dispatch_after(void **state)
 {
     (void)state;
     reset_counts();
-    sg_rreq_t *b = new_request(1, "capital of france");
-    sg_rreq_t *a = new_request(0, "capital of france");
-    sg_cache_lookup(a);
+    sg_query_t *b = new_request(1, "capital of france");
+    sg_query_t *a = new_request(0, "capital of france");
+    sg__query_lookup(a);
     assert_int_equal(n_calls, 1);
     /* b's L1 lookup misses now; its Redis MGET is "outstanding" */
-    assert_null(sg_cache_peek_l1(&backend, 3, NULL, "capital of france", 17));
+    assert_null(peek_l1("capital of france", 17));
     complete(0);
     run_loop(0); /* even with the call fully finished on its loop */
     assert_true(a->responded);
-    sg_rreq_after_cache(b); /* the MGET answered nil: b dispatches its miss */
+    sg__query_after_cache(b); /* the MGET answered nil: b dispatches its miss */
     assert_int_equal(n_calls, 1);
     assert_true(b->responded);
     assert_non_null(b->uniq[0].blob);
     assert_int_equal(b->hits_l1, 1);
     assert_int_equal(b->misses, 0);
-    sg_rreq_unref(a);
-    sg_rreq_unref(b);
+    sg__query_unref(a);
+    sg__query_unref(b);
 }
 
 /* Still coalesced while in flight; and errors are not cached, so a later duplicate searches again. */
@@ -235,10 +253,10 @@ static void test_in_flight_join_and_errors(void **state)
 {
     (void)state;
     reset_counts();
-    sg_rreq_t *a = new_request(0, "faiss library");
-    sg_rreq_t *b = new_request(1, "faiss library");
-    sg_cache_lookup(a);
-    sg_cache_lookup(b);
+    sg_query_t *a = new_request(0, "faiss library");
+    sg_query_t *b = new_request(1, "faiss library");
+    sg__query_lookup(a);
+    sg__query_lookup(b);
     assert_int_equal(n_calls, 1);
     assert_int_equal(atomic_load(&m_coalesced.v), 1);
     complete(0);
@@ -246,22 +264,22 @@ static void test_in_flight_join_and_errors(void **state)
     run_loop(1);
     assert_true(a->responded && b->responded);
 
-    sg_rreq_t *c = new_request(0, "a failing query");
-    sg_cache_lookup(c);
+    sg_query_t *c = new_request(0, "a failing query");
+    sg__query_lookup(c);
     assert_int_equal(n_calls, 2);
     sg_result fail = {SG_EUNAVAIL, "down", NULL, 0, 0};
     calls[1].done(calls[1].cb_data, &fail);
-    sg_rreq_t *d = new_request(1, "a failing query");
-    sg_cache_lookup(d);
+    sg_query_t *d = new_request(1, "a failing query");
+    sg__query_lookup(d);
     assert_int_equal(n_calls, 3);
     complete(2);
     run_loop(0);
     run_loop(1);
     assert_true(c->responded && d->responded);
-    sg_rreq_unref(a);
-    sg_rreq_unref(b);
-    sg_rreq_unref(c);
-    sg_rreq_unref(d);
+    sg__query_unref(a);
+    sg__query_unref(b);
+    sg__query_unref(c);
+    sg__query_unref(d);
 }
 
 int main(void)

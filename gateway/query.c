@@ -1,0 +1,423 @@
+/*
+ * query.c -- one batch of queries for one route and one client, from admission to answer
+ * (query.h). No HTTP here: the entry points (retrieve.c for /retrieve and /access) parse and
+ * identify, then hand over; the answer goes back through the caller's done() callback.
+ *
+ *   rate limit (wait or refuse) -> distinct queries -> cache (one sg_cache_lookup(): L1, then
+ *   one MGET to Redis; it answers once through a callback) -> dispatch the misses (dispatch.c:
+ *   singleflight, admission, plugin; a failure may move to the route's fallback) -> done()
+ *
+ * Everything here runs on the query's loop thread. The query holds one reference on itself until
+ * it has answered (or was cancelled); an outstanding Redis round trip (cache lookup, shared rate
+ * limit) holds another, so the callback finds it alive and sees it has already answered. A
+ * deadline timer answers 504 and abandons the backend work when the deadline passes.
+ */
+#include "query.h"
+#include "clients.h"
+#include "ratelimit_global.h"
+#include "../cache/cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void query_free(sg_query_t *q)
+{
+    for (uint32_t i = 0; i < q->n_uniq; ++i)
+        sg_blob_release(q->uniq[i].blob);
+    sg_clients_release(q->client);
+    free(q->slot_uniq);
+    free(q->uniq);
+    free(q->arena);
+    free(q->params);
+    free(q);
+}
+
+void sg__query_unref(sg_query_t *q)
+{
+    if (--q->refs == 0)
+        query_free(q);
+}
+
+void sg__query_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
+{
+    sg_cache_key(out, b->identity, topk, params, text, len);
+}
+
+/* log_level debug: one line per query, whatever its outcome. */
+static void log_query(const sg_query_t *q, int status, const char *type)
+{
+    char cache[96] = "";
+    if (!q->is_access)
+        snprintf(cache, sizeof(cache), " distinct=%u l1=%u redis=%u misses=%u", q->n_uniq, q->hits_l1, q->hits_redis, q->misses);
+    SG_LOG(SG_LL_DEBUG, "request", "%s POST %s backend=%s client=%s status=%d%s%s queries=%u%s%s%s ms=%.3f", q->request_id,
+           q->is_access ? "/access" : "/retrieve", q->backend->conf->name, q->client->id, status, type != NULL ? " error=" : "",
+           type != NULL ? type : "", q->n_queries, cache, q->fallback_used ? " fallback=" : "",
+           q->fallback_used ? q->serving->conf->name : "", (double)(sg_now_us() - q->start_us) / 1000.0);
+}
+
+/* Records the outcome in every metric; called exactly once per query. */
+static void record(sg_query_t *q, int status, const char *type)
+{
+    if (sg_log_level >= SG_LL_DEBUG)
+        log_query(q, status, type);
+    sg_backend_t *b = q->backend;
+    int ci = sg_code_index(status);
+    uint64_t lat = sg_now_us() - q->start_us;
+    sg_counter_add(b->requests[ci], 1);
+    sg_counter_add(b->queries[ci], q->n_queries);
+    sg_hist_observe_us(b->latency, lat);
+    sg_gauge_add(b->inflight_requests, -1);
+    sg_counter_add(q->client->m_requests, 1);
+    sg_counter_add(q->client->m_queries, q->n_queries);
+    sg_counter_add(q->client->m_hits_l1, q->hits_l1);
+    sg_counter_add(q->client->m_hits_redis, q->hits_redis);
+    sg_counter_add(q->client->m_misses, q->misses);
+    if (status == 504)
+        sg_counter_add(q->client->m_timeouts, 1);
+    if (!q->is_access)
+        sg_counter_add(b->cache_misses, q->misses);
+    sg_ring_record_request(q->n_queries, q->hits_l1 + q->hits_redis, q->misses, status >= 400, lat);
+}
+
+/* Ends the query's work: timers, flights, metrics. The caller then answers (or not: cancelled). */
+static void finish(sg_query_t *q, int status, const char *type)
+{
+    q->responded = 1;
+    if (h2o_linklist_is_linked(&q->link))
+        h2o_linklist_unlink(&q->link);
+    sg_timer_stop(q->loop, &q->timer);
+    sg_dispatch_abandon(q);
+    record(q, status, type);
+}
+
+static void fail(sg_query_t *q, int status, const char *type, const char *msg, uint32_t retry_after)
+{
+    if (q->responded)
+        return;
+    finish(q, status, type);
+    sg_query_result_t res = {status, type, msg, retry_after, 0, NULL, q->request_id};
+    q->done(q->ctx, &res);
+    sg__query_unref(q);
+}
+
+static void answer(sg_query_t *q)
+{
+    finish(q, 200, NULL);
+    sg_blob_t *one, **blobs = q->n_queries == 1 ? &one : sg_mem_alloc(q->n_queries * sizeof(*blobs));
+    for (uint32_t i = 0; i < q->n_queries; ++i)
+        blobs[i] = q->uniq[q->slot_uniq[i]].blob;
+    sg_query_result_t res = {200, NULL, NULL, 0, q->n_queries, blobs, q->request_id};
+    q->done(q->ctx, &res);
+    if (blobs != &one)
+        free(blobs);
+    sg__query_unref(q);
+}
+
+void sg__query_after_cache(sg_query_t *q)
+{
+    if (q->responded)
+        return;
+    q->misses = q->n_pending;
+    if (q->n_pending == 0) {
+        answer(q);
+        return;
+    }
+    sg_dispatch_misses(q);
+}
+
+void sg__query_finish_if_complete(sg_query_t *q)
+{
+    if (!q->responded && q->n_pending == 0)
+        answer(q);
+}
+
+/* The cache answered: take its blobs for the entries still open, then go on. */
+static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t n)
+{
+    sg_query_t *q = ctx;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < q->n_uniq && k < n; ++i) {
+        sg_uq_t *u = &q->uniq[i];
+        if (u->blob != NULL)
+            continue;
+        sg_blob_t *b = blobs[k];
+        uint8_t t = tier[k++];
+        if (b == NULL)
+            continue;
+        if (q->responded) {
+            sg_blob_release(b);
+            continue;
+        }
+        u->blob = b;
+        --q->n_pending;
+        if (t == SG_CACHE_L1) {
+            ++q->hits_l1;
+            sg_counter_add(q->serving->cache_hits_l1, 1);
+        } else {
+            ++q->hits_redis;
+            sg_counter_add(q->serving->cache_hits_redis, 1);
+        }
+    }
+    for (; k < n; ++k) /* the query answered (and was changed) meanwhile */
+        sg_blob_release(blobs[k]);
+    sg__query_after_cache(q);
+    sg__query_unref(q); /* the lookup's reference */
+}
+
+void sg__query_lookup(sg_query_t *q)
+{
+    sg_backend_t *b = q->serving;
+    if (!b->conf->cache || q->is_access) {
+        sg__query_after_cache(q);
+        return;
+    }
+    /* the keys of the open entries, back to back in one buffer */
+    sg_buf_t all = {0}, key = {0};
+    const char **keys = sg_mem_alloc(q->n_pending * sizeof(*keys));
+    size_t *lens = sg_mem_alloc(q->n_pending * sizeof(*lens)), *offs = sg_mem_alloc(q->n_pending * sizeof(*offs));
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < q->n_uniq && n < q->n_pending; ++i) {
+        sg_uq_t *u = &q->uniq[i];
+        if (u->blob != NULL)
+            continue;
+        sg__query_cache_key(&key, b, q->topk, sg__query_params(q), u->text, u->len);
+        offs[n] = all.len;
+        lens[n++] = key.len;
+        sg_buf_append(&all, key.base, key.len);
+    }
+    for (uint32_t i = 0; i < n; ++i)
+        keys[i] = all.base + offs[i];
+    sg__query_ref(q);
+    sg_cache_lookup(q->loop->redis, n, keys, lens, b->conf->cache_ttl_s, on_cache, q);
+    free(keys);
+    free(lens);
+    free(offs);
+    sg_buf_free(&all);
+    sg_buf_free(&key);
+}
+
+static void on_timer(sg_timer_t *t);
+
+static void start_lookup(sg_query_t *q)
+{
+    sg_timer_start(q->loop, &q->timer, q->deadline_ms, on_timer);
+    q->timer_is_ratelimit = 0;
+    sg__query_lookup(q);
+}
+
+static void on_deadline(sg_query_t *q)
+{
+    char msg[200];
+    snprintf(msg, sizeof(msg), "deadline of %llu ms exceeded waiting for backend %s",
+             (unsigned long long)(q->deadline_ms - q->start_us / 1000), q->serving->conf->name);
+    fail(q, 504, "timeout", msg, 0);
+}
+
+static void on_timer(sg_timer_t *t)
+{
+    sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, timer, t);
+    if (q->timer_is_ratelimit) {
+        start_lookup(q);
+        return;
+    }
+    on_deadline(q);
+}
+
+void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status status, const char *detail, uint32_t retry_after_s)
+{
+    if (q->responded)
+        return;
+    sg_uq_t *u = &q->uniq[ui];
+    if (status == SG_OK) {
+        if (u->blob == NULL) {
+            u->blob = sg_blob_ref(blob);
+            if (--q->n_pending == 0)
+                answer(q);
+        }
+        return;
+    }
+    /* a failed query: try the route's fallback backend once, else fail the whole query */
+    const sg_backend_conf_t *rc = q->backend->conf;
+    if (rc->fallback >= 0 && !u->fallback_tried && status != SG_EINVAL && status != SG_ETOOBIG && status != SG_ECANCELED) {
+        u->fallback_tried = 1;
+        if (!q->fallback_used) {
+            q->fallback_used = 1;
+            sg_counter_add(q->backend->fallbacks, 1);
+            SG_LOG(SG_LL_INFO, "retrieve", "%s: backend %s failed (%s); using fallback %s", q->request_id, rc->name,
+                   detail != NULL ? detail : sg_plugin_status_name(status), sg_server.backends[rc->fallback].conf->name);
+        }
+        q->serving = &sg_server.backends[rc->fallback];
+        sg_dispatch_misses(q);
+        return;
+    }
+    int http = sg_plugin_status_http(status);
+    char msg[600];
+    snprintf(msg, sizeof(msg), "backend %s: %s", q->serving->conf->name, detail != NULL ? detail : sg_plugin_status_name(status));
+    fail(q, http, sg_plugin_status_name(status), msg, http == 503 && retry_after_s == 0 ? 1 : retry_after_s);
+}
+
+/* Acts on a rate-limit decision: -1 (no answer: fail open) and SG_RL_ALLOW go on at once. */
+static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
+{
+    sg_client_t *client = q->client;
+    const sg_client_conf_t *cc = client->conf;
+    if (rl == SG_RL_DENY) {
+        sg_counter_add(client->m_rate_limited, 1);
+        uint32_t retry = (uint32_t)((wait_us + 999999) / 1000000);
+        if (retry == 0)
+            retry = 1;
+        char msg[240];
+        if (cc->mode == SG_RL_REJECT) {
+            snprintf(msg, sizeof(msg), "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", client->id,
+                     cc->rate, cc->burst, retry);
+            fail(q, 429, "rate_limited", msg, retry);
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", client->id,
+                     (double)wait_us / 1000, (unsigned long long)(q->max_wait_us / 1000), retry);
+            fail(q, 503, "rate_limited", msg, retry);
+        }
+        return;
+    }
+    if (rl == SG_RL_WAIT) {
+        sg_counter_add(client->m_queued, 1);
+        sg_hist_observe_us(client->m_wait, wait_us);
+        q->timer_is_ratelimit = 1;
+        sg_timer_start(q->loop, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+        return;
+    }
+    start_lookup(q);
+}
+
+/* Redis decided on the shared rate limit (or could not: fail open). */
+static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+{
+    sg_query_t *q = ctx;
+    if (!q->responded)
+        on_rate_decision(q, decision, wait_us);
+    sg__query_unref(q); /* the round trip's reference */
+}
+
+void sg_query_fail_all(sg_loop_t *loop, const char *why)
+{
+    while (!h2o_linklist_is_empty(&loop->active)) {
+        sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, link, loop->active.next);
+        fail(q, 503, "unavailable", why, 1); /* unlinks it */
+    }
+}
+
+void sg_query_cancel(sg_query_t *q)
+{
+    if (q == NULL || q->responded)
+        return;
+    finish(q, 499, "client_gone");
+    sg__query_unref(q);
+}
+
+/* The distinct texts of the batch: the same text twice is searched once. */
+static void index_distinct(sg_query_t *q, const uint32_t *off, const uint32_t *len)
+{
+    uint32_t n = q->n_queries;
+    q->slot_uniq = sg_mem_alloc(n * sizeof(uint32_t));
+    q->uniq = sg_mem_calloc(n, sizeof(sg_uq_t));
+    size_t cap = 16;
+    while (cap < (size_t)n * 2)
+        cap *= 2;
+    uint32_t *table = sg_mem_calloc(cap, sizeof(uint32_t));
+    for (uint32_t i = 0; i < n; ++i) {
+        const char *t = q->arena + off[i];
+        uint32_t l = len[i];
+        uint64_t h = sg_hash64(t, l, 3);
+        size_t pos = h & (cap - 1);
+        for (;;) {
+            uint32_t e = table[pos];
+            if (e == 0) {
+                sg_uq_t *u = &q->uniq[q->n_uniq];
+                u->text = t;
+                u->len = l;
+                u->hash = h;
+                table[pos] = ++q->n_uniq;
+                q->slot_uniq[i] = q->n_uniq - 1;
+                break;
+            }
+            sg_uq_t *u = &q->uniq[e - 1];
+            if (u->hash == h && u->len == l && memcmp(u->text, t, l) == 0) {
+                q->slot_uniq[i] = e - 1;
+                break;
+            }
+            pos = (pos + 1) & (cap - 1);
+        }
+    }
+    free(table);
+    q->n_pending = q->n_uniq;
+}
+
+/* A new query with copies of the spec's texts and parameters; linked into the loop's active list. */
+static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx)
+{
+    sg_query_t *q = sg_mem_calloc(1, sizeof(*q));
+    static __thread uint64_t seq;
+    snprintf(q->request_id, sizeof(q->request_id), "%d-%llu", loop->id, (unsigned long long)++seq);
+    q->refs = 1;
+    h2o_linklist_insert(&loop->active, &q->link);
+    q->done = done;
+    q->ctx = ctx;
+    q->loop = loop;
+    q->backend = q->serving = spec->route;
+    q->client = sg_clients_ref(spec->client);
+    q->is_access = spec->is_access;
+    q->topk = spec->is_access ? 1 : spec->topk != 0 ? spec->topk : spec->route->conf->topk;
+    q->params = spec->params != NULL && spec->params[0] != '\0' ? sg_strdup(spec->params) : NULL;
+    q->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
+    q->n_queries = spec->n;
+    size_t total = 0;
+    for (uint32_t i = 0; i < spec->n; ++i)
+        total += spec->lens[i];
+    uint32_t *off = sg_mem_alloc(spec->n * sizeof(*off));
+    q->arena = sg_mem_alloc(total != 0 ? total : 1);
+    for (uint32_t i = 0, at = 0; i < spec->n; at += spec->lens[i++]) {
+        off[i] = at;
+        memcpy(q->arena + at, spec->texts[i], spec->lens[i]);
+    }
+    index_distinct(q, off, spec->lens);
+    free(off);
+    sg_gauge_add(spec->route->inflight_requests, 1);
+    return q;
+}
+
+sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx)
+{
+    sg_query_t *q = query_new(loop, spec, done, ctx);
+    /* deadline: the route's timeout from arrival, which the caller may only shorten */
+    uint64_t timeout_us = (uint64_t)spec->route->conf->timeout_ms * 1000;
+    uint64_t deadline_us = q->start_us + timeout_us;
+    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
+        deadline_us = spec->deadline_us > q->start_us ? spec->deadline_us : q->start_us;
+    q->deadline_ms = deadline_us / 1000;
+
+    /* the client's rate limit, counted in queries; it may wait at most until the deadline */
+    sg_client_t *client = q->client;
+    const sg_client_conf_t *cc = client->conf;
+    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
+    if (max_wait_us > deadline_us - q->start_us)
+        max_wait_us = deadline_us - q->start_us;
+    q->max_wait_us = max_wait_us;
+    sg__query_ref(q); /* the caller's handle stays valid through what follows */
+    if (cc->rate > 0 && cc->global) {
+        sg__query_ref(q); /* the Redis round trip's */
+        if (sg_ratelimit_global(loop->redis, client, q->n_queries, max_wait_us, on_global_decision, q) == 0)
+            goto started; /* Redis decides; when it cannot, the query goes on (fail open) */
+        sg__query_unref(q);
+    }
+    uint64_t wait_us = 0;
+    int rl = cc->global ? SG_RL_ALLOW
+                        : sg_clients_ratelimit(loop->server->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
+    if (rl != SG_RL_ALLOW)
+        on_rate_decision(q, rl, wait_us);
+    else
+        start_lookup(q);
+started:;
+    int answered = q->responded;
+    sg__query_unref(q);
+    return answered ? NULL : q;
+}

@@ -1,0 +1,77 @@
+/*
+ * query.h -- the gateway's internal pipeline: one batch of queries for one route on behalf of one
+ * identified client, from admission to answer, with no HTTP in it.
+ *
+ *   rate limit (the client's GCRA, local or shared through Redis: wait or refuse) -> distinct
+ *   queries -> cache (L1, then one MGET to Redis) -> dispatch the misses (singleflight, fair
+ *   admission, the plugin, the route's fallback) -> store the results -> done()
+ *
+ * Every entry point (POST /retrieve and /access, MCP tools/call, composite routes) runs its
+ * queries through sg_query_start(), so quotas, concurrency caps, fairness, singleflight, the
+ * cache, deadlines and the per-route and per-client metrics behave the same for all of them. The
+ * caller does what is specific to its protocol: parse, identify the client, answer the errors
+ * that precede a query (unknown route, bad input, unauthorised), and write the result out.
+ *
+ * Threads: a query belongs to the loop thread that started it. sg_query_start(), sg_query_cancel()
+ * and the done() callback all run on that thread; nothing here may be called from another one.
+ */
+#ifndef SG_GATEWAY_QUERY_H
+#define SG_GATEWAY_QUERY_H
+
+#include <stdint.h>
+#include "server.h"
+
+/** A running query (opaque). Valid from sg_query_start() until done() ran or sg_query_cancel(). */
+typedef struct st_sg_query_t sg_query_t;
+
+/**
+ * What to run. Everything is borrowed for the duration of sg_query_start(): the query copies the
+ * texts and the parameters, and takes its own reference on `client`.
+ */
+typedef struct st_sg_query_spec_t {
+    sg_backend_t *route;      /* the route (a configured backend); required */
+    sg_client_t *client;      /* who asks (sg_clients_identify()); required */
+    const char *const *texts; /* n query texts (URLs for is_access); not NUL-terminated */
+    const uint32_t *lens;     /* n lengths */
+    uint32_t n;               /* at least 1: an empty batch is the caller's to answer */
+    uint32_t topk;            /* 0 = the route's default; ignored (1) for is_access */
+    int is_access;            /* fetch pages (the plugin's access()): no cache, no flights */
+    const char *params;       /* the route's canonical search parameters (check_params()), or NULL */
+    uint64_t start_us;        /* arrival (sg_now_us() clock), for latency and the deadline; 0 = now */
+    uint64_t deadline_us;     /* absolute (sg_now_us() clock); 0 = start + the route's timeout_ms.
+                               * Never later than that: a caller may only shorten it. */
+} sg_query_spec_t;
+
+/** The outcome, passed to done(). Every pointer is borrowed for the duration of the callback. */
+typedef struct st_sg_query_result_t {
+    int status;              /* 200, or the HTTP status of the failure (429, 503, 504, 502, ...) */
+    const char *type;        /* error type for the client ("timeout", "rate_limited", ...); NULL on 200 */
+    const char *message;     /* error message for the client; NULL on 200 */
+    uint32_t retry_after_s;  /* > 0: the client may retry after this many seconds */
+    uint32_t n;              /* on 200: spec.n, else 0 */
+    sg_blob_t *const *blobs; /* on 200: one result per spec text, in spec order (repeated texts
+                              * share a blob); sg_blob_ref() one to keep it */
+    const char *request_id;  /* the id the query logs under */
+} sg_query_result_t;
+
+/** Called exactly once per query that was not cancelled, on the query's loop thread. */
+typedef void (*sg_query_done_fn)(void *ctx, const sg_query_result_t *res);
+
+/**
+ * Starts a query on `loop` (the calling loop thread's). Returns the query, or NULL when it
+ * finished before returning (a rate-limit refusal, every answer in L1): done() has then already
+ * run. The caller keeps the returned handle to cancel it, and forgets it when done() runs.
+ */
+sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx);
+
+/**
+ * The caller went away (the HTTP client disconnected, an MCP session closed): done() is not
+ * called, the query leaves its flights (a backend call no other request waits for is cancelled),
+ * and it is counted as status 499 "client_gone". Loop thread; only before done() ran.
+ */
+void sg_query_cancel(sg_query_t *q);
+
+/** Fails every query of `loop` still running with 503 (the gateway is shutting down). */
+void sg_query_fail_all(sg_loop_t *loop, const char *why);
+
+#endif
