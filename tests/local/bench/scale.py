@@ -6,7 +6,7 @@ For each N (--rows, repeatable) it makes, once, under --data:
   * a wiki-18 shaped corpus and its 768-d Flat IP index (local_bench_gen: clustered vectors, see
     gen_scale.c), and
   * the converted indexes of --kinds: ivfsq8 = "IVF<nl>,SQ8", ivfpq = "IVF<nl>,PQ<m>" re-ranked
-    from the Flat file, hnsw = "HNSW32,SQ8" (nl = 1024 up to 300k rows, else 4096), each with
+    from the Flat file, hnsw = "HNSW32,SQ8" (nl = --nlist, by default 1024 up to 300k rows, else 4096), each with
     convert's recall report (1000 held-out rows; recall@3 in the table comes from it).
 Then, for each index, searchgate with the e5-base-shaped random model (make_model.py):
   * start-up: process start -> "listening" and -> first answer, cold (the index, corpus and
@@ -38,7 +38,12 @@ import bench  # noqa: E402
 log = bench.log
 
 
+NLIST = 0  # --nlist: 0 = by N (below)
+
+
 def nlist_for(n):
+    if NLIST:
+        return NLIST
     return 1024 if n <= 300000 else 4096
 
 
@@ -376,7 +381,49 @@ def report(results, project=21000000):
             else:
                 proj = "%.2f" % y
             lines.append("| %s | %s | %.3g + %.3g·N | %s |" % (kind_name(kind), q, a, b * 1e6, proj))
+    lines.append("")
+    lines += against_flat(results)
     return "\n".join(lines)
+
+
+def against_flat(results):
+    """Each index against the Flat index of the same N, measured in the same run of this script,
+    and issue 12's goal: at most 1/4 of Flat's memory, recall@3 >= 0.95, >= 3x Flat's q/s on
+    32-query requests, a start under 5 s with the sidecar present (the warm start)."""
+    lines = ["| rows | index | file / Flat's | resident after load / Flat's (private + mapped) | recall@3 | "
+             "q/s 32-query requests / Flat's | q/s 1 query c=64 / Flat's | FAISS ms/query / Flat's (c=64) | "
+             "start, sidecar present (s) | goal |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for n in sorted(int(k) for k in results if k.isdigit()):
+        r = results[str(n)]
+        flat = r.get("flat", {})
+        if "serve" not in flat:
+            continue
+        fs = flat["serve"]
+        fmem = fs["mem_after_load"]["RssAnon"] + fs["mem_after_load"]["RssFile"]
+        fp = fs["points"]
+        for kind in [k for k in r if k.split("-")[0] in KIND_NAMES and k != "flat"]:
+            e = r[kind]
+            if "serve" not in e:
+                continue
+            sv = e["serve"]
+            m = sv["mem_after_load"]
+            pts = sv["points"]
+            mem_ratio = (m["RssAnon"] + m["RssFile"]) / fmem
+            file_ratio = e["index"]["size"] / flat["index"]["size"]
+            q32 = pts[POINTS[1][0]]["qps"] / fp[POINTS[1][0]]["qps"]
+            q1 = pts[POINTS[0][0]]["qps"] / fp[POINTS[0][0]]["qps"]
+            p1, f1 = pts[POINTS[0][0]], fp[POINTS[0][0]]
+            fr = (p1["search_ms_per_query"] / f1["search_ms_per_query"]) if "search_ms_per_query" in p1 and f1.get(
+                "search_ms_per_query") else None
+            r3 = expected_recall3(e)
+            warm = sv["warm_start"]["listening_s"]
+            ok = [("memory", file_ratio <= 0.25), ("recall", r3 is not None and r3 >= 0.95),
+                  ("q/s", q32 >= 3.0), ("start", warm < 5.0)]
+            goal = "met" if all(v for _, v in ok) else "not met: " + ", ".join(k for k, v in ok if not v)
+            lines.append("| %s | %s | %.3f | %.3f | %s | %.2f× | %.2f× | %s | %.2f | %s |" % (
+                "{:,}".format(n), kind_name(kind), file_ratio, mem_ratio, "%.3f" % r3 if r3 is not None else "-", q32, q1,
+                "%.3f" % fr if fr is not None else "-", warm, goal))
+    return lines
 
 
 def main():
@@ -392,6 +439,7 @@ def main():
     ap.add_argument("--only-build", action="store_true", help="make data and indexes, measure nothing")
     ap.add_argument("--convert-build", help="the build whose searchgate-index-convert makes the indexes (default: --build)")
     ap.add_argument("--eval", type=int, default=1000, help="held-out rows of convert's recall report")
+    ap.add_argument("--nlist", type=int, default=0, help="IVF lists (default: 1024 up to 300k rows, else 4096)")
     ap.add_argument("--train-rows", type=int, default=0, help="convert's --train-rows (default: convert's own)")
     ap.add_argument("--blas-threads", type=int, default=0, help="convert's --blas-threads (default: convert's own)")
     ap.add_argument("--tag", default="", help="suffix of the result keys (e.g. -avx2 for another FAISS build)")
@@ -402,6 +450,8 @@ def main():
         with open(a.out) as f:
             print(report(json.load(f)))
         return
+    global NLIST
+    NLIST = a.nlist
     a.build = os.path.abspath(a.build)
     a.data = os.path.abspath(a.data)
     os.makedirs(a.data, exist_ok=True)
@@ -421,7 +471,7 @@ def main():
         corpus, flat, stats = ensure_data(a.build, a.data, n)
         res = results.setdefault(key, {})
         res["data"] = stats
-        kinds = a.kinds.split(",")
+        kinds = [k for k in a.kinds.split(",") if k]  # "" with --ref: the reference server only
         cb = os.path.abspath(a.convert_build or a.build)
         idx = {k: ensure_index(cb, a.data, n, k, flat, a.pq_m, a.rerank, a.eval, a.train_rows, a.blas_threads) for k in kinds}
         for k in kinds:
