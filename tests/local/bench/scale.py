@@ -230,7 +230,7 @@ def measure_kind(a, n, kind, model, corpus, index, queries, first_of_n, offset):
     if kind == "ivfpq":
         files.append(os.path.join(a.data, "flat-%d.index" % n))
     out = {}
-    if first_of_n:
+    if first_of_n and "first" in a.starts:
         if os.path.exists(side):
             os.unlink(side)
         evict(files)
@@ -240,16 +240,18 @@ def measure_kind(a, n, kind, model, corpus, index, queries, first_of_n, offset):
         g.stop()
         log("  %s first start (builds the sidecar): listening %.2f s, first answer %.2f s" % (kind, g.listening_s,
                                                                                             g.first_answer_s))
-    evict(files)
-    g = Gateway(a.build, cfg_path, os.path.join(wd, "gw-%d-%s-cold.log" % (n, kind)))
-    out["cold_start"] = {"listening_s": g.listening_s, "first_answer_s": g.first_answer_s, "mem": g.mem_ready,
-                         "log": log_figures(g.text())}
-    g.stop()
+    if "cold" in a.starts:
+        evict(files)
+        g = Gateway(a.build, cfg_path, os.path.join(wd, "gw-%d-%s-cold.log" % (n, kind)))
+        out["cold_start"] = {"listening_s": g.listening_s, "first_answer_s": g.first_answer_s, "mem": g.mem_ready,
+                             "log": log_figures(g.text())}
+        g.stop()
     g = Gateway(a.build, cfg_path, os.path.join(wd, "gw-%d-%s.log" % (n, kind)))
     out["warm_start"] = {"listening_s": g.listening_s, "first_answer_s": g.first_answer_s, "mem": g.mem_ready,
                          "log": log_figures(g.text())}
+    cold = out.get("cold_start", {})
     log("  %s start: cold %.2f s / warm %.2f s to listening (first answer %.2f / %.2f s); ready: anon %.0f MiB, file %.0f MiB" % (
-        kind, out["cold_start"]["listening_s"], g.listening_s, out["cold_start"]["first_answer_s"], g.first_answer_s,
+        kind, cold.get("listening_s", -1), g.listening_s, cold.get("first_answer_s", -1), g.first_answer_s,
         g.mem_ready.get("RssAnon", 0) / 2**20, g.mem_ready.get("RssFile", 0) / 2**20))
     try:
         out["points"] = load(g.port, a.seconds, queries, offset)
@@ -436,6 +438,8 @@ def main():
     ap.add_argument("--rerank", type=int, default=8)
     ap.add_argument("--ref", type=int, action="append", default=[], help="rows at which to run the reference server too")
     ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--starts", default="first,cold,warm",
+                    help="starts to measure besides the warm one that serves the load: first (deletes the sidecar), cold")
     ap.add_argument("--only-build", action="store_true", help="make data and indexes, measure nothing")
     ap.add_argument("--convert-build", help="the build whose searchgate-index-convert makes the indexes (default: --build)")
     ap.add_argument("--eval", type=int, default=1000, help="held-out rows of convert's recall report")
@@ -483,7 +487,9 @@ def main():
         log("N = %d: load average %.2f" % (n, os.getloadavg()[0]))
         for i, k in enumerate(kinds):
             load_before = os.getloadavg()[0]
-            res[k + a.tag]["serve"] = measure_kind(a, n, k, model, corpus, idx[k][0], queries, i == 0 and not a.tag, i * 40000)
+            # starts not measured again (--starts) keep their earlier figures
+            res[k + a.tag].setdefault("serve", {}).update(
+                measure_kind(a, n, k, model, corpus, idx[k][0], queries, i == 0 and not a.tag, i * 40000))
             res[k + a.tag]["serve"]["loadavg_before"] = load_before
             res[k + a.tag]["serve"]["build"] = a.build
             with open(a.out, "w") as f:
