@@ -409,7 +409,7 @@ def against_flat(results):
             continue
         fmem = fs["mem_after_load"]["RssAnon"] + fs["mem_after_load"]["RssFile"]
         fp = fs["points"]
-        for kind in [k for k in r if k.split("-")[0] in KIND_NAMES and k != "flat"]:
+        for kind in [k for k in r if k.split("-")[0] in KIND_NAMES and k.split("-")[0] != "flat"]:
             e = r[kind]
             if "serve" not in e:
                 continue
