@@ -5,6 +5,7 @@
 #include "config.h"
 #include "common.h"
 #include "cfg.h"
+#include "fusion.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -166,12 +167,12 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
     return 0;
 }
 
-static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, char *err, size_t err_size)
+static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
     static const char *const keys[] = {"name",      "plugin", "config", "topk",        "timeout_ms", "max_inflight",
                                        "max_queue", "chunk",  "cache",  "cache_ttl_s", "fallback",   NULL};
     char path[64];
-    snprintf(path, sizeof(path), "backends[%zu]", idx);
+    snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     sg_cfg_t c = {path, err, err_size};
     sg_backend_conf_t *b = &cfg->backends[idx];
     int64_t v;
@@ -290,27 +291,42 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
         sg_cfg_fail(&c, "backends", bs, "expected a non-empty array of backend objects");
         goto out;
     }
-    cfg->n_backends = (size_t)cJSON_GetArraySize(bs);
-    cfg->backends = sg_mem_calloc(cfg->n_backends, sizeof(*cfg->backends));
+    size_t n_entries = (size_t)cJSON_GetArraySize(bs);
+    cfg->backends = sg_mem_calloc(n_entries, sizeof(*cfg->backends));
+    cfg->fusions = sg_mem_calloc(n_entries, sizeof(*cfg->fusions));
     size_t i = 0;
-    for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i)
-        if (parse_backend(cfg, it, i, err, err_size) != 0)
+    for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i) {
+        if (sg_fusion_conf_is(it)) { /* a fusion route (fusion.c) */
+            if (sg_fusion_conf_parse(cfg, it, i, err, err_size) != 0)
+                goto out;
+            continue;
+        }
+        ++cfg->n_backends;
+        if (parse_backend(cfg, it, cfg->n_backends - 1, i, err, err_size) != 0)
             goto out;
+    }
+    if (sg_fusion_conf_resolve(cfg, root, err, err_size) != 0)
+        goto out;
     /* fallbacks refer to names, so resolve them once all backends are known */
     i = 0;
+    size_t bi = 0;
     for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(it, "fallback");
-        if (f == NULL || cJSON_IsNull(f))
+        if (sg_fusion_conf_is(it))
             continue;
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(it, "fallback");
+        if (f == NULL || cJSON_IsNull(f)) {
+            ++bi;
+            continue;
+        }
         char path[64];
         snprintf(path, sizeof(path), "backends[%zu]", i);
         sg_cfg_t cb = {path, err, err_size};
         int idx = cJSON_IsString(f) ? sg_config_find_backend(cfg, f->valuestring, strlen(f->valuestring)) : -1;
-        if (idx < 0 || (size_t)idx == i) {
+        if (idx < 0 || (size_t)idx == bi) {
             sg_cfg_fail(&cb, "fallback", f, "expected the name of another configured backend");
             goto out;
         }
-        cfg->backends[i].fallback = idx;
+        cfg->backends[bi++].fallback = idx;
     }
     const cJSON *db = cJSON_GetObjectItemCaseSensitive(root, "default_backend");
     if (db == NULL || cJSON_IsNull(db)) {
@@ -375,6 +391,9 @@ void sg_config_free(sg_config_t *cfg)
         free(b->config_json);
     }
     free(cfg->backends);
+    for (size_t i = 0; i < cfg->n_fusions; ++i)
+        sg_fusion_conf_free(&cfg->fusions[i]);
+    free(cfg->fusions);
     for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
         free_client(&cfg->clients.keyed[i]);
     free(cfg->clients.keyed);

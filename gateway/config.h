@@ -53,8 +53,10 @@ typedef struct st_sg_config_t {
         uint32_t max_topk;
         uint32_t max_deadline_ms;
     } limits;
-    sg_backend_conf_t *backends;
+    sg_backend_conf_t *backends; /* plugin routes */
     size_t n_backends;
+    struct st_sg_fusion_conf_t *fusions; /* fusion routes (fusion.h): entries of backends[] with "fusion" */
+    size_t n_fusions;
     int default_backend;
     /* clients: identity, quotas and fairness */
     struct {

@@ -3,6 +3,7 @@
  * Start-up either succeeds completely or exits with status 1 and one line saying why.
  */
 #include "server.h"
+#include "fusion_route.h"
 #include "clients.h"
 #include "listen.h"
 #include "ratelimit_global.h"
@@ -300,6 +301,7 @@ int main(int argc, char **argv)
     }
     if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
+    sg_fusion_init();
     if (check) {
         if (cfg.port != 0)
             printf("searchgate: config %s is valid; %s:%u is free; %zu backend(s) loaded\n", config, cfg.host, cfg.port,
@@ -339,6 +341,7 @@ out:
     sg_cache_dispose();
     sg_clients_destroy(s->clients);
     free_backends(s);
+    sg_fusion_dispose();
     sg_dispatch_dispose();
     sg_metrics_reset();
     sg_config_free(&cfg);

@@ -67,8 +67,10 @@ static void record(sg_query_t *q, int status, const char *type)
     sg_counter_add(b->queries[ci], q->n_queries);
     sg_hist_observe_us(b->latency, lat);
     sg_gauge_add(b->inflight_requests, -1);
-    sg_counter_add(q->client->m_requests, 1);
-    sg_counter_add(q->client->m_queries, q->n_queries);
+    if (!q->leg) { /* a fusion leg: the fusion request is the client's request */
+        sg_counter_add(q->client->m_requests, 1);
+        sg_counter_add(q->client->m_queries, q->n_queries);
+    }
     sg_counter_add(q->client->m_hits_l1, q->hits_l1);
     sg_counter_add(q->client->m_hits_redis, q->hits_redis);
     sg_counter_add(q->client->m_misses, q->misses);
@@ -366,6 +368,7 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     q->backend = q->serving = spec->route;
     q->client = sg_clients_ref(spec->client);
     q->is_access = spec->is_access;
+    q->leg = spec->leg;
     q->topk = spec->is_access ? 1 : spec->topk != 0 ? spec->topk : spec->route->conf->topk;
     q->params = spec->params != NULL && spec->params[0] != '\0' ? sg_strdup(spec->params) : NULL;
     q->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
@@ -403,6 +406,10 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
         max_wait_us = deadline_us - q->start_us;
     q->max_wait_us = max_wait_us;
     sg__query_ref(q); /* the caller's handle stays valid through what follows */
+    if (spec->leg) {  /* a fusion leg: the fusion request was charged the client's rate limit */
+        start_lookup(q);
+        goto started;
+    }
     if (cc->rate > 0 && cc->global) {
         sg__query_ref(q); /* the Redis round trip's */
         if (sg_ratelimit_global(loop->redis, client, q->n_queries, max_wait_us, on_global_decision, q) == 0)

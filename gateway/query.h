@@ -40,6 +40,8 @@ typedef struct st_sg_query_spec_t {
     uint64_t start_us;        /* arrival (sg_now_us() clock), for latency and the deadline; 0 = now */
     uint64_t deadline_us;     /* absolute (sg_now_us() clock); 0 = start + the route's timeout_ms.
                                * Never later than that: a caller may only shorten it. */
+    int leg;                  /* a leg of a fusion route (fusion_route.c), which charged the client's
+                               * rate limit and counts the client's request itself: skip both */
 } sg_query_spec_t;
 
 /** The outcome, passed to done(). Every pointer is borrowed for the duration of the callback. */

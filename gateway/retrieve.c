@@ -13,6 +13,7 @@
  */
 #include "server.h"
 #include "clients.h"
+#include "fusion_route.h"
 #include "json.h"
 #include "query.h"
 #include "request.h"
@@ -158,6 +159,7 @@ typedef struct st_incoming_t {
     sg_parsed_t pr;
     char *params; /* the route's canonical search parameters, or NULL */
     sg_client_t *client;
+    int fusion; /* the fusion route named (fusion_route.c), or -1 */
 } incoming_t;
 
 static void incoming_free(incoming_t *in)
@@ -175,6 +177,10 @@ static int route_from_path(incoming_t *in, const char *bname, size_t blen)
     if (bname == NULL)
         return 0;
     int bi = sg_config_find_backend(cfg, bname, blen);
+    if (bi < 0 && (in->fusion = sg_fusion_conf_find(cfg, bname, blen)) >= 0) {
+        in->route = NULL;
+        return 0;
+    }
     if (bi < 0) {
         char msg[200];
         snprintf(msg, sizeof(msg), "no backend named \"%.*s\" is configured", (int)(blen > 64 ? 64 : blen), bname);
@@ -205,12 +211,23 @@ static int parse_body(incoming_t *in, int path_named_route)
     }
     if (in->pr.backend != NULL && !path_named_route) {
         int bi = sg_config_find_backend(cfg, in->pr.backend, strlen(in->pr.backend));
+        if (bi < 0 && (in->fusion = sg_fusion_conf_find(cfg, in->pr.backend, strlen(in->pr.backend))) >= 0)
+            return 0;
         if (bi < 0) {
             snprintf(err, sizeof(err), "no backend named \"%.64s\" is configured", in->pr.backend);
             answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
             return -1;
         }
         in->route = &in->loop->server->backends[bi];
+    }
+    /* a fusion route: /retrieve is its own; /access goes to its first leg with a page store */
+    if (in->fusion >= 0 && !in->is_access)
+        return 0;
+    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->fusion)) == NULL) {
+        snprintf(err, sizeof(err), "fusion route %s: none of its legs has a page store: /access is not available on it",
+                 cfg->fusions[in->fusion].name);
+        answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
+        return -1;
     }
     if (in->is_access && !in->route->serves_access) {
         snprintf(err, sizeof(err), "backend %s has no page store: /access is not available on it", in->route->conf->name);
@@ -299,9 +316,15 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
 
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *bname, size_t blen)
 {
-    incoming_t in = {.loop = loop, .req = req, .is_access = is_access, .start_us = sg_now_us()};
+    incoming_t in = {.loop = loop, .req = req, .is_access = is_access, .start_us = sg_now_us(), .fusion = -1};
     uint64_t deadline_us;
-    if (route_from_path(&in, bname, blen) != 0 || parse_body(&in, bname != NULL) != 0 || check_search_params(&in) != 0)
+    if (route_from_path(&in, bname, blen) != 0 || parse_body(&in, bname != NULL) != 0)
+        goto out;
+    if (in.fusion >= 0 && !is_access) {
+        sg_fusion_handle(loop, req, in.fusion, &in.pr, in.start_us);
+        goto out;
+    }
+    if (check_search_params(&in) != 0)
         goto out;
     const char *why = NULL;
     if ((in.client = identify(loop, req, &why)) == NULL) {

@@ -7,6 +7,7 @@
  * h2o_evloop_run()'s max_wait.
  */
 #include "server.h"
+#include "fusion_route.h"
 #include "clients.h"
 #include "json.h"
 #include "listen.h"
@@ -224,6 +225,7 @@ static void on_root(h2o_req_t *req)
         sg_buf_appendf(&b, ",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s}", be->conf->topk, be->conf->name,
                        be->serves_access ? "true" : "false");
     }
+    sg_fusion_append_root(&b); /* fusion routes (fusion_route.c) */
     sg_buf_appends(&b, "],\"links\":{\"retrieve\":\"/retrieve\",\"access\":\"/access\",\"health\":\"/health\",\"metrics\":\"/"
                        "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"}}");
     sg_send_json(req, 200, b.base, b.len);

@@ -242,6 +242,7 @@ struct st_sg_query_t {
     int responded;
     char request_id[24];
     int fallback_used;
+    int leg;      /* a fusion route's leg (query.h) */
     char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
 };
 

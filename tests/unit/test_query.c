@@ -339,6 +339,43 @@ static void test_rate_limit(void **state)
     assert_int_equal(n_calls, 1);
 }
 
+/* A fusion route's leg: the fusion request was charged the client's rate limit and is the client's
+ * request, so the leg skips the limit and does not count as one of the client's requests. */
+static void test_leg(void **state)
+{
+    (void)state;
+    reset_counts();
+    static sg_client_conf_t conf;
+    static sg_client_t legc;
+    static sg_counter_t m_req;
+    conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};
+    init_client(&legc, "legs", &conf);
+    legc.m_requests = &m_req;
+    outcome_t o;
+    const char *texts[] = {"leg first"};
+    assert_non_null(start(&o, &legc, texts, 1, 0)); /* a plain query takes the whole burst */
+    complete(0);
+    run_loop();
+    assert_int_equal(o.status, 200);
+    assert_int_equal(atomic_load(&m_req.v), 1);
+    const char *more[] = {"leg second", "leg third"};
+    uint32_t lens[] = {10, 9};
+    sg_query_spec_t spec = {.route = &backend, .client = &legc, .texts = more, .lens = lens, .n = 2, .leg = 1};
+    outcome_t o2;
+    memset(&o2, 0, sizeof(o2));
+    assert_non_null(sg_query_start(&loop, &spec, on_done, &o2)); /* not refused: searched */
+    assert_int_equal(n_calls, 2);
+    complete(1);
+    run_loop();
+    assert_int_equal(o2.status, 200);
+    assert_int_equal(atomic_load(&m_req.v), 1);
+    assert_int_equal(atomic_load(&m_r200.v), 2); /* the route counts it */
+    outcome_t o3;
+    const char *plain[] = {"leg fourth"};
+    assert_null(start(&o3, &legc, plain, 1, 0)); /* the client's own next query is still limited */
+    assert_int_equal(o3.status, 429);
+}
+
 /* Shutdown fails what still runs with 503. */
 static void test_fail_all(void **state)
 {
@@ -363,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_rate_limit),
+        cmocka_unit_test(test_leg),
         cmocka_unit_test(test_fail_all),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

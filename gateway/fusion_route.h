@@ -1,0 +1,59 @@
+/*
+ * fusion_route.h -- the HTTP side of fusion routes (fusion_route.c): POST /retrieve fanned out to
+ * the legs through the query pipeline, GET / entries, /access forwarding. docs/fusion.md.
+ */
+#ifndef SG_GATEWAY_FUSION_ROUTE_H
+#define SG_GATEWAY_FUSION_ROUTE_H
+
+#include "server.h"
+#include "fusion.h"
+#include "query.h"
+#include "request.h"
+
+/** Registers the fusion routes' metrics. Main thread, once, after the plugin routes are loaded. */
+void sg_fusion_init(void);
+void sg_fusion_dispose(void);
+/** A running fusion query (opaque). Valid from sg_fusion_start() until done() ran or sg_fusion_cancel(). */
+typedef struct st_sg_fusion_query_t sg_fusion_query_t;
+
+/** What to run: like sg_query_spec_t (query.h), on a fusion route. Borrowed for the call only. */
+typedef struct st_sg_fusion_spec_t {
+    int route;                /* index into cfg->fusions (sg_fusion_conf_find()) */
+    sg_client_t *client;      /* who asks (sg_clients_identify()); required */
+    const char *const *texts; /* n query texts; not NUL-terminated */
+    const uint32_t *lens;     /* n lengths */
+    uint32_t n;               /* at least 1 */
+    uint32_t topk;            /* 0 = the route's default */
+    uint64_t start_us;        /* arrival (sg_now_us() clock); 0 = now */
+    uint64_t deadline_us;     /* absolute; 0 = start + the route's timeout_ms; may only shorten it */
+} sg_fusion_spec_t;
+
+/**
+ * The outcome: `res` as sg_query_start()'s (on 200 one fused blob per text, with the fused scores),
+ * and `partial`, NULL or the legs missing from a 200 ("leg=reason, ..."; the value of the
+ * X-Searchgate-Fusion-Partial header). Everything is borrowed for the duration of the call.
+ */
+typedef void (*sg_fusion_done_fn)(void *ctx, const sg_query_result_t *res, const char *partial);
+
+/**
+ * Starts a fusion query on `loop` (the calling loop thread's): charges the client's rate limit
+ * once for the batch, then runs every leg through sg_query_start() and merges their answers.
+ * Returns NULL when done() already ran (a rate-limit refusal, every leg answered from L1), else
+ * the handle to cancel it with until done() runs. Loop thread.
+ */
+sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx);
+/** The caller went away: done() is not called, the legs still running are cancelled (499). */
+void sg_fusion_cancel(sg_fusion_query_t *q);
+
+/**
+ * Handles POST /retrieve on fusion route `fi` (an index into cfg->fusions); `pr` is the parsed
+ * body: the caller still frees it, but its arena may have been taken (pr->arena set to NULL).
+ * Always answers. Loop thread.
+ */
+int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us);
+/** The route that answers POST /access on fusion route `fi`: its first leg with a page store, or NULL. */
+sg_backend_t *sg_fusion_access_backend(int fi);
+/** Appends the fusion routes to GET /'s "backends" array (each entry preceded by a comma). */
+void sg_fusion_append_root(sg_buf_t *b);
+
+#endif
