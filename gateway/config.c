@@ -6,6 +6,7 @@
 #include "common.h"
 #include "cfg.h"
 #include "fusion.h"
+#include "rerank.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -38,12 +39,49 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_size
     return b.base;
 }
 
+/* "budget": {"queries": N, "period": "hour"|"day"|"week"|"month", "fail": "closed"|"open"}, or
+ * null (none). Absent: `def` (the client defaults), else none. */
+static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def, sg_budget_conf_t *out)
+{
+    static const char *const keys[] = {"queries", "period", "fail", NULL};
+    static const char *const periods[] = {"hour", "day", "week", "month", NULL};
+    static const char *const fails[] = {"closed", "open", NULL};
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    memset(out, 0, sizeof(*out));
+    if (b == NULL) {
+        if (def != NULL)
+            *out = *def;
+        return 0;
+    }
+    if (cJSON_IsNull(b))
+        return 0;
+    char path[200];
+    snprintf(path, sizeof(path), "%s%sbudget", c->path, c->path[0] != '\0' ? "." : "");
+    sg_cfg_t cb = {path, c->err, c->err_size};
+    if (!cJSON_IsObject(b))
+        return sg_cfg_fail(c, "budget", b, "expected an object {\"queries\": N, \"period\": \"day\"} or null");
+    if (sg_cfg_check_keys(&cb, b, keys) != 0)
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(b, "queries") == NULL)
+        return sg_cfg_fail(&cb, "queries", NULL, "is required (backend queries allowed per period)");
+    int64_t v;
+    if (sg_cfg_int(&cb, b, "queries", 0, (int64_t)1000000000000000, 0, &v) != 0)
+        return -1;
+    out->queries = (uint64_t)v;
+    if (sg_cfg_enum(&cb, b, "period", periods, SG_PERIOD_DAY, &out->period) != 0 ||
+        sg_cfg_enum(&cb, b, "fail", fails, SG_BUDGET_FAIL_CLOSED, &out->fail) != 0)
+        return -1;
+    out->enabled = 1;
+    return 0;
+}
+
 static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed,
                         int have_redis)
 {
-    static const char *const keyed_keys[] = {"id",          "key_env",      "rate",   "burst",  "mode",
-                                             "max_wait_ms", "max_inflight", "weight", "global", NULL};
-    static const char *const default_keys[] = {"rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", "global", NULL};
+    static const char *const keyed_keys[] = {"id",           "key_env", "rate",   "burst",  "mode", "max_wait_ms",
+                                             "max_inflight", "weight",  "global", "budget", NULL};
+    static const char *const default_keys[] = {"rate",   "burst",  "mode",   "max_wait_ms", "max_inflight",
+                                               "weight", "global", "budget", NULL};
     static const char *const modes[] = {"queue", "reject", NULL};
     if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
         return -1;
@@ -77,7 +115,7 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
     if (out->global && !have_redis) /* clients.default is checked first, so the value is always here */
         return sg_cfg_fail(c, "global", cJSON_GetObjectItemCaseSensitive(o, "global"),
                            "needs cache.redis (the shared rate limit is kept in Redis)");
-    return 0;
+    return parse_budget(c, o, defaults != NULL ? &defaults->budget : NULL, &out->budget);
 }
 
 static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
@@ -169,8 +207,9 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
 
 static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"name",      "plugin", "config", "topk",        "timeout_ms", "max_inflight",
-                                       "max_queue", "chunk",  "cache",  "cache_ttl_s", "fallback",   NULL};
+    static const char *const keys[] = {"name",         "plugin",    "config",  "topk",   "timeout_ms",
+                                       "max_inflight", "max_queue", "chunk",   "cache",  "cache_ttl_s",
+                                       "fallback",     "rerank",    "metered", "budget", NULL};
     char path[64];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     sg_cfg_t c = {path, err, err_size};
@@ -217,7 +256,11 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     if (sg_cfg_int(&c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)
         return -1;
     b->cache_ttl_s = (uint32_t)v;
-    return 0;
+    if (parse_budget(&c, o, NULL, &b->budget) != 0 || sg_cfg_bool(&c, o, "metered", b->budget.enabled, &b->metered) != 0)
+        return -1;
+    if (b->budget.enabled && !b->metered) /* a route budget counts this route's calls: it is metered by definition */
+        return sg_cfg_fail(&c, "metered", cJSON_GetObjectItem(o, "metered"), "cannot be false on a route with a budget");
+    return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
@@ -328,6 +371,25 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
         }
         cfg->backends[bi++].fallback = idx;
     }
+    /* client budgets count calls on metered routes: with none, such a budget would never count anything */
+    int any_metered = 0;
+    for (i = 0; i < cfg->n_backends; ++i)
+        any_metered |= cfg->backends[i].metered;
+    for (i = 0; i <= cfg->clients.n_keyed && !any_metered; ++i) {
+        const sg_client_conf_t *cc = i < cfg->clients.n_keyed ? &cfg->clients.keyed[i] : &cfg->clients.defaults;
+        if (!cc->budget.enabled)
+            continue;
+        char path[64];
+        if (i < cfg->clients.n_keyed)
+            snprintf(path, sizeof(path), "clients.keys[%zu]", i);
+        else
+            snprintf(path, sizeof(path), "clients.default");
+        sg_cfg_t cc_cfg = {path, err, err_size};
+        sg_cfg_fail(&cc_cfg, "budget", NULL,
+                    "counts backend calls on metered routes, and no route is metered: add \"metered\": true (or a "
+                    "\"budget\") to the paid routes");
+        goto out;
+    }
     const cJSON *db = cJSON_GetObjectItemCaseSensitive(root, "default_backend");
     if (db == NULL || cJSON_IsNull(db)) {
         cfg->default_backend = 0;
@@ -389,6 +451,7 @@ void sg_config_free(sg_config_t *cfg)
         free(b->plugin);
         free(b->plugin_path);
         free(b->config_json);
+        sg_rerank_conf_free(b->rerank);
     }
     free(cfg->backends);
     for (size_t i = 0; i < cfg->n_fusions; ++i)

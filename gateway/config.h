@@ -8,6 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/** A spend budget (gateway/budget.c): backend calls allowed per calendar period (UTC). */
+typedef struct st_sg_budget_conf_t {
+    int enabled;      /* 0: no budget */
+    uint64_t queries; /* backend queries allowed per period */
+    int period;       /* SG_PERIOD_* */
+    int fail;         /* SG_BUDGET_FAIL_*: when Redis is configured but does not answer */
+} sg_budget_conf_t;
+
+enum { SG_PERIOD_HOUR = 0, SG_PERIOD_DAY = 1, SG_PERIOD_WEEK = 2, SG_PERIOD_MONTH = 3 };
+enum { SG_BUDGET_FAIL_CLOSED = 0, SG_BUDGET_FAIL_OPEN = 1 };
+
 typedef struct st_sg_backend_conf_t {
     char *name;        /* route name: POST /retrieve/<name> */
     char *plugin;      /* as written in the config */
@@ -20,7 +31,13 @@ typedef struct st_sg_backend_conf_t {
     uint32_t chunk;        /* a request's queries reach the plugin in calls of at most this many */
     int cache;             /* result cache on/off for this route */
     uint32_t cache_ttl_s;
-    int fallback; /* index of the fallback backend, -1 = none */
+    int fallback;                       /* index of the fallback backend, -1 = none */
+    struct st_sg_rerank_conf_t *rerank; /* the route's rerank stage (rerank.h), or NULL */
+
+    /* spend budgets (budget.c): calls on a metered route count against client budgets (a route
+     * budget meters its route); the route's own budget counts every client's calls */
+    int metered;
+    sg_budget_conf_t budget;
 } sg_backend_conf_t;
 
 typedef struct st_sg_client_conf_t {
@@ -33,6 +50,10 @@ typedef struct st_sg_client_conf_t {
     uint32_t max_inflight; /* queries in flight at once for this client; 0 = unlimited */
     uint32_t weight;       /* share of a saturated backend relative to other clients */
     int global;            /* the rate limit is shared by every replica through Redis (fails open) */
+
+    /* backend calls on metered routes (budget.c); in clients.default: one budget that the
+     * anonymous clients share, and the default of keyed ones */
+    sg_budget_conf_t budget;
 } sg_client_conf_t;
 
 enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };

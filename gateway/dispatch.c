@@ -28,6 +28,7 @@
 #include "query.h"
 #include "json.h"
 #include "clients.h"
+#include "budget.h"
 #include "../cache/cache.h"
 
 #include <stdio.h>
@@ -187,6 +188,7 @@ struct st_sg_call_t {
     char *detail;
     uint32_t retry_after;
     char request_id[24];
+    sg_budget_charge_t budget; /* what the call spends of its request's reservation (budget.c) */
 };
 
 struct st_sg_admit_queue_t {
@@ -652,6 +654,7 @@ static void call_start(sg_call_t *c)
     c->start_us = sg_now_us();
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
+    sg_budget_started(&c->budget);
     sg_status st = c->is_access ? b->plugin.vt->access(b->inst, &c->search, on_plugin_done, c)
                                 : b->plugin.vt->search(b->inst, &c->search, on_plugin_done, c);
     if (st != SG_OK) {
@@ -754,6 +757,8 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             }
             sg_buf_free(&key);
         }
+        if (!was_running)
+            sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
                 pump(&sg_server.backends[i]);
@@ -895,6 +900,9 @@ void sg_dispatch_misses(sg_query_t *r)
         shard_insert(s, f);
         pthread_mutex_unlock(&s->mu);
     }
+    for (size_t i = 0; i < n_calls; ++i) /* new flights spend the request's budget reservation; joins do not */
+        sg_budget_charge(r, &calls[i]->budget, (uint32_t)calls[i]->n);
+    sg_budget_settle(r);
     for (size_t i = 0; i < n_calls; ++i)
         admit_submit(calls[i]);
     free(calls);

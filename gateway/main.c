@@ -5,8 +5,10 @@
 #include "server.h"
 #include "fusion_route.h"
 #include "clients.h"
+#include "budget.h"
 #include "listen.h"
 #include "ratelimit_global.h"
+#include "rerank.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -78,6 +80,11 @@ static int open_plugins(sg_server_t *s, const char *plugin_dir, char **argv)
             return -1;
         }
     }
+    char rerr[1024];
+    if (sg_rerank_open_module(cfg, plugin_dir, rerr, sizeof(rerr)) != 0) {
+        fprintf(stderr, "searchgate: %s\n", rerr);
+        return -1;
+    }
     if (sg_blas_tune(argv, &s->blas) != 0) {
         fprintf(stderr, "searchgate: %s\n", s->blas.reason);
         return -1;
@@ -104,6 +111,10 @@ static int load_backends(sg_server_t *s)
         if (st != SG_OK) {
             fprintf(stderr, "searchgate: backend %s (%s): %s\n", bc->name, bc->plugin_path, err[0] != '\0' ? err : "create failed");
             b->inst = NULL;
+            return -1;
+        }
+        if (bc->rerank != NULL && sg_rerank_wrap(b, err, sizeof(err)) != 0) {
+            fprintf(stderr, "searchgate: backend %s: %s\n", bc->name, err);
             return -1;
         }
         b->serves_access = sg_plugin_serves_access(&b->plugin, b->inst);
@@ -315,6 +326,7 @@ int main(int argc, char **argv)
     s->clients = sg_clients_create(&cfg);
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
     sg_ratelimit_global_init();
+    sg_budget_init(s);
     if (sg_server_start(s, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
@@ -339,6 +351,7 @@ int main(int argc, char **argv)
 out:
     destroy_backends(s);
     sg_cache_dispose();
+    sg_budget_dispose();
     sg_clients_destroy(s->clients);
     free_backends(s);
     sg_fusion_dispose();

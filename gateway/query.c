@@ -14,6 +14,7 @@
  */
 #include "query.h"
 #include "clients.h"
+#include "budget.h"
 #include "ratelimit_global.h"
 #include "../cache/cache.h"
 
@@ -124,7 +125,7 @@ void sg__query_after_cache(sg_query_t *q)
         answer(q);
         return;
     }
-    sg_dispatch_misses(q);
+    sg_budget_dispatch(q, fail); /* spend budgets, then sg_dispatch_misses() */
 }
 
 void sg__query_finish_if_complete(sg_query_t *q)
@@ -249,7 +250,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
                    detail != NULL ? detail : sg_plugin_status_name(status), sg_server.backends[rc->fallback].conf->name);
         }
         q->serving = &sg_server.backends[rc->fallback];
-        sg_dispatch_misses(q);
+        sg_budget_dispatch(q, fail);
         return;
     }
     int http = sg_plugin_status_http(status);

@@ -9,6 +9,7 @@
 #include "server.h"
 #include "fusion_route.h"
 #include "clients.h"
+#include "budget.h"
 #include "json.h"
 #include "listen.h"
 #include "query.h"
@@ -399,7 +400,9 @@ static void on_stats(h2o_req_t *req)
     }
     sg_buf_appends(&b, "},\"cache\":{");
     sg_cache_stats_json(&b, sg_server_redis_state());
-    sg_buf_appends(&b, "},\"metrics\":");
+    sg_buf_appends(&b, "},");
+    sg_budget_stats_json(&b);
+    sg_buf_appends(&b, ",\"metrics\":");
     sg_metrics_render_json(&b);
     sg_buf_appendc(&b, ',');
     sg_ring_render_json(&b, window);

@@ -317,6 +317,7 @@ static sg_status enqueue(sg_backend *self, const sg_search *s, sg_done_fn done, 
         }
     }
     j->due_ms = hang ? UINT64_MAX : now_ms() + delay;
+    size_t n_queries = s->n_queries; /* once the job is queued a worker may complete it, and `s` goes */
     pthread_mutex_lock(&self->mu);
     if (self->n_jobs >= self->max_pending || self->stopping) {
         pthread_mutex_unlock(&self->mu);
@@ -329,7 +330,7 @@ static sg_status enqueue(sg_backend *self, const sg_search *s, sg_done_fn done, 
     pthread_cond_broadcast(&self->cv);
     pthread_mutex_unlock(&self->mu);
     atomic_fetch_add(&self->calls, 1);
-    atomic_fetch_add(&self->queries, s->n_queries);
+    atomic_fetch_add(&self->queries, n_queries);
     return SG_OK;
 }
 

@@ -54,6 +54,40 @@ class Dashboard(unittest.TestCase):
             shutil.rmtree(profile, ignore_errors=True)
 
 
+class DashboardBudgets(unittest.TestCase):
+    """Spend budgets (docs/configuration.md): one row per budget with used, limit, remaining and the
+    share used, amber from 80%."""
+
+    def test_budget_rows(self):
+        self.assertTrue(shutil.which(CHROMIUM), "chromium is required")
+        gw = Gateway({"backends": [example_backend(), dict(example_backend("paid"),
+                                                           budget={"queries": 10, "period": "hour"})]})
+        profile = tempfile.mkdtemp(prefix="sgchromium-")
+        try:
+            self.assertEqual(gw.retrieve(["b%d" % i for i in range(8)], topk=1, path="/retrieve/paid").status, 200)
+            self.assertEqual(gw.retrieve(["b0", "b1"], topk=1, path="/retrieve/paid").status, 200)  # cache hits: free
+            out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                                  "--user-data-dir=" + profile, "--virtual-time-budget=5000", "--dump-dom",
+                                  "http://127.0.0.1:%d/dashboard" % gw.port],
+                                 capture_output=True, text=True, timeout=120)
+            dom = out.stdout
+            self.assertIn('<table id="budgets">', dom, out.stderr[-2000:])  # shown once there are budgets
+            self.assertRegex(dom, r'<tr class="warn"><td>route paid</td><td>hour</td><td>8</td><td>10</td><td>2</td>'
+                                  r'<td>80\.0 %</td><td class="bar"><span style="width: 7\.2em;"></span></td>'
+                                  r'<td>(\d+ min)</td></tr>')
+        finally:
+            gw.stop()
+            shutil.rmtree(profile, ignore_errors=True)
+
+    def test_hidden_without_budgets(self):
+        page = Gateway({"backends": [example_backend()]})
+        try:
+            self.assertEqual(page.get("/stats").json()["budgets"], {"clients": {}, "routes": {}})
+        finally:
+            page.stop()
+
+
 class DashboardWithKeys(unittest.TestCase):
     """With keys in use /stats needs the admin key: the page asks for it, or takes it from the
     URL fragment (never sent to the server), and then renders as usual."""

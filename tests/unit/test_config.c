@@ -150,6 +150,80 @@ static void test_errors(void **state)
     }
 }
 
+/* Spend budgets: keyed clients inherit clients.default's budget as their own, null removes it, a
+ * route budget makes the route metered; and the errors name the key. */
+static void test_budgets(void **state)
+{
+    (void)state;
+    setenv("SG_TEST_KEY_A", "secret-a", 1);
+    setenv("SG_TEST_KEY_B", "secret-b", 1);
+    sg_config_t cfg;
+    char err[512];
+    const char *json = "{\"clients\":{\"default\":{\"budget\":{\"queries\":100,\"period\":\"week\",\"fail\":\"open\"}},"
+                       "\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\"},{\"id\":\"b\",\"key_env\":\"SG_TEST_KEY_B\","
+                       "\"budget\":null},{\"id\":\"c\",\"key_env\":\"SG_TEST_KEY_B\",\"budget\":{\"queries\":0}}]},"
+                       "\"backends\":[" BACKEND ",{\"name\":\"g\",\"plugin\":\"x\",\"budget\":{\"queries\":5000,"
+                       "\"period\":\"month\"}},{\"name\":\"h\",\"plugin\":\"x\",\"metered\":true}]}";
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_true(cfg.clients.defaults.budget.enabled);
+    assert_int_equal(cfg.clients.defaults.budget.queries, 100);
+    assert_int_equal(cfg.clients.defaults.budget.period, SG_PERIOD_WEEK);
+    assert_int_equal(cfg.clients.defaults.budget.fail, SG_BUDGET_FAIL_OPEN);
+    assert_true(cfg.clients.keyed[0].budget.enabled); /* inherited */
+    assert_int_equal(cfg.clients.keyed[0].budget.queries, 100);
+    assert_false(cfg.clients.keyed[1].budget.enabled); /* null: none */
+    assert_true(cfg.clients.keyed[2].budget.enabled);  /* its own: 0 queries, the default period and fail mode */
+    assert_int_equal(cfg.clients.keyed[2].budget.queries, 0);
+    assert_int_equal(cfg.clients.keyed[2].budget.period, SG_PERIOD_DAY);
+    assert_int_equal(cfg.clients.keyed[2].budget.fail, SG_BUDGET_FAIL_CLOSED);
+    assert_false(cfg.backends[0].metered);
+    assert_false(cfg.backends[0].budget.enabled);
+    assert_true(cfg.backends[1].metered); /* a route budget meters the route */
+    assert_int_equal(cfg.backends[1].budget.queries, 5000);
+    assert_int_equal(cfg.backends[1].budget.period, SG_PERIOD_MONTH);
+    assert_true(cfg.backends[2].metered);
+    assert_false(cfg.backends[2].budget.enabled);
+    sg_config_free(&cfg);
+
+    static const struct {
+        const char *json;
+        const char *needle;
+    } cases[] = {
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"queries\":-1}}]}",
+         "backends[0].budget.queries: expected an integer in [0, 1000000000000000], got -1"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"queries\":1.5}}]}", "backends[0].budget.queries"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"queries\":1,\"period\":\"year\"}}]}",
+         "backends[0].budget.period: expected one of"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"queries\":1,\"period\":7}}]}",
+         "backends[0].budget.period"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"period\":\"day\"}}]}",
+         "backends[0].budget.queries: is required"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"queries\":1,\"fail\":\"half\"}}]}",
+         "backends[0].budget.fail: expected one of"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":{\"queries\":1,\"per\":\"day\"}}]}",
+         "backends[0].budget.per: unknown key"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"budget\":[1]}]}", "backends[0].budget: expected an object"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"metered\":false,\"budget\":{\"queries\":1}}]}",
+         "backends[0].metered: cannot be false on a route with a budget"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"metered\":1}]}", "backends[0].metered"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"budget\":{\"queries\":5}}}}",
+         "clients.default.budget: counts backend calls on metered routes, and no route is metered"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\","
+         "\"budget\":{\"queries\":5}}]}}",
+         "clients.keys[0].budget: counts backend calls on metered routes"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\","
+         "\"budget\":{\"queries\":5,\"period\":\"Day\"}}]}}",
+         "clients.keys[0].budget.period: expected one of"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        char e[512] = "";
+        int r = parse(cases[i].json, &cfg, e);
+        sg_config_free(&cfg);
+        if (r == 0 || strstr(e, cases[i].needle) == NULL)
+            fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
+    }
+}
+
 static void test_load_file(void **state)
 {
     (void)state;
@@ -173,8 +247,8 @@ static void test_load_file(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),
-                                       cmocka_unit_test(test_defaults_within_limits), cmocka_unit_test(test_errors),
-                                       cmocka_unit_test(test_load_file)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),    cmocka_unit_test(test_defaults_within_limits),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_budgets), cmocka_unit_test(test_load_file)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,806 @@
+/*
+ * budget.c -- spend budgets per client and per route (budget.h says what counts).
+ *
+ * Counting. Each budget keeps, per calendar period (UTC), what this replica sent (`spent`), its
+ * local reservations, and -- when Redis is configured -- the shared counter as last seen. The
+ * shared counter is one Redis hash per budget and period (`<prefix>budget:client:<id>:<period>:
+ * <start>`, `...:route:<name>:...`, anonymous clients `...:anonymous:...`; fields `used` and
+ * `seq`, its version) that expires a few minutes after the period's end. One Lua script admits a
+ * request atomically across replicas: it checks every budget that applies and reserves the
+ * request's misses in all of them, or in none; what dispatch then does not send is given back
+ * with a second script (only while the key exists). Both run on the loop's own asynchronous
+ * hiredis connection; nothing waits. Replies carry the version, so the value this replica shows
+ * is the latest it was told even when replies on several loops' connections cross.
+ *
+ * Without Redis the same decisions are made in process. With Redis configured but not answering,
+ * a budget that fails "closed" refuses (503 budget_unavailable, Retry-After: 1); "open" decides on
+ * this replica's own view (the last shared value seen plus what it sent since), and what it sends
+ * meanwhile is carried into the shared counter by its next script, so an outage is not a free
+ * pass once Redis is back.
+ *
+ * Locks: one mutex for every budget (requests with misses on budgeted routes only); it is never
+ * held while calling into dispatch or Redis.
+ */
+#include "budget.h"
+#include "json.h"
+#include "../cache/redis.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define WARN_FRACTION 0.8
+#define KEY_GRACE_S 300 /* the shared counter outlives its period by this much: replicas' clocks differ a little */
+
+struct st_sg_budget_t {
+    const sg_budget_conf_t *conf;
+    int is_route;
+    char *name;     /* client id, "(anonymous)" or route name */
+    char *label;    /* client="..." or route="..." */
+    char *key_base; /* <prefix>budget:<kind>:<name>:<period>: */
+    /* guarded by g.mu */
+    uint64_t start_s, end_s;
+    uint64_t spent;       /* queries this replica sent in the period */
+    uint64_t reserved;    /* local reservations not yet sent or given back */
+    int64_t carry;        /* sent under a local decision, not yet added to the shared counter */
+    uint64_t shared_seen; /* the shared counter as this replica last saw it */
+    int64_t seq;          /* the counter's version with that value: replies from several connections may cross */
+    int warned, exhausted_logged;
+    sg_counter_t *m_spent, *m_warnings, *m_exhausted, *m_unavail_closed, *m_unavail_open;
+};
+
+static struct {
+    pthread_mutex_t mu;
+    sg_server_t *s;
+    int shared;           /* Redis is configured: budgets are shared by the replicas */
+    sg_budget_t *clients; /* one per keyed client */
+    sg_budget_t anon;     /* anonymous clients together */
+    sg_budget_t *routes;  /* one per backend */
+    sg_budget_t **all;    /* the enabled ones */
+    size_t n_all;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static const char *const period_names[] = {"hour", "day", "week", "month"};
+
+/* ---- calendar periods ---- */
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm). */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+void sg_budget_period(int period, uint64_t now_s, uint64_t *start_s, uint64_t *end_s)
+{
+    switch (period) {
+    case SG_PERIOD_HOUR:
+        *start_s = now_s - now_s % 3600;
+        *end_s = *start_s + 3600;
+        return;
+    case SG_PERIOD_WEEK: {
+        uint64_t days = now_s / 86400;
+        uint64_t dow = (days + 3) % 7; /* 1970-01-01 was a Thursday; Monday = 0 */
+        *start_s = (days - dow) * 86400;
+        *end_s = *start_s + 7 * 86400;
+        return;
+    }
+    case SG_PERIOD_MONTH: {
+        time_t t = (time_t)now_s;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        int64_t y = (int64_t)tm.tm_year + 1900;
+        unsigned m = (unsigned)tm.tm_mon + 1;
+        *start_s = (uint64_t)days_from_civil(y, m, 1) * 86400;
+        *end_s = (uint64_t)(m == 12 ? days_from_civil(y + 1, 1, 1) : days_from_civil(y, m + 1, 1)) * 86400;
+        return;
+    }
+    default: /* SG_PERIOD_DAY */
+        *start_s = now_s - now_s % 86400;
+        *end_s = *start_s + 86400;
+        return;
+    }
+}
+
+static uint64_t wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec;
+}
+
+static void iso_utc(uint64_t s, char *out, size_t n)
+{
+    time_t t = (time_t)s;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Moves `b` to the period holding `now`. Caller holds g.mu. */
+static void refresh_locked(sg_budget_t *b, uint64_t now)
+{
+    if (now >= b->start_s && now < b->end_s)
+        return;
+    uint64_t start, end;
+    sg_budget_period(b->conf->period, now, &start, &end);
+    if (start != b->start_s) {
+        b->spent = 0;
+        b->carry = 0;
+        b->shared_seen = 0;
+        b->seq = 0;
+        b->warned = 0;
+        b->exhausted_logged = 0;
+    }
+    b->start_s = start;
+    b->end_s = end;
+}
+
+/* What the period has used as far as this replica knows. Caller holds g.mu. */
+static uint64_t used_locked(const sg_budget_t *b)
+{
+    int64_t shared = (int64_t)b->shared_seen + (b->carry > 0 ? b->carry : 0);
+    return (uint64_t)shared > b->spent ? (uint64_t)shared : b->spent;
+}
+
+/* A reply of Redis says the counter of `b` (period `period`) was `used` at version `seq`. Caller holds g.mu. */
+static void observe_locked(sg_budget_t *b, uint64_t period, long long used, long long seq)
+{
+    if (period != b->start_s || seq <= b->seq)
+        return; /* an older period, or overtaken by a later reply */
+    b->seq = seq;
+    b->shared_seen = used > 0 ? (uint64_t)used : 0;
+}
+
+/* The 80% warning: one metric increment and one log line per crossing per period. Caller holds g.mu. */
+static void check_warn_locked(sg_budget_t *b)
+{
+    if (b->warned || b->conf->queries == 0)
+        return;
+    uint64_t used = used_locked(b);
+    if ((double)used < WARN_FRACTION * (double)b->conf->queries)
+        return;
+    b->warned = 1;
+    sg_counter_add(b->m_warnings, 1);
+    uint64_t now = wall_s();
+    SG_LOG(SG_LL_WARN, "budget", "%s %s has used %llu of its %llu queries this %s (%.0f%%); it resets in %llu s",
+           b->is_route ? "route" : "client", b->name, (unsigned long long)used, (unsigned long long)b->conf->queries,
+           period_names[b->conf->period], 100.0 * (double)used / (double)b->conf->queries,
+           (unsigned long long)(b->end_s > now ? b->end_s - now : 0));
+}
+
+/* ---- set-up ---- */
+
+static void safe_label(char *dst, size_t n, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < n; ++i) {
+        char ch = src[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+                 ch == ':' || ch == '-' || ch == '(' || ch == ')';
+        dst[i] = ok ? ch : '_';
+    }
+    dst[i] = '\0';
+}
+
+static void budget_setup(sg_budget_t *b, const sg_budget_conf_t *conf, int is_route, const char *name, const char *kind)
+{
+    b->conf = conf;
+    b->is_route = is_route;
+    b->name = sg_strdup(name);
+    char safe[160], label[200];
+    safe_label(safe, sizeof(safe), name);
+    snprintf(label, sizeof(label), "%s=\"%s\"", is_route ? "route" : "client", safe);
+    b->label = sg_strdup(label);
+    const char *prefix = g.s->cfg->cache.redis_prefix != NULL ? g.s->cfg->cache.redis_prefix : "sg:";
+    size_t n = strlen(prefix) + strlen(kind) + strlen(name) + 32;
+    b->key_base = sg_mem_alloc(n);
+    if (strcmp(kind, "anonymous") == 0)
+        snprintf(b->key_base, n, "%sbudget:anonymous:%s:", prefix, period_names[conf->period]);
+    else
+        snprintf(b->key_base, n, "%sbudget:%s:%s:%s:", prefix, kind, name, period_names[conf->period]);
+    b->m_spent = sg_metrics_counter("searchgate_budget_spent_queries_total",
+                                    "Backend queries this replica sent that count against a budget (client or route).", label);
+    b->m_warnings = sg_metrics_counter("searchgate_budget_warnings_total",
+                                       "Times a budget crossed 80% of its queries in a period (one per period).", label);
+    b->m_exhausted = sg_metrics_counter("searchgate_budget_exhausted_total",
+                                        "Requests refused with 429 budget_exhausted because the budget could not cover their "
+                                        "cache misses.",
+                                        label);
+    char l2[240];
+    snprintf(l2, sizeof(l2), "%s,fail=\"closed\"", label);
+    b->m_unavail_closed = sg_metrics_counter(
+        "searchgate_budget_unavailable_total",
+        "Requests whose budget could not be checked in Redis: refused 503 (fail=closed) or decided by this replica (fail=open).",
+        l2);
+    snprintf(l2, sizeof(l2), "%s,fail=\"open\"", label);
+    b->m_unavail_open = sg_metrics_counter(
+        "searchgate_budget_unavailable_total",
+        "Requests whose budget could not be checked in Redis: refused 503 (fail=closed) or decided by this replica (fail=open).",
+        l2);
+    refresh_locked(b, wall_s());
+    g.all = sg_mem_realloc(g.all, (g.n_all + 1) * sizeof(*g.all));
+    g.all[g.n_all++] = b;
+}
+
+static void collector(sg_buf_t *out, void *arg);
+
+void sg_budget_init(sg_server_t *s)
+{
+    const sg_config_t *cfg = s->cfg;
+    g.s = s;
+    g.shared = cfg->cache.redis_host != NULL;
+    g.clients = sg_mem_calloc(cfg->clients.n_keyed > 0 ? cfg->clients.n_keyed : 1, sizeof(*g.clients));
+    g.routes = sg_mem_calloc(s->n_backends > 0 ? s->n_backends : 1, sizeof(*g.routes));
+    for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
+        if (cfg->clients.keyed[i].budget.enabled)
+            budget_setup(&g.clients[i], &cfg->clients.keyed[i].budget, 0, cfg->clients.keyed[i].id, "client");
+    if (cfg->clients.defaults.budget.enabled)
+        budget_setup(&g.anon, &cfg->clients.defaults.budget, 0, "(anonymous)", "anonymous");
+    for (size_t i = 0; i < s->n_backends; ++i)
+        if (s->backends[i].conf->budget.enabled)
+            budget_setup(&g.routes[i], &s->backends[i].conf->budget, 1, s->backends[i].conf->name, "route");
+    if (g.n_all > 0)
+        sg_metrics_add_collector(collector, NULL);
+}
+
+static void budget_free(sg_budget_t *b)
+{
+    free(b->name);
+    free(b->label);
+    free(b->key_base);
+}
+
+void sg_budget_dispose(void)
+{
+    for (size_t i = 0; i < g.n_all; ++i)
+        budget_free(g.all[i]);
+    free(g.all);
+    free(g.clients);
+    free(g.routes);
+    memset(&g.anon, 0, sizeof(g.anon));
+    g.all = NULL;
+    g.n_all = 0;
+    g.clients = g.routes = NULL;
+    g.s = NULL;
+}
+
+/* ---- which budgets apply ---- */
+
+static sg_budget_t *client_budget(const sg_client_t *c)
+{
+    const sg_config_t *cfg = g.s->cfg;
+    if (c == NULL || c->conf == NULL || !c->conf->budget.enabled)
+        return NULL;
+    if (c->conf == &cfg->clients.defaults)
+        return &g.anon;
+    if (c->conf >= cfg->clients.keyed && c->conf < cfg->clients.keyed + cfg->clients.n_keyed)
+        return &g.clients[c->conf - cfg->clients.keyed];
+    return NULL;
+}
+
+static int budgets_for(const sg_query_t *r, sg_budget_t **out)
+{
+    int n = 0;
+    if (g.s == NULL || g.n_all == 0)
+        return 0;
+    const sg_backend_t *be = r->serving;
+    sg_budget_t *cb = be->conf->metered ? client_budget(r->client) : NULL;
+    if (cb != NULL && cb->conf != NULL)
+        out[n++] = cb;
+    if (be->conf->budget.enabled && g.routes[be->index].conf != NULL)
+        out[n++] = &g.routes[be->index];
+    return n;
+}
+
+static void counter_key(char *out, size_t n, const sg_budget_t *b, uint64_t start)
+{
+    snprintf(out, n, "%s%llu", b->key_base, (unsigned long long)start);
+}
+
+/* ---- giving back ---- */
+
+/* Gives ARGV[1] back to every counter that still exists: {used, version} per key ({-1, -1} when gone). */
+static const char refund_lua[] = "local out = {}\n"
+                                 "for i = 1, #KEYS do\n"
+                                 "  if redis.call('EXISTS', KEYS[i]) == 1 then\n"
+                                 "    out[#out + 1] = redis.call('HINCRBY', KEYS[i], 'used', -tonumber(ARGV[1]))\n"
+                                 "    out[#out + 1] = redis.call('HINCRBY', KEYS[i], 'seq', 1)\n"
+                                 "  else\n"
+                                 "    out[#out + 1] = -1\n"
+                                 "    out[#out + 1] = -1\n"
+                                 "  end\n"
+                                 "end\n"
+                                 "return out\n";
+
+typedef struct st_refund_t {
+    sg_budget_t *b[2]; /* compacted */
+    uint64_t period[2];
+    int nb;
+} refund_t;
+
+static void on_refund(void *arg, redisReply *reply)
+{
+    refund_t *f = arg;
+    if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 * f->nb)) {
+        pthread_mutex_lock(&g.mu);
+        for (int i = 0; i < f->nb; ++i)
+            if (reply->element[2 * i]->type == REDIS_REPLY_INTEGER && reply->element[2 * i + 1]->type == REDIS_REPLY_INTEGER)
+                observe_locked(f->b[i], f->period[i], reply->element[2 * i]->integer, reply->element[2 * i + 1]->integer);
+        pthread_mutex_unlock(&g.mu);
+    }
+    free(f);
+}
+
+static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
+{
+    if (n == 0)
+        return;
+    uint64_t now = wall_s();
+    refund_t *f = sg_mem_calloc(1, sizeof(*f));
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < 2; ++i) {
+        sg_budget_t *b = bs[i];
+        if (b == NULL)
+            continue;
+        refresh_locked(b, now);
+        if (!shared) {
+            b->reserved -= n < b->reserved ? n : b->reserved;
+        } else if (periods[i] == b->start_s) { /* a past period's counter no longer matters */
+            b->shared_seen -= n < b->shared_seen ? n : b->shared_seen;
+            f->b[f->nb] = b;
+            f->period[f->nb++] = periods[i];
+        }
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (f->nb == 0) {
+        free(f);
+        return;
+    }
+    char keys[2][400], cnt[24], numkeys[16];
+    const char *argv[6];
+    size_t argvlen[6];
+    int argc = 0;
+    argv[argc++] = "EVAL";
+    argv[argc++] = refund_lua;
+    snprintf(numkeys, sizeof(numkeys), "%d", f->nb);
+    argv[argc++] = numkeys;
+    for (int i = 0; i < f->nb; ++i) {
+        counter_key(keys[i], sizeof(keys[i]), f->b[i], f->period[i]);
+        argv[argc++] = keys[i];
+    }
+    snprintf(cnt, sizeof(cnt), "%u", n);
+    argv[argc++] = cnt;
+    for (int i = 0; i < argc; ++i)
+        argvlen[i] = strlen(argv[i]);
+    if (loop != NULL && loop->redis != NULL && sg_redis_command(loop->redis, on_refund, f, argc, argv, argvlen) == 0)
+        return;
+    /* not sent: the next script of this replica gives it back */
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < f->nb; ++i)
+        if (f->period[i] == f->b[i]->start_s)
+            f->b[i]->carry -= (int64_t)n;
+    pthread_mutex_unlock(&g.mu);
+    free(f);
+}
+
+void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
+{
+    sg_budget_charge_t *ch = r->budget;
+    if (ch == NULL)
+        return;
+    *call = *ch;
+    call->n = n < ch->n ? n : ch->n;
+    ch->n -= call->n;
+}
+
+void sg_budget_settle(sg_query_t *r)
+{
+    sg_budget_charge_t *ch = r->budget;
+    if (ch == NULL)
+        return;
+    r->budget = NULL;
+    give_back(r->loop, ch->b, ch->period, ch->n, ch->shared);
+    ch->n = 0;
+}
+
+void sg_budget_started(sg_budget_charge_t *ch)
+{
+    if (ch->n == 0 || (ch->b[0] == NULL && ch->b[1] == NULL))
+        return;
+    uint64_t now = wall_s();
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < 2; ++i) {
+        sg_budget_t *b = ch->b[i];
+        if (b == NULL)
+            continue;
+        refresh_locked(b, now);
+        if (!ch->shared)
+            b->reserved -= ch->n < b->reserved ? ch->n : b->reserved;
+        if (ch->period[i] == b->start_s) {
+            b->spent += ch->n;
+            if (!ch->shared && g.shared)
+                b->carry += ch->n;
+            check_warn_locked(b);
+        }
+        sg_counter_add(b->m_spent, ch->n);
+    }
+    pthread_mutex_unlock(&g.mu);
+    ch->n = 0;
+}
+
+void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
+{
+    if (ch->n == 0)
+        return;
+    give_back(loop, ch->b, ch->period, ch->n, ch->shared);
+    ch->n = 0;
+}
+
+/* ---- admission ---- */
+
+/* Hands the request to dispatch with its reservation; `r` may be gone afterwards. */
+static void run(sg_query_t *r, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
+{
+    sg_budget_charge_t ch = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared};
+    r->budget = &ch;
+    sg_dispatch_misses(r); /* calls sg_budget_settle(), which clears r->budget */
+}
+
+static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
+{
+    uint64_t now = wall_s();
+    pthread_mutex_lock(&g.mu);
+    refresh_locked(b, now);
+    uint64_t end = b->end_s;
+    int log = !b->exhausted_logged;
+    b->exhausted_logged = 1;
+    pthread_mutex_unlock(&g.mu);
+    sg_counter_add(b->m_exhausted, 1);
+    uint32_t retry = end > now ? (uint32_t)(end - now) : 1;
+    char at[32];
+    iso_utc(end, at, sizeof(at));
+    uint64_t left = used < b->conf->queries ? b->conf->queries - used : 0;
+    if (log)
+        SG_LOG(SG_LL_WARN, "budget",
+               "%s %s: budget of %llu queries per %s is exhausted (%llu used); requests that miss the "
+               "cache get 429 until %s",
+               b->is_route ? "route" : "client", b->name, (unsigned long long)b->conf->queries, period_names[b->conf->period],
+               (unsigned long long)used, at);
+    char msg[400];
+    snprintf(msg, sizeof(msg),
+             "spend budget of %s %s exhausted: %llu of %llu queries per %s (UTC) used, %llu left, and this request needs %u "
+             "backend queries; it resets at %s (in %u s)",
+             b->is_route ? "route" : "client", b->name, (unsigned long long)(used < b->conf->queries ? used : b->conf->queries),
+             (unsigned long long)b->conf->queries, period_names[b->conf->period], (unsigned long long)left, n, at, retry);
+    fail(r, 429, "budget_exhausted", msg, retry);
+}
+
+/* Decides on this replica's own counts (no Redis, or Redis down with every budget failing open). */
+static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n)
+{
+    uint64_t now = wall_s(), periods[2] = {0, 0};
+    sg_budget_t *over = NULL;
+    uint64_t over_used = 0;
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < 2 && over == NULL; ++i) {
+        sg_budget_t *b = bs[i];
+        if (b == NULL)
+            continue;
+        refresh_locked(b, now);
+        uint64_t used = used_locked(b) + b->reserved;
+        if (used + n > b->conf->queries) {
+            over = b;
+            over_used = used;
+        }
+    }
+    if (over == NULL)
+        for (int i = 0; i < 2; ++i)
+            if (bs[i] != NULL) {
+                bs[i]->reserved += n;
+                periods[i] = bs[i]->start_s;
+            }
+    pthread_mutex_unlock(&g.mu);
+    if (over != NULL) {
+        refuse(r, fail, over, over_used, n);
+        return;
+    }
+    run(r, bs, periods, n, 0);
+}
+
+static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
+{
+    for (int i = 0; i < 2; ++i)
+        if (bs[i] != NULL && bs[i]->conf->fail == SG_BUDGET_FAIL_CLOSED) {
+            sg_counter_add(bs[i]->m_unavail_closed, 1);
+            char msg[300];
+            snprintf(msg, sizeof(msg),
+                     "the spend budget of %s %s is kept in Redis, which %s; it fails closed (budget.fail), so no backend "
+                     "query is sent until Redis answers",
+                     bs[i]->is_route ? "route" : "client", bs[i]->name, why);
+            fail(r, 503, "budget_unavailable", msg, 1);
+            return;
+        }
+    for (int i = 0; i < 2; ++i)
+        if (bs[i] != NULL)
+            sg_counter_add(bs[i]->m_unavail_open, 1);
+    decide_local(r, fail, bs, n);
+}
+
+/* Reserves n in every counter, or in none. A counter is a hash: `used` (queries) and `seq` (its
+ * version, so replies that cross on several connections are applied in order). KEYS: the counters;
+ * ARGV[1] = n, then per key: limit, expiry (Unix s), carry (what this replica sent without a script,
+ * added first; negative for give-backs that could not be sent; the count never goes below 0).
+ * Returns {admitted, index of the budget that refused (1-based; 0), then used and seq per key}. */
+static const char reserve_lua[] = "local n = tonumber(ARGV[1])\n"
+                                  "local used = {}\n"
+                                  "for i = 1, #KEYS do\n"
+                                  "  local carry = tonumber(ARGV[i * 3 + 1])\n"
+                                  "  if carry ~= 0 then\n"
+                                  "    if redis.call('HINCRBY', KEYS[i], 'used', carry) < 0 then\n"
+                                  "      redis.call('HSET', KEYS[i], 'used', 0)\n"
+                                  "    end\n"
+                                  "    redis.call('HINCRBY', KEYS[i], 'seq', 1)\n"
+                                  "    redis.call('EXPIREAT', KEYS[i], ARGV[i * 3])\n"
+                                  "  end\n"
+                                  "  local v = tonumber(redis.call('HGET', KEYS[i], 'used') or '0')\n"
+                                  "  if v < 0 then v = 0 end\n"
+                                  "  used[i] = v\n"
+                                  "end\n"
+                                  "local admitted, which = 1, 0\n"
+                                  "for i = 1, #KEYS do\n"
+                                  "  if admitted == 1 and used[i] + n > tonumber(ARGV[i * 3 - 1]) then\n"
+                                  "    admitted, which = 0, i\n"
+                                  "  end\n"
+                                  "end\n"
+                                  "if admitted == 1 then\n"
+                                  "  for i = 1, #KEYS do\n"
+                                  "    used[i] = redis.call('HINCRBY', KEYS[i], 'used', n)\n"
+                                  "    redis.call('HINCRBY', KEYS[i], 'seq', 1)\n"
+                                  "    redis.call('EXPIREAT', KEYS[i], ARGV[i * 3])\n"
+                                  "  end\n"
+                                  "end\n"
+                                  "local out = {admitted, which}\n"
+                                  "for i = 1, #KEYS do\n"
+                                  "  out[#out + 1] = used[i]\n"
+                                  "  out[#out + 1] = tonumber(redis.call('HGET', KEYS[i], 'seq') or '0')\n"
+                                  "end\n"
+                                  "return out\n";
+
+typedef struct st_reserve_t {
+    sg_query_t *r;
+    sg_budget_fail_fn fail;
+    sg_budget_t *b[2]; /* compacted: b[0..nb) */
+    uint64_t period[2];
+    int64_t carry[2];
+    int nb;
+    uint32_t n;
+} reserve_t;
+
+static void on_reserve(void *arg, redisReply *reply)
+{
+    reserve_t *q = arg;
+    sg_query_t *r = q->r;
+    int ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 + 2 * q->nb);
+    for (size_t i = 0; ok && i < reply->elements; ++i)
+        ok = reply->element[i]->type == REDIS_REPLY_INTEGER;
+    sg_budget_t *bs[2] = {q->b[0], q->b[1]};
+    if (!ok) {
+        if (!r->responded)
+            unavailable(r, q->fail, bs, q->n, "did not answer in time");
+        goto out;
+    }
+    int admitted = reply->element[0]->integer == 1;
+    long long which = reply->element[1]->integer;
+    uint64_t used[2] = {0, 0}, now = wall_s();
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < q->nb; ++i) {
+        sg_budget_t *b = q->b[i];
+        long long v = reply->element[2 + 2 * i]->integer;
+        used[i] = v > 0 ? (uint64_t)v : 0;
+        refresh_locked(b, now);
+        if (q->period[i] == b->start_s) {
+            b->carry -= q->carry[i];
+            observe_locked(b, q->period[i], v, reply->element[3 + 2 * i]->integer);
+            check_warn_locked(b);
+        }
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (r->responded) { /* answered meanwhile (deadline): nothing is sent */
+        if (admitted)
+            give_back(r->loop, bs, q->period, q->n, 1);
+        goto out;
+    }
+    if (!admitted) {
+        int k = which >= 1 && which <= q->nb ? (int)which - 1 : 0;
+        refuse(r, q->fail, q->b[k], used[k], q->n);
+        goto out;
+    }
+    run(r, bs, q->period, q->n, 1);
+out:
+    free(q);
+    sg__query_unref(r); /* the script's reference */
+}
+
+void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
+{
+    sg_budget_t *bs[2] = {NULL, NULL};
+    int nb = budgets_for(r, bs);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->n_uniq; ++i)
+        if (r->uniq[i].blob == NULL && r->uniq[i].waiter == NULL)
+            ++n;
+    if (nb == 0 || n == 0) {
+        sg_dispatch_misses(r);
+        return;
+    }
+    if (!g.shared) {
+        decide_local(r, fail, bs, n);
+        return;
+    }
+    sg_redis_t *redis = r->loop->redis;
+    if (redis == NULL || !sg_redis_is_up(redis)) {
+        unavailable(r, fail, bs, n, "is not connected");
+        return;
+    }
+    reserve_t *q = sg_mem_calloc(1, sizeof(*q));
+    q->r = r;
+    q->fail = fail;
+    q->nb = nb;
+    q->n = n;
+    uint64_t now = wall_s();
+    char keys[2][400], limits[2][24], expiry[2][24], carry[2][24], cnt[24], numkeys[16];
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < nb; ++i) {
+        sg_budget_t *b = bs[i];
+        refresh_locked(b, now);
+        q->b[i] = b;
+        q->period[i] = b->start_s;
+        q->carry[i] = b->carry;
+        counter_key(keys[i], sizeof(keys[i]), b, b->start_s);
+        snprintf(limits[i], sizeof(limits[i]), "%llu", (unsigned long long)b->conf->queries);
+        snprintf(expiry[i], sizeof(expiry[i]), "%llu", (unsigned long long)(b->end_s + KEY_GRACE_S));
+        snprintf(carry[i], sizeof(carry[i]), "%lld", (long long)b->carry);
+    }
+    pthread_mutex_unlock(&g.mu);
+    snprintf(cnt, sizeof(cnt), "%u", n);
+    snprintf(numkeys, sizeof(numkeys), "%d", nb);
+    const char *argv[12];
+    size_t argvlen[12];
+    int argc = 0;
+    argv[argc++] = "EVAL";
+    argv[argc++] = reserve_lua;
+    argv[argc++] = numkeys;
+    for (int i = 0; i < nb; ++i)
+        argv[argc++] = keys[i];
+    argv[argc++] = cnt;
+    for (int i = 0; i < nb; ++i) {
+        argv[argc++] = limits[i];
+        argv[argc++] = expiry[i];
+        argv[argc++] = carry[i];
+    }
+    for (int i = 0; i < argc; ++i)
+        argvlen[i] = strlen(argv[i]);
+    if (sg_redis_command(redis, on_reserve, q, argc, argv, argvlen) != 0) {
+        free(q);
+        unavailable(r, fail, bs, n, "is not connected");
+        return;
+    }
+    sg__query_ref(r);
+}
+
+/* ---- /metrics and /stats ---- */
+
+typedef struct st_snap_t {
+    uint64_t limit, used, spent, start, end;
+} snap_t;
+
+static snap_t snapshot_locked(sg_budget_t *b, uint64_t now)
+{
+    refresh_locked(b, now);
+    snap_t s = {b->conf->queries, used_locked(b), b->spent, b->start_s, b->end_s};
+    return s;
+}
+
+static void collector(sg_buf_t *out, void *arg)
+{
+    (void)arg;
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"searchgate_budget_limit_queries", "Backend queries a budget allows per period."},
+        {"searchgate_budget_used_queries",
+         "Backend queries used in the current period (the shared Redis counter as this replica last saw it, or this replica's "
+         "own count without Redis)."},
+        {"searchgate_budget_remaining_queries", "Backend queries left in the current period."},
+        {"searchgate_budget_used_ratio", "Share of the budget used in the current period (0..1); the warning fires at 0.8."},
+        {"searchgate_budget_reset_seconds", "Seconds until the current period ends (calendar periods in UTC)."},
+    };
+    uint64_t now = wall_s();
+    pthread_mutex_lock(&g.mu);
+    snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
+    for (size_t i = 0; i < g.n_all; ++i)
+        snaps[i] = snapshot_locked(g.all[i], now);
+    pthread_mutex_unlock(&g.mu);
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); ++f) {
+        sg_buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help, fam[f].name);
+        for (size_t i = 0; i < g.n_all; ++i) {
+            const snap_t *s = &snaps[i];
+            uint64_t used = s->used < s->limit ? s->used : s->limit;
+            sg_buf_appendf(out, "%s{%s} ", fam[f].name, g.all[i]->label);
+            switch (f) {
+            case 0:
+                sg_buf_appendf(out, "%llu\n", (unsigned long long)s->limit);
+                break;
+            case 1:
+                sg_buf_appendf(out, "%llu\n", (unsigned long long)s->used);
+                break;
+            case 2:
+                sg_buf_appendf(out, "%llu\n", (unsigned long long)(s->limit - used));
+                break;
+            case 3:
+                sg_buf_appendf(out, "%.6f\n", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
+                break;
+            default:
+                sg_buf_appendf(out, "%llu\n", (unsigned long long)(s->end > now ? s->end - now : 0));
+                break;
+            }
+        }
+    }
+    free(snaps);
+}
+
+static void budget_json(sg_buf_t *out, const sg_budget_t *b, const snap_t *s, uint64_t now)
+{
+    char start[32], end[32];
+    iso_utc(s->start, start, sizeof(start));
+    iso_utc(s->end, end, sizeof(end));
+    uint64_t used = s->used < s->limit ? s->used : s->limit;
+    sg_buf_append_json_string(out, b->name, strlen(b->name));
+    sg_buf_appendf(out,
+                   ":{\"queries\":%llu,\"period\":\"%s\",\"period_start\":\"%s\",\"period_end\":\"%s\",\"resets_in_s\":%llu,"
+                   "\"used\":%llu,\"remaining\":%llu,\"used_ratio\":",
+                   (unsigned long long)s->limit, period_names[b->conf->period], start, end,
+                   (unsigned long long)(s->end > now ? s->end - now : 0), (unsigned long long)s->used,
+                   (unsigned long long)(s->limit - used));
+    sg_json_append_double(out, s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
+    sg_buf_appendf(out, ",\"spent_here\":%llu,\"shared\":%s,\"fail\":\"%s\",\"warning\":%s}", (unsigned long long)s->spent,
+                   g.shared ? "true" : "false", b->conf->fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed",
+                   s->limit > 0 && (double)s->used >= WARN_FRACTION * (double)s->limit ? "true" : "false");
+}
+
+void sg_budget_stats_json(sg_buf_t *out)
+{
+    uint64_t now = wall_s();
+    pthread_mutex_lock(&g.mu);
+    snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
+    for (size_t i = 0; i < g.n_all; ++i)
+        snaps[i] = snapshot_locked(g.all[i], now);
+    pthread_mutex_unlock(&g.mu);
+    sg_buf_appends(out, "\"budgets\":{\"clients\":{");
+    int first = 1;
+    for (size_t i = 0; i < g.n_all; ++i) {
+        if (g.all[i]->is_route)
+            continue;
+        if (!first)
+            sg_buf_appendc(out, ',');
+        first = 0;
+        budget_json(out, g.all[i], &snaps[i], now);
+    }
+    sg_buf_appends(out, "},\"routes\":{");
+    first = 1;
+    for (size_t i = 0; i < g.n_all; ++i) {
+        if (!g.all[i]->is_route)
+            continue;
+        if (!first)
+            sg_buf_appendc(out, ',');
+        first = 0;
+        budget_json(out, g.all[i], &snaps[i], now);
+    }
+    sg_buf_appends(out, "}}");
+    free(snaps);
+}

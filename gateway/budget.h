@@ -1,0 +1,59 @@
+/*
+ * budget.h -- spend budgets: how many backend queries a client (on metered routes) and a route (over
+ * every client) may send per calendar period in UTC, shared by the replicas through Redis.
+ *
+ * What counts is what reaches the backend: a distinct query a request sends to a plugin (a search,
+ * or one page of POST /access). Cache hits, duplicates inside a request and queries that join an
+ * identical query already in flight (singleflight) are free. A request is admitted when what is
+ * left of every budget that applies covers its cache misses; it then holds a reservation of that
+ * many queries, and what dispatch does not send (joins, late cache hits, calls that never reach the
+ * plugin) is given back. docs/configuration.md ("Spend budgets") is the user's description.
+ */
+#ifndef SG_GATEWAY_BUDGET_H
+#define SG_GATEWAY_BUDGET_H
+
+#include <stdint.h>
+#include "server.h"
+
+typedef struct st_sg_budget_t sg_budget_t;
+
+/** A reservation moved onto one call: the budgets it is charged to and in which period. */
+typedef struct st_sg_budget_charge_t {
+    sg_budget_t *b[2]; /* the client's and the route's budget; either may be NULL */
+    uint64_t period[2];
+    uint32_t n;     /* queries reserved */
+    uint8_t shared; /* reserved in Redis (else counted by this replica only) */
+} sg_budget_charge_t;
+
+/** The calendar period (UTC) that holds `now_s` (Unix seconds): [*start_s, *end_s). Weeks start on Monday. */
+void sg_budget_period(int period, uint64_t now_s, uint64_t *start_s, uint64_t *end_s);
+
+/** Creates the budgets of the config's clients and routes; after sg_clients_create(). */
+void sg_budget_init(sg_server_t *s);
+void sg_budget_dispose(void);
+
+typedef void (*sg_budget_fail_fn)(sg_query_t *r, int status, const char *type, const char *msg, uint32_t retry_after_s);
+/**
+ * Sends the unanswered distinct queries of `r` to `r->serving` (sg_dispatch_misses) once the budgets
+ * that apply admit them: at once when none applies or Redis is off, after one Redis script otherwise.
+ * When a budget is exhausted, `fail` answers 429 budget_exhausted (Retry-After: seconds to the end of
+ * the period); when Redis does not answer and a budget fails closed, 503 budget_unavailable. Loop
+ * thread; `r` may be answered (and freed) before it returns.
+ */
+void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail);
+
+/* Hooks of gateway/dispatch.c, all no-ops for requests and calls without a reservation. */
+/** Moves `n` queries of `r`'s reservation onto a call that is about to be submitted. Loop thread. */
+void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n);
+/** Gives back what no call took of `r`'s reservation (joins, late L1 hits). Loop thread of `r`. */
+void sg_budget_settle(sg_query_t *r);
+/** The call reached the plugin: its queries are spent. Any thread. */
+void sg_budget_started(sg_budget_charge_t *ch);
+/** The call ended without reaching the plugin (shed, expired or cancelled in the queue): gives it
+ * back. Loop thread of `loop` (its Redis connection). */
+void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch);
+
+/** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats. */
+void sg_budget_stats_json(sg_buf_t *out);
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * rerank.h -- the rerank stage: a route option (`rerank: {...}`, docs/rerank.md) that puts a BERT
+ * cross-encoder (backends/local/encoder/xenc.h) behind any backend.
+ *
+ * The stage is a decorator behind the plugin ABI: once the route's plugin is created,
+ * sg_rerank_wrap() replaces the route's vtable and instance by the stage's own, which forwards
+ * everything to the plugin except search(). Its search() asks the plugin for `candidates` hits
+ * per query, and when they arrive hands the call to the stage's bounded worker pool, which scores
+ * each (query, passage) pair and completes the call with the `topk` best, best first, scored by
+ * the cross-encoder. The rest of the gateway (cache, singleflight, admission, deadlines) sees an
+ * ordinary backend; the stage's settings and the model's identity are part of the route's cache
+ * identity, so changing either never serves an old answer.
+ *
+ * Threads: sg_rerank_conf_parse and sg_rerank_wrap run on the main thread at start-up; the
+ * stage's search/cancel run on loop threads and never block (the scoring runs on its workers).
+ */
+#ifndef SG_GATEWAY_RERANK_H
+#define SG_GATEWAY_RERANK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cJSON.h>
+#include "buf.h"
+#include "cfg.h"
+
+typedef struct st_sg_rerank_conf_t {
+    char *model;         /* the Hugging Face folder, resolved against the config's directory */
+    uint32_t candidates; /* hits asked of the first stage per query */
+    uint32_t max_length; /* tokens per (query, passage) pair; 0 = the model's own default */
+    uint32_t workers;    /* scoring threads */
+    uint32_t max_queue;  /* pairs accepted and not yet scored; beyond it 503 */
+    uint32_t batch;      /* pairs per scoring pass (cancellation and deadline are checked between passes) */
+    int activation;      /* -1 = the model's (config.json), else SG_XENC_IDENTITY/SIGMOID/TANH */
+    int score_label;     /* -1 = the model's default */
+    int truncation;      /* -1 = the default (fast), else SG_XENC_TRUNC_FAST/SLOW */
+} sg_rerank_conf_t;
+
+/**
+ * Reads a route's "rerank" object (`o`; NULL or JSON null: no stage, *out = NULL). `route_topk` is
+ * the route's default topk, which must not exceed `candidates`. Errors name the key and value.
+ */
+int sg_rerank_conf_parse(sg_cfg_t *c, const cJSON *o, const char *base_dir, uint32_t route_topk, sg_rerank_conf_t **out);
+void sg_rerank_conf_free(sg_rerank_conf_t *rc);
+
+struct st_sg_config_t;
+/**
+ * Main thread, once, after main() set the signal mask and before any route is wrapped: when a
+ * route has a rerank stage, dlopen()s the cross-encoder module `<plugin_dir>/rerank_xenc.so`
+ * (rerank_xenc.h says why it is a module). Errors name the path.
+ */
+int sg_rerank_open_module(const struct st_sg_config_t *cfg, const char *plugin_dir, char *err, size_t err_size);
+
+struct st_sg_backend_t;
+/**
+ * Main thread, after the route's plugin was created and before its identity is read: loads the
+ * model (errors name the file, key or bound), starts the workers, registers the stage's metrics,
+ * and puts the stage in front of the plugin (b->plugin.vt and b->inst). The stage's destroy()
+ * destroys the plugin's instance and puts the plugin's own vtable back.
+ */
+int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size);
+
+/**
+ * The passage a (query, passage) pair is made of, from a DOC (protocols.md): as Search-R1's
+ * rerank server builds it, "(Title: " + the first line of "contents" + ") " + the rest of it
+ * (without "contents": its "title" and "text" strings). Appends to `out`; returns the length
+ * added. Exposed for tests.
+ */
+size_t sg_rerank_passage(const char *doc, size_t doc_len, sg_buf_t *out);
+
+#endif
