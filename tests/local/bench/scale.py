@@ -6,7 +6,7 @@ For each N (--rows, repeatable) it makes, once, under --data:
   * a wiki-18 shaped corpus and its 768-d Flat IP index (local_bench_gen: clustered vectors, see
     gen_scale.c), and
   * the converted indexes of --kinds: ivfsq8 = "IVF<nl>,SQ8", ivfpq = "IVF<nl>,PQ<m>" re-ranked
-    from the Flat file, hnsw = "HNSW32,SQ8" (nl = 1024 up to 300k rows, else 4096), each with
+    from the Flat file, hnsw = "HNSW32,SQ8" (nl = --nlist, by default 1024 up to 300k rows, else 4096), each with
     convert's recall report (1000 held-out rows; recall@3 in the table comes from it).
 Then, for each index, searchgate with the e5-base-shaped random model (make_model.py):
   * start-up: process start -> "listening" and -> first answer, cold (the index, corpus and
@@ -38,7 +38,12 @@ import bench  # noqa: E402
 log = bench.log
 
 
+NLIST = 0  # --nlist: 0 = by N (below)
+
+
 def nlist_for(n):
+    if NLIST:
+        return NLIST
     return 1024 if n <= 300000 else 4096
 
 
@@ -77,7 +82,7 @@ def ensure_data(build, data, n):
         return corpus, flat, json.load(f)
 
 
-def ensure_index(build, data, n, kind, flat, pq_m, rerank, n_eval=1000):
+def ensure_index(build, data, n, kind, flat, pq_m, rerank, n_eval=1000, train_rows=0, blas_threads=0):
     if kind == "flat":
         return flat, {"size": os.path.getsize(flat)}
     f = factory(kind, n, pq_m)
@@ -90,12 +95,16 @@ def ensure_index(build, data, n, kind, flat, pq_m, rerank, n_eval=1000):
             argv += ["--rerank", str(rerank)]
         if kind == "hnsw":
             argv += ["--ef-search", "16,32,64,128,256"]
+        if train_rows > 0:
+            argv += ["--train-rows", str(train_rows)]
+        if blas_threads > 0:
+            argv += ["--blas-threads", str(blas_threads)]
         log("converting %d rows to %s" % (n, f))
         wall, peak, report = run_timed(argv, out + ".report")
         with open(out + ".sgmeta") as fm:
             meta = json.load(fm)
         info = {"factory": f, "convert_wall_s": wall, "convert_peak_rss": peak, "size": os.path.getsize(out), "meta": meta,
-                "report": report, "convert_build": build}
+                "report": report, "convert_build": build, "convert_argv": argv[1:]}
         with open(info_path, "w") as fi:
             json.dump(info, fi)
     with open(info_path) as fi:
@@ -194,6 +203,10 @@ def load(port, seconds, queries, offset, with_metrics=True):
         after = bench.metrics(port) if with_metrics else None
         if before is not None and after is not None:
             d = {k: after[k] - before[k] for k in after}
+            # the backend's own count: with requests of tens of seconds, wrk's count of the
+            # requests completed inside its window says little
+            r["backend_queries"] = d["batch_queries_total"]
+            r["window_s"] = seconds * mult
             if d["batches_total"] > 0:
                 r["mean_batch"] = d["batch_queries_total"] / d["batches_total"]
                 r["encode_ms_per_query"] = 1000 * d["encode_seconds_total"] / d["batch_queries_total"]
@@ -221,7 +234,7 @@ def measure_kind(a, n, kind, model, corpus, index, queries, first_of_n, offset):
     if kind == "ivfpq":
         files.append(os.path.join(a.data, "flat-%d.index" % n))
     out = {}
-    if first_of_n:
+    if first_of_n and "first" in a.starts:
         if os.path.exists(side):
             os.unlink(side)
         evict(files)
@@ -231,16 +244,18 @@ def measure_kind(a, n, kind, model, corpus, index, queries, first_of_n, offset):
         g.stop()
         log("  %s first start (builds the sidecar): listening %.2f s, first answer %.2f s" % (kind, g.listening_s,
                                                                                             g.first_answer_s))
-    evict(files)
-    g = Gateway(a.build, cfg_path, os.path.join(wd, "gw-%d-%s-cold.log" % (n, kind)))
-    out["cold_start"] = {"listening_s": g.listening_s, "first_answer_s": g.first_answer_s, "mem": g.mem_ready,
-                         "log": log_figures(g.text())}
-    g.stop()
+    if "cold" in a.starts:
+        evict(files)
+        g = Gateway(a.build, cfg_path, os.path.join(wd, "gw-%d-%s-cold.log" % (n, kind)))
+        out["cold_start"] = {"listening_s": g.listening_s, "first_answer_s": g.first_answer_s, "mem": g.mem_ready,
+                             "log": log_figures(g.text())}
+        g.stop()
     g = Gateway(a.build, cfg_path, os.path.join(wd, "gw-%d-%s.log" % (n, kind)))
     out["warm_start"] = {"listening_s": g.listening_s, "first_answer_s": g.first_answer_s, "mem": g.mem_ready,
                          "log": log_figures(g.text())}
+    cold = out.get("cold_start", {})
     log("  %s start: cold %.2f s / warm %.2f s to listening (first answer %.2f / %.2f s); ready: anon %.0f MiB, file %.0f MiB" % (
-        kind, out["cold_start"]["listening_s"], g.listening_s, out["cold_start"]["first_answer_s"], g.first_answer_s,
+        kind, cold.get("listening_s", -1), g.listening_s, cold.get("first_answer_s", -1), g.first_answer_s,
         g.mem_ready.get("RssAnon", 0) / 2**20, g.mem_ready.get("RssFile", 0) / 2**20))
     try:
         out["points"] = load(g.port, a.seconds, queries, offset)
@@ -372,7 +387,56 @@ def report(results, project=21000000):
             else:
                 proj = "%.2f" % y
             lines.append("| %s | %s | %.3g + %.3g·N | %s |" % (kind_name(kind), q, a, b * 1e6, proj))
+    lines.append("")
+    lines += against_flat(results)
     return "\n".join(lines)
+
+
+def against_flat(results):
+    """Each index against the Flat index of the same N, measured in the same run of this script,
+    and issue 12's goal: at most 1/4 of Flat's memory, recall@3 >= 0.95, >= 3x Flat's q/s on
+    32-query requests, a start under 5 s with the sidecar present (the warm start)."""
+    lines = ["| rows | index | file / Flat's | resident after load / Flat's (private + mapped) | recall@3 | "
+             "q/s 32-query requests / Flat's | q/s 1 query c=64 / Flat's | FAISS ms/query / Flat's (32-query / c=64) | "
+             "start, sidecar present (s) | goal |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for n in sorted(int(k) for k in results if k.isdigit()):
+        r = results[str(n)]
+        flat = r.get("flat", {})
+        if "serve" not in flat:
+            continue
+        fs = flat["serve"]
+        if not all(fs.get("points", {}).get(label, {}).get("qps") for label, _, _, _ in POINTS):
+            continue
+        fmem = fs["mem_after_load"]["RssAnon"] + fs["mem_after_load"]["RssFile"]
+        fp = fs["points"]
+        for kind in [k for k in r if k.split("-")[0] in KIND_NAMES and k.split("-")[0] != "flat"]:
+            e = r[kind]
+            if "serve" not in e:
+                continue
+            sv = e["serve"]
+            if "mem_after_load" not in sv or "warm_start" not in sv:
+                continue
+            m = sv["mem_after_load"]
+            pts = sv["points"]
+            mem_ratio = (m["RssAnon"] + m["RssFile"]) / fmem
+            file_ratio = e["index"]["size"] / flat["index"]["size"]
+            q32 = pts[POINTS[1][0]]["qps"] / fp[POINTS[1][0]]["qps"]
+            q1 = pts[POINTS[0][0]]["qps"] / fp[POINTS[0][0]]["qps"]
+            def faiss_ratio(label):
+                p, f = pts[label], fp[label]
+                if "search_ms_per_query" in p and f.get("search_ms_per_query"):
+                    return "%.3f" % (p["search_ms_per_query"] / f["search_ms_per_query"])
+                return "-"
+
+            r3 = expected_recall3(e)
+            warm = sv["warm_start"]["listening_s"]
+            ok = [("memory", file_ratio <= 0.25), ("recall", r3 is not None and r3 >= 0.95),
+                  ("q/s", q32 >= 3.0), ("start", warm < 5.0)]
+            goal = "met" if all(v for _, v in ok) else "not met: " + ", ".join(k for k, v in ok if not v)
+            lines.append("| %s | %s | %.3f | %.3f | %s | %.2f× | %.2f× | %s | %.2f | %s |" % (
+                "{:,}".format(n), kind_name(kind), file_ratio, mem_ratio, "%.3f" % r3 if r3 is not None else "-", q32, q1,
+                faiss_ratio(POINTS[1][0]) + " / " + faiss_ratio(POINTS[0][0]), warm, goal))
+    return lines
 
 
 def main():
@@ -385,9 +449,14 @@ def main():
     ap.add_argument("--rerank", type=int, default=8)
     ap.add_argument("--ref", type=int, action="append", default=[], help="rows at which to run the reference server too")
     ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--starts", default="first,cold,warm",
+                    help="starts to measure besides the warm one that serves the load: first (deletes the sidecar), cold")
     ap.add_argument("--only-build", action="store_true", help="make data and indexes, measure nothing")
     ap.add_argument("--convert-build", help="the build whose searchgate-index-convert makes the indexes (default: --build)")
     ap.add_argument("--eval", type=int, default=1000, help="held-out rows of convert's recall report")
+    ap.add_argument("--nlist", type=int, default=0, help="IVF lists (default: 1024 up to 300k rows, else 4096)")
+    ap.add_argument("--train-rows", type=int, default=0, help="convert's --train-rows (default: convert's own)")
+    ap.add_argument("--blas-threads", type=int, default=0, help="convert's --blas-threads (default: convert's own)")
     ap.add_argument("--tag", default="", help="suffix of the result keys (e.g. -avx2 for another FAISS build)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", action="store_true", help="only print the tables of --out")
@@ -396,6 +465,8 @@ def main():
         with open(a.out) as f:
             print(report(json.load(f)))
         return
+    global NLIST
+    NLIST = a.nlist
     a.build = os.path.abspath(a.build)
     a.data = os.path.abspath(a.data)
     os.makedirs(a.data, exist_ok=True)
@@ -415,9 +486,9 @@ def main():
         corpus, flat, stats = ensure_data(a.build, a.data, n)
         res = results.setdefault(key, {})
         res["data"] = stats
-        kinds = a.kinds.split(",")
+        kinds = [k for k in a.kinds.split(",") if k]  # "" with --ref: the reference server only
         cb = os.path.abspath(a.convert_build or a.build)
-        idx = {k: ensure_index(cb, a.data, n, k, flat, a.pq_m, a.rerank, a.eval) for k in kinds}
+        idx = {k: ensure_index(cb, a.data, n, k, flat, a.pq_m, a.rerank, a.eval, a.train_rows, a.blas_threads) for k in kinds}
         for k in kinds:
             res.setdefault(k + a.tag, {})["index"] = {kk: vv for kk, vv in idx[k][1].items() if kk != "report"}
         with open(a.out, "w") as f:
@@ -427,7 +498,9 @@ def main():
         log("N = %d: load average %.2f" % (n, os.getloadavg()[0]))
         for i, k in enumerate(kinds):
             load_before = os.getloadavg()[0]
-            res[k + a.tag]["serve"] = measure_kind(a, n, k, model, corpus, idx[k][0], queries, i == 0 and not a.tag, i * 40000)
+            # starts not measured again (--starts) keep their earlier figures
+            res[k + a.tag].setdefault("serve", {}).update(
+                measure_kind(a, n, k, model, corpus, idx[k][0], queries, i == 0 and not a.tag, i * 40000))
             res[k + a.tag]["serve"]["loadavg_before"] = load_before
             res[k + a.tag]["serve"]["build"] = a.build
             with open(a.out, "w") as f:
