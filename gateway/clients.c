@@ -225,6 +225,34 @@ static h2o_iovec_t trim(h2o_iovec_t v)
     return v;
 }
 
+sg_client_t *sg_clients_identify_request(sg_clients_t *t, h2o_req_t *req, const char **why)
+{
+    h2o_iovec_t key;
+    if (sg_clients_presented_key(req, &key, why) != 0)
+        return NULL;
+    ssize_t ci = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-client-id"), -1);
+    h2o_iovec_t cid = ci >= 0 ? req->headers.entries[ci].value : h2o_iovec_init(NULL, 0);
+    struct sockaddr_storage ss;
+    socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
+    return sg_clients_identify(t, key.base, key.len, cid.base, cid.len, sl > 0 ? (struct sockaddr *)&ss : NULL, why);
+}
+
+int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_us, uint32_t *retry_s, char *msg, size_t msg_size)
+{
+    const sg_client_conf_t *cc = c->conf;
+    sg_counter_add(c->m_rate_limited, 1);
+    uint32_t retry = (uint32_t)((wait_us + 999999) / 1000000);
+    *retry_s = retry == 0 ? 1 : retry;
+    if (cc->mode == SG_RL_REJECT) {
+        snprintf(msg, msg_size, "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", c->id, cc->rate,
+                 cc->burst, *retry_s);
+        return 429;
+    }
+    snprintf(msg, msg_size, "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", c->id,
+             (double)wait_us / 1000, (unsigned long long)(max_wait_us / 1000), *retry_s);
+    return 503;
+}
+
 int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why)
 {
     *key = h2o_iovec_init(NULL, 0);

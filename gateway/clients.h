@@ -56,6 +56,18 @@ sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_le
  */
 int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why);
 /**
+ * The client of an HTTP request: its presented key (sg_clients_presented_key), else its
+ * X-Client-Id header, else its peer address (sg_clients_identify). Returns a reference, or NULL
+ * with a 401 message in `*why`. Loop thread.
+ */
+sg_client_t *sg_clients_identify_request(sg_clients_t *t, h2o_req_t *req, const char **why);
+/**
+ * A refusal by the client's rate limit (SG_RL_DENY, `wait_us` the wait it would have needed):
+ * counts it, writes the client's message and returns the HTTP status (429 in reject mode, 503 when
+ * the wait exceeds `max_wait_us` in queue mode) with the seconds to retry after in `*retry_s`.
+ */
+int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_us, uint32_t *retry_s, char *msg, size_t msg_size);
+/**
  * Whether a request presenting `key` (base NULL: none) may read the operations routes (/, /metrics,
  * /stats). With clients.admin_key_env set only that key may; else, with require_key, any client's
  * key; else anyone. Returns 1, or 0 with a 401 message in `*why`. Constant time in the keys.

@@ -28,6 +28,7 @@
 #include "query.h"
 #include "ratelimit_global.h"
 #include "request.h"
+#include "retrieve.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -462,23 +463,11 @@ static void on_timer(sg_timer_t *t)
 static void on_rate_decision(fusion_req_t *fr, int rl, uint64_t wait_us)
 {
     sg_client_t *client = fr->client;
-    const sg_client_conf_t *cc = client->conf;
     if (rl == SG_RL_DENY) {
-        sg_counter_add(client->m_rate_limited, 1);
-        uint32_t retry = (uint32_t)((wait_us + 999999) / 1000000);
-        if (retry == 0)
-            retry = 1;
+        uint32_t retry;
         char msg[240];
-        if (cc->mode == SG_RL_REJECT) {
-            snprintf(msg, sizeof(msg), "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", client->id,
-                     cc->rate, cc->burst, retry);
-            fail(fr, 429, "rate_limited", msg, retry);
-        } else {
-            snprintf(msg, sizeof(msg),
-                     "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", client->id,
-                     (double)wait_us / 1000, (unsigned long long)(fr->max_wait_us / 1000), retry);
-            fail(fr, 503, "rate_limited", msg, retry);
-        }
+        int status = sg_clients_rate_refusal(client, wait_us, fr->max_wait_us, &retry, msg, sizeof(msg));
+        fail(fr, status, "rate_limited", msg, retry);
         return;
     }
     if (rl == SG_RL_WAIT) {
@@ -648,12 +637,6 @@ static void on_req_dispose(void *p)
         sg_fusion_cancel(q);
 }
 
-static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
-{
-    ssize_t i = h2o_find_header_by_str(&req->headers, name, len, -1);
-    return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
-}
-
 /* Answered before the fan-out: counted on the fusion route (and on the client once known). */
 static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client, int status, const char *type, const char *msg,
                          uint32_t n_queries, uint64_t start_us)
@@ -690,15 +673,7 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
         return 0;
     }
     const char *why = NULL;
-    h2o_iovec_t key;
-    sg_client_t *client = NULL;
-    if (sg_clients_presented_key(req, &key, &why) == 0) {
-        h2o_iovec_t cid = find_header(req, H2O_STRLIT("x-client-id"));
-        struct sockaddr_storage ss;
-        socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
-        client = sg_clients_identify(loop->server->clients, key.base, key.len, cid.base, cid.len,
-                                     sl > 0 ? (struct sockaddr *)&ss : NULL, &why);
-    }
+    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
     if (client == NULL) {
         answer_early(req, r, NULL, 401, "unauthorized", why, 0, start_us);
         return 0;
@@ -709,26 +684,12 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
         return 0;
     }
     /* deadline: the route's timeout, shortened (never lengthened) by X-Timeout-Ms; shared by the legs */
-    uint64_t deadline_us = 0;
-    h2o_iovec_t th = find_header(req, H2O_STRLIT("x-timeout-ms"));
-    if (th.base != NULL) {
-        char tmp[24];
-        size_t n = th.len < sizeof(tmp) - 1 ? th.len : sizeof(tmp) - 1;
-        memcpy(tmp, th.base, n);
-        tmp[n] = '\0';
-        int digits = th.len > 0 && th.len < sizeof(tmp) - 1;
-        for (size_t i = 0; digits && i < n; ++i)
-            digits = tmp[i] >= '0' && tmp[i] <= '9';
-        char *end = tmp;
-        unsigned long long v = digits ? strtoull(tmp, &end, 10) : 0;
-        if (!digits || *end != '\0' || v == 0) {
-            answer_early(req, r, client, 422, "validation_error", "header X-Timeout-Ms must be a positive integer (milliseconds)",
-                         pr->n, start_us);
-            sg_clients_release(client);
-            return 0;
-        }
-        if (v < fc->timeout_ms)
-            deadline_us = start_us + v * 1000;
+    uint64_t deadline_us;
+    if (sg_retrieve_timeout_header(req, fc->timeout_ms, start_us, &deadline_us) != 0) {
+        answer_early(req, r, client, 422, "validation_error", "header X-Timeout-Ms must be a positive integer (milliseconds)",
+                     pr->n, start_us);
+        sg_clients_release(client);
+        return 0;
     }
     const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
     for (uint32_t i = 0; i < pr->n; ++i)

@@ -833,18 +833,6 @@ static void run_post(sg_mcp_post_t *p, const cJSON *root)
 
 /* ---- the routes ---- */
 
-static sg_client_t *identify(sg_loop_t *loop, h2o_req_t *req, const char **why)
-{
-    h2o_iovec_t key;
-    if (sg_clients_presented_key(req, &key, why) != 0)
-        return NULL;
-    h2o_iovec_t cid = header(req, H2O_STRLIT("x-client-id"));
-    struct sockaddr_storage ss;
-    socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
-    return sg_clients_identify(loop->server->clients, key.base, key.len, cid.base, cid.len, sl > 0 ? (struct sockaddr *)&ss : NULL,
-                               why);
-}
-
 /* Checks Content-Type and the body's size and parses it. NULL when it answered an error. */
 static cJSON *read_body(h2o_req_t *req, int ep)
 {
@@ -892,7 +880,7 @@ static sg_mcp_post_t *new_post(sg_loop_t *loop, h2o_req_t *req, sg_client_t *cli
 static void on_mcp_post(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = identify(loop, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -964,7 +952,7 @@ out:
 static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = identify(loop, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -990,7 +978,7 @@ static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
 static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = identify(loop, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_SSE, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -1053,7 +1041,7 @@ static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
 static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = identify(loop, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_MESSAGES, 401, SG_MCP_INVALID_REQUEST, why);
         return;

@@ -265,23 +265,11 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
 static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
 {
     sg_client_t *client = q->client;
-    const sg_client_conf_t *cc = client->conf;
     if (rl == SG_RL_DENY) {
-        sg_counter_add(client->m_rate_limited, 1);
-        uint32_t retry = (uint32_t)((wait_us + 999999) / 1000000);
-        if (retry == 0)
-            retry = 1;
+        uint32_t retry;
         char msg[240];
-        if (cc->mode == SG_RL_REJECT) {
-            snprintf(msg, sizeof(msg), "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", client->id,
-                     cc->rate, cc->burst, retry);
-            fail(q, 429, "rate_limited", msg, retry);
-        } else {
-            snprintf(msg, sizeof(msg),
-                     "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", client->id,
-                     (double)wait_us / 1000, (unsigned long long)(q->max_wait_us / 1000), retry);
-            fail(q, 503, "rate_limited", msg, retry);
-        }
+        int status = sg_clients_rate_refusal(client, wait_us, q->max_wait_us, &retry, msg, sizeof(msg));
+        fail(q, status, "rate_limited", msg, retry);
         return;
     }
     if (rl == SG_RL_WAIT) {

@@ -104,18 +104,6 @@ static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
     return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
 }
 
-static sg_client_t *identify(sg_loop_t *loop, h2o_req_t *req, const char **why)
-{
-    h2o_iovec_t key;
-    if (sg_clients_presented_key(req, &key, why) != 0)
-        return NULL;
-    h2o_iovec_t cid = find_header(req, H2O_STRLIT("x-client-id"));
-    struct sockaddr_storage ss;
-    socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
-    return sg_clients_identify(loop->server->clients, key.base, key.len, cid.base, cid.len, sl > 0 ? (struct sockaddr *)&ss : NULL,
-                               why);
-}
-
 /* A request answered before it became a query (malformed, unknown backend, unauthorised,
  * empty): counted on its backend when known, logged at debug, and answered. */
 static void answer_early(h2o_req_t *req, int is_access, sg_backend_t *b, const sg_client_t *client, int status, const char *type,
@@ -266,12 +254,10 @@ static int check_search_params(incoming_t *in)
     return 0;
 }
 
-/* X-Timeout-Ms shortens (never lengthens) the route's timeout: the absolute deadline it asks for
- * (0 when none, or not shorter), or -1 when the header is not a positive integer. */
-static int timeout_header(const incoming_t *in, uint64_t *deadline_us)
+int sg_retrieve_timeout_header(h2o_req_t *req, uint32_t route_timeout_ms, uint64_t start_us, uint64_t *deadline_us)
 {
     *deadline_us = 0;
-    h2o_iovec_t th = find_header(in->req, H2O_STRLIT("x-timeout-ms"));
+    h2o_iovec_t th = find_header(req, H2O_STRLIT("x-timeout-ms"));
     if (th.base == NULL)
         return 0;
     char tmp[24];
@@ -286,8 +272,8 @@ static int timeout_header(const incoming_t *in, uint64_t *deadline_us)
     unsigned long long v = digits ? strtoull(tmp, &end, 10) : 0;
     if (!digits || *end != '\0' || v == 0)
         return -1;
-    if (v < in->route->conf->timeout_ms)
-        *deadline_us = in->start_us + v * 1000;
+    if (v < route_timeout_ms)
+        *deadline_us = start_us + v * 1000;
     return 0;
 }
 
@@ -328,7 +314,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
     if (check_search_params(&in) != 0)
         goto out;
     const char *why = NULL;
-    if ((in.client = identify(loop, req, &why)) == NULL) {
+    if ((in.client = sg_clients_identify_request(loop->server->clients, req, &why)) == NULL) {
         answer_early(req, is_access, in.route, NULL, 401, "unauthorized", why, 0, in.start_us);
         goto out;
     }
@@ -336,7 +322,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         answer_early(req, is_access, in.route, in.client, 200, NULL, "{\"result\":[]}", 0, in.start_us);
         goto out;
     }
-    if (timeout_header(&in, &deadline_us) != 0) {
+    if (sg_retrieve_timeout_header(in.req, in.route->conf->timeout_ms, in.start_us, &deadline_us) != 0) {
         answer_invalid_timeout(req, is_access, in.route, in.client, in.pr.n, in.start_us);
         goto out;
     }
