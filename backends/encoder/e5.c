@@ -203,6 +203,25 @@ static int cfg_int(const cJSON *root, const char *path, const char *key, int req
     return 0;
 }
 
+char *sg__e5_read_stream(FILE *fp, size_t *len)
+{
+    char *buf = NULL;
+    size_t n = 0, cap = 0, got;
+    char chunk[8192];
+    while ((got = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+        if (n + got > cap) {
+            cap = (n + got) * 2;
+            buf = realloc(buf, cap);
+            if (buf == NULL)
+                abort();
+        }
+        memcpy(buf + n, chunk, got);
+        n += got;
+    }
+    *len = n;
+    return buf;
+}
+
 static int read_config(const char *dir, sg_e5_config *cfg, uint64_t *hash, char *err, size_t err_size)
 {
     char *path = join(dir, "config.json");
@@ -212,19 +231,8 @@ static int read_config(const char *dir, sg_e5_config *cfg, uint64_t *hash, char 
         free(path);
         return -1;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    char chunk[8192];
-    while ((got = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
-        if (len + got > cap) {
-            cap = (len + got) * 2;
-            buf = realloc(buf, cap);
-            if (buf == NULL)
-                abort();
-        }
-        memcpy(buf + len, chunk, got);
-        len += got;
-    }
+    size_t len;
+    char *buf = sg__e5_read_stream(fp, &len);
     fclose(fp);
     *hash = sg__e5_hash(0xc0f1ull, buf, len);
     cJSON *root = cJSON_ParseWithLength(buf, len);

@@ -7,9 +7,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /** A fast 64-bit hash of `n` bytes, chained through `h` (not cryptographic). */
 uint64_t sg__e5_hash(uint64_t h, const void *data, size_t n);
+/** Reads `fp` to its end into a malloc()ed buffer (NULL when empty); the caller checks ferror(fp). */
+char *sg__e5_read_stream(FILE *fp, size_t *len);
 /**
  * A content fingerprint of a file that is cheap even for very large files: its size and a hash
  * of its first and last 64 KiB and of 64 blocks of 4 KiB spread evenly in between. Independent

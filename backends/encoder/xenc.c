@@ -68,19 +68,8 @@ static cJSON *read_json(const char *dir, const char *name, int *missing, char *e
         free(path);
         return NULL;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    char chunk[8192];
-    while ((got = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
-        if (len + got > cap) {
-            cap = (len + got) * 2;
-            buf = realloc(buf, cap);
-            if (buf == NULL)
-                abort();
-        }
-        memcpy(buf + len, chunk, got);
-        len += got;
-    }
+    size_t len;
+    char *buf = sg__e5_read_stream(fp, &len);
     int rd = ferror(fp);
     fclose(fp);
     cJSON *root = rd ? NULL : cJSON_ParseWithLength(buf != NULL ? buf : "", len);
