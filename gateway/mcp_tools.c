@@ -290,6 +290,23 @@ static void call_free(mcp_call_t *c)
     free(c);
 }
 
+/* Sends a successful tools/call result: the text items in `content`, the documents in `structured`
+ * (its "result" array still open); frees both. */
+static void send_result(sg_mcp_item_t *item, sg_buf_t *content, sg_buf_t *structured)
+{
+    sg_buf_appends(structured, "]}");
+    sg_buf_t b = {0};
+    sg_buf_appends(&b, "{\"content\":[");
+    sg_buf_append(&b, content->base, content->len);
+    sg_buf_appends(&b, "],");
+    sg_buf_append(&b, structured->base, structured->len);
+    sg_buf_appends(&b, ",\"isError\":false}");
+    sg_mcp_item_result(item, b.base, b.len);
+    sg_buf_free(&b);
+    sg_buf_free(content);
+    sg_buf_free(structured);
+}
+
 static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
 {
     sg_buf_t content = {0}, structured = {0}, frag = {0}, text = {0};
@@ -312,17 +329,7 @@ static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
         sg_buf_append_json_string(&content, text.base, text.len);
         sg_buf_appendc(&content, '}');
     }
-    sg_buf_appends(&structured, "]}");
-    sg_buf_t b = {0};
-    sg_buf_appends(&b, "{\"content\":[");
-    sg_buf_append(&b, content.base, content.len);
-    sg_buf_appends(&b, "],");
-    sg_buf_append(&b, structured.base, structured.len);
-    sg_buf_appends(&b, ",\"isError\":false}");
-    sg_mcp_item_result(c->item, b.base, b.len);
-    sg_buf_free(&b);
-    sg_buf_free(&content);
-    sg_buf_free(&structured);
+    send_result(c->item, &content, &structured);
     sg_buf_free(&frag);
     sg_buf_free(&text);
 }
@@ -364,17 +371,7 @@ static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
         sg_buf_appendc(&content, '}');
         cJSON_Delete(pj);
     }
-    sg_buf_appends(&structured, "]}");
-    sg_buf_t b = {0};
-    sg_buf_appends(&b, "{\"content\":[");
-    sg_buf_append(&b, content.base, content.len);
-    sg_buf_appends(&b, "],");
-    sg_buf_append(&b, structured.base, structured.len);
-    sg_buf_appends(&b, ",\"isError\":false}");
-    sg_mcp_item_result(c->item, b.base, b.len);
-    sg_buf_free(&b);
-    sg_buf_free(&content);
-    sg_buf_free(&structured);
+    send_result(c->item, &content, &structured);
     sg_buf_free(&page);
 }
 
