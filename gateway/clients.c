@@ -7,6 +7,7 @@
  * nothing references is evicted first, so memory stays bounded whatever the callers do.
  */
 #include "clients.h"
+#include "hmap.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -26,11 +27,17 @@ struct st_sg_clients_t {
     unsigned char admin_digest[SHA256_DIGEST_LENGTH];
     int has_admin;
     size_t n_keyed;
-    sg_client_t **buckets;
-    size_t n_buckets, n_anon;
+    sg_hmap_t anon;  /* id -> anonymous client */
     sg_client_t lru; /* sentinel: lru.lru_next is the most recent */
     size_t n_labelled;
 };
+
+static int client_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const sg_client_t *c = item;
+    (void)ud;
+    return strncmp(c->id, key, key_len) == 0 && c->id[key_len] == '\0';
+}
 
 static void client_metrics(sg_client_t *c, const char *label)
 {
@@ -92,8 +99,7 @@ sg_clients_t *sg_clients_create(const sg_config_t *cfg)
         SHA256((const unsigned char *)cfg->clients.admin_key, strlen(cfg->clients.admin_key), t->admin_digest);
         t->has_admin = 1;
     }
-    t->n_buckets = 1024;
-    t->buckets = sg_mem_calloc(t->n_buckets, sizeof(*t->buckets));
+    sg_hmap_init(&t->anon, client_eq, NULL, 1024);
     t->lru.lru_next = t->lru.lru_prev = &t->lru;
     return t;
 }
@@ -112,7 +118,7 @@ void sg_clients_destroy(sg_clients_t *t)
         free(c);
         c = next;
     }
-    free(t->buckets);
+    sg_hmap_dispose(&t->anon);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -133,7 +139,7 @@ void sg_clients_release(sg_client_t *c)
 size_t sg_clients_tracked(sg_clients_t *t)
 {
     pthread_mutex_lock(&t->mu);
-    size_t n = t->n_anon;
+    size_t n = sg_hmap_size(&t->anon);
     pthread_mutex_unlock(&t->mu);
     return n;
 }
@@ -152,26 +158,15 @@ static void lru_push_front(sg_clients_t *t, sg_client_t *c)
     t->lru.lru_next = c;
 }
 
-static void hash_remove(sg_clients_t *t, sg_client_t *c)
-{
-    uint64_t h = sg_hash64(c->id, strlen(c->id), 7);
-    for (sg_client_t **p = &t->buckets[h & (t->n_buckets - 1)]; *p != NULL; p = &(*p)->hash_next)
-        if (*p == c) {
-            *p = c->hash_next;
-            return;
-        }
-}
-
 /* Evicts unreferenced entries from the cold end until there is room. Caller holds the mutex. */
 static void evict(sg_clients_t *t)
 {
     sg_client_t *c = t->lru.lru_prev;
-    while (t->n_anon >= t->cfg->clients.max_tracked && c != &t->lru) {
+    while (sg_hmap_size(&t->anon) >= t->cfg->clients.max_tracked && c != &t->lru) {
         sg_client_t *prev = c->lru_prev;
         if (atomic_load(&c->refs) == 1) {
             lru_unlink(c);
-            hash_remove(t, c);
-            --t->n_anon;
+            sg_hmap_remove(&t->anon, c->hash, c);
             free(c->id);
             free(c);
         }
@@ -181,13 +176,10 @@ static void evict(sg_clients_t *t)
 
 static sg_client_t *anon_get(sg_clients_t *t, const char *id)
 {
-    uint64_t h = sg_hash64(id, strlen(id), 7);
+    size_t len = strlen(id);
+    uint64_t h = sg_hmap_hash(id, len);
     pthread_mutex_lock(&t->mu);
-    sg_client_t **slot = &t->buckets[h & (t->n_buckets - 1)];
-    sg_client_t *c;
-    for (c = *slot; c != NULL; c = c->hash_next)
-        if (strcmp(c->id, id) == 0)
-            break;
+    sg_client_t *c = sg_hmap_find(&t->anon, h, id, len);
     if (c != NULL) {
         lru_unlink(c);
     } else {
@@ -196,9 +188,8 @@ static sg_client_t *anon_get(sg_clients_t *t, const char *id)
         c->id = sg_strdup(id);
         c->conf = &t->cfg->clients.defaults;
         atomic_init(&c->refs, 1); /* the table's own reference */
-        c->hash_next = *slot;
-        *slot = c;
-        ++t->n_anon;
+        c->hash = h;
+        sg_hmap_insert(&t->anon, h, c);
         char label[128];
         if (t->n_labelled < MAX_LABELLED_ANON) {
             ++t->n_labelled;

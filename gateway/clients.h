@@ -27,7 +27,7 @@ struct st_sg_client_t {
     _Atomic uint64_t inflight;
     /* LRU links for anonymous clients */
     sg_client_t *lru_prev, *lru_next;
-    sg_client_t *hash_next;
+    uint64_t hash; /* of the id, for the table of anonymous clients */
     _Atomic uint32_t refs;
     /* metrics; label value is the id, or "other" beyond the cardinality cap */
     sg_counter_t *m_requests, *m_queries, *m_rate_limited, *m_queued, *m_shed, *m_timeouts, *m_hits_l1, *m_hits_redis, *m_misses;

@@ -29,6 +29,7 @@
 #include "query_impl.h"
 #include "dispatch.h"
 #include "json.h"
+#include "hmap.h"
 #include "clients.h"
 #include "budget.h"
 #include "../cache/cache.h"
@@ -77,7 +78,6 @@ typedef struct st_sg_call_t sg_call_t;
 #define CANCEL_BIT 0x80000000u
 
 struct st_sg_flight_t {
-    sg_flight_t *next; /* hash chain */
     uint64_t hash;
     uint32_t backend, topk, op;
     uint32_t len;
@@ -138,27 +138,44 @@ struct st_sg_admit_queue_t {
 
 typedef struct st_shard_t {
     pthread_mutex_t mu;
-    sg_flight_t **buckets;
-    size_t n_buckets, n;
+    sg_hmap_t flights; /* flight_key_t -> sg_flight_t */
 } shard_t;
 
 static shard_t shards[NSHARDS];
+
+/* what identifies a flight: the route, topk, search or access, the search parameters, the text */
+typedef struct st_flight_key_t {
+    uint32_t backend, topk, op, len;
+    const char *params;
+    const char *text;
+} flight_key_t;
+
+static int same_params(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static int flight_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const sg_flight_t *f = item;
+    const flight_key_t *k = key;
+    (void)key_len, (void)ud;
+    return f->backend == k->backend && f->topk == k->topk && f->op == k->op && f->len == k->len &&
+           same_params(f->params, k->params) && memcmp(f->text, k->text, k->len) == 0;
+}
 
 void sg_dispatch_init(void)
 {
     for (size_t i = 0; i < NSHARDS; ++i) {
         pthread_mutex_init(&shards[i].mu, NULL);
-        shards[i].n_buckets = 64;
-        shards[i].buckets = sg_mem_calloc(shards[i].n_buckets, sizeof(sg_flight_t *));
-        shards[i].n = 0;
+        sg_hmap_init(&shards[i].flights, flight_eq, NULL, 32);
     }
 }
 
 void sg_dispatch_dispose(void)
 {
     for (size_t i = 0; i < NSHARDS; ++i) {
-        free(shards[i].buckets);
-        shards[i].buckets = NULL;
+        sg_hmap_dispose(&shards[i].flights);
         pthread_mutex_destroy(&shards[i].mu);
     }
 }
@@ -168,23 +185,18 @@ size_t sg_dispatch_flights(void)
     size_t n = 0;
     for (size_t i = 0; i < NSHARDS; ++i) {
         pthread_mutex_lock(&shards[i].mu);
-        n += shards[i].n;
+        n += sg_hmap_size(&shards[i].flights);
         pthread_mutex_unlock(&shards[i].mu);
     }
     return n;
 }
 
-static uint64_t flight_hash(uint32_t backend, uint32_t topk, uint32_t op, const char *params, const char *text, size_t len)
+static uint64_t flight_hash(const flight_key_t *k)
 {
-    uint64_t seed = ((uint64_t)backend << 40) ^ ((uint64_t)op << 32) ^ topk ^ 0x5ca1ab1eull;
-    if (params != NULL)
-        seed ^= sg_hash64(params, strlen(params), 0x9a4a35ull);
-    return sg_hash64(text, len, seed);
-}
-
-static int same_params(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+    uint64_t seed = ((uint64_t)k->backend << 40) ^ ((uint64_t)k->op << 32) ^ k->topk ^ 0x5ca1ab1eull;
+    if (k->params != NULL)
+        seed ^= sg_hash64(k->params, strlen(k->params), 0x9a4a35ull);
+    return sg_hash64(k->text, k->len, seed);
 }
 
 static shard_t *shard_of(uint64_t hash)
@@ -192,63 +204,23 @@ static shard_t *shard_of(uint64_t hash)
     return &shards[(hash >> 58) % NSHARDS];
 }
 
-static sg_flight_t **bucket_of(shard_t *s, uint64_t hash)
+static sg_flight_t *shard_find(shard_t *s, uint64_t hash, const flight_key_t *k)
 {
-    return &s->buckets[hash & (s->n_buckets - 1)];
-}
-
-static void shard_grow(shard_t *s)
-{
-    size_t nb = s->n_buckets * 2;
-    sg_flight_t **nbk = sg_mem_calloc(nb, sizeof(*nbk));
-    for (size_t i = 0; i < s->n_buckets; ++i) {
-        sg_flight_t *f = s->buckets[i];
-        while (f != NULL) {
-            sg_flight_t *next = f->next;
-            sg_flight_t **slot = &nbk[f->hash & (nb - 1)];
-            f->next = *slot;
-            *slot = f;
-            f = next;
-        }
-    }
-    free(s->buckets);
-    s->buckets = nbk;
-    s->n_buckets = nb;
-}
-
-static sg_flight_t *shard_find(shard_t *s, uint64_t hash, uint32_t backend, uint32_t topk, uint32_t op, const char *params,
-                               const char *text, size_t len)
-{
-    for (sg_flight_t *f = *bucket_of(s, hash); f != NULL; f = f->next)
-        if (f->hash == hash && f->backend == backend && f->topk == topk && f->op == op && f->len == len &&
-            same_params(f->params, params) && memcmp(f->text, text, len) == 0)
-            return f;
-    return NULL;
+    return sg_hmap_find(&s->flights, hash, k, sizeof(*k));
 }
 
 static void shard_insert(shard_t *s, sg_flight_t *f)
 {
-    if (s->n + 1 > s->n_buckets)
-        shard_grow(s);
-    sg_flight_t **slot = bucket_of(s, f->hash);
-    f->next = *slot;
-    *slot = f;
+    sg_hmap_insert(&s->flights, f->hash, f);
     f->in_table = 1;
-    ++s->n;
 }
 
 static void shard_remove(shard_t *s, sg_flight_t *f)
 {
     if (!f->in_table)
         return;
-    for (sg_flight_t **p = bucket_of(s, f->hash); *p != NULL; p = &(*p)->next) {
-        if (*p == f) {
-            *p = f->next;
-            break;
-        }
-    }
+    sg_hmap_remove(&s->flights, f->hash, f);
     f->in_table = 0;
-    --s->n;
 }
 
 static void waiter_link(sg_flight_t *f, sg_waiter_t *w)
@@ -778,7 +750,8 @@ void sg_dispatch_misses(sg_query_t *r)
             continue;
         uint32_t op = r->is_access ? 1 : 0;
         const char *params = sg__query_params(r);
-        uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, params, u->text, u->len);
+        flight_key_t key = {(uint32_t)b->index, r->topk, op, u->len, params, u->text};
+        uint64_t h = flight_hash(&key);
         shard_t *s = shard_of(h);
         sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));
         w->query = r;
@@ -787,7 +760,7 @@ void sg_dispatch_misses(sg_query_t *r)
         w->loop = r->loop;
         u->waiter = w;
         pthread_mutex_lock(&s->mu);
-        sg_flight_t *f = shard_find(s, h, (uint32_t)b->index, r->topk, op, params, u->text, u->len);
+        sg_flight_t *f = shard_find(s, h, &key);
         if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
             waiter_link(f, w);
             pthread_mutex_unlock(&s->mu);

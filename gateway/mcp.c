@@ -18,6 +18,7 @@
 #include "mcp.h"
 #include "clients.h"
 #include "json.h"
+#include "hmap.h"
 
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -156,21 +157,23 @@ struct st_mcp_session_t {
     int legacy;           /* opened by GET /sse: lives as long as its stream */
     int stream_loop;      /* the loop that owns `stream`, -1 when none */
     mcp_stream_t *stream; /* freed only by its loop, which clears this under the mutex first */
-    mcp_session_t *hnext, *prev, *next;
+    uint64_t hash;        /* of the id */
+    mcp_session_t *prev, *next;
 };
 
 static struct {
     pthread_mutex_t mu;
-    mcp_session_t **buckets;
-    size_t n_buckets, n;
+    int ready;
+    sg_hmap_t index;   /* id -> session */
     mcp_session_t lru; /* sentinel: lru.next is the most recently used */
     size_t max;
     uint64_t idle_ms;
 } T;
 
-static size_t bucket_of(const char *id, size_t len)
+static int session_eq(const void *item, const void *key, size_t key_len, const void *ud)
 {
-    return (size_t)sg_hash64(id, len, 11) & (T.n_buckets - 1);
+    (void)ud;
+    return key_len == SID_LEN && memcmp(((const mcp_session_t *)item)->id, key, SID_LEN) == 0;
 }
 
 static void lru_unlink(mcp_session_t *s)
@@ -191,21 +194,13 @@ static mcp_session_t *find_locked(const char *id, size_t len)
 {
     if (len != SID_LEN)
         return NULL;
-    for (mcp_session_t *s = T.buckets[bucket_of(id, len)]; s != NULL; s = s->hnext)
-        if (memcmp(s->id, id, SID_LEN) == 0)
-            return s;
-    return NULL;
+    return sg_hmap_find(&T.index, sg_hmap_hash(id, len), id, len);
 }
 
 static void remove_locked(mcp_session_t *s, int why)
 {
-    for (mcp_session_t **p = &T.buckets[bucket_of(s->id, SID_LEN)]; *p != NULL; p = &(*p)->hnext)
-        if (*p == s) {
-            *p = s->hnext;
-            break;
-        }
+    sg_hmap_remove(&T.index, s->hash, s);
     lru_unlink(s);
-    --T.n;
     sg_gauge_add(M.sessions, -1);
     sg_counter_add(M.ended[why], 1);
     free(s->client_id);
@@ -241,7 +236,7 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     uint64_t now = sg_now_ms();
     pthread_mutex_lock(&T.mu);
     expire_locked(now);
-    while (T.n >= T.max) { /* the least recently used session without a stream goes */
+    while (sg_hmap_size(&T.index) >= T.max) { /* the least recently used session without a stream goes */
         mcp_session_t *victim = T.lru.prev;
         while (victim != &T.lru && victim->stream != NULL)
             victim = victim->prev;
@@ -259,11 +254,9 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     s->legacy = stream != NULL;
     s->stream = stream;
     s->stream_loop = stream != NULL ? stream_loop : -1;
-    size_t b = bucket_of(sid, SID_LEN);
-    s->hnext = T.buckets[b];
-    T.buckets[b] = s;
+    s->hash = sg_hmap_hash(sid, SID_LEN);
+    sg_hmap_insert(&T.index, s->hash, s);
     lru_front(s);
-    ++T.n;
     sg_gauge_add(M.sessions, 1);
     pthread_mutex_unlock(&T.mu);
     return s;
@@ -1136,10 +1129,8 @@ void sg_mcp_init(sg_server_t *s)
     pthread_mutex_init(&T.mu, NULL);
     T.max = cfg->mcp.max_sessions;
     T.idle_ms = (uint64_t)cfg->mcp.session_idle_s * 1000;
-    T.n_buckets = 1024;
-    while (T.n_buckets < T.max && T.n_buckets < (1u << 20))
-        T.n_buckets *= 2;
-    T.buckets = sg_mem_calloc(T.n_buckets, sizeof(*T.buckets));
+    sg_hmap_init(&T.index, session_eq, NULL, 1024); /* grows with the sessions, up to mcp.max_sessions */
+    T.ready = 1;
     T.lru.next = T.lru.prev = &T.lru;
     for (int e = 0; e < EP_COUNT; ++e)
         for (size_t c = 0; c < N_HTTP_CODES; ++c) {
@@ -1177,12 +1168,12 @@ void sg_mcp_init(sg_server_t *s)
 
 void sg_mcp_dispose(void)
 {
-    if (T.buckets == NULL)
+    if (!T.ready)
         return;
     while (T.lru.next != &T.lru)
         remove_locked(T.lru.next, END_DELETED);
-    free(T.buckets);
-    T.buckets = NULL;
+    sg_hmap_dispose(&T.index);
+    T.ready = 0;
     pthread_mutex_destroy(&T.mu);
     sg_mcp_tools_dispose();
 }
