@@ -12,6 +12,7 @@
 #include "config.h"
 #include "common.h"
 #include "cfg.h"
+#include "hmap.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -318,7 +319,6 @@ char *sg_fusion_doc_identity(const char *doc, size_t len, size_t *key_len)
 typedef struct st_entry_t {
     char *key;
     size_t key_len;
-    uint64_t hash;
     uint32_t first_leg, first_hit; /* the DOC kept */
     uint32_t best_rank, best_leg;  /* tie-break */
     uint32_t legs_mask;
@@ -326,34 +326,32 @@ typedef struct st_entry_t {
 } entry_t;
 
 typedef struct st_table_t {
-    entry_t *entries;
+    entry_t *entries; /* as many as there are hits: never reallocated */
     uint32_t n;
-    uint32_t *slots; /* 1-based entry index, 0 = empty */
-    size_t cap;      /* power of two */
+    sg_hmap_t index; /* identity -> entry */
 } table_t;
 
+static int entry_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const entry_t *x = item;
+    (void)ud;
+    return x->key_len == key_len && memcmp(x->key, key, key_len) == 0;
+}
+
+/* The entry of a document identity (`key`, which the table takes), created when new. */
 static entry_t *table_get(table_t *t, char *key, size_t key_len, int *created)
 {
-    uint64_t h = sg_hash64(key, key_len, 0x5f);
-    size_t pos = h & (t->cap - 1);
-    for (;;) {
-        uint32_t e = t->slots[pos];
-        if (e == 0)
-            break;
-        entry_t *x = &t->entries[e - 1];
-        if (x->hash == h && x->key_len == key_len && memcmp(x->key, key, key_len) == 0) {
-            free(key);
-            *created = 0;
-            return x;
-        }
-        pos = (pos + 1) & (t->cap - 1);
+    entry_t *x = &t->entries[t->n];
+    entry_t *got = sg_hmap_find_or_insert(&t->index, sg_hmap_hash(key, key_len), key, key_len, x);
+    if (got != x) {
+        free(key);
+        *created = 0;
+        return got;
     }
-    entry_t *x = &t->entries[t->n++];
     memset(x, 0, sizeof(*x));
     x->key = key;
     x->key_len = key_len;
-    x->hash = h;
-    t->slots[pos] = t->n;
+    ++t->n;
     *created = 1;
     return x;
 }
@@ -394,11 +392,8 @@ uint32_t sg_fusion_merge(const sg_fusion_conf_t *fc, const sg_fusion_leg_t *legs
     if (total == 0 || topk == 0)
         return 0;
     table_t t = {0};
-    t.cap = 16;
-    while (t.cap < total * 2)
-        t.cap *= 2;
     t.entries = sg_mem_alloc(total * sizeof(*t.entries));
-    t.slots = sg_mem_calloc(t.cap, sizeof(*t.slots));
+    sg_hmap_init(&t.index, entry_eq, NULL, total);
     /* per leg: the entries it contributes to (duplicates dropped) and their scores */
     entry_t **kept = sg_mem_alloc(total * sizeof(*kept));
     double *scores = sg_mem_alloc(total * sizeof(*scores));
@@ -471,7 +466,7 @@ uint32_t sg_fusion_merge(const sg_fusion_conf_t *fc, const sg_fusion_leg_t *legs
     free(order);
     free(kept);
     free(scores);
-    free(t.slots);
+    sg_hmap_dispose(&t.index);
     free(t.entries);
     return n;
 }

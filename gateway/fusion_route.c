@@ -24,6 +24,7 @@
 #include "clients.h"
 #include "dispatch.h"
 #include "fusion_route.h"
+#include "hmap.h"
 #include "json.h"
 #include "query.h"
 #include "ratelimit_global.h"
@@ -495,6 +496,14 @@ void sg_fusion_cancel(sg_fusion_query_t *fr)
     fusion_req_unref(fr);
 }
 
+/* whether the distinct text at `item` (&fr->uniq_text[u]) is the key */
+static int uniq_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const fusion_req_t *fr = ud;
+    const char *const *text = item;
+    return fr->uniq_len[text - fr->uniq_text] == key_len && memcmp(*text, key, key_len) == 0;
+}
+
 sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
 {
     fusion_route_t *r = &routes[spec->route];
@@ -524,32 +533,20 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     fr->slot_uniq = sg_mem_alloc(spec->n * sizeof(*fr->slot_uniq));
     fr->uniq_text = sg_mem_alloc(spec->n * sizeof(*fr->uniq_text));
     fr->uniq_len = sg_mem_alloc(spec->n * sizeof(*fr->uniq_len));
-    size_t cap = 16;
-    while (cap < (size_t)spec->n * 2)
-        cap *= 2;
-    uint32_t *table = sg_mem_calloc(cap, sizeof(*table));
+    sg_hmap_t distinct; /* items: &fr->uniq_text[u] */
+    sg_hmap_init(&distinct, uniq_eq, fr, spec->n);
     for (uint32_t i = 0, at = 0; i < spec->n; at += spec->lens[i++]) {
         char *t = fr->arena + at;
         uint32_t l = spec->lens[i];
         memcpy(t, spec->texts[i], l);
-        size_t pos = sg_hash64(t, l, 3) & (cap - 1);
-        for (;;) {
-            uint32_t e = table[pos];
-            if (e == 0) {
-                fr->uniq_text[fr->n_uniq] = t;
-                fr->uniq_len[fr->n_uniq] = l;
-                table[pos] = ++fr->n_uniq;
-                fr->slot_uniq[i] = fr->n_uniq - 1;
-                break;
-            }
-            if (fr->uniq_len[e - 1] == l && memcmp(fr->uniq_text[e - 1], t, l) == 0) {
-                fr->slot_uniq[i] = e - 1;
-                break;
-            }
-            pos = (pos + 1) & (cap - 1);
-        }
+        fr->uniq_text[fr->n_uniq] = t; /* filled in advance: kept only when the text is new */
+        fr->uniq_len[fr->n_uniq] = l;
+        const char **got = sg_hmap_find_or_insert(&distinct, sg_hmap_hash(t, l), t, l, &fr->uniq_text[fr->n_uniq]);
+        fr->slot_uniq[i] = (uint32_t)(got - fr->uniq_text);
+        if (fr->slot_uniq[i] == fr->n_uniq)
+            ++fr->n_uniq;
     }
-    free(table);
+    sg_hmap_dispose(&distinct);
 
     /* the client's rate limit, once for the batch (the legs are not charged again); it may wait
      * at most until the deadline */

@@ -17,6 +17,7 @@
 #include "dispatch.h"
 #include "clients.h"
 #include "budget.h"
+#include "hmap.h"
 #include "ratelimit_global.h"
 #include "../cache/cache.h"
 
@@ -307,41 +308,33 @@ void sg_query_cancel(sg_query_t *q)
     sg__query_unref(q);
 }
 
+static int uq_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const sg_uq_t *u = item;
+    (void)ud;
+    return u->len == key_len && memcmp(u->text, key, key_len) == 0;
+}
+
 /* The distinct texts of the batch: the same text twice is searched once. */
 static void index_distinct(sg_query_t *q, const uint32_t *off, const uint32_t *len)
 {
     uint32_t n = q->n_queries;
     q->slot_uniq = sg_mem_alloc(n * sizeof(uint32_t));
     q->uniq = sg_mem_calloc(n, sizeof(sg_uq_t));
-    size_t cap = 16;
-    while (cap < (size_t)n * 2)
-        cap *= 2;
-    uint32_t *table = sg_mem_calloc(cap, sizeof(uint32_t));
+    sg_hmap_t distinct;
+    sg_hmap_init(&distinct, uq_eq, NULL, n);
     for (uint32_t i = 0; i < n; ++i) {
-        const char *t = q->arena + off[i];
-        uint32_t l = len[i];
-        uint64_t h = sg_hash64(t, l, 3);
-        size_t pos = h & (cap - 1);
-        for (;;) {
-            uint32_t e = table[pos];
-            if (e == 0) {
-                sg_uq_t *u = &q->uniq[q->n_uniq];
-                u->text = t;
-                u->len = l;
-                u->hash = h;
-                table[pos] = ++q->n_uniq;
-                q->slot_uniq[i] = q->n_uniq - 1;
-                break;
-            }
-            sg_uq_t *u = &q->uniq[e - 1];
-            if (u->hash == h && u->len == l && memcmp(u->text, t, l) == 0) {
-                q->slot_uniq[i] = e - 1;
-                break;
-            }
-            pos = (pos + 1) & (cap - 1);
-        }
+        sg_uq_t *u = &q->uniq[q->n_uniq]; /* filled in advance: kept only when the text is new */
+        u->text = q->arena + off[i];
+        u->len = len[i];
+        sg_uq_t *got = sg_hmap_find_or_insert(&distinct, sg_hmap_hash(u->text, u->len), u->text, u->len, u);
+        if (got == u)
+            ++q->n_uniq;
+        else
+            *u = (sg_uq_t){0};
+        q->slot_uniq[i] = (uint32_t)(got - q->uniq);
     }
-    free(table);
+    sg_hmap_dispose(&distinct);
     q->n_pending = q->n_uniq;
 }
 

@@ -15,7 +15,6 @@ typedef struct st_sg_waiter_t sg_waiter_t;
 typedef struct st_sg_uq_t {
     const char *text; /* points into the query's arena */
     uint32_t len;
-    uint64_t hash;
     sg_blob_t *blob;     /* set once answered */
     sg_waiter_t *waiter; /* while waiting on a flight */
     uint8_t fallback_tried;

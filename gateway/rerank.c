@@ -22,6 +22,7 @@
 #include "rerank.h"
 #include "server.h"
 #include "rerank_xenc.h"
+#include "hmap.h"
 
 #include <dlfcn.h>
 
@@ -277,6 +278,20 @@ static int cmp_ranked(const void *pa, const void *pb)
     return a->rank < b->rank ? -1 : a->rank > b->rank;
 }
 
+/* the distinct passages of one query: text, and each one's offset and length in it */
+typedef struct st_passages_t {
+    const sg_buf_t *text;
+    const size_t *offs, *lens;
+} passages_t;
+
+/* whether the distinct passage at `item` (&offs[u]) is the key */
+static int passage_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const passages_t *pc = ud;
+    size_t u = (size_t)((const size_t *)item - pc->offs);
+    return pc->lens[u] == key_len && memcmp(pc->text->base + pc->offs[u], key, key_len) == 0;
+}
+
 /* Scores the call on a worker and completes it. The passages of one query are scored once each:
  * identical passages (the same page twice, syndicated snippets) share one score, so they tie
  * exactly and keep their first-stage order. */
@@ -294,30 +309,29 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
     const char **passages = sg_mem_calloc(most, sizeof(*passages));
     size_t *plens = sg_mem_calloc(most, sizeof(*plens));
     size_t *poffs = sg_mem_calloc(most, sizeof(*poffs));
-    uint64_t *phash = sg_mem_calloc(most, sizeof(*phash));
     size_t *rep = sg_mem_calloc(most, sizeof(*rep)); /* candidate -> index of its distinct passage */
     sg_buf_t text = {0};
+    passages_t pc = {&text, poffs, plens};
+    sg_hmap_t distinct; /* items: &poffs[u] */
+    sg_hmap_init(&distinct, passage_eq, &pc, most);
     sg_status fail = SG_OK;
     const char *why = NULL;
     char err[256];
     for (size_t q = 0; q < nq && fail == SG_OK; ++q) {
         size_t base = j->first[q], n = j->first[q + 1] - base, nu = 0;
         text.len = 0;
+        sg_hmap_clear(&distinct);
         for (size_t k = 0; k < n; ++k) {
             size_t off = text.len;
             size_t len = sg_rerank_passage(j->docs[base + k], j->doc_lens[base + k], &text);
-            uint64_t h = sg_hash64(text.base + off, len, 0x7e4a);
-            size_t u = 0;
-            while (u < nu && !(phash[u] == h && plens[u] == len && memcmp(text.base + poffs[u], text.base + off, len) == 0))
-                ++u;
-            if (u == nu) {
-                poffs[nu] = off;
-                plens[nu] = len;
-                phash[nu] = h;
+            poffs[nu] = off; /* filled in advance: kept only when the passage is new */
+            plens[nu] = len;
+            size_t *got = sg_hmap_find_or_insert(&distinct, sg_hmap_hash(text.base + off, len), text.base + off, len, &poffs[nu]);
+            size_t u = (size_t)(got - poffs);
+            if (u == nu)
                 ++nu;
-            } else {
+            else
                 text.len = off; /* a duplicate: drop the copy */
-            }
             rep[k] = u;
         }
         for (size_t u = 0; u < nu; ++u)
@@ -353,7 +367,7 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
     free(passages);
     free(plens);
     free(poffs);
-    free(phash);
+    sg_hmap_dispose(&distinct);
     free(rep);
     free(uscores);
     uint64_t now = sg_now_us();

@@ -185,7 +185,6 @@ static sg_query_t *new_request(int l, const char *text)
     r->uniq = sg_mem_calloc(1, sizeof(sg_uq_t));
     r->uniq[0].text = r->arena;
     r->uniq[0].len = (uint32_t)strlen(text);
-    r->uniq[0].hash = sg_hash64(text, strlen(text), 3);
     return r;
 }
 
