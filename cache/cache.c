@@ -274,13 +274,22 @@ void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_b
     sg_buf_free(&val);
 }
 
-void sg_cache_stats_json(sg_buf_t *out, int redis_state)
+void sg_cache_stats_json(sg_jw_t *w, int redis_state)
 {
     size_t bytes = 0, entries = 0;
     if (l1 != NULL)
         sg_l1_usage(l1, &bytes, &entries);
-    sg_buf_appendf(out, "\"l1\":{\"enabled\":%s,\"bytes\":%zu,\"max_bytes\":%zu,\"entries\":%zu}", l1 != NULL ? "true" : "false",
-                   bytes, l1_max_bytes, entries);
-    sg_buf_appendf(out, ",\"redis\":{\"enabled\":%s,\"up\":%s,\"breaker_open\":%s}", redis_state >= 0 ? "true" : "false",
-                   redis_state == 1 ? "true" : "false", redis_state == 2 ? "true" : "false");
+    sg_jw_key(w, "l1");
+    sg_jw_obj(w);
+    sg_jw_kbool(w, "enabled", l1 != NULL);
+    sg_jw_ku64(w, "bytes", bytes);
+    sg_jw_ku64(w, "max_bytes", l1_max_bytes);
+    sg_jw_ku64(w, "entries", entries);
+    sg_jw_end(w);
+    sg_jw_key(w, "redis");
+    sg_jw_obj(w);
+    sg_jw_kbool(w, "enabled", redis_state >= 0);
+    sg_jw_kbool(w, "up", redis_state == 1);
+    sg_jw_kbool(w, "breaker_open", redis_state == 2);
+    sg_jw_end(w);
 }

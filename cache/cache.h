@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include "blob.h"
 #include "buf.h"
+#include "json.h"
 #include "redis.h"
 
 typedef struct st_sg_l1_t sg_l1_t;
@@ -72,6 +73,6 @@ int sg_cache_has_l1(void);
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` is 1
  * (a connection is up), 0 (none), 2 (the circuit breaker is open) or -1 (Redis is off). */
-void sg_cache_stats_json(sg_buf_t *out, int redis_state);
+void sg_cache_stats_json(sg_jw_t *w, int redis_state);
 
 #endif

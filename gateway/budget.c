@@ -756,26 +756,30 @@ static void collector(sg_buf_t *out, void *arg)
     free(snaps);
 }
 
-static void budget_json(sg_buf_t *out, const sg_budget_t *b, const snap_t *s, uint64_t now)
+static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint64_t now)
 {
     char start[32], end[32];
     iso_utc(s->start, start, sizeof(start));
     iso_utc(s->end, end, sizeof(end));
     uint64_t used = s->used < s->limit ? s->used : s->limit;
-    sg_buf_append_json_string(out, b->name, strlen(b->name));
-    sg_buf_appendf(out,
-                   ":{\"queries\":%llu,\"period\":\"%s\",\"period_start\":\"%s\",\"period_end\":\"%s\",\"resets_in_s\":%llu,"
-                   "\"used\":%llu,\"remaining\":%llu,\"used_ratio\":",
-                   (unsigned long long)s->limit, period_names[b->conf->period], start, end,
-                   (unsigned long long)(s->end > now ? s->end - now : 0), (unsigned long long)s->used,
-                   (unsigned long long)(s->limit - used));
-    sg_json_append_double(out, s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
-    sg_buf_appendf(out, ",\"spent_here\":%llu,\"shared\":%s,\"fail\":\"%s\",\"warning\":%s}", (unsigned long long)s->spent,
-                   g.shared ? "true" : "false", b->conf->fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed",
-                   s->limit > 0 && (double)s->used >= WARN_FRACTION * (double)s->limit ? "true" : "false");
+    sg_jw_key(w, b->name);
+    sg_jw_obj(w);
+    sg_jw_ku64(w, "queries", s->limit);
+    sg_jw_kstr(w, "period", period_names[b->conf->period]);
+    sg_jw_kstr(w, "period_start", start);
+    sg_jw_kstr(w, "period_end", end);
+    sg_jw_ku64(w, "resets_in_s", s->end > now ? s->end - now : 0);
+    sg_jw_ku64(w, "used", s->used);
+    sg_jw_ku64(w, "remaining", s->limit - used);
+    sg_jw_kdouble(w, "used_ratio", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
+    sg_jw_ku64(w, "spent_here", s->spent);
+    sg_jw_kbool(w, "shared", g.shared);
+    sg_jw_kstr(w, "fail", b->conf->fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed");
+    sg_jw_kbool(w, "warning", s->limit > 0 && (double)s->used >= WARN_FRACTION * (double)s->limit);
+    sg_jw_end(w);
 }
 
-void sg_budget_stats_json(sg_buf_t *out)
+void sg_budget_stats_json(sg_jw_t *w)
 {
     uint64_t now = wall_s();
     pthread_mutex_lock(&g.mu);
@@ -783,26 +787,16 @@ void sg_budget_stats_json(sg_buf_t *out)
     for (size_t i = 0; i < g.n_all; ++i)
         snaps[i] = snapshot_locked(g.all[i], now);
     pthread_mutex_unlock(&g.mu);
-    sg_buf_appends(out, "\"budgets\":{\"clients\":{");
-    int first = 1;
-    for (size_t i = 0; i < g.n_all; ++i) {
-        if (g.all[i]->is_route)
-            continue;
-        if (!first)
-            sg_buf_appendc(out, ',');
-        first = 0;
-        budget_json(out, g.all[i], &snaps[i], now);
+    sg_jw_key(w, "budgets");
+    sg_jw_obj(w);
+    for (int routes = 0; routes <= 1; ++routes) {
+        sg_jw_key(w, routes ? "routes" : "clients");
+        sg_jw_obj(w);
+        for (size_t i = 0; i < g.n_all; ++i)
+            if ((g.all[i]->is_route != 0) == routes)
+                budget_json(w, g.all[i], &snaps[i], now);
+        sg_jw_end(w);
     }
-    sg_buf_appends(out, "},\"routes\":{");
-    first = 1;
-    for (size_t i = 0; i < g.n_all; ++i) {
-        if (!g.all[i]->is_route)
-            continue;
-        if (!first)
-            sg_buf_appendc(out, ',');
-        first = 0;
-        budget_json(out, g.all[i], &snaps[i], now);
-    }
-    sg_buf_appends(out, "}}");
+    sg_jw_end(w);
     free(snaps);
 }

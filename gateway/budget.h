@@ -13,6 +13,7 @@
 #define SG_GATEWAY_BUDGET_H
 
 #include <stdint.h>
+#include "json.h"
 #include "query.h"
 
 typedef struct st_sg_budget_t sg_budget_t;
@@ -54,6 +55,6 @@ void sg_budget_started(sg_budget_charge_t *ch);
 void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch);
 
 /** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats. */
-void sg_budget_stats_json(sg_buf_t *out);
+void sg_budget_stats_json(sg_jw_t *w);
 
 #endif

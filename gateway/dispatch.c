@@ -50,20 +50,20 @@ sg_blob_t *sg_blob_from_hits(const sg_hits *hits)
     atomic_init(&blob->refs, 1);
     blob->n_hits = (uint32_t)hits->n_hits;
     blob->docs = hits->n_hits != 0 ? sg_mem_alloc(hits->n_hits * sizeof(*blob->docs)) : NULL;
-    sg_buf_appendc(&b, '[');
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
+    sg_jw_arr(&w);
     for (size_t i = 0; i < hits->n_hits; ++i) {
         const sg_hit *h = &hits->hits[i];
-        if (i != 0)
-            sg_buf_appendc(&b, ',');
-        sg_buf_appends(&b, "{\"document\":");
+        sg_jw_obj(&w);
+        sg_jw_key(&w, "document");
         blob->docs[i].off = (uint32_t)b.len;
         blob->docs[i].len = (uint32_t)h->doc_len;
-        sg_buf_append(&b, h->doc, h->doc_len);
-        sg_buf_appends(&b, ",\"score\":");
-        sg_json_append_double(&b, h->score);
-        sg_buf_appendc(&b, '}');
+        sg_jw_raw(&w, h->doc, h->doc_len); /* the plugin's document, JSON already */
+        sg_jw_kdouble(&w, "score", h->score);
+        sg_jw_end(&w);
     }
-    sg_buf_appendc(&b, ']');
+    sg_jw_end(&w);
     blob->json = b.base;
     blob->json_len = b.len;
     return blob;

@@ -136,50 +136,49 @@ sg_backend_t *sg_fusion_access_backend(int fi)
     return NULL;
 }
 
-void sg_fusion_append_root(sg_buf_t *b)
+void sg_fusion_append_root(sg_jw_t *w)
 {
     const sg_config_t *cfg = sg_server.cfg;
     for (size_t i = 0; i < cfg->n_fusions; ++i) {
         const sg_fusion_conf_t *fc = &cfg->fusions[i];
         const sg_backend_t *acc = sg_fusion_access_backend((int)i);
-        sg_buf_appends(b, ",{\"name\":");
-        sg_buf_append_json_string(b, fc->name, strlen(fc->name));
-        sg_buf_appendf(
-            b, ",\"plugin\":\"fusion\",\"version\":\"" SG_VERSION "\",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s",
-            fc->topk, fc->name, acc != NULL ? "true" : "false");
-        if (acc != NULL) {
-            sg_buf_appends(b, ",\"access_via\":");
-            sg_buf_append_json_string(b, acc->conf->name, strlen(acc->conf->name));
-        }
-        sg_buf_appendf(b, ",\"fusion\":{\"method\":\"%s\"", method_name(fc->method));
-        if (fc->method == SG_FUSION_RRF) {
-            sg_buf_appends(b, ",\"k\":");
-            sg_json_append_double(b, fc->k);
-        }
+        char path[512];
+        snprintf(path, sizeof(path), "/retrieve/%s", fc->name);
+        sg_jw_obj(w);
+        sg_jw_kstr(w, "name", fc->name);
+        sg_jw_kstr(w, "plugin", "fusion");
+        sg_jw_kstr(w, "version", SG_VERSION);
+        sg_jw_ku64(w, "topk", fc->topk);
+        sg_jw_kstr(w, "retrieve", path);
+        sg_jw_kbool(w, "access", acc != NULL);
+        if (acc != NULL)
+            sg_jw_kstr(w, "access_via", acc->conf->name);
+        sg_jw_key(w, "fusion");
+        sg_jw_obj(w);
+        sg_jw_kstr(w, "method", method_name(fc->method));
+        if (fc->method == SG_FUSION_RRF)
+            sg_jw_kdouble(w, "k", fc->k);
         if (fc->depth != 0)
-            sg_buf_appendf(b, ",\"depth\":%u", fc->depth);
-        sg_buf_appends(b, ",\"routes\":[");
-        for (uint32_t l = 0; l < fc->n_legs; ++l) {
-            if (l != 0)
-                sg_buf_appendc(b, ',');
-            sg_buf_append_json_string(b, fc->leg_names[l], strlen(fc->leg_names[l]));
-        }
-        sg_buf_appends(b, "],\"weights\":{");
-        for (uint32_t l = 0; l < fc->n_legs; ++l) {
-            if (l != 0)
-                sg_buf_appendc(b, ',');
-            sg_buf_append_json_string(b, fc->leg_names[l], strlen(fc->leg_names[l]));
-            sg_buf_appendc(b, ':');
-            sg_json_append_double(b, fc->weights[l]);
-        }
-        sg_buf_appendc(b, '}');
+            sg_jw_ku64(w, "depth", fc->depth);
+        sg_jw_key(w, "routes");
+        sg_jw_arr(w);
+        for (uint32_t l = 0; l < fc->n_legs; ++l)
+            sg_jw_str(w, fc->leg_names[l]);
+        sg_jw_end(w);
+        sg_jw_key(w, "weights");
+        sg_jw_obj(w);
+        for (uint32_t l = 0; l < fc->n_legs; ++l)
+            sg_jw_kdouble(w, fc->leg_names[l], fc->weights[l]);
+        sg_jw_end(w);
         if (fc->method == SG_FUSION_WEIGHTED) {
-            sg_buf_appends(b, ",\"normalize\":{");
+            sg_jw_key(w, "normalize");
+            sg_jw_obj(w);
             for (uint32_t l = 0; l < fc->n_legs; ++l)
-                sg_buf_appendf(b, "%s\"%s\":\"%s\"", l != 0 ? "," : "", fc->leg_names[l], norm_name(fc->normalize[l]));
-            sg_buf_appendc(b, '}');
+                sg_jw_kstr(w, fc->leg_names[l], norm_name(fc->normalize[l]));
+            sg_jw_end(w);
         }
-        sg_buf_appends(b, "}}");
+        sg_jw_end(w);
+        sg_jw_end(w);
     }
 }
 

@@ -7,6 +7,7 @@
 
 #include "server.h"
 #include "fusion.h"
+#include "json.h"
 #include "query.h"
 #include "request.h"
 
@@ -53,7 +54,7 @@ void sg_fusion_cancel(sg_fusion_query_t *q);
 int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us);
 /** The route that answers POST /access on fusion route `fi`: its first leg with a page store, or NULL. */
 sg_backend_t *sg_fusion_access_backend(int fi);
-/** Appends the fusion routes to GET /'s "backends" array (each entry preceded by a comma). */
-void sg_fusion_append_root(sg_buf_t *b);
+/** Writes the fusion routes as entries of GET /'s "backends" array. */
+void sg_fusion_append_root(sg_jw_t *w);
 
 #endif

@@ -523,13 +523,29 @@ static void count_rpc_error(int code)
             sg_counter_add(M.errors[i], 1);
 }
 
+/* {"jsonrpc":"2.0","id":ID, then the caller's member and the closing brace; `id` is JSON text (NULL: null) */
+static void open_reply(sg_jw_t *w, sg_buf_t *b, const char *id)
+{
+    sg_jw_init(w, b);
+    sg_jw_obj(w);
+    sg_jw_kstr(w, "jsonrpc", "2.0");
+    sg_jw_key(w, "id");
+    if (id != NULL)
+        sg_jw_raw(w, id, strlen(id));
+    else
+        sg_jw_null(w);
+}
+
 static void append_error(sg_buf_t *b, const char *id, int code, const char *msg)
 {
-    sg_buf_appends(b, "{\"jsonrpc\":\"2.0\",\"id\":");
-    sg_buf_appends(b, id != NULL ? id : "null");
-    sg_buf_appendf(b, ",\"error\":{\"code\":%d,\"message\":", code);
-    sg_buf_append_json_string(b, msg, strlen(msg));
-    sg_buf_appends(b, "}}");
+    sg_jw_t w;
+    open_reply(&w, b, id);
+    sg_jw_key(&w, "error");
+    sg_jw_obj(&w);
+    sg_jw_ki64(&w, "code", code);
+    sg_jw_kstr(&w, "message", msg);
+    sg_jw_end(&w);
+    sg_jw_end(&w);
     count_rpc_error(code);
 }
 
@@ -547,11 +563,11 @@ static void http_error(h2o_req_t *req, int ep, int status, int code, const char 
 void sg_mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len)
 {
     item->out.len = 0;
-    sg_buf_appends(&item->out, "{\"jsonrpc\":\"2.0\",\"id\":");
-    sg_buf_appends(&item->out, item->id != NULL ? item->id : "null");
-    sg_buf_appends(&item->out, ",\"result\":");
-    sg_buf_append(&item->out, result, len);
-    sg_buf_appendc(&item->out, '}');
+    sg_jw_t w;
+    open_reply(&w, &item->out, item->id);
+    sg_jw_key(&w, "result");
+    sg_jw_raw(&w, result, len);
+    sg_jw_end(&w);
 }
 
 void sg_mcp_item_error(sg_mcp_item_t *item, int code, const char *message)
@@ -673,11 +689,13 @@ static void on_post_dispose(void *arg)
 static char *id_text(const cJSON *id)
 {
     sg_buf_t b = {0};
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
     if (cJSON_IsString(id)) {
-        sg_buf_append_json_string(&b, id->valuestring, strlen(id->valuestring));
+        sg_jw_str(&w, id->valuestring);
     } else if (cJSON_IsNumber(id) && id->valuedouble == (double)(int64_t)id->valuedouble && id->valuedouble <= 9007199254740992.0 &&
                id->valuedouble >= -9007199254740992.0) {
-        sg_buf_appendf(&b, "%lld", (long long)id->valuedouble);
+        sg_jw_i64(&w, (int64_t)id->valuedouble);
     } else {
         return NULL;
     }
@@ -707,12 +725,28 @@ static void on_initialize(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *para
     }
     snprintf(p->version, sizeof(p->version), "%s", v);
     sg_buf_t b = {0};
-    sg_buf_appends(&b, "{\"protocolVersion\":");
-    sg_buf_append_json_string(&b, v, strlen(v));
-    sg_buf_appends(&b, ",\"capabilities\":{\"tools\":{\"listChanged\":false}},\"serverInfo\":{\"name\":\"searchgate\",\"title\":"
-                       "\"searchgate retrieval gateway\",\"version\":\"" SG_VERSION "\"},\"instructions\":\"Search tools over the "
-                       "gateway's routes: call search (or search_<route>) with query or queries and an optional topk; "
-                       "access (or access_<route>) reads pages by URL where a route has a page store.\"}");
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
+    sg_jw_obj(&w);
+    sg_jw_kstr(&w, "protocolVersion", v);
+    sg_jw_key(&w, "capabilities");
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "tools");
+    sg_jw_obj(&w);
+    sg_jw_kbool(&w, "listChanged", 0);
+    sg_jw_end(&w);
+    sg_jw_end(&w);
+    sg_jw_key(&w, "serverInfo");
+    sg_jw_obj(&w);
+    sg_jw_kstr(&w, "name", "searchgate");
+    sg_jw_kstr(&w, "title", "searchgate retrieval gateway");
+    sg_jw_kstr(&w, "version", SG_VERSION);
+    sg_jw_end(&w);
+    sg_jw_kstr(&w, "instructions",
+               "Search tools over the gateway's routes: call search (or search_<route>) with query or queries "
+               "and an optional topk; access (or access_<route>) reads pages by URL where a route has a page "
+               "store.");
+    sg_jw_end(&w);
     sg_mcp_item_result(it, b.base, b.len);
     sg_buf_free(&b);
 }

@@ -47,60 +47,125 @@ const char *sg_mcp_tools_list(size_t *len)
     return X.list.base;
 }
 
-static void append_tool(sg_buf_t *b, const mcp_tool_t *t, const sg_config_t *cfg)
+/* {"type":TYPE,"description":DESC} without its closing brace (the caller may add members) */
+static void schema_open(sg_jw_t *w, const char *key, const char *type, const char *desc)
+{
+    sg_jw_key(w, key);
+    sg_jw_obj(w);
+    sg_jw_kstr(w, "type", type);
+    if (desc != NULL)
+        sg_jw_kstr(w, "description", desc);
+}
+
+/* "items":{"type":TYPE} */
+static void schema_items(sg_jw_t *w, const char *type)
+{
+    sg_jw_key(w, "items");
+    sg_jw_obj(w);
+    sg_jw_kstr(w, "type", type);
+    sg_jw_end(w);
+}
+
+/* "outputSchema":{"type":"object","properties":{"result":{"type":"array","description":DESC,"items":ITEMS}},"required":["result"]}
+ */
+static void output_schema(sg_jw_t *w, const char *desc, int access)
+{
+    schema_open(w, "outputSchema", "object", NULL);
+    sg_jw_key(w, "properties");
+    sg_jw_obj(w);
+    schema_open(w, "result", "array", desc);
+    sg_jw_key(w, "items");
+    sg_jw_obj(w);
+    if (access) { /* {"type":["object","null"]} */
+        sg_jw_key(w, "type");
+        sg_jw_arr(w);
+        sg_jw_str(w, "object");
+        sg_jw_str(w, "null");
+        sg_jw_end(w);
+    } else { /* {"type":"array","items":{"type":"object"}} */
+        sg_jw_kstr(w, "type", "array");
+        schema_items(w, "object");
+    }
+    sg_jw_end(w);
+    sg_jw_end(w);
+    sg_jw_end(w);
+    sg_jw_key(w, "required");
+    sg_jw_arr(w);
+    sg_jw_str(w, "result");
+    sg_jw_end(w);
+    sg_jw_end(w);
+}
+
+static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
 {
     const sg_fusion_conf_t *fc = t->fusion >= 0 ? &cfg->fusions[t->fusion] : NULL;
     const char *rname = fc != NULL ? fc->name : t->route->conf->name;
     uint32_t rtopk = fc != NULL ? fc->topk : t->route->conf->topk;
-    sg_buf_appends(b, "{\"name\":");
-    sg_buf_append_json_string(b, t->name, strlen(t->name));
-    sg_buf_t d = {0};
+    sg_jw_obj(w);
+    sg_jw_kstr(w, "name", t->name);
+    char title[160], topk_desc[64];
+    sg_buf_t desc = {0}; /* text: the route's name is the only variable part */
     if (!t->is_access) {
-        sg_buf_appendf(&d,
+        snprintf(title, sizeof(title), "Search %s", rname);
+        sg_buf_appendf(&desc,
                        "Search the %s route (%s backend). Returns the top documents for each query, as text formatted like the "
                        "Search-R1 observation (Doc 1(Title: ...) text) and as structured documents.",
                        rname, fc != NULL ? "fusion of other routes" : t->route->plugin.vt->name);
-        sg_buf_appends(b, ",\"title\":");
-        char title[160];
-        snprintf(title, sizeof(title), "Search %s", rname);
-        sg_buf_append_json_string(b, title, strlen(title));
-        sg_buf_appends(b, ",\"description\":");
-        sg_buf_append_json_string(b, d.base, d.len);
-        sg_buf_appendf(
-            b,
-            ",\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-            "\"query\":{\"type\":\"string\",\"description\":\"One search query.\"},"
-            "\"queries\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"maxItems\":%u,"
-            "\"description\":\"Several queries, answered in order (instead of query).\"},"
-            "\"topk\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":%u,\"description\":\"Documents per query (default %u).\"}}}"
-            ",\"outputSchema\":{\"type\":\"object\",\"properties\":{\"result\":{\"type\":\"array\",\"description\":\"One list "
-            "per query of {document, score}, best first, as POST /retrieve returns with return_scores true.\","
-            "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}}},\"required\":[\"result\"]}",
-            cfg->limits.max_queries, cfg->limits.max_topk, rtopk);
+        sg_jw_kstr(w, "title", title);
+        sg_jw_key(w, "description");
+        sg_jw_strn(w, desc.base, desc.len);
+        schema_open(w, "inputSchema", "object", NULL);
+        sg_jw_key(w, "properties");
+        sg_jw_obj(w);
+        schema_open(w, "query", "string", "One search query.");
+        sg_jw_end(w);
+        schema_open(w, "queries", "array", NULL);
+        schema_items(w, "string");
+        sg_jw_ku64(w, "minItems", 1);
+        sg_jw_ku64(w, "maxItems", cfg->limits.max_queries);
+        sg_jw_kstr(w, "description", "Several queries, answered in order (instead of query).");
+        sg_jw_end(w);
+        schema_open(w, "topk", "integer", NULL);
+        sg_jw_ku64(w, "minimum", 1);
+        sg_jw_ku64(w, "maximum", cfg->limits.max_topk);
+        snprintf(topk_desc, sizeof(topk_desc), "Documents per query (default %u).", rtopk);
+        sg_jw_kstr(w, "description", topk_desc);
+        sg_jw_end(w);
+        sg_jw_end(w);
+        sg_jw_end(w);
+        output_schema(w, "One list per query of {document, score}, best first, as POST /retrieve returns with return_scores true.",
+                      0);
     } else {
-        sg_buf_appendf(&d,
+        snprintf(title, sizeof(title), "Access pages of %s", rname);
+        sg_buf_appendf(&desc,
                        "Read pages of the %s route's page store by URL (as POST /access). Returns each page's contents as text and "
                        "the pages (null when unknown) as structured content.",
                        rname);
-        sg_buf_appends(b, ",\"title\":");
-        char title[160];
-        snprintf(title, sizeof(title), "Access pages of %s", rname);
-        sg_buf_append_json_string(b, title, strlen(title));
-        sg_buf_appends(b, ",\"description\":");
-        sg_buf_append_json_string(b, d.base, d.len);
-        sg_buf_appendf(
-            b,
-            ",\"inputSchema\":{\"type\":\"object\",\"properties\":{"
-            "\"url\":{\"type\":\"string\",\"description\":\"One page URL.\"},"
-            "\"urls\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"maxItems\":%u,"
-            "\"description\":\"Several page URLs (instead of url).\"}}}"
-            ",\"outputSchema\":{\"type\":\"object\",\"properties\":{\"result\":{\"type\":\"array\",\"description\":\"One "
-            "page (or null) per URL, as POST /access returns.\",\"items\":{\"type\":[\"object\",\"null\"]}}},"
-            "\"required\":[\"result\"]}",
-            cfg->limits.max_queries);
+        sg_jw_kstr(w, "title", title);
+        sg_jw_key(w, "description");
+        sg_jw_strn(w, desc.base, desc.len);
+        schema_open(w, "inputSchema", "object", NULL);
+        sg_jw_key(w, "properties");
+        sg_jw_obj(w);
+        schema_open(w, "url", "string", "One page URL.");
+        sg_jw_end(w);
+        schema_open(w, "urls", "array", NULL);
+        schema_items(w, "string");
+        sg_jw_ku64(w, "minItems", 1);
+        sg_jw_ku64(w, "maxItems", cfg->limits.max_queries);
+        sg_jw_kstr(w, "description", "Several page URLs (instead of url).");
+        sg_jw_end(w);
+        sg_jw_end(w);
+        sg_jw_end(w);
+        output_schema(w, "One page (or null) per URL, as POST /access returns.", 1);
     }
-    sg_buf_free(&d);
-    sg_buf_appends(b, ",\"annotations\":{\"readOnlyHint\":true,\"idempotentHint\":true}}");
+    sg_buf_free(&desc);
+    sg_jw_key(w, "annotations");
+    sg_jw_obj(w);
+    sg_jw_kbool(w, "readOnlyHint", 1);
+    sg_jw_kbool(w, "idempotentHint", 1);
+    sg_jw_end(w);
+    sg_jw_end(w);
 }
 
 static void add_tool(const char *name, sg_backend_t *route, int fusion, int is_access)
@@ -145,13 +210,15 @@ void sg_mcp_tools_init(sg_server_t *s)
             add_tool(name, via, (int)i, access);
         }
     }
-    sg_buf_appends(&X.list, "{\"tools\":[");
-    for (size_t i = 0; i < X.n; ++i) {
-        if (i != 0)
-            sg_buf_appendc(&X.list, ',');
-        append_tool(&X.list, &X.tools[i], cfg);
-    }
-    sg_buf_appends(&X.list, "]}");
+    sg_jw_t w;
+    sg_jw_init(&w, &X.list);
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "tools");
+    sg_jw_arr(&w);
+    for (size_t i = 0; i < X.n; ++i)
+        append_tool(&w, &X.tools[i], cfg);
+    sg_jw_end(&w);
+    sg_jw_end(&w);
 }
 
 void sg_mcp_tools_dispose(void)
@@ -224,13 +291,26 @@ static void append_guarded_string(sg_buf_t *out, const char *s, size_t n)
     sg_buf_free(&t);
 }
 
+/* KEY: the guarded string */
+static void jw_guarded(sg_jw_t *w, const char *key, const char *s, size_t n)
+{
+    sg_buf_t t = {0};
+    append_guarded_string(&t, s, n);
+    sg_jw_key(w, key);
+    sg_jw_raw(w, t.base, t.len);
+    sg_buf_free(&t);
+}
+
 int sg_mcp_format_results_json(sg_buf_t *out, const char *query, const cJSON *hits)
 {
     if (!cJSON_IsArray(hits))
         return -1;
-    sg_buf_appends(out, "{\"query\":");
-    append_guarded_string(out, query, strlen(query));
-    sg_buf_appends(out, ",\"results\":[");
+    sg_jw_t w;
+    sg_jw_init(&w, out);
+    sg_jw_obj(&w);
+    jw_guarded(&w, "query", query, strlen(query));
+    sg_jw_key(&w, "results");
+    sg_jw_arr(&w);
     for (const cJSON *h = hits->child; h != NULL; h = h->next) {
         const cJSON *doc = cJSON_GetObjectItemCaseSensitive(h, "document");
         const cJSON *score = cJSON_GetObjectItemCaseSensitive(h, "score");
@@ -253,31 +333,42 @@ int sg_mcp_format_results_json(sg_buf_t *out, const char *query, const cJSON *hi
                 xlen = nl != NULL ? clen - fl - 1 : 0;
             }
         }
-        if (h != hits->child)
-            sg_buf_appendc(out, ',');
-        sg_buf_appends(out, "{\"title\":");
-        append_guarded_string(out, title != NULL ? title : "", tlen);
-        sg_buf_appends(out, ",\"url\":");
-        append_guarded_string(out, url != NULL ? url : "", ulen);
-        sg_buf_appends(out, ",\"content\":");
-        append_guarded_string(out, text != NULL ? text : "", xlen);
-        if (cJSON_IsNumber(score)) {
-            sg_buf_appends(out, ",\"score\":");
-            sg_json_append_double(out, score->valuedouble);
-        }
-        sg_buf_appendc(out, '}');
+        sg_jw_obj(&w);
+        jw_guarded(&w, "title", title != NULL ? title : "", tlen);
+        jw_guarded(&w, "url", url != NULL ? url : "", ulen);
+        jw_guarded(&w, "content", text != NULL ? text : "", xlen);
+        if (cJSON_IsNumber(score))
+            sg_jw_kdouble(&w, "score", score->valuedouble);
+        sg_jw_end(&w);
     }
-    sg_buf_appends(out, "]}");
+    sg_jw_end(&w);
+    sg_jw_end(&w);
     return 0;
+}
+
+/* {"type":"text","text":TEXT}, an item of a result's "content" */
+static void text_item(sg_jw_t *w, const char *text, size_t len)
+{
+    sg_jw_obj(w);
+    sg_jw_kstr(w, "type", "text");
+    sg_jw_key(w, "text");
+    sg_jw_strn(w, text, len);
+    sg_jw_end(w);
 }
 
 /* {"content":[{"type":"text","text":TEXT}],"isError":true} */
 static void tool_error(sg_mcp_item_t *item, const char *text)
 {
     sg_buf_t b = {0};
-    sg_buf_appends(&b, "{\"content\":[{\"type\":\"text\",\"text\":");
-    sg_buf_append_json_string(&b, text, strlen(text));
-    sg_buf_appends(&b, "}],\"isError\":true}");
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "content");
+    sg_jw_arr(&w);
+    text_item(&w, text, strlen(text));
+    sg_jw_end(&w);
+    sg_jw_kbool(&w, "isError", 1);
+    sg_jw_end(&w);
     sg_mcp_item_result(item, b.base, b.len);
     sg_buf_free(&b);
 }
@@ -290,33 +381,55 @@ static void call_free(mcp_call_t *c)
     free(c);
 }
 
-/* Sends a successful tools/call result: the text items in `content`, the documents in `structured`
- * (its "result" array still open); frees both. */
-static void send_result(sg_mcp_item_t *item, sg_buf_t *content, sg_buf_t *structured)
+/* A successful tools/call result being built: the text items of "content" and the documents of
+ * "structuredContent.result", each an array of its own until send_result joins them. */
+typedef struct st_result_t {
+    sg_buf_t content_buf, structured_buf;
+    sg_jw_t content, structured;
+} result_t;
+
+static void result_init(result_t *r)
 {
-    sg_buf_appends(structured, "]}");
+    memset(r, 0, sizeof(*r));
+    sg_jw_init(&r->content, &r->content_buf);
+    sg_jw_arr(&r->content);
+    sg_jw_init(&r->structured, &r->structured_buf);
+    sg_jw_arr(&r->structured);
+}
+
+/* Sends {"content":[...],"structuredContent":{"result":[...]},"isError":false}; frees `r`'s buffers. */
+static void send_result(sg_mcp_item_t *item, result_t *r)
+{
+    sg_jw_end(&r->content);
+    sg_jw_end(&r->structured);
     sg_buf_t b = {0};
-    sg_buf_appends(&b, "{\"content\":[");
-    sg_buf_append(&b, content->base, content->len);
-    sg_buf_appends(&b, "],");
-    sg_buf_append(&b, structured->base, structured->len);
-    sg_buf_appends(&b, ",\"isError\":false}");
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "content");
+    sg_jw_raw(&w, r->content_buf.base, r->content_buf.len);
+    sg_jw_key(&w, "structuredContent");
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "result");
+    sg_jw_raw(&w, r->structured_buf.base, r->structured_buf.len);
+    sg_jw_end(&w);
+    sg_jw_kbool(&w, "isError", 0);
+    sg_jw_end(&w);
     sg_mcp_item_result(item, b.base, b.len);
     sg_buf_free(&b);
-    sg_buf_free(content);
-    sg_buf_free(structured);
+    sg_buf_free(&r->content_buf);
+    sg_buf_free(&r->structured_buf);
 }
 
 static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
 {
-    sg_buf_t content = {0}, structured = {0}, frag = {0}, text = {0};
-    sg_buf_appends(&structured, "\"structuredContent\":{\"result\":[");
+    sg_buf_t frag = {0}, text = {0};
+    result_t r;
+    result_init(&r);
     for (uint32_t i = 0; i < res->n; ++i) {
         frag.len = 0;
         sg_blob_append_fragment(res->blobs[i], 1, &frag);
-        if (i != 0)
-            sg_buf_appendc(&structured, ',');
-        sg_buf_append(&structured, frag.base, frag.len);
+        sg_jw_raw(&r.structured, frag.base, frag.len);
         cJSON *hits = cJSON_ParseWithLength(frag.base, frag.len);
         text.len = 0;
         sg_buf_append(&text, "", 0);
@@ -325,19 +438,18 @@ static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
         else
             sg_mcp_format_search_r1(&text, hits);
         cJSON_Delete(hits);
-        sg_buf_appends(&content, i == 0 ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
-        sg_buf_append_json_string(&content, text.base, text.len);
-        sg_buf_appendc(&content, '}');
+        text_item(&r.content, text.base, text.len);
     }
-    send_result(c->item, &content, &structured);
+    send_result(c->item, &r);
     sg_buf_free(&frag);
     sg_buf_free(&text);
 }
 
 static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
 {
-    sg_buf_t content = {0}, structured = {0}, page = {0};
-    sg_buf_appends(&structured, "\"structuredContent\":{\"result\":[");
+    sg_buf_t page = {0};
+    result_t r;
+    result_init(&r);
     for (uint32_t i = 0; i < res->n; ++i) {
         const sg_blob_t *bl = res->blobs[i];
         page.len = 0;
@@ -351,27 +463,23 @@ static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
             free(p);
             cJSON_Delete(arr);
         }
-        if (i != 0)
-            sg_buf_appendc(&structured, ',');
         if (page.len == 0)
-            sg_buf_appends(&structured, "null");
+            sg_jw_null(&r.structured);
         else
-            sg_buf_append(&structured, page.base, page.len);
+            sg_jw_raw(&r.structured, page.base, page.len);
         cJSON *pj = page.len != 0 ? cJSON_ParseWithLength(page.base, page.len) : NULL;
         size_t clen = 0;
         const char *contents = pj != NULL ? str_item(pj, "contents", &clen) : NULL;
-        sg_buf_appends(&content, i == 0 ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
         if (contents != NULL) {
-            sg_buf_append_json_string(&content, contents, clen);
+            text_item(&r.content, contents, clen);
         } else {
             char msg[300];
             snprintf(msg, sizeof(msg), "No page found for %.200s", c->texts[i]);
-            sg_buf_append_json_string(&content, msg, strlen(msg));
+            text_item(&r.content, msg, strlen(msg));
         }
-        sg_buf_appendc(&content, '}');
         cJSON_Delete(pj);
     }
-    send_result(c->item, &content, &structured);
+    send_result(c->item, &r);
     sg_buf_free(&page);
 }
 

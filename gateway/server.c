@@ -126,29 +126,39 @@ static void count(int route, int status)
 static void on_root(h2o_req_t *req)
 {
     sg_buf_t b = {0};
-    sg_buf_appends(&b, "{\"name\":\"searchgate\",\"version\":\"" SG_VERSION "\",\"default_backend\":");
-    const char *def = sg_server.backends[sg_server.cfg->default_backend].conf->name;
-    sg_buf_append_json_string(&b, def, strlen(def));
-    sg_buf_appends(&b, ",\"backends\":[");
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
+    sg_jw_obj(&w);
+    sg_jw_kstr(&w, "name", "searchgate");
+    sg_jw_kstr(&w, "version", SG_VERSION);
+    sg_jw_kstr(&w, "default_backend", sg_server.backends[sg_server.cfg->default_backend].conf->name);
+    sg_jw_key(&w, "backends");
+    sg_jw_arr(&w);
     for (size_t i = 0; i < sg_server.n_backends; ++i) {
         const sg_backend_t *be = &sg_server.backends[i];
-        if (i != 0)
-            sg_buf_appendc(&b, ',');
-        sg_buf_appends(&b, "{\"name\":");
-        sg_buf_append_json_string(&b, be->conf->name, strlen(be->conf->name));
-        sg_buf_appends(&b, ",\"plugin\":");
-        sg_buf_append_json_string(&b, be->plugin.vt->name, strlen(be->plugin.vt->name));
-        sg_buf_appends(&b, ",\"version\":");
-        sg_buf_append_json_string(&b, be->plugin.vt->version, strlen(be->plugin.vt->version));
-        sg_buf_appendf(&b, ",\"topk\":%u,\"retrieve\":\"/retrieve/%s\",\"access\":%s}", be->conf->topk, be->conf->name,
-                       be->serves_access ? "true" : "false");
+        char path[512];
+        snprintf(path, sizeof(path), "/retrieve/%s", be->conf->name);
+        sg_jw_obj(&w);
+        sg_jw_kstr(&w, "name", be->conf->name);
+        sg_jw_kstr(&w, "plugin", be->plugin.vt->name);
+        sg_jw_kstr(&w, "version", be->plugin.vt->version);
+        sg_jw_ku64(&w, "topk", be->conf->topk);
+        sg_jw_kstr(&w, "retrieve", path);
+        sg_jw_kbool(&w, "access", be->serves_access);
+        sg_jw_end(&w);
     }
-    sg_fusion_append_root(&b); /* fusion routes (fusion_route.c) */
-    sg_buf_appends(&b, "],\"links\":{\"retrieve\":\"/retrieve\",\"access\":\"/access\",\"health\":\"/health\",\"metrics\":\"/"
-                       "metrics\",\"stats\":\"/stats\",\"dashboard\":\"/dashboard\"");
-    if (sg_server.cfg->mcp.enabled)
-        sg_buf_appends(&b, ",\"mcp\":\"/mcp\",\"sse\":\"/sse\"");
-    sg_buf_appends(&b, "}}");
+    sg_fusion_append_root(&w); /* fusion routes (fusion_route.c) */
+    sg_jw_end(&w);
+    sg_jw_key(&w, "links");
+    sg_jw_obj(&w);
+    static const char *const links[][2] = {{"retrieve", "/retrieve"}, {"access", "/access"}, {"health", "/health"},
+                                           {"metrics", "/metrics"},   {"stats", "/stats"},   {"dashboard", "/dashboard"},
+                                           {"mcp", "/mcp"},           {"sse", "/sse"}};
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); ++i)
+        if (sg_server.cfg->mcp.enabled || i < 6)
+            sg_jw_kstr(&w, links[i][0], links[i][1]);
+    sg_jw_end(&w);
+    sg_jw_end(&w);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
     count(R_ROOT, 200);
@@ -157,32 +167,34 @@ static void on_root(h2o_req_t *req)
 static void on_health(h2o_req_t *req)
 {
     sg_buf_t b = {0};
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
     int ok = 1;
-    sg_buf_appends(&b, "{\"backends\":{");
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "backends");
+    sg_jw_obj(&w);
     for (size_t i = 0; i < sg_server.n_backends; ++i) {
         sg_backend_t *be = &sg_server.backends[i];
         char detail[256] = "";
         sg_status st = be->plugin.vt->health(be->inst, detail, sizeof(detail));
         if (st != SG_OK)
             ok = 0;
-        if (i != 0)
-            sg_buf_appendc(&b, ',');
-        sg_buf_append_json_string(&b, be->conf->name, strlen(be->conf->name));
-        sg_buf_appendf(&b, ":{\"status\":\"%s\"", st == SG_OK ? "ok" : "unhealthy");
-        if (st != SG_OK) {
-            sg_buf_appends(&b, ",\"error\":");
-            const char *d = detail[0] != '\0' ? detail : sg_plugin_status_name(st);
-            sg_buf_append_json_string(&b, d, strlen(d));
-        }
-        sg_buf_appendc(&b, '}');
+        sg_jw_key(&w, be->conf->name);
+        sg_jw_obj(&w);
+        sg_jw_kstr(&w, "status", st == SG_OK ? "ok" : "unhealthy");
+        if (st != SG_OK)
+            sg_jw_kstr(&w, "error", detail[0] != '\0' ? detail : sg_plugin_status_name(st));
+        sg_jw_end(&w);
     }
+    sg_jw_end(&w);
     int redis = sg_server_redis_state();
-    sg_buf_appendf(&b, "},\"cache\":{\"redis\":\"%s\"},\"uptime_s\":%.3f,\"status\":\"%s\"}",
-                   redis < 0    ? "off"
-                   : redis == 2 ? "not answering (bypassed)"
-                   : redis == 1 ? "up"
-                                : "down (bypassed)",
-                   (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, ok ? "ok" : "degraded");
+    sg_jw_key(&w, "cache");
+    sg_jw_obj(&w);
+    sg_jw_kstr(&w, "redis", redis < 0 ? "off" : redis == 2 ? "not answering (bypassed)" : redis == 1 ? "up" : "down (bypassed)");
+    sg_jw_end(&w);
+    sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, 3);
+    sg_jw_kstr(&w, "status", ok ? "ok" : "degraded");
+    sg_jw_end(&w);
     sg_send_json(req, ok ? 200 : 503, b.base, b.len);
     sg_buf_free(&b);
     count(R_HEALTH, ok ? 200 : 503);
@@ -252,6 +264,37 @@ static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
     return found;
 }
 
+/* /stats: "backends":{NAME:{requests, queries, cache and call counters}, ...} */
+static void stats_backends(sg_jw_t *w)
+{
+    sg_jw_key(w, "backends");
+    sg_jw_obj(w);
+    for (size_t i = 0; i < sg_server.n_backends; ++i) {
+        sg_backend_t *be = &sg_server.backends[i];
+        uint64_t req_total = 0, q_total = 0;
+        for (int c = 0; c < SG_NUM_CODES; ++c) {
+            req_total += atomic_load(&be->requests[c]->v);
+            q_total += atomic_load(&be->queries[c]->v);
+        }
+        sg_jw_key(w, be->conf->name);
+        sg_jw_obj(w);
+        sg_jw_ku64(w, "requests", req_total);
+        sg_jw_ku64(w, "queries", q_total);
+        sg_jw_ku64(w, "cache_hits_l1", atomic_load(&be->cache_hits_l1->v));
+        sg_jw_ku64(w, "cache_hits_redis", atomic_load(&be->cache_hits_redis->v));
+        sg_jw_ku64(w, "cache_misses", atomic_load(&be->cache_misses->v));
+        sg_jw_ku64(w, "coalesced", atomic_load(&be->coalesced->v));
+        sg_jw_ku64(w, "calls", atomic_load(&be->calls->v));
+        sg_jw_ki64(w, "inflight_queries", atomic_load(&be->inflight_queries->v));
+        sg_jw_ki64(w, "queued_queries", atomic_load(&be->queued_queries->v));
+        sg_jw_ku64(w, "shed", atomic_load(&be->shed->v));
+        sg_jw_ku64(w, "expired", atomic_load(&be->expired->v));
+        sg_jw_ku64(w, "fallbacks", atomic_load(&be->fallbacks->v));
+        sg_jw_end(w);
+    }
+    sg_jw_end(w);
+}
+
 static void on_stats(h2o_req_t *req)
 {
     int window = 300;
@@ -280,53 +323,32 @@ static void on_stats(h2o_req_t *req)
         window = (int)v;
     }
     sg_buf_t b = {0};
-    double hr60 = sg_ring_hit_ratio(60);
-    sg_buf_appendf(&b, "{\"version\":\"" SG_VERSION "\",\"uptime_s\":%.3f,\"window_s\":%d,\"hit_ratio_60s\":",
-                   (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, window);
-    sg_json_append_double(&b, hr60);
+    sg_jw_t jw;
+    sg_jw_init(&jw, &b);
+    sg_jw_obj(&jw);
+    sg_jw_kstr(&jw, "version", SG_VERSION);
+    sg_jw_kfixed(&jw, "uptime_s", (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, 3);
+    sg_jw_ki64(&jw, "window_s", window);
+    sg_jw_kdouble(&jw, "hit_ratio_60s", sg_ring_hit_ratio(60));
     const sg_blas_choice_t *bl = &sg_server.blas;
-    sg_buf_appends(&b, ",\"blas\":{\"library\":");
-    sg_buf_append_json_string(&b, bl->library, strlen(bl->library));
-    sg_buf_appends(&b, ",\"core\":");
-    sg_buf_append_json_string(&b, bl->core, strlen(bl->core));
-    sg_buf_appends(&b, ",\"default_core\":");
-    sg_buf_append_json_string(&b, bl->default_core, strlen(bl->default_core));
-    sg_buf_appends(&b, ",\"source\":");
-    sg_buf_append_json_string(&b, bl->source, strlen(bl->source));
-    sg_buf_appends(&b, ",\"reason\":");
-    sg_buf_append_json_string(&b, bl->reason, strlen(bl->reason));
-    sg_buf_appends(&b, "},\"backends\":{");
-    for (size_t i = 0; i < sg_server.n_backends; ++i) {
-        sg_backend_t *be = &sg_server.backends[i];
-        if (i != 0)
-            sg_buf_appendc(&b, ',');
-        sg_buf_append_json_string(&b, be->conf->name, strlen(be->conf->name));
-        uint64_t req_total = 0, q_total = 0;
-        for (int c = 0; c < SG_NUM_CODES; ++c) {
-            req_total += atomic_load(&be->requests[c]->v);
-            q_total += atomic_load(&be->queries[c]->v);
-        }
-        sg_buf_appendf(
-            &b,
-            ":{\"requests\":%llu,\"queries\":%llu,\"cache_hits_l1\":%llu,\"cache_hits_redis\":%llu,\"cache_misses\":%llu,"
-            "\"coalesced\":%llu,\"calls\":%llu,\"inflight_queries\":%lld,\"queued_queries\":%lld,\"shed\":%llu,"
-            "\"expired\":%llu,\"fallbacks\":%llu}",
-            (unsigned long long)req_total, (unsigned long long)q_total, (unsigned long long)atomic_load(&be->cache_hits_l1->v),
-            (unsigned long long)atomic_load(&be->cache_hits_redis->v), (unsigned long long)atomic_load(&be->cache_misses->v),
-            (unsigned long long)atomic_load(&be->coalesced->v), (unsigned long long)atomic_load(&be->calls->v),
-            (long long)atomic_load(&be->inflight_queries->v), (long long)atomic_load(&be->queued_queries->v),
-            (unsigned long long)atomic_load(&be->shed->v), (unsigned long long)atomic_load(&be->expired->v),
-            (unsigned long long)atomic_load(&be->fallbacks->v));
-    }
-    sg_buf_appends(&b, "},\"cache\":{");
-    sg_cache_stats_json(&b, sg_server_redis_state());
-    sg_buf_appends(&b, "},");
-    sg_budget_stats_json(&b);
-    sg_buf_appends(&b, ",\"metrics\":");
-    sg_metrics_render_json(&b);
-    sg_buf_appendc(&b, ',');
-    sg_ring_render_json(&b, window);
-    sg_buf_appendc(&b, '}');
+    sg_jw_key(&jw, "blas");
+    sg_jw_obj(&jw);
+    sg_jw_kstr(&jw, "library", bl->library);
+    sg_jw_kstr(&jw, "core", bl->core);
+    sg_jw_kstr(&jw, "default_core", bl->default_core);
+    sg_jw_kstr(&jw, "source", bl->source);
+    sg_jw_kstr(&jw, "reason", bl->reason);
+    sg_jw_end(&jw);
+    stats_backends(&jw);
+    sg_jw_key(&jw, "cache");
+    sg_jw_obj(&jw);
+    sg_cache_stats_json(&jw, sg_server_redis_state());
+    sg_jw_end(&jw);
+    sg_budget_stats_json(&jw);
+    sg_jw_key(&jw, "metrics");
+    sg_metrics_render_json(&jw);
+    sg_ring_render_json(&jw, window);
+    sg_jw_end(&jw);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
     count(R_STATS, 200);

@@ -34,15 +34,171 @@ void sg_json_append_double(sg_buf_t *b, double v)
     sg_buf_appends(b, tmp);
 }
 
+/* ---- the writer ---- */
+
+void sg_jw_init(sg_jw_t *w, sg_buf_t *b)
+{
+    w->b = b;
+    w->has_items = 0;
+    w->is_array = 0;
+    w->depth = 0;
+    w->after_key = 0;
+}
+
+/* Before a value or a key: the comma that separates it from the previous member. */
+static void sep(sg_jw_t *w)
+{
+    if (w->after_key) {
+        w->after_key = 0;
+        return;
+    }
+    uint64_t bit = 1ull << (w->depth & 63);
+    if (w->has_items & bit)
+        sg_buf_appendc(w->b, ',');
+    w->has_items |= bit;
+}
+
+static void open_container(sg_jw_t *w, int array)
+{
+    sep(w);
+    sg_buf_appendc(w->b, array ? '[' : '{');
+    ++w->depth;
+    uint64_t bit = 1ull << (w->depth & 63);
+    w->has_items &= ~bit;
+    w->is_array = array ? w->is_array | bit : w->is_array & ~bit;
+}
+
+void sg_jw_obj(sg_jw_t *w)
+{
+    open_container(w, 0);
+}
+
+void sg_jw_arr(sg_jw_t *w)
+{
+    open_container(w, 1);
+}
+
+void sg_jw_end(sg_jw_t *w)
+{
+    sg_buf_appendc(w->b, (w->is_array >> (w->depth & 63)) & 1 ? ']' : '}');
+    --w->depth;
+    w->after_key = 0;
+}
+
+void sg_jw_key(sg_jw_t *w, const char *key)
+{
+    sep(w);
+    sg_buf_append_json_string(w->b, key, strlen(key));
+    sg_buf_appendc(w->b, ':');
+    w->after_key = 1;
+}
+
+void sg_jw_strn(sg_jw_t *w, const char *s, size_t n)
+{
+    sep(w);
+    sg_buf_append_json_string(w->b, s, n);
+}
+
+void sg_jw_str(sg_jw_t *w, const char *s)
+{
+    sg_jw_strn(w, s, strlen(s));
+}
+
+void sg_jw_u64(sg_jw_t *w, uint64_t v)
+{
+    sep(w);
+    sg_buf_appendf(w->b, "%llu", (unsigned long long)v);
+}
+
+void sg_jw_i64(sg_jw_t *w, int64_t v)
+{
+    sep(w);
+    sg_buf_appendf(w->b, "%lld", (long long)v);
+}
+
+void sg_jw_double(sg_jw_t *w, double v)
+{
+    sep(w);
+    sg_json_append_double(w->b, v);
+}
+
+void sg_jw_fixed(sg_jw_t *w, double v, int decimals)
+{
+    sep(w);
+    if (isfinite(v))
+        sg_buf_appendf(w->b, "%.*f", decimals, v);
+    else
+        sg_buf_appends(w->b, "null");
+}
+
+void sg_jw_bool(sg_jw_t *w, int v)
+{
+    sep(w);
+    sg_buf_appends(w->b, v ? "true" : "false");
+}
+
+void sg_jw_null(sg_jw_t *w)
+{
+    sep(w);
+    sg_buf_appends(w->b, "null");
+}
+
+void sg_jw_raw(sg_jw_t *w, const char *json, size_t n)
+{
+    sep(w);
+    sg_buf_append(w->b, json, n);
+}
+
+void sg_jw_kstr(sg_jw_t *w, const char *key, const char *s)
+{
+    sg_jw_key(w, key);
+    sg_jw_str(w, s);
+}
+
+void sg_jw_ku64(sg_jw_t *w, const char *key, uint64_t v)
+{
+    sg_jw_key(w, key);
+    sg_jw_u64(w, v);
+}
+
+void sg_jw_ki64(sg_jw_t *w, const char *key, int64_t v)
+{
+    sg_jw_key(w, key);
+    sg_jw_i64(w, v);
+}
+
+void sg_jw_kdouble(sg_jw_t *w, const char *key, double v)
+{
+    sg_jw_key(w, key);
+    sg_jw_double(w, v);
+}
+
+void sg_jw_kfixed(sg_jw_t *w, const char *key, double v, int decimals)
+{
+    sg_jw_key(w, key);
+    sg_jw_fixed(w, v, decimals);
+}
+
+void sg_jw_kbool(sg_jw_t *w, const char *key, int v)
+{
+    sg_jw_key(w, key);
+    sg_jw_bool(w, v);
+}
+
 void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *msg)
 {
-    sg_buf_appendf(b, "{\"error\":{\"code\":%d,\"type\":", status);
-    sg_buf_append_json_string(b, type, strlen(type));
-    sg_buf_appends(b, ",\"message\":");
-    sg_buf_append_json_string(b, msg, strlen(msg));
-    sg_buf_appends(b, "},\"detail\":");
-    sg_buf_append_json_string(b, msg, strlen(msg));
-    sg_buf_appends(b, "}\n");
+    sg_jw_t w;
+    sg_jw_init(&w, b);
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "error");
+    sg_jw_obj(&w);
+    sg_jw_ki64(&w, "code", status);
+    sg_jw_kstr(&w, "type", type);
+    sg_jw_kstr(&w, "message", msg);
+    sg_jw_end(&w);
+    sg_jw_kstr(&w, "detail", msg);
+    sg_jw_end(&w);
+    sg_buf_appendc(b, '\n');
 }
 
 /* ---- strict validation ---- */

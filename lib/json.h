@@ -18,6 +18,57 @@ void sg_json_append_double(sg_buf_t *b, double v);
  * integers); NaN and infinities become null.
  */
 void sg_json_append_value(sg_buf_t *b, const cJSON *v);
+
+/**
+ * The writer of JSON documents: objects and arrays with their commas, keys and string values
+ * escaped (sg_buf_append_json_string), integers exact, doubles in the shortest form that reads
+ * back, or with a fixed number of decimals. Every JSON document the gateway builds goes through it
+ * (or through the blob fragments it splices). Nesting up to 64 levels.
+ *
+ *     sg_jw_t w;
+ *     sg_jw_init(&w, &buf);
+ *     sg_jw_obj(&w);
+ *     sg_jw_kstr(&w, "status", "ok");
+ *     sg_jw_key(&w, "backends"), sg_jw_arr(&w), ..., sg_jw_end(&w);
+ *     sg_jw_end(&w);
+ */
+typedef struct st_sg_jw_t {
+    sg_buf_t *b;
+    uint64_t has_items; /* bit d: the container at depth d has a member already */
+    uint64_t is_array;  /* bit d: the container at depth d is an array */
+    uint32_t depth;
+    int after_key; /* a key was written: its value comes next, without a comma */
+} sg_jw_t;
+
+/** Writes into `b` (appending). */
+void sg_jw_init(sg_jw_t *w, sg_buf_t *b);
+void sg_jw_obj(sg_jw_t *w);
+void sg_jw_arr(sg_jw_t *w);
+/** Closes the innermost object or array. */
+void sg_jw_end(sg_jw_t *w);
+/** An object member's key (escaped); the next call writes its value. */
+void sg_jw_key(sg_jw_t *w, const char *key);
+void sg_jw_str(sg_jw_t *w, const char *s);
+void sg_jw_strn(sg_jw_t *w, const char *s, size_t n);
+void sg_jw_u64(sg_jw_t *w, uint64_t v);
+void sg_jw_i64(sg_jw_t *w, int64_t v);
+/** The shortest form that reads back the same double (sg_json_append_double); null for NaN/inf. */
+void sg_jw_double(sg_jw_t *w, double v);
+/** `decimals` digits after the point (3: uptime seconds, 6: ratios); null for NaN/inf. */
+void sg_jw_fixed(sg_jw_t *w, double v, int decimals);
+void sg_jw_bool(sg_jw_t *w, int v);
+void sg_jw_null(sg_jw_t *w);
+/** A value that is JSON already (a spliced fragment, a cJSON value's text). */
+void sg_jw_raw(sg_jw_t *w, const char *json, size_t n);
+
+/* key + value in one call */
+void sg_jw_kstr(sg_jw_t *w, const char *key, const char *s);
+void sg_jw_ku64(sg_jw_t *w, const char *key, uint64_t v);
+void sg_jw_ki64(sg_jw_t *w, const char *key, int64_t v);
+void sg_jw_kdouble(sg_jw_t *w, const char *key, double v);
+void sg_jw_kfixed(sg_jw_t *w, const char *key, double v, int decimals);
+void sg_jw_kbool(sg_jw_t *w, const char *key, int v);
+
 /** Builds `{"error": {"code": status, "type": type, "message": msg}, "detail": msg}` into `b`. */
 void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *msg);
 

@@ -172,39 +172,39 @@ void sg_metrics_render(sg_buf_t *out)
         c->fn(out, c->arg);
 }
 
-void sg_metrics_render_json(sg_buf_t *out)
+void sg_metrics_render_json(sg_jw_t *w)
 {
     pthread_mutex_lock(&reg_mutex);
-    sg_buf_appendc(out, '{');
-    int first = 1;
+    sg_jw_obj(w);
+    sg_buf_t key = {0};
     for (family_t *f = families; f != NULL; f = f->next) {
         for (series_t *s = f->series; s != NULL; s = s->next) {
-            sg_buf_t key = {0};
+            key.len = 0;
             sg_buf_appends(&key, f->name);
-            if (s->labels[0] != '\0')
-                sg_buf_appendf(&key, "{%s}", s->labels);
-            if (!first)
-                sg_buf_appendc(out, ',');
-            first = 0;
-            sg_buf_append_json_string(out, key.base, key.len);
-            sg_buf_free(&key);
-            sg_buf_appendc(out, ':');
+            if (s->labels[0] != '\0') {
+                sg_buf_appendc(&key, '{');
+                sg_buf_appends(&key, s->labels);
+                sg_buf_appendc(&key, '}');
+            }
+            sg_jw_key(w, key.base);
             switch (f->kind) {
             case K_COUNTER:
-                sg_buf_appendf(out, "%llu", (unsigned long long)atomic_load(&s->u.c.v));
+                sg_jw_u64(w, atomic_load(&s->u.c.v));
                 break;
             case K_GAUGE:
-                sg_buf_appendf(out, "%lld", (long long)atomic_load(&s->u.g.v));
+                sg_jw_i64(w, atomic_load(&s->u.g.v));
                 break;
             case K_HIST:
-                sg_buf_appendf(out, "{\"count\":%llu,\"sum\":", (unsigned long long)atomic_load(&s->u.h.count));
-                sg_json_append_double(out, (double)atomic_load(&s->u.h.sum_us) / 1e6);
-                sg_buf_appends(out, "}");
+                sg_jw_obj(w);
+                sg_jw_ku64(w, "count", atomic_load(&s->u.h.count));
+                sg_jw_kdouble(w, "sum", (double)atomic_load(&s->u.h.sum_us) / 1e6);
+                sg_jw_end(w);
                 break;
             }
         }
     }
-    sg_buf_appendc(out, '}');
+    sg_buf_free(&key);
+    sg_jw_end(w);
     pthread_mutex_unlock(&reg_mutex);
 }
 
@@ -306,7 +306,7 @@ static double quantile(const uint32_t *lat, uint64_t n, double q)
     return lat_bucket_ms(RING_LAT_BUCKETS - 1);
 }
 
-void sg_ring_render_json(sg_buf_t *out, int seconds)
+void sg_ring_render_json(sg_jw_t *w, int seconds)
 {
     if (seconds < 1)
         seconds = 1;
@@ -314,7 +314,8 @@ void sg_ring_render_json(sg_buf_t *out, int seconds)
         seconds = SG_RING_SECONDS - 1;
     uint64_t now = now_sec();
     double wall = floor(sg_wall_time());
-    sg_buf_appends(out, "\"series\":[");
+    sg_jw_key(w, "series");
+    sg_jw_arr(w);
     pthread_mutex_lock(&ring_mutex);
     for (int i = seconds; i >= 1; --i) { /* whole seconds only: the current one is still filling */
         uint64_t sec = now - (uint64_t)i;
@@ -322,19 +323,19 @@ void sg_ring_render_json(sg_buf_t *out, int seconds)
         ring_slot_t zero = {0};
         if (s->sec != sec)
             s = &zero;
-        if (i != seconds)
-            sg_buf_appendc(out, ',');
-        sg_buf_appendf(out,
-                       "{\"t\":%.0f,\"requests\":%llu,\"queries\":%llu,\"hits\":%llu,\"misses\":%llu,\"errors\":%llu,\"p50_ms\":",
-                       wall - i, (unsigned long long)s->requests, (unsigned long long)s->queries, (unsigned long long)s->hits,
-                       (unsigned long long)s->misses, (unsigned long long)s->errors);
-        sg_json_append_double(out, quantile(s->lat, s->requests, 0.5));
-        sg_buf_appends(out, ",\"p99_ms\":");
-        sg_json_append_double(out, quantile(s->lat, s->requests, 0.99));
-        sg_buf_appendc(out, '}');
+        sg_jw_obj(w);
+        sg_jw_kfixed(w, "t", wall - i, 0);
+        sg_jw_ku64(w, "requests", s->requests);
+        sg_jw_ku64(w, "queries", s->queries);
+        sg_jw_ku64(w, "hits", s->hits);
+        sg_jw_ku64(w, "misses", s->misses);
+        sg_jw_ku64(w, "errors", s->errors);
+        sg_jw_kdouble(w, "p50_ms", quantile(s->lat, s->requests, 0.5));
+        sg_jw_kdouble(w, "p99_ms", quantile(s->lat, s->requests, 0.99));
+        sg_jw_end(w);
     }
     pthread_mutex_unlock(&ring_mutex);
-    sg_buf_appendc(out, ']');
+    sg_jw_end(w);
 }
 
 double sg_ring_hit_ratio(int seconds)

@@ -60,8 +60,9 @@ void sg_metrics_add_collector(sg_metrics_collector_fn fn, void *arg);
 
 /** Renders every family in Prometheus text format. */
 void sg_metrics_render(sg_buf_t *out);
-/** Renders every series as JSON: {"name{labels}": value, ...} (histograms as {count,sum,buckets}). */
-void sg_metrics_render_json(sg_buf_t *out);
+typedef struct st_sg_jw_t sg_jw_t; /* json.h */
+/** Writes every series as one JSON object value: {"name{labels}": value, ...} (histograms as {count,sum}). */
+void sg_metrics_render_json(sg_jw_t *w);
 /** Frees the registry (at exit). */
 void sg_metrics_reset(void);
 
@@ -78,8 +79,8 @@ void sg_metrics_render_value(sg_buf_t *out, double v);
 #define SG_STATS_WINDOW_MIN 10
 #define SG_STATS_WINDOW_MAX (SG_RING_SECONDS - 1)
 void sg_ring_record_request(uint64_t queries, uint64_t cache_hits, uint64_t cache_misses, int is_error, uint64_t latency_us);
-/** Appends `"series":[{t, requests, queries, hits, misses, errors, p50_ms, p99_ms}, ...]` for the last `seconds`. */
-void sg_ring_render_json(sg_buf_t *out, int seconds);
+/** Writes the member `"series":[{t, requests, queries, hits, misses, errors, p50_ms, p99_ms}, ...]` for the last `seconds`. */
+void sg_ring_render_json(sg_jw_t *w, int seconds);
 /** Hit ratio over the last `seconds` (NaN when nothing was looked up). */
 double sg_ring_hit_ratio(int seconds);
 

@@ -54,6 +54,68 @@ static void test_double(void **state)
     sg_buf_free(&b);
 }
 
+/* The writer: commas, nesting, escaped keys and strings, each number form, raw values. */
+static void test_writer(void **state)
+{
+    (void)state;
+    sg_buf_t b = {0};
+    sg_jw_t w;
+    sg_jw_init(&w, &b);
+    sg_jw_obj(&w);
+    sg_jw_kstr(&w, "a\"b", "x\ny");
+    sg_jw_key(&w, "list");
+    sg_jw_arr(&w);
+    sg_jw_u64(&w, UINT64_MAX);
+    sg_jw_i64(&w, INT64_MIN);
+    sg_jw_double(&w, 0.1);
+    sg_jw_double(&w, 2.0);
+    sg_jw_fixed(&w, 1.23456, 3);
+    sg_jw_fixed(&w, 0.0 / 0.0, 3);
+    sg_jw_bool(&w, 1);
+    sg_jw_null(&w);
+    sg_jw_arr(&w);
+    sg_jw_end(&w);
+    sg_jw_obj(&w);
+    sg_jw_end(&w);
+    sg_jw_raw(&w, "{\"k\":[1,2]}", 11);
+    sg_jw_end(&w);
+    sg_jw_key(&w, "nested");
+    sg_jw_obj(&w);
+    sg_jw_key(&w, "deeper");
+    sg_jw_obj(&w);
+    sg_jw_kbool(&w, "f", 0);
+    sg_jw_end(&w);
+    sg_jw_kdouble(&w, "nan", 0.0 / 0.0);
+    sg_jw_end(&w);
+    sg_jw_ku64(&w, "after", 7);
+    sg_jw_end(&w);
+    assert_int_equal(w.depth, 0);
+    assert_string_equal(b.base, "{\"a\\\"b\":\"x\\ny\",\"list\":[18446744073709551615,-9223372036854775808,0.1,2.0,1.235,null,"
+                                "true,null,[],{},{\"k\":[1,2]}],\"nested\":{\"deeper\":{\"f\":false},\"nan\":null},\"after\":7}");
+    size_t bad;
+    const char *why;
+    assert_int_equal(sg_json_validate(b.base, b.len, &bad, &why), 0);
+    /* a top-level scalar, and a second document appended after the first */
+    b.len = 0;
+    sg_jw_init(&w, &b);
+    sg_jw_str(&w, "solo");
+    sg_jw_init(&w, &b);
+    sg_jw_arr(&w);
+    sg_jw_end(&w);
+    assert_string_equal(b.base, "\"solo\"[]");
+    sg_buf_free(&b);
+}
+
+static void test_error_body(void **state)
+{
+    (void)state;
+    sg_buf_t b = {0};
+    sg_json_error_body(&b, 429, "rate_limited", "slow \"down\"");
+    assert_string_equal(b.base, "{\"error\":{\"code\":429,\"type\":\"rate_limited\",\"message\":\"slow \\\"down\\\"\"},"
+                                "\"detail\":\"slow \\\"down\\\"\"}\n");
+    sg_buf_free(&b);
+}
+
 /* Appends a blob's fragment in the shape return_scores asks for. */
 static void append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *out)
 {
@@ -165,7 +227,8 @@ static void test_cache_value_docs_bounded(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_escape), cmocka_unit_test(test_double),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_escape),      cmocka_unit_test(test_double),
+                                       cmocka_unit_test(test_writer),      cmocka_unit_test(test_error_body),
                                        cmocka_unit_test(test_blob_shapes), cmocka_unit_test(test_cache_value_docs_bounded)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
