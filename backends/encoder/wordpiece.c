@@ -21,6 +21,7 @@
  * truncation keeps (sg_wp_encode_pair).
  */
 #include "wordpiece.h"
+#include "hmap.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,10 +32,9 @@
 #define MAX_WORD_CHARS 100
 
 struct st_sg_wp_t {
-    char *arena;     /* the file, with '\0' in place of each '\n' */
-    size_t n_tokens; /* lines */
-    uint32_t *slots; /* open addressing: id + 1, 0 = empty */
-    size_t mask;
+    char *arena;      /* the file, with '\0' in place of each '\n' */
+    size_t n_tokens;  /* lines */
+    sg_hmap_t vocab;  /* token -> &tok[id] */
     const char **tok; /* id -> token */
     uint32_t *tok_len;
     int32_t cls, sep, unk;
@@ -53,18 +53,18 @@ static uint64_t fnv(const char *s, size_t n)
     return h;
 }
 
+/* whether the token at `item` (&wp->tok[id]) is the key */
+static int token_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const sg_wp_t *wp = ud;
+    const char *const *tok = item;
+    return wp->tok_len[tok - wp->tok] == key_len && memcmp(*tok, key, key_len) == 0;
+}
+
 int32_t sg_wp_lookup(const sg_wp_t *wp, const char *s, size_t n)
 {
-    size_t i = (size_t)fnv(s, n) & wp->mask;
-    for (;;) {
-        uint32_t v = wp->slots[i];
-        if (v == 0)
-            return -1;
-        uint32_t id = v - 1;
-        if (wp->tok_len[id] == n && memcmp(wp->tok[id], s, n) == 0)
-            return (int32_t)id;
-        i = (i + 1) & wp->mask;
-    }
+    const char *const *tok = sg_hmap_find(&wp->vocab, sg_hmap_hash(s, n), s, n);
+    return tok != NULL ? (int32_t)(tok - wp->tok) : -1;
 }
 
 size_t sg_wp_size(const sg_wp_t *wp)
@@ -82,7 +82,7 @@ void sg_wp_free(sg_wp_t *wp)
     if (wp == NULL)
         return;
     free(wp->arena);
-    free(wp->slots);
+    sg_hmap_dispose(&wp->vocab);
     free(wp->tok);
     free(wp->tok_len);
     free(wp);
@@ -137,12 +137,8 @@ int sg_wp_load(const char *path, sg_wp_t **out, char *err, size_t err_size)
     wp->n_tokens = n;
     wp->tok = calloc(n, sizeof(*wp->tok));
     wp->tok_len = calloc(n, sizeof(*wp->tok_len));
-    size_t slots = 16;
-    while (slots < n * 2)
-        slots *= 2;
-    wp->slots = calloc(slots, sizeof(*wp->slots));
-    wp->mask = slots - 1;
-    if (wp->tok == NULL || wp->tok_len == NULL || wp->slots == NULL)
+    sg_hmap_init(&wp->vocab, token_eq, wp, n);
+    if (wp->tok == NULL || wp->tok_len == NULL)
         abort();
     size_t start = 0, id = 0;
     for (size_t i = 0; i <= len && id < n; ++i) {
@@ -155,14 +151,11 @@ int sg_wp_load(const char *path, sg_wp_t **out, char *err, size_t err_size)
             if (i - start > wp->max_tok_len)
                 wp->max_tok_len = i - start;
             /* a later duplicate wins, as in the Python dict */
-            size_t h = (size_t)fnv(buf + start, i - start) & wp->mask;
-            for (;;) {
-                uint32_t v = wp->slots[h];
-                if (v == 0 || (wp->tok_len[v - 1] == i - start && memcmp(wp->tok[v - 1], buf + start, i - start) == 0)) {
-                    wp->slots[h] = (uint32_t)id + 1;
-                    break;
-                }
-                h = (h + 1) & wp->mask;
+            uint64_t h = sg_hmap_hash(buf + start, i - start);
+            const char **had = sg_hmap_find_or_insert(&wp->vocab, h, buf + start, i - start, &wp->tok[id]);
+            if (had != &wp->tok[id]) {
+                sg_hmap_remove(&wp->vocab, h, had);
+                sg_hmap_insert(&wp->vocab, h, &wp->tok[id]);
             }
             ++id;
             start = i + 1;
