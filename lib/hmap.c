@@ -41,7 +41,7 @@ void sg_hmap_clear(sg_hmap_t *m)
 }
 
 /* Places an item known to be absent into the first free slot of its probe sequence. */
-static void place(sg_hmap_slot_t *slots, size_t mask, uint64_t hash, void *item)
+static inline void place(sg_hmap_slot_t *slots, size_t mask, uint64_t hash, void *item)
 {
     size_t i = (size_t)hash & mask;
     while (slots[i].item != NULL)
@@ -50,11 +50,9 @@ static void place(sg_hmap_slot_t *slots, size_t mask, uint64_t hash, void *item)
     slots[i].item = item;
 }
 
-/* Makes room for one more item: allocates the first slots, or doubles past half full. */
-static void reserve_one(sg_hmap_t *m)
+/* Allocates the first slots, or doubles the table. */
+static __attribute__((noinline)) void grow(sg_hmap_t *m)
 {
-    if (m->slots != NULL && m->n + 1 <= m->cap / 2)
-        return;
     size_t cap = m->slots == NULL ? (m->cap != 0 ? m->cap : MIN_CAP) : m->cap * 2;
     sg_hmap_slot_t *slots = sg_mem_calloc(cap, sizeof(*slots));
     for (size_t i = 0; m->slots != NULL && i < m->cap; ++i)
@@ -65,17 +63,39 @@ static void reserve_one(sg_hmap_t *m)
     m->cap = cap;
 }
 
-void *sg_hmap_find(const sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len)
+/* Makes room for one more item: past half full, the table doubles. */
+static inline void reserve_one(sg_hmap_t *m)
 {
-    if (m->slots == NULL)
-        return NULL;
+    if (m->slots == NULL || m->n + 1 > m->cap / 2)
+        grow(m);
+}
+
+/* The rest of a lookup from slot `i`, whose hash matches: compares keys from there on. Kept out
+ * of sg_hmap_find so that a probe that meets no equal hash runs without a call (and without saving
+ * registers for one). */
+static __attribute__((noinline)) void *find_from(const sg_hmap_t *m, size_t i, uint64_t hash, const void *key, size_t key_len)
+{
     size_t mask = m->cap - 1;
-    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
+    for (;; i = (i + 1) & mask) {
         const sg_hmap_slot_t *s = &m->slots[i];
         if (s->item == NULL)
             return NULL;
         if (s->hash == hash && m->eq(s->item, key, key_len, m->ud))
             return s->item;
+    }
+}
+
+void *sg_hmap_find(const sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len)
+{
+    const sg_hmap_slot_t *slots = m->slots;
+    if (slots == NULL)
+        return NULL;
+    size_t mask = m->cap - 1;
+    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
+        if (slots[i].item == NULL)
+            return NULL;
+        if (slots[i].hash == hash)
+            return find_from(m, i, hash, key, key_len);
     }
 }
 
@@ -89,40 +109,39 @@ void sg_hmap_insert(sg_hmap_t *m, uint64_t hash, void *item)
 void *sg_hmap_find_or_insert(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len, void *item)
 {
     reserve_one(m);
+    sg_hmap_slot_t *slots = m->slots;
     size_t mask = m->cap - 1;
     size_t i = (size_t)hash & mask;
-    for (; m->slots[i].item != NULL; i = (i + 1) & mask)
-        if (m->slots[i].hash == hash && m->eq(m->slots[i].item, key, key_len, m->ud))
-            return m->slots[i].item;
-    m->slots[i].hash = hash;
-    m->slots[i].item = item;
+    for (; slots[i].item != NULL; i = (i + 1) & mask)
+        if (slots[i].hash == hash && m->eq(slots[i].item, key, key_len, m->ud))
+            return slots[i].item;
+    slots[i].hash = hash;
+    slots[i].item = item;
     ++m->n;
     return item;
 }
 
 int sg_hmap_remove(sg_hmap_t *m, uint64_t hash, const void *item)
 {
-    if (m->slots == NULL)
+    sg_hmap_slot_t *slots = m->slots;
+    if (slots == NULL)
         return 0;
     size_t mask = m->cap - 1;
     size_t i = (size_t)hash & mask;
-    for (; m->slots[i].item != item; i = (i + 1) & mask)
-        if (m->slots[i].item == NULL)
+    for (; slots[i].item != item; i = (i + 1) & mask)
+        if (slots[i].item == NULL)
             return 0;
     /* backward shift: pull each later member of the cluster into the hole unless that would put
      * it before its home slot */
-    for (size_t j = i;;) {
-        j = (j + 1) & mask;
-        if (m->slots[j].item == NULL)
-            break;
-        size_t home = (size_t)m->slots[j].hash & mask;
+    for (size_t j = (i + 1) & mask; slots[j].item != NULL; j = (j + 1) & mask) {
+        size_t home = (size_t)slots[j].hash & mask;
         if (((j - home) & mask) >= ((j - i) & mask)) {
-            m->slots[i] = m->slots[j];
+            slots[i] = slots[j];
             i = j;
         }
     }
-    m->slots[i].item = NULL;
-    m->slots[i].hash = 0;
+    slots[i].item = NULL;
+    slots[i].hash = 0;
     --m->n;
     return 1;
 }
