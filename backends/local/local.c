@@ -419,7 +419,7 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
     if (rc == 0) {
         if (self->gpu != NULL && self->gpu->flat != NULL)
             rc = sg_local_gpu_search(self->gpu, &w->gpu, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
-        else if (par != NULL && self->have_flat)
+        else if (self->have_flat && (par != NULL || self->omp_threads == 1)) /* FAISS only where OpenMP may split it */
             rc = sg_flatscan_search(&self->flat, par, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
         else if ((rc = search_batch(self, w, n, (int)k, err, err_size)) == 0 && self->index.metric != SG_FIDX_OTHER)
             sg_flatscan_canonical(self->index.metric, n, (int)k, w->dist, w->labels); /* the order flatscan gives */
