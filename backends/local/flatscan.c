@@ -2,6 +2,7 @@
  * flatscan.c -- a parallel exact scan of a FAISS flat index (flatscan.h).
  */
 #include "flatscan.h"
+#include "blas.h"
 
 #include <cblas.h>
 #include <faiss/c_api/IndexFlat_c.h>
@@ -85,8 +86,6 @@ static void heap_push(int l2, float *hd, int64_t *hl, int k, float d, int64_t l)
  * (a row at a block's end is copied into a zeroed tile rather than taking another loop), so equal
  * rows score exactly equal and ties keep FAISS's order. CPUs with AVX-512 keep sgemm: their
  * OpenBLAS kernels are twice as wide as this one. */
-static int forced; /* sg_flatscan_set_kernel: 0 the CPU's choice, 1 sgemm, 2 avx2 */
-
 #ifdef SG_FLATSCAN_X86
 #define HSUM4(o, a, b, c, d)                                                                                                       \
     do {                                                                                                                           \
@@ -164,19 +163,6 @@ static void block_ip_avx2(const float *x, size_t n, const float *y, int rows, in
     }
 }
 
-static int cpu_avx2(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-static int use_avx2(int d)
-{
-    static int have = -1;
-    if (have < 0)
-        have = cpu_avx2() && !__builtin_cpu_supports("avx512f");
-    return (forced == 0 ? have : forced == 2) && d % 8 == 0;
-}
 #endif
 
 /* ip[q * rows + r] = x[q] . y[r] for the block's rows */
@@ -192,34 +178,21 @@ static void block_ip(const float *x, size_t n, const float *y, int rows, int d, 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, rows, d, 1.0f, x, d, y, d, 0.0f, ip, rows);
 }
 
-int sg_flatscan_set_kernel(const char *name)
+int sg_flatscan_pick(uint32_t features, int dim)
 {
-    if (name == NULL) {
-        forced = 0;
-    } else if (strcmp(name, "sgemm") == 0) {
-        forced = 1;
-    } else if (strcmp(name, "avx2") == 0) {
 #ifdef SG_FLATSCAN_X86
-        if (!cpu_avx2())
-            return -1;
-        forced = 2;
-#else
-        return -1;
+    uint32_t avx2 = SG_CPU_AVX2 | SG_CPU_FMA;
+    if ((features & avx2) == avx2 && !(features & SG_CPU_AVX512F) && dim > 0 && dim % 8 == 0)
+        return SG_FLATSCAN_AVX2;
 #endif
-    } else {
-        return -1;
-    }
-    return 0;
+    (void)features;
+    (void)dim;
+    return SG_FLATSCAN_SGEMM;
 }
 
-const char *sg_flatscan_kernel(int dim)
+const char *sg_flatscan_kernel_name(int kernel)
 {
-#ifdef SG_FLATSCAN_X86
-    if (use_avx2(dim))
-        return "avx2";
-#endif
-    (void)dim;
-    return "sgemm";
+    return kernel == SG_FLATSCAN_AVX2 ? "avx2" : "sgemm";
 }
 
 typedef struct st_scan_job_t {
@@ -319,7 +292,10 @@ int sg_flatscan_search(const sg_flatscan_t *fs, sg_par_t *par, size_t n, const f
     j.hl = malloc(n_slices * n * (size_t)k * sizeof(int64_t) + 1);
     j.scratch = malloc((size_t)slots * n * BLOCK_ROWS * sizeof(float) + 1);
     j.ynorm = malloc((size_t)slots * BLOCK_ROWS * sizeof(float) + 1);
-    int fast = strcmp(sg_flatscan_kernel(fs->dim), "sgemm") != 0;
+    int fast = 0;
+#ifdef SG_FLATSCAN_X86
+    fast = fs->kernel == SG_FLATSCAN_AVX2 && fs->dim % 8 == 0;
+#endif
     if (fast)
         j.pad = malloc((size_t)slots * 4 * (size_t)fs->dim * sizeof(float));
     if (l2)

@@ -17,6 +17,7 @@
 
 #include "e5.h"
 #include "faissidx.h"
+#include "blas.h"
 #include "flatscan.h"
 #include "team.h"
 #include "testutil.h"
@@ -299,7 +300,9 @@ static void check_metric(int metric, int rows, int dim, int k, int dup, int tail
     /* exact duplicates: ties that both paths must order the same way */
     for (int r = 0; r + dup < rows && dup > 0; r += 97)
         memcpy(xb + (size_t)(r + dup) * (size_t)dim, xb + (size_t)r * (size_t)dim, sizeof(float) * (size_t)dim);
-    if (strcmp(sg_flatscan_kernel(dim), "sgemm") == 0)
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    if (sg_flatscan_pick(cpu.features, dim) == SG_FLATSCAN_SGEMM)
         tail_dup = 0; /* sgemm's blocking may round twins apart: no exact tie to check */
     if (tail_dup)
         memcpy(xb + (size_t)(rows - 1) * (size_t)dim, xb, sizeof(float) * (size_t)dim);
@@ -312,6 +315,7 @@ static void check_metric(int metric, int rows, int dim, int k, int dup, int tail
     assert_int_equal(sg_fidx_open(path, NULL, &ix, err, sizeof(err)), 0);
     sg_flatscan_t fs;
     assert_int_equal(sg_flatscan_init(&fs, &ix), 0);
+    fs.kernel = sg_flatscan_pick(cpu.features, dim);
     enum { NQ = 17 };
     float *q = malloc(sizeof(float) * NQ * (size_t)dim);
     for (int i = 0; i < NQ * dim; ++i)
@@ -366,7 +370,9 @@ static void test_flatscan_ip(void **state)
 static void test_flatscan_tails(void **state)
 {
     (void)state;
-    print_message("flatscan kernel for 40-d vectors: %s\n", sg_flatscan_kernel(40));
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    print_message("flatscan kernel for 40-d vectors here: %s\n", sg_flatscan_kernel_name(sg_flatscan_pick(cpu.features, 40)));
     check_metric(SG_FIDX_IP, 2051, 40, 4, 0, 1);
     check_metric(SG_FIDX_L2, 2049, 24, 3, 0, 1);
     check_metric(SG_FIDX_IP, 1030, 20, 3, 0, 0); /* 20 floats: not a multiple of 8, sgemm */
@@ -382,6 +388,24 @@ static void test_flatscan_small_index(void **state)
 {
     (void)state;
     check_metric(SG_FIDX_IP, 7, 16, 10, 0, 0); /* k > ntotal: -1 labels, one slice */
+}
+
+/* the kernel decision: feature sets in, choice out */
+static void test_flatscan_pick(void **state)
+{
+    (void)state;
+    uint32_t avx2 = SG_CPU_SSE3 | SG_CPU_AVX | SG_CPU_FMA | SG_CPU_AVX2;
+    uint32_t avx512 = avx2 | SG_CPU_AVX512F | SG_CPU_AVX512BW | SG_CPU_AVX512DQ | SG_CPU_AVX512VL;
+#if defined(__x86_64__)
+    assert_int_equal(sg_flatscan_pick(avx2, 768), SG_FLATSCAN_AVX2);
+    assert_int_equal(sg_flatscan_pick(avx2, 8), SG_FLATSCAN_AVX2);
+#endif
+    assert_int_equal(sg_flatscan_pick(avx2, 20), SG_FLATSCAN_SGEMM);                /* not a multiple of 8 */
+    assert_int_equal(sg_flatscan_pick(avx512, 768), SG_FLATSCAN_SGEMM);             /* OpenBLAS's AVX-512 kernels */
+    assert_int_equal(sg_flatscan_pick(avx2 & ~SG_CPU_FMA, 768), SG_FLATSCAN_SGEMM); /* no FMA */
+    assert_int_equal(sg_flatscan_pick(SG_CPU_SSE3 | SG_CPU_AVX, 768), SG_FLATSCAN_SGEMM);
+    assert_string_equal(sg_flatscan_kernel_name(SG_FLATSCAN_AVX2), "avx2");
+    assert_string_equal(sg_flatscan_kernel_name(SG_FLATSCAN_SGEMM), "sgemm");
 }
 
 static void test_flatscan_refuses_non_flat(void **state)
@@ -419,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_flatscan_l2),
         cmocka_unit_test(test_flatscan_tails),
         cmocka_unit_test(test_flatscan_small_index),
+        cmocka_unit_test(test_flatscan_pick),
         cmocka_unit_test(test_flatscan_refuses_non_flat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
