@@ -1,8 +1,8 @@
 /*
  * l1.c -- the in-process result cache: an LRU list of entries indexed by the shared hash table
- * (lib/hmap.h), bounded in bytes, behind one mutex. Values are reference-counted blobs, so a hit costs a lookup and an atomic
- * increment and the bytes are never copied; an entry evicted while a response still uses it stays alive until that response lets
- * go.
+ * (lib/hmap.h), bounded in bytes, behind one mutex. Values are reference-counted blobs, so a hit
+ * costs a lookup and an atomic increment and the bytes are never copied; an entry evicted while
+ * a response still uses it stays alive until that response lets go.
  */
 #include "cache.h"
 #include "hmap.h"

@@ -66,8 +66,8 @@ static void schema_items(sg_jw_t *w, const char *type)
     sg_jw_end(w);
 }
 
-/* "outputSchema":{"type":"object","properties":{"result":{"type":"array","description":DESC,"items":ITEMS}},"required":["result"]}
- */
+/* "outputSchema":{"type":"object","properties":{"result":{"type":"array","description":DESC,
+ * "items":ITEMS}},"required":["result"]}, ITEMS for search or access */
 static void output_schema(sg_jw_t *w, const char *desc, int access)
 {
     schema_open(w, "outputSchema", "object", NULL);
