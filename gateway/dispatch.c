@@ -592,7 +592,7 @@ static void call_start(sg_call_t *c)
     c->start_us = sg_now_us();
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
-    sg_budget_started(&c->budget);
+    sg__budget_started(&c->budget);
     sg_status st = c->is_access ? b->plugin.vt->access(b->inst, &c->search, on_plugin_done, c)
                                 : b->plugin.vt->search(b->inst, &c->search, on_plugin_done, c);
     if (st != SG_OK) {
@@ -696,7 +696,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             sg_buf_free(&key);
         }
         if (!was_running)
-            sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
+            sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
                 pump(&sg_server.backends[i]);
@@ -852,7 +852,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
     pthread_mutex_unlock(&s->mu);
 }
 
-void sg_dispatch_misses(sg_query_t *r)
+void sg__dispatch_misses(sg_query_t *r)
 {
     new_calls_t nc = {0};
     for (uint32_t i = 0; i < r->n_uniq; ++i) {
@@ -861,8 +861,8 @@ void sg_dispatch_misses(sg_query_t *r)
             dispatch_miss(r, i, &nc);
     }
     for (size_t i = 0; i < nc.n; ++i) /* new flights spend the request's budget reservation; joins do not */
-        sg_budget_charge(r, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
-    sg_budget_settle(r);
+        sg__budget_charge(r, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
+    sg__budget_settle(r);
     for (size_t i = 0; i < nc.n; ++i)
         admit_submit(nc.list[i]);
     free(nc.list);
@@ -870,7 +870,7 @@ void sg_dispatch_misses(sg_query_t *r)
         sg__query_finish_if_complete(r);
 }
 
-void sg_dispatch_abandon(sg_query_t *r)
+void sg__dispatch_abandon(sg_query_t *r)
 {
     for (uint32_t i = 0; i < r->n_uniq; ++i) {
         sg_uq_t *u = &r->uniq[i];
