@@ -28,7 +28,7 @@ CHOICES = re.compile(r"const char \*const (\w+)\[\] = \{([^}]*)\};")
 DEFINE = re.compile(r"#define (SG_\w+_KEYS)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
 CREATE_LIMIT = 80
 # create functions still to be turned into a table read (known debt, so that no new one slips in)
-CREATE_KNOWN = {"bm_create", "qd_create", "sp_create", "up_create"}
+CREATE_KNOWN = {"bm_create"}
 
 
 def split_args(text, start):
@@ -112,10 +112,13 @@ def expand(body, macros):
 
 
 def code_tables(plugin_dir, macros, choices):
-    keys = {}
+    """Each table of the plugin's sources: (name, {key: entry})."""
+    tables = []
     for path in sorted(glob.glob(os.path.join(plugin_dir, "*.c"))):
         with open(path) as f:
-            for _, body in TABLE.findall(f.read()):
+            for table, body in TABLE.findall(f.read()):
+                keys = {}
+                tables.append((table, keys))
                 body = expand(body, macros)
                 for m in CALL.finditer(body):
                     args, _ = split_args(body, m.end())
@@ -138,7 +141,7 @@ def code_tables(plugin_dir, macros, choices):
                     elif kind == "TEXT":
                         e["def"], e["maxlen"] = c_string(rest[0]) or "", c_number(rest[1])
                     keys[c_string(args[2])] = e
-    return keys
+    return tables
 
 
 def enum_choices():
@@ -147,24 +150,33 @@ def enum_choices():
         with open(path) as f:
             for name, body in CHOICES.findall(f.read()):
                 found[name] = [c_string(s) for s in re.findall(r'"(?:[^"\\]|\\.)*"', body)]
-    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.h"), recursive=True):
-        with open(path) as f:  # enum constants that name a choice: SG_LOCAL_DEVICE_AUTO = 0
-            for name, v in re.findall(r"\b(SG_\w+)\s*=\s*([0-9]+)", f.read()):
-                found.setdefault(name, int(v))
+    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.[ch]"), recursive=True):
+        with open(path) as f:  # enum constants that name a choice: enum { BAL_LEAST_INFLIGHT, ... }
+            for body in re.findall(r"\benum\s*\{([^}]*)\}", f.read()):
+                v = -1
+                for item in body.split(","):
+                    m = re.match(r"\s*([A-Z_][A-Z0-9_]*)\s*(?:=\s*([0-9]+))?\s*$", item)
+                    if m:
+                        v = int(m.group(2)) if m.group(2) else v + 1
+                        found.setdefault(m.group(1), v)
     return found
 
 
-def doc_rows(page):
+def doc_tables(page):
+    """Every `| key | ...` table of the page, as {key: cells}."""
     with open(page) as f:
         lines = f.read().split("\n")
-    rows, cols = {}, None
+    tables, rows, cols = [], {}, None
     for line in lines:
         if cols is None:
             if re.match(r"^\|\s*key\s*\|", line):
                 cols = [c.strip() for c in line.strip().strip("|").split("|")]
+                rows = {}
+                tables.append(rows)
             continue
         if not line.startswith("|"):
-            break
+            cols = None
+            continue
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
         if len(cells) < len(cols) or set(cells[0]) <= set("-: "):
             continue
@@ -174,9 +186,11 @@ def doc_rows(page):
             rows[names[0]] = {"type": cell.get("type", ""), "default": cell.get("default", ""), "bounds": cell.get("bounds", "")}
         else:  # several keys in one row: the defaults in the same order
             defaults = [d.strip() for d in cell.get("default", "").split(",")]
+            if re.match(r"as (above|in)", cell.get("default", "")):
+                defaults = [cell["default"]] * len(names)
             for i, n in enumerate(names):
                 rows[n] = {"group": True, "default": defaults[i] if i < len(defaults) else ""}
-    return rows
+    return tables
 
 
 def normal(text):
@@ -205,6 +219,8 @@ def check_key(name, k, e, row, where):
     d = e.get("def")
     unset = kind in ("INT", "DOUBLE") and not (e["min"] <= d <= e["max"])  # also NAN
     if row.get("group"):
+        if re.match(r"as (above|in)", row["default"]):
+            return errs
         if kind in ("INT", "DOUBLE") and not unset and not has_number(row["default"], d):
             bad("has the default %s, not in its row's defaults (%s)" % (shown(d), row["default"]))
         if kind == "BOOL" and ("true" if d else "false") not in row["default"]:
@@ -260,22 +276,28 @@ def main():
     for plugin_dir in sorted(glob.glob(os.path.join(ROOT, "backends", "*"))):
         name = os.path.basename(plugin_dir)
         page = os.path.join(ROOT, "docs", "backends", name + ".md")
-        keys = code_tables(plugin_dir, macros, choices)
+        tables = code_tables(plugin_dir, macros, choices)
         for path, fn, n in create_lengths(plugin_dir):
             if n > CREATE_LIMIT and fn not in CREATE_KNOWN:
                 errors.append("%s: %s is %d lines (at most %d: a config table read plus what is truly specific)" %
                               (path, fn, n, CREATE_LIMIT))
-        if not keys or not os.path.exists(page):
+        if not tables or not os.path.exists(page):
             continue
-        checked += 1
-        rows = doc_rows(page)
         where = os.path.relpath(page, ROOT)
-        for k in sorted(set(keys) - set(rows)):
-            errors.append("%s: key %s is in the config table but not on %s" % (name, k, where))
-        for k in sorted(set(rows) - set(keys)):
-            errors.append("%s: key %s is documented on %s but not in the config table" % (name, k, where))
-        for k in sorted(set(keys) & set(rows)):
-            errors += check_key(name, k, keys[k], rows[k], where)
+        docs = doc_tables(page)
+        for table, keys in tables:
+            # the page's table that documents this one: the one sharing the most keys
+            rows = max(docs, key=lambda r: len(set(r) & set(keys)), default={})
+            if not set(rows) & set(keys):
+                errors.append("%s: no table on %s documents the keys of %s" % (name, where, table))
+                continue
+            checked += 1
+            for k in sorted(set(keys) - set(rows)):
+                errors.append("%s: key %s of %s is not on %s" % (name, k, table, where))
+            for k in sorted(set(rows) - set(keys)):
+                errors.append("%s: key %s is documented on %s but not in %s" % (name, k, where, table))
+            for k in sorted(set(keys) & set(rows)):
+                errors += check_key(name, k, keys[k], rows[k], where)
     for e in errors:
         print(e)
     if checked == 0:
