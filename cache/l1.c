@@ -65,13 +65,19 @@ static void lru_front(sg_l1_t *c, entry_t *e)
     c->head.next = e;
 }
 
-static void drop(sg_l1_t *c, entry_t *e)
+/* Frees an entry the index no longer holds. */
+static void release(sg_l1_t *c, entry_t *e)
 {
-    sg_hmap_remove(&c->index, e->hash, e);
     lru_unlink(e);
     c->bytes -= e->size;
     sg_blob_release(e->blob);
     free(e);
+}
+
+static void drop(sg_l1_t *c, entry_t *e)
+{
+    sg_hmap_remove(&c->index, e->hash, e);
+    release(c, e);
 }
 
 sg_blob_t *sg_l1_get(sg_l1_t *c, const char *key, size_t key_len, uint64_t now_ms)
@@ -109,11 +115,9 @@ void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uin
     e->key_len = key_len;
     memcpy(e->key, key, key_len);
     pthread_mutex_lock(&c->mu);
-    entry_t *old = sg_hmap_find_or_insert(&c->index, h, key, key_len, e);
-    if (old != e) { /* replace: the new entry takes the old one's place */
-        drop(c, old);
-        sg_hmap_insert(&c->index, h, e);
-    }
+    entry_t *old = sg_hmap_put(&c->index, h, key, key_len, e);
+    if (old != NULL) /* replaced: the new entry took the old one's place */
+        release(c, old);
     lru_front(c, e);
     c->bytes += size;
     while (c->bytes > c->max_bytes && c->head.prev != &c->head) {

@@ -70,10 +70,7 @@ static inline void reserve_one(sg_hmap_t *m)
         grow(m);
 }
 
-/* The rest of a lookup from slot `i`, whose hash matches: compares keys from there on. Kept out
- * of sg_hmap_find so that a probe that meets no equal hash runs without a call (and without saving
- * registers for one). */
-static __attribute__((noinline)) void *find_from(const sg_hmap_t *m, size_t i, uint64_t hash, const void *key, size_t key_len)
+void *sg__hmap_find_from(const sg_hmap_t *m, size_t i, uint64_t hash, const void *key, size_t key_len)
 {
     size_t mask = m->cap - 1;
     for (;; i = (i + 1) & mask) {
@@ -82,20 +79,6 @@ static __attribute__((noinline)) void *find_from(const sg_hmap_t *m, size_t i, u
             return NULL;
         if (s->hash == hash && m->eq(s->item, key, key_len, m->ud))
             return s->item;
-    }
-}
-
-void *sg_hmap_find(const sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len)
-{
-    const sg_hmap_slot_t *slots = m->slots;
-    if (slots == NULL)
-        return NULL;
-    size_t mask = m->cap - 1;
-    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
-        if (slots[i].item == NULL)
-            return NULL;
-        if (slots[i].hash == hash)
-            return find_from(m, i, hash, key, key_len);
     }
 }
 
@@ -119,6 +102,24 @@ void *sg_hmap_find_or_insert(sg_hmap_t *m, uint64_t hash, const void *key, size_
     slots[i].item = item;
     ++m->n;
     return item;
+}
+
+void *sg_hmap_put(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len, void *item)
+{
+    reserve_one(m);
+    sg_hmap_slot_t *slots = m->slots;
+    size_t mask = m->cap - 1;
+    size_t i = (size_t)hash & mask;
+    for (; slots[i].item != NULL; i = (i + 1) & mask)
+        if (slots[i].hash == hash && m->eq(slots[i].item, key, key_len, m->ud)) {
+            void *old = slots[i].item;
+            slots[i].item = item;
+            return old;
+        }
+    slots[i].hash = hash;
+    slots[i].item = item;
+    ++m->n;
+    return NULL;
 }
 
 int sg_hmap_remove(sg_hmap_t *m, uint64_t hash, const void *item)

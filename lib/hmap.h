@@ -49,12 +49,31 @@ void sg_hmap_dispose(sg_hmap_t *m);
 /** Forgets every item and keeps the capacity. */
 void sg_hmap_clear(sg_hmap_t *m);
 
-/** The item with this key, or NULL. */
-void *sg_hmap_find(const sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len);
+/* the rest of sg_hmap_find from slot `i`, whose hash matches (hmap.c) */
+void *sg__hmap_find_from(const sg_hmap_t *m, size_t i, uint64_t hash, const void *key, size_t key_len);
+
+/** The item with this key, or NULL. Inline up to the first slot with an equal hash: a probe that
+ * meets none costs no call. */
+static inline void *sg_hmap_find(const sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len)
+{
+    const sg_hmap_slot_t *slots = m->slots;
+    if (slots == NULL)
+        return NULL;
+    size_t mask = m->cap - 1;
+    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
+        if (slots[i].item == NULL)
+            return NULL;
+        if (slots[i].hash == hash)
+            return sg__hmap_find_from(m, i, hash, key, key_len);
+    }
+}
 /** Adds `item` (not NULL) under `hash`; its key must not be in the table yet. */
 void sg_hmap_insert(sg_hmap_t *m, uint64_t hash, void *item);
 /** The item with this key if there is one, else inserts `item` and returns it: one probe for both. */
 void *sg_hmap_find_or_insert(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len, void *item);
+/** Puts `item` under its key, in place of the item that had that key: returns that item (which
+ * the table no longer holds), or NULL when the key was new. One probe for both. */
+void *sg_hmap_put(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len, void *item);
 /** Removes `item` itself (found by identity under its hash); returns 1, or 0 when it is not in the table. */
 int sg_hmap_remove(sg_hmap_t *m, uint64_t hash, const void *item);
 

@@ -73,7 +73,7 @@ static void randomized(int weak, unsigned seed, size_t expect)
     for (int round = 0; round < 20000; ++round) {
         item_t *it = &items[(size_t)rand() % N_KEYS];
         uint64_t h = hash_of(it, weak);
-        switch (rand() % 5) {
+        switch (rand() % 6) {
         case 0: /* insert when absent */
             if (!it->in) {
                 sg_hmap_insert(&m, h, it);
@@ -90,6 +90,10 @@ static void randomized(int weak, unsigned seed, size_t expect)
         case 3: /* remove */
             assert_int_equal(sg_hmap_remove(&m, h, it), it->in);
             it->in = 0;
+            break;
+        case 4: /* put: the item itself comes back when it was there */
+            assert_ptr_equal(sg_hmap_put(&m, h, it->key, it->len, it), it->in ? it : NULL);
+            it->in = 1;
             break;
         default: /* look up an equal key held elsewhere: compared by bytes, not by address */
         {
@@ -153,9 +157,28 @@ static void test_empty_and_clear(void **state)
     sg_hmap_dispose(&m);
 }
 
+/* put replaces the item of an equal key (another object), and the old one is no longer found */
+static void test_put_replaces(void **state)
+{
+    (void)state;
+    item_t a = {"same", 4, 0}, b = {"same", 4, 0};
+    sg_hmap_t m;
+    sg_hmap_init(&m, item_eq, items, 0);
+    uint64_t h = sg_hmap_hash("same", 4);
+    assert_null(sg_hmap_put(&m, h, "same", 4, &a));
+    assert_ptr_equal(sg_hmap_put(&m, h, "same", 4, &b), &a);
+    assert_int_equal(sg_hmap_size(&m), 1);
+    assert_ptr_equal(sg_hmap_find(&m, h, "same", 4), &b);
+    assert_int_equal(sg_hmap_remove(&m, h, &a), 0);
+    assert_int_equal(sg_hmap_remove(&m, h, &b), 1);
+    assert_int_equal(sg_hmap_size(&m), 0);
+    sg_hmap_dispose(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_randomized_real_hash),
-                                       cmocka_unit_test(test_randomized_colliding_hash), cmocka_unit_test(test_empty_and_clear)};
+                                       cmocka_unit_test(test_randomized_colliding_hash), cmocka_unit_test(test_empty_and_clear),
+                                       cmocka_unit_test(test_put_replaces)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
