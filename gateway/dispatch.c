@@ -348,11 +348,17 @@ static uint64_t cap_units(const sg_admit_cap_t *k, const sg_call_t *c)
     return k->per_call ? 1 : c->n;
 }
 
+/* The plugin's cap for search() or access() calls. */
+static sg_admit_cap_t *plugin_cap(sg_backend_t *b, int is_access)
+{
+    return &b->caps[is_access && !b->access_shares_search ? SG_CAP_ACCESS : SG_CAP_SEARCH];
+}
+
 /* The caps a call passes: the route's own and its operation's. */
 static void call_caps(sg_backend_t *b, const sg_call_t *c, sg_admit_cap_t **k)
 {
     k[0] = &b->caps[SG_CAP_ROUTE];
-    k[1] = &b->caps[c->is_access ? SG_CAP_ACCESS : SG_CAP_SEARCH];
+    k[1] = plugin_cap(b, c->is_access);
 }
 
 /* Milliseconds until the bucket of `k` holds `units` tokens (at most a full bucket: a call larger
@@ -442,7 +448,7 @@ uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
     if (c == NULL)
         return earliest_ms;
     sg_backend_t *b = c->backend;
-    sg_admit_cap_t *k = &b->caps[c->is_access ? SG_CAP_ACCESS : SG_CAP_SEARCH];
+    sg_admit_cap_t *k = plugin_cap(b, c->is_access);
     uint64_t at = earliest_ms;
     pthread_mutex_lock(&b->admit_mutex);
     if (k->qps > 0) {
@@ -689,7 +695,7 @@ static void admit_submit(sg_call_t *c)
                      (unsigned long long)b->admit_queued, b->conf->max_queue);
         else
             snprintf(msg, sizeof(msg), "backend %s is saturated: too many requests waiting for an upstream slot (%s %u)",
-                     b->conf->name, full, b->caps[c->is_access ? SG_CAP_ACCESS : SG_CAP_SEARCH].max_queue);
+                     b->conf->name, full, plugin_cap(b, c->is_access)->max_queue);
         sg_result res = {SG_EOVERLOAD, msg, NULL, 0, 1};
         atomic_store(&c->state, CALL_DONE);
         call_complete(c, &res);
@@ -918,6 +924,23 @@ static uint32_t chunk_within(uint32_t chunk, const sg_admit_cap_t *k)
     return chunk;
 }
 
+/* A plugin cap from the plugin's limits (`has` 0: none). */
+static void cap_setup(sg_admit_cap_t *k, const sg_limits *lim, int has, uint64_t now, const char *labels)
+{
+    k->per_call = lim->per_call != 0;
+    k->max_inflight = lim->max_inflight;
+    k->max_queue = lim->max_queue;
+    k->qps = lim->qps > 0 ? lim->qps : 0;
+    k->burst = lim->burst >= 1 ? lim->burst : 1;
+    k->tokens = k->burst;
+    k->tokens_at_ms = now;
+    if (has && lim->metric_prefix != NULL && lim->metric_prefix[0] != '\0') {
+        char name[160];
+        snprintf(name, sizeof(name), "searchgate_backend_%s_http_qps_delayed_total", lim->metric_prefix);
+        k->qps_delayed = sg_metrics_counter(name, "Upstream requests that waited for a token of the plugin's qps cap.", labels);
+    }
+}
+
 void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_backend *inst)
 {
     const sg_backend_conf_t *bc = b->conf;
@@ -931,21 +954,16 @@ void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_ba
     route->tokens_at_ms = now;
     route->qps_delayed = sg_metrics_counter("searchgate_backend_qps_delayed_queries_total",
                                             "Queries that waited for a token of the route's qps cap.", l);
+    b->access_shares_search = 0;
     for (int op = 0; op < 2; ++op) {
         sg_limits lim;
         sg_admit_cap_t *k = &b->caps[op == SG_OP_SEARCH ? SG_CAP_SEARCH : SG_CAP_ACCESS];
         int has = plugin_limits(vt, inst, op, &lim);
-        k->per_call = lim.per_call != 0;
-        k->max_inflight = lim.max_inflight;
-        k->max_queue = lim.max_queue;
-        k->qps = lim.qps > 0 ? lim.qps : 0;
-        k->burst = lim.burst >= 1 ? lim.burst : 1;
-        k->tokens = k->burst;
-        k->tokens_at_ms = now;
-        if (has && lim.metric_prefix != NULL && lim.metric_prefix[0] != '\0') {
-            char name[160];
-            snprintf(name, sizeof(name), "searchgate_backend_%s_http_qps_delayed_total", lim.metric_prefix);
-            k->qps_delayed = sg_metrics_counter(name, "Upstream requests that waited for a token of the plugin's qps cap.", l);
+        if (op == SG_OP_ACCESS && has && lim.share_search) {
+            b->access_shares_search = 1;
+            k = &b->caps[SG_CAP_SEARCH]; /* set up with search: only the chunk and the budget below */
+        } else {
+            cap_setup(k, &lim, has, now, l);
         }
         b->chunk[op] = chunk_within(chunk_within(bc->chunk, route), k);
         /* the retry budget: the route's `retries` when set, else what the plugin's config asks for */

@@ -88,6 +88,7 @@ struct st_sg_backend_t {
     uint64_t admit_queued;          /* queries */
     sg_admit_queue_t *admit_queues; /* circular list of per-client queues with work (DRR) */
     sg_admit_cap_t caps[SG_NUM_CAPS];
+    int access_shares_search; /* access() calls draw on the SG_CAP_SEARCH cap (sg_limits.share_search) */
     /* set up once at start-up (sg_dispatch_setup_route), read-only afterwards */
     uint32_t chunk[2];        /* queries per call for search and access: the route's chunk within the caps' bursts */
     uint32_t max_attempts[2]; /* sg_search.max_attempts for search and access; 0 = the plugin decides */

@@ -216,6 +216,9 @@ typedef struct sg_limits {
     /** NULL, or the prefix of the plugin's HTTP metrics (e.g. "serper"): the gateway reports the
      * units that waited for a qps token as <prefix>_http_qps_delayed_total. Static storage or valid until destroy(). */
     const char *metric_prefix;
+    /** SG_OP_ACCESS only: 1 = access() calls draw on the very caps of search() (one upstream behind
+     * both); max_inflight, max_queue, qps and burst of this answer are then not read. */
+    uint32_t share_search;
 } sg_limits;
 
 typedef struct sg_backend_vtable {

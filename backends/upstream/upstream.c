@@ -567,12 +567,13 @@ fail:
 }
 
 /* One call (search or access) is one POST to one server: the gateway counts the config's
- * max_inflight, qps and max_queue in calls (ABI 1.2). Health probes are not calls: they are
- * not counted. */
+ * max_inflight, qps and max_queue in calls (ABI 1.2), for both operations together, as they go
+ * to the same servers. Health probes are not calls: they are not counted. */
 static void up_limits(sg_backend *self, int op, sg_limits *out)
 {
-    (void)op;
     sg_remote_limits(&self->conf, 1, self->retries, "upstream", out);
+    if (op == SG_OP_ACCESS)
+        out->share_search = 1;
 }
 
 static const sg_backend_vtable vtable = {

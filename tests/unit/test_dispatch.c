@@ -50,18 +50,22 @@ static sg_status fake_health(sg_backend *self, char *detail, size_t n)
 
 static const sg_backend_vtable fake_vt = {SG_BACKEND_HEADER("fake", "1"), .search = fake_search, .health = fake_health};
 
-/* The limits the limited fake's config "asks for" (set by each test). */
+/* The limits the limited fake's config "asks for" (set by each test); access() shares them when
+ * fake_share is set (one upstream behind both, as for the upstream plugin). */
 static sg_limits fake_limits;
+static int fake_share;
 
 static void fake_limits_fn(sg_backend *self, int op, sg_limits *out)
 {
     (void)self;
-    if (op == SG_OP_SEARCH)
+    if (op == SG_OP_SEARCH || fake_share) {
         *out = fake_limits;
+        out->share_search = op == SG_OP_ACCESS;
+    }
 }
 
 static const sg_backend_vtable limited_vt = {SG_BACKEND_HEADER("fake", "1"), .search = fake_search, .health = fake_health,
-                                             .limits = fake_limits_fn};
+                                             .access = fake_search, .limits = fake_limits_fn};
 
 /* Completes call i with one hit per query. Runs on this thread, like a plugin thread would. */
 static void complete(size_t i)
@@ -182,6 +186,7 @@ static int setup_caps(void **state)
     fake_limits.struct_size = sizeof(fake_limits);
     fake_limits.retries = -1;
     atomic_store(&m_shed.v, 0);
+    fake_share = 0;
     return 0;
 }
 
@@ -548,6 +553,42 @@ static void test_retry_takes_a_token(void **state)
     sg__query_unref(r);
 }
 
+/* A plugin with one upstream behind search() and access() (share_search) has one set of caps for
+ * both: a running search call holds the only slot an access call needs. */
+static void test_access_shares_the_search_caps(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.per_call = 1;
+    fake_limits.max_inflight = 1;
+    fake_limits.retries = 2;
+    fake_share = 1;
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.access_shares_search, 1);
+    assert_int_equal(backend.max_attempts[1], 3);
+    answer_t a1 = {0}, a2 = {0};
+    static const char *const q1[] = {"shared search"}, *const q2[] = {"https://example.org/page"};
+    sg_query_t *r1 = new_batch(0, q1, 1, &a1), *r2 = new_batch(0, q2, 1, &a2);
+    r2->is_access = 1;
+    sg__query_lookup(r1);
+    assert_int_equal(n_calls, 1);
+    sg__query_lookup(r2); /* waits for the search call's slot */
+    assert_int_equal(n_calls, 1);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 1);
+    assert_int_equal(backend.caps[SG_CAP_ACCESS].queued, 0);
+    complete(0);
+    run_loop(0);
+    assert_int_equal(n_calls, 2);
+    assert_int_equal(SG_SEARCH_MAX_ATTEMPTS(calls[1].s, 99), 3);
+    complete(1);
+    run_loop(0);
+    assert_int_equal(a1.status, 200);
+    assert_int_equal(a2.status, 200);
+    n_calls = 0;
+    sg__query_unref(r1);
+    sg__query_unref(r2);
+}
+
 /* The retry budget: the plugin's own retries unless the route sets `retries`. */
 static void test_retry_budget(void **state)
 {
@@ -583,6 +624,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_qps, setup_caps, teardown_caps),
         cmocka_unit_test_setup_teardown(test_retry_budget, setup_caps, teardown_caps),
         cmocka_unit_test_setup_teardown(test_retry_takes_a_token, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_access_shares_the_search_caps, setup_caps, teardown_caps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
