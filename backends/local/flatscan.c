@@ -2,6 +2,7 @@
  * flatscan.c -- a parallel exact scan of a FAISS flat index (flatscan.h).
  */
 #include "flatscan.h"
+#include "blas.h"
 
 #include <cblas.h>
 #include <faiss/c_api/IndexFlat_c.h>
@@ -9,6 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SG_FLATSCAN_X86 1
+#endif
 
 #define BLOCK_ROWS 1024
 
@@ -69,6 +75,126 @@ static void heap_push(int l2, float *hd, int64_t *hl, int k, float d, int64_t l)
     hl[i] = l;
 }
 
+/* ---- a block's inner products ----
+ *
+ * sgemm packs both operands before it multiplies; for a scan that is n (1 to max_batch) queries
+ * against a 1024-row block read once, packing the block costs about as much as the products
+ * (measured: OpenBLAS's Zen sgemm reaches 35-50 GFLOP/s a core here where its large products run
+ * at 65). On AVX2 CPUs the block is multiplied in place instead: 4 rows x 3 queries at a time
+ * (12 accumulators), the rows' 3 KB each staying in L1 while every query passes over them, the
+ * queries (n x 3 KB) in L2. Each (query, row) score is summed in the same order wherever it sits
+ * (a row at a block's end is copied into a zeroed tile rather than taking another loop), so equal
+ * rows score exactly equal and ties keep FAISS's order. CPUs with AVX-512 keep sgemm: their
+ * OpenBLAS kernels are twice as wide as this one. */
+#ifdef SG_FLATSCAN_X86
+#define HSUM4(o, a, b, c, d)                                                                                                       \
+    do {                                                                                                                           \
+        __m256 s_ = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));                                                    \
+        _mm_storeu_ps(o, _mm_add_ps(_mm256_castps256_ps128(s_), _mm256_extractf128_ps(s_, 1)));                                    \
+    } while (0)
+
+/* out[q * ld + i], i < 4: query q against the 4 rows y0..y3 (d floats each, d % 8 == 0) */
+__attribute__((target("avx2,fma"))) static void tile_4x1(const float *x, const float *y0, int d, float *o4)
+{
+    const float *y1 = y0 + d, *y2 = y1 + d, *y3 = y2 + d;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < d; c += 8) {
+        __m256 v = _mm256_loadu_ps(x + c);
+        a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(y0 + c), a0);
+        a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(y1 + c), a1);
+        a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(y2 + c), a2);
+        a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(y3 + c), a3);
+    }
+    HSUM4(o4, a0, a1, a2, a3);
+}
+
+/* the same for 3 queries x0, x0 + d, x0 + 2d at once: o[0..3], o[4..7], o[8..11] */
+__attribute__((target("avx2,fma"))) static void tile_4x3(const float *x0, const float *y0, int d, float *o12)
+{
+    const float *x1 = x0 + d, *x2 = x1 + d, *y1 = y0 + d, *y2 = y1 + d, *y3 = y2 + d;
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, a20 = a00,
+           a21 = a00, a22 = a00, a23 = a00;
+    for (int c = 0; c < d; c += 8) {
+        __m256 b0 = _mm256_loadu_ps(y0 + c), b1 = _mm256_loadu_ps(y1 + c), b2 = _mm256_loadu_ps(y2 + c),
+               b3 = _mm256_loadu_ps(y3 + c);
+        __m256 v = _mm256_loadu_ps(x0 + c);
+        a00 = _mm256_fmadd_ps(v, b0, a00);
+        a01 = _mm256_fmadd_ps(v, b1, a01);
+        a02 = _mm256_fmadd_ps(v, b2, a02);
+        a03 = _mm256_fmadd_ps(v, b3, a03);
+        v = _mm256_loadu_ps(x1 + c);
+        a10 = _mm256_fmadd_ps(v, b0, a10);
+        a11 = _mm256_fmadd_ps(v, b1, a11);
+        a12 = _mm256_fmadd_ps(v, b2, a12);
+        a13 = _mm256_fmadd_ps(v, b3, a13);
+        v = _mm256_loadu_ps(x2 + c);
+        a20 = _mm256_fmadd_ps(v, b0, a20);
+        a21 = _mm256_fmadd_ps(v, b1, a21);
+        a22 = _mm256_fmadd_ps(v, b2, a22);
+        a23 = _mm256_fmadd_ps(v, b3, a23);
+    }
+    HSUM4(o12, a00, a01, a02, a03);
+    HSUM4(o12 + 4, a10, a11, a12, a13);
+    HSUM4(o12 + 8, a20, a21, a22, a23);
+}
+
+/* ip[q * rows + r] = x[q] . y[r]; `pad` holds 4 * d floats */
+static void block_ip_avx2(const float *x, size_t n, const float *y, int rows, int d, float *ip, float *pad)
+{
+    float o[12];
+    for (int r = 0; r < rows; r += 4) {
+        const float *t = y + (size_t)r * (size_t)d;
+        int m = rows - r < 4 ? rows - r : 4;
+        if (m < 4) { /* the block's last rows, in a zeroed tile: the same sums as everywhere else */
+            memset(pad, 0, sizeof(float) * 4 * (size_t)d);
+            memcpy(pad, t, sizeof(float) * (size_t)m * (size_t)d);
+            t = pad;
+        }
+        size_t q = 0;
+        for (; q + 3 <= n; q += 3) {
+            tile_4x3(x + q * (size_t)d, t, d, o);
+            for (int a = 0; a < 3; ++a)
+                memcpy(ip + (q + (size_t)a) * (size_t)rows + r, o + 4 * a, sizeof(float) * (size_t)m);
+        }
+        for (; q < n; ++q) {
+            tile_4x1(x + q * (size_t)d, t, d, o);
+            memcpy(ip + q * (size_t)rows + r, o, sizeof(float) * (size_t)m);
+        }
+    }
+}
+
+#endif
+
+/* ip[q * rows + r] = x[q] . y[r] for the block's rows */
+static void block_ip(const float *x, size_t n, const float *y, int rows, int d, float *ip, float *pad)
+{
+#ifdef SG_FLATSCAN_X86
+    if (pad != NULL) {
+        block_ip_avx2(x, n, y, rows, d, ip, pad);
+        return;
+    }
+#endif
+    (void)pad;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, rows, d, 1.0f, x, d, y, d, 0.0f, ip, rows);
+}
+
+int sg_flatscan_pick(uint32_t features, int dim)
+{
+#ifdef SG_FLATSCAN_X86
+    uint32_t avx2 = SG_CPU_AVX2 | SG_CPU_FMA;
+    if ((features & avx2) == avx2 && !(features & SG_CPU_AVX512F) && dim > 0 && dim % 8 == 0)
+        return SG_FLATSCAN_AVX2;
+#endif
+    (void)features;
+    (void)dim;
+    return SG_FLATSCAN_SGEMM;
+}
+
+const char *sg_flatscan_kernel_name(int kernel)
+{
+    return kernel == SG_FLATSCAN_AVX2 ? "avx2" : "sgemm";
+}
+
 typedef struct st_scan_job_t {
     const sg_flatscan_t *fs;
     const float *x;
@@ -80,6 +206,7 @@ typedef struct st_scan_job_t {
     int64_t *hl;    /* n_slices * n * k */
     float *scratch; /* slots * n * BLOCK_ROWS */
     float *ynorm;   /* slots * BLOCK_ROWS */
+    float *pad;     /* slots * 4 * dim, when the AVX2 kernel runs; NULL: sgemm */
 } scan_job_t;
 
 static void scan_task(void *arg, size_t slice, unsigned slot)
@@ -93,6 +220,7 @@ static void scan_task(void *arg, size_t slice, unsigned slot)
     int64_t *hl = j->hl + slice * j->n * (size_t)k;
     float *ip = j->scratch + (size_t)slot * j->n * BLOCK_ROWS;
     float *yn = j->ynorm + (size_t)slot * BLOCK_ROWS;
+    float *pad = j->pad != NULL ? j->pad + (size_t)slot * 4 * (size_t)d : NULL;
     for (size_t i = 0; i < j->n * (size_t)k; ++i) {
         hd[i] = l2 ? INFINITY : -INFINITY;
         hl[i] = -1;
@@ -100,7 +228,7 @@ static void scan_task(void *arg, size_t slice, unsigned slot)
     for (int64_t b0 = r0; b0 < r1; b0 += BLOCK_ROWS) {
         int rows = (int)(r1 - b0 < BLOCK_ROWS ? r1 - b0 : BLOCK_ROWS);
         const float *y = fs->xb + (size_t)b0 * (size_t)d;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->n, rows, d, 1.0f, j->x, d, y, d, 0.0f, ip, rows);
+        block_ip(j->x, j->n, y, rows, d, ip, pad);
         if (l2) {
             for (int r = 0; r < rows; ++r) {
                 const float *yr = y + (size_t)r * (size_t)d;
@@ -158,20 +286,27 @@ int sg_flatscan_search(const sg_flatscan_t *fs, sg_par_t *par, size_t n, const f
     size_t n_slices = threads;
     if ((int64_t)n_slices > fs->ntotal / BLOCK_ROWS)
         n_slices = fs->ntotal / BLOCK_ROWS > 0 ? (size_t)(fs->ntotal / BLOCK_ROWS) : 1;
-    scan_job_t j = {fs, x, NULL, n, k, n_slices, NULL, NULL, NULL, NULL};
+    scan_job_t j = {fs, x, NULL, n, k, n_slices, NULL, NULL, NULL, NULL, NULL};
     float *xnorm = NULL;
     j.hd = malloc(n_slices * n * (size_t)k * sizeof(float) + 1);
     j.hl = malloc(n_slices * n * (size_t)k * sizeof(int64_t) + 1);
     j.scratch = malloc((size_t)slots * n * BLOCK_ROWS * sizeof(float) + 1);
     j.ynorm = malloc((size_t)slots * BLOCK_ROWS * sizeof(float) + 1);
+    int fast = 0;
+#ifdef SG_FLATSCAN_X86
+    fast = fs->kernel == SG_FLATSCAN_AVX2 && fs->dim % 8 == 0;
+#endif
+    if (fast)
+        j.pad = malloc((size_t)slots * 4 * (size_t)fs->dim * sizeof(float));
     if (l2)
         xnorm = malloc(n * sizeof(float) + 1);
-    if (j.hd == NULL || j.hl == NULL || j.scratch == NULL || j.ynorm == NULL || (l2 && xnorm == NULL)) {
+    if (j.hd == NULL || j.hl == NULL || j.scratch == NULL || j.ynorm == NULL || (l2 && xnorm == NULL) || (fast && j.pad == NULL)) {
         snprintf(err, err_size, "out of memory for a search of %zu queries", n);
         free(j.hd);
         free(j.hl);
         free(j.scratch);
         free(j.ynorm);
+        free(j.pad);
         free(xnorm);
         return -1;
     }
@@ -206,6 +341,7 @@ int sg_flatscan_search(const sg_flatscan_t *fs, sg_par_t *par, size_t n, const f
     free(j.hl);
     free(j.scratch);
     free(j.ynorm);
+    free(j.pad);
     free(xnorm);
     return 0;
 }

@@ -419,7 +419,7 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
     if (rc == 0) {
         if (self->gpu != NULL && self->gpu->flat != NULL)
             rc = sg_local_gpu_search(self->gpu, &w->gpu, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
-        else if (par != NULL && self->have_flat)
+        else if (self->have_flat && (par != NULL || self->omp_threads == 1)) /* FAISS only where OpenMP may split it */
             rc = sg_flatscan_search(&self->flat, par, n, w->vecs, (int)k, w->dist, w->labels, err, err_size);
         else if ((rc = search_batch(self, w, n, (int)k, err, err_size)) == 0 && self->index.metric != SG_FIDX_OTHER)
             sg_flatscan_canonical(self->index.metric, n, (int)k, w->dist, w->labels); /* the order flatscan gives */
@@ -796,6 +796,12 @@ static void local_stats(struct sg_backend *self, void *sink)
     pthread_mutex_unlock(&self->mu);
     h->metric(sink, "local_queued_queries", "Queries waiting for a batch.", SG_METRIC_GAUGE, NULL, queued);
     h->metric(sink, "local_workers", "Worker threads.", SG_METRIC_GAUGE, NULL, (double)self->n_workers);
+    if (self->have_flat) {
+        char l[48];
+        snprintf(l, sizeof(l), "kernel=\"%s\"", sg_flatscan_kernel_name(self->flat.kernel));
+        h->metric(sink, "local_flat_scan_kernel", "1, labelled with the kernel that scans a flat index (avx2 or sgemm).",
+                  SG_METRIC_GAUGE, l, 1.0);
+    }
     h->metric(sink, "local_encoder_onednn", "1 when the CPU encoder's float32 products run through oneDNN (\"encoder_blas\").",
               SG_METRIC_GAUGE, NULL, self->encoder_onednn ? 1.0 : 0.0);
     h->metric(sink, "local_bf16", "1 when the CPU encoder runs its linear layers in bf16 (\"precision\").", SG_METRIC_GAUGE, NULL,
@@ -915,6 +921,22 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
     }
     self->host->log(SG_LOG_INFO, self->name, "precision auto: float32, because %s", why);
     return 0;
+}
+
+/* The flat scan's kernel (flatscan.h) from the CPU's features, SG_CPU_FEATURES applied. */
+static void pick_scan_kernel(struct sg_backend *self)
+{
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    char why[512];
+    const char *mask = getenv("SG_CPU_FEATURES");
+    if (mask != NULL)
+        sg_cpu_restrict(&cpu, mask, why, sizeof(why));
+    self->flat.kernel = sg_flatscan_pick(cpu.features, self->flat.dim);
+    self->host->log(SG_LOG_INFO, self->name, "flat scan: %s",
+                    self->flat.kernel == SG_FLATSCAN_AVX2
+                        ? "AVX2 kernel in place (the CPU has AVX2 and FMA but not AVX-512)"
+                        : "sgemm blocks (the CPU has AVX-512, or no AVX2, or the dimension is not a multiple of 8)");
 }
 
 /* "encoder_blas": which library runs the float32 encoder's products. "auto": oneDNN on CPUs with
@@ -1246,6 +1268,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     sg_fidx_set_blas_threshold(blas_threshold);
     if (!gpu_index)
         self->have_flat = sg_flatscan_init(&self->flat, &self->index) == 0;
+    if (self->have_flat)
+        pick_scan_kernel(self);
     {
         char desc[160], b1[32], b2[32];
         host->log(SG_LOG_INFO, instance,

@@ -221,6 +221,24 @@ class BlasKernels(unittest.TestCase):
         self.assertEqual(answers["onednn"], answers["openblas"])
         self.assertEqual(answers["auto-avx2"], answers["openblas"])
 
+    def test_flat_scan_kernel(self):
+        """The flat scan's kernel follows the CPU's features (SG_CPU_FEATURES can hide them): AVX2
+        in place with AVX2+FMA and no AVX-512, sgemm otherwise; both answer the same ids."""
+        fl = cpu_flags()
+        native = "avx2" if {"avx2", "fma"} <= fl and "avx512f" not in fl else "sgemm"
+        answers = {}
+        for name, env, want in (("native", {}, native), ("no-avx2", {"SG_CPU_FEATURES": "sse3,avx"}, "sgemm")):
+            gw = self.start(env)
+            try:
+                self.assertEqual(gw.metric("searchgate_backend_local_flat_scan_kernel", kernel=want), 1.0, name)
+                r = gw.retrieve(["topic 3", "row 12", "about topic 5"], topk=3)
+                self.assertEqual(r.status, 200)
+                answers[name] = [[h["document"]["id"] for h in q] for q in r.json()["result"]]
+            finally:
+                log = gw.stop()
+            self.assertIn("flat scan: " + ("AVX2 kernel in place" if want == "avx2" else "sgemm blocks"), log)
+        self.assertEqual(answers["native"], answers["no-avx2"])
+
     def test_precision_bad_value(self):
         gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
             "model": MODEL, "index": self.index, "corpus": self.corpus, "precision": "fp8"}}]}, expect_fail=True)

@@ -1,19 +1,30 @@
 /*
  * bench_faiss.c -- FAISS search cost through the C API on one thread: ms per query for a Flat
  * IP index (and optionally HNSW32) at nq = 1, 8, 32, with FAISS's default BLAS threshold (20)
- * and with 1 (what the local backend sets). Used to decide whether an AVX2 rebuild of libfaiss
- * pays (link the same object against libfaiss.a or libfaiss_avx2.a). Not a test.
+ * and with 1, then the local backend's own scan (flatscan.c) with each kernel this CPU runs.
+ * Used to decide whether an AVX2 rebuild of libfaiss pays (link the same object against
+ * libfaiss.a or libfaiss_avx2.a) and which kernel the scan should use. Not a test.
  *
  *     bench_faiss INDEX_FILE [seconds per point]      (queries are random unit vectors)
  */
+#include "blas.h"
 #include "faissidx.h"
+#include "flatscan.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static double now_s(void)
 {
@@ -69,6 +80,37 @@ int main(int argc, char **argv)
                 e = now_s();
             } while (e - s < secs);
             printf("blas_threshold %2d  nq %2d: %7.2f ms per query\n", thresholds[t], nq, (e - s) * 1000.0 / (double)n);
+        }
+    }
+    /* the local backend's own scan of a flat index (flatscan.c), one thread, each kernel this CPU
+     * can run; thread CPU time beside wall time, so a busy machine still compares the kernels */
+    sg_flatscan_t fs;
+    if (sg_flatscan_init(&fs, &ix) == 0) {
+        sg_cpu_t cpu;
+        sg_cpu_read(&cpu);
+        const int kernels[] = {SG_FLATSCAN_SGEMM, sg_flatscan_pick(cpu.features, ix.dim)};
+        const int fnq[] = {1, 8, 22, 32};
+        for (int kk = 0; kk < 2; ++kk) {
+            if (kk == 1 && kernels[1] == SG_FLATSCAN_SGEMM)
+                break;
+            fs.kernel = kernels[kk];
+            for (int j = 0; j < 4; ++j) {
+                int nq = fnq[j];
+                long n = 0;
+                double s = now_s(), c = cpu_s(), e;
+                do {
+                    if (sg_flatscan_search(&fs, NULL, (size_t)nq, q, K, dist, lab, err, sizeof(err)) != 0) {
+                        fprintf(stderr, "%s\n", err);
+                        return 1;
+                    }
+                    n += nq;
+                    e = now_s();
+                } while (e - s < secs);
+                double cpu = cpu_s() - c;
+                printf("flatscan %-5s     nq %2d: %7.2f ms per query (CPU %.2f ms, %.1f GFLOP/s)\n",
+                       sg_flatscan_kernel_name(fs.kernel), nq, (e - s) * 1000.0 / (double)n, cpu * 1000.0 / (double)n,
+                       2.0 * (double)ix.ntotal * ix.dim * (double)n / cpu / 1e9);
+            }
         }
     }
     sg_fidx_close(&ix);
