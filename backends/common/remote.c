@@ -47,36 +47,6 @@ int sg_remote_conf_retries(sg_cfg_t *c, const cJSON *root, uint32_t def_retries,
     return 0;
 }
 
-void sg_remote_limits(const sg_http_conf_t *conf, int per_call, uint32_t retries, const char *prefix, sg_limits *out)
-{
-    out->per_call = per_call ? 1 : 0;
-    out->max_inflight = conf->max_inflight;
-    out->max_queue = conf->max_queue;
-    out->qps = conf->qps;
-    out->burst = conf->burst;
-    out->retries = (int32_t)retries;
-    out->metric_prefix = prefix;
-}
-
-uint32_t sg_remote_call_retries(const sg_search *s, uint32_t own_retries)
-{
-    uint32_t attempts = SG_SEARCH_MAX_ATTEMPTS(s, own_retries + 1);
-    return attempts > 0 ? attempts - 1 : 0;
-}
-
-void *sg_remote_call_admission(const sg_search *s)
-{
-    return s->struct_size >= offsetof(sg_search, admission) + sizeof(void *) ? s->admission : NULL;
-}
-
-uint64_t sg_remote_retry_at(const sg_host_api *host, void *admission, uint64_t earliest_ms)
-{
-    if (admission == NULL || !SG_HOST_HAS_RETRY_AT(host))
-        return earliest_ms;
-    uint64_t at = host->retry_at(admission, earliest_ms);
-    return at > earliest_ms ? at : earliest_ms;
-}
-
 int sg_remote_url_ok(const char *url)
 {
     return strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0;
@@ -140,6 +110,38 @@ uint64_t sg_remote_retry_after_ms(const sg_http_resp_t *r, uint64_t delay_ms)
 int sg_remote_in_time(uint64_t now_ms, uint64_t delay_ms, uint64_t deadline_ms)
 {
     return deadline_ms == 0 || now_ms + delay_ms + 1 < deadline_ms;
+}
+
+/* ---- admission and the retry budget: the gateway's (ABI 1.2) ---- */
+
+void sg_remote_limits(const sg_http_conf_t *conf, int per_call, uint32_t retries, const char *prefix, sg_limits *out)
+{
+    out->per_call = per_call ? 1 : 0;
+    out->max_inflight = conf->max_inflight;
+    out->max_queue = conf->max_queue;
+    out->qps = conf->qps;
+    out->burst = conf->burst;
+    out->retries = (int32_t)retries;
+    out->metric_prefix = prefix;
+}
+
+uint32_t sg_remote_call_retries(const sg_search *s, uint32_t own_retries)
+{
+    uint32_t attempts = SG_SEARCH_MAX_ATTEMPTS(s, own_retries + 1);
+    return attempts > 0 ? attempts - 1 : 0;
+}
+
+void *sg_remote_call_admission(const sg_search *s)
+{
+    return s->struct_size >= offsetof(sg_search, admission) + sizeof(void *) ? s->admission : NULL;
+}
+
+uint64_t sg_remote_retry_at(const sg_host_api *host, void *admission, uint64_t earliest_ms)
+{
+    if (admission == NULL || !SG_HOST_HAS_RETRY_AT(host))
+        return earliest_ms;
+    uint64_t at = host->retry_at(admission, earliest_ms);
+    return at > earliest_ms ? at : earliest_ms;
 }
 
 /* ---- outcomes ---- */
