@@ -1005,6 +1005,13 @@ static sg_call_t *call_new(sg_query_t *r, size_t cap)
     return c;
 }
 
+/* Queries per call on route `b`: its chunk, within the caps' bursts (sg_dispatch_setup_route). */
+static uint32_t call_chunk(const sg_backend_t *b, int is_access)
+{
+    uint32_t c = b->chunk[is_access ? 1 : 0];
+    return c != 0 ? c : b->conf->chunk;
+}
+
 /* The L1 entry of one query (a referenced blob), or NULL. */
 static sg_blob_t *peek_l1(const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
@@ -1020,7 +1027,7 @@ static sg_blob_t *peek_l1(const sg_backend_t *b, uint32_t topk, const char *para
 void sg_dispatch_misses(sg_query_t *r)
 {
     sg_backend_t *b = r->serving;
-    uint32_t chunk = b->chunk[r->is_access ? 1 : 0] != 0 ? b->chunk[r->is_access ? 1 : 0] : b->conf->chunk;
+    uint32_t chunk = call_chunk(b, r->is_access);
     sg_call_t *cur = NULL;
     sg_call_t **calls = NULL;
     size_t n_calls = 0, cap_calls = 0;

@@ -21,6 +21,10 @@ sg_blob_t *sg_blob_from_hits(const sg_hits *hits);
 void sg_dispatch_misses(sg_query_t *q);
 /** Detaches `q` from every flight it waits on (query finished or went away). Loop thread. */
 void sg_dispatch_abandon(sg_query_t *q);
+/** Registers the per-loop receivers. */
+void sg_dispatch_init_loop(sg_loop_t *loop);
+void sg_dispatch_init(void);
+void sg_dispatch_dispose(void);
 /**
  * Sets up the admission of route `b` (main thread, after create(), before any rerank wrapper):
  * its own qps/burst, the limits its plugin's config asks for (ABI 1.2 `limits`, read from `vt`
@@ -33,10 +37,6 @@ void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_ba
  * `admission` is the call (sg_search.admission). Any thread; never blocks (a short mutex hold).
  */
 uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms);
-/** Registers the per-loop receivers. */
-void sg_dispatch_init_loop(sg_loop_t *loop);
-void sg_dispatch_init(void);
-void sg_dispatch_dispose(void);
 /** Number of flights in the table (for tests and /stats). */
 size_t sg_dispatch_flights(void);
 
