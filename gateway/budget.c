@@ -390,7 +390,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
     free(f);
 }
 
-void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
+void sg__budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
 {
     sg_budget_charge_t *ch = r->budget;
     if (ch == NULL)
@@ -400,7 +400,7 @@ void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
     ch->n -= call->n;
 }
 
-void sg_budget_settle(sg_query_t *r)
+void sg__budget_settle(sg_query_t *r)
 {
     sg_budget_charge_t *ch = r->budget;
     if (ch == NULL)
@@ -410,7 +410,7 @@ void sg_budget_settle(sg_query_t *r)
     ch->n = 0;
 }
 
-void sg_budget_started(sg_budget_charge_t *ch)
+void sg__budget_started(sg_budget_charge_t *ch)
 {
     if (ch->n == 0 || (ch->b[0] == NULL && ch->b[1] == NULL))
         return;
@@ -435,7 +435,7 @@ void sg_budget_started(sg_budget_charge_t *ch)
     ch->n = 0;
 }
 
-void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
+void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
 {
     if (ch->n == 0)
         return;
@@ -450,7 +450,7 @@ static void run(sg_query_t *r, sg_budget_t *const *bs, const uint64_t *periods, 
 {
     sg_budget_charge_t ch = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared};
     r->budget = &ch;
-    sg_dispatch_misses(r); /* calls sg_budget_settle(), which clears r->budget */
+    sg__dispatch_misses(r); /* calls sg__budget_settle(), which clears r->budget */
 }
 
 static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
@@ -628,7 +628,7 @@ out:
     sg__query_unref(r); /* the script's reference */
 }
 
-void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
+void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
 {
     sg_budget_t *bs[2] = {NULL, NULL};
     int nb = budgets_for(r, bs);
@@ -637,7 +637,7 @@ void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         if (r->uniq[i].blob == NULL && r->uniq[i].waiter == NULL)
             ++n;
     if (nb == 0 || n == 0) {
-        sg_dispatch_misses(r);
+        sg__dispatch_misses(r);
         return;
     }
     if (!g.shared) {

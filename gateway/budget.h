@@ -31,29 +31,30 @@ void sg_budget_period(int period, uint64_t now_s, uint64_t *start_s, uint64_t *e
 /** Creates the budgets of the config's clients and routes; after sg_clients_create(). */
 void sg_budget_init(sg_server_t *s);
 void sg_budget_dispose(void);
+/** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats. */
+void sg_budget_stats_json(sg_buf_t *out);
+
+/* ---- steps of the query pipeline (query.c, dispatch.c): internal ---- */
 
 typedef void (*sg_budget_fail_fn)(sg_query_t *r, int status, const char *type, const char *msg, uint32_t retry_after_s);
 /**
- * Sends the unanswered distinct queries of `r` to `r->serving` (sg_dispatch_misses) once the budgets
+ * Sends the unanswered distinct queries of `r` to `r->serving` (sg__dispatch_misses) once the budgets
  * that apply admit them: at once when none applies or Redis is off, after one Redis script otherwise.
  * When a budget is exhausted, `fail` answers 429 budget_exhausted (Retry-After: seconds to the end of
  * the period); when Redis does not answer and a budget fails closed, 503 budget_unavailable. Loop
  * thread; `r` may be answered (and freed) before it returns.
  */
-void sg_budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail);
+void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail);
 
-/* Hooks of gateway/dispatch.c, all no-ops for requests and calls without a reservation. */
+/* Hooks of dispatch.c, all no-ops for requests and calls without a reservation. */
 /** Moves `n` queries of `r`'s reservation onto a call that is about to be submitted. Loop thread. */
-void sg_budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n);
+void sg__budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n);
 /** Gives back what no call took of `r`'s reservation (joins, late L1 hits). Loop thread of `r`. */
-void sg_budget_settle(sg_query_t *r);
+void sg__budget_settle(sg_query_t *r);
 /** The call reached the plugin: its queries are spent. Any thread. */
-void sg_budget_started(sg_budget_charge_t *ch);
+void sg__budget_started(sg_budget_charge_t *ch);
 /** The call ended without reaching the plugin (shed, expired or cancelled in the queue): gives it
  * back. Loop thread of `loop` (its Redis connection). */
-void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch);
-
-/** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats. */
-void sg_budget_stats_json(sg_buf_t *out);
+void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch);
 
 #endif

@@ -763,7 +763,7 @@ static void call_start(sg_call_t *c)
     c->start_us = sg_now_us();
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
-    sg_budget_started(&c->budget);
+    sg__budget_started(&c->budget);
     sg_status st = c->is_access ? b->plugin.vt->access(b->inst, &c->search, on_plugin_done, c)
                                 : b->plugin.vt->search(b->inst, &c->search, on_plugin_done, c);
     if (st != SG_OK) {
@@ -871,7 +871,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             sg_buf_free(&key);
         }
         if (!was_running)
-            sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
+            sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
                 pump(&sg_server.backends[i], c->origin);
@@ -1024,90 +1024,112 @@ static sg_blob_t *peek_l1(const sg_backend_t *b, uint32_t topk, const char *para
     return blob;
 }
 
-void sg_dispatch_misses(sg_query_t *r)
+/* The calls one dispatch starts: the misses that need a new flight fill a call up to the route's
+ * chunk, then the next one. */
+typedef struct st_new_calls_t {
+    sg_call_t *cur;
+    sg_call_t **list;
+    size_t n, cap;
+} new_calls_t;
+
+/* A new flight for miss `u` of `r`, in the current call of `nc` (a new call when that one is full),
+ * published in shard `s` (caller holds its lock) so that other requests for the query join it. */
+static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t *w, shard_t *s, uint64_t h, uint32_t op)
 {
     sg_backend_t *b = r->serving;
     uint32_t chunk = call_chunk(b, r->is_access);
-    sg_call_t *cur = NULL;
-    sg_call_t **calls = NULL;
-    size_t n_calls = 0, cap_calls = 0;
+    sg_flight_t *f = sg_mem_calloc(1, sizeof(*f));
+    f->hash = h;
+    f->backend = (uint32_t)b->index;
+    f->topk = r->topk;
+    f->op = op;
+    f->len = u->len;
+    f->text = sg_strndup(u->text, u->len);
+    if (nc->cur == NULL || nc->cur->n == chunk) {
+        nc->cur = call_new(r, chunk < r->n_uniq ? chunk : r->n_uniq);
+        if (nc->n == nc->cap) {
+            nc->cap = nc->cap != 0 ? nc->cap * 2 : 4;
+            nc->list = sg_mem_realloc(nc->list, nc->cap * sizeof(*nc->list));
+        }
+        nc->list[nc->n++] = nc->cur;
+    }
+    sg_call_t *cur = nc->cur;
+    f->call = cur;
+    f->params = cur->params;
+    atomic_fetch_add(&cur->live, 1);
+    cur->queries[cur->n].text = f->text;
+    cur->queries[cur->n].len = f->len;
+    cur->flights[cur->n] = f;
+    cur->n++;
+    cur->search.n_queries = cur->n;
+    waiter_link(f, w);
+    shard_insert(s, f);
+}
+
+/* Miss `i` of `r`: joins the flight already searching it, else takes its result from L1 when a
+ * flight completed since the request's cache lookup, else starts a new flight in `nc`. */
+static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
+{
+    sg_backend_t *b = r->serving;
+    sg_uq_t *u = &r->uniq[i];
+    uint32_t op = r->is_access ? 1 : 0;
+    const char *params = sg__query_params(r);
+    uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, params, u->text, u->len);
+    shard_t *s = shard_of(h);
+    sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));
+    w->query = r;
+    w->hash = h;
+    w->uniq = i;
+    w->loop = r->loop;
+    u->waiter = w;
+    pthread_mutex_lock(&s->mu);
+    sg_flight_t *f = shard_find(s, h, (uint32_t)b->index, r->topk, op, params, u->text, u->len);
+    if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
+        waiter_link(f, w);
+        pthread_mutex_unlock(&s->mu);
+        sg_counter_add(b->coalesced, 1);
+        return;
+    }
+    /* no flight: one may have completed since this request's cache lookup, and its result is in L1
+     * (stored before the flight left the table, which this lock orders) */
+    sg_blob_t *late = b->conf->cache && !r->is_access ? peek_l1(b, r->topk, params, u->text, u->len) : NULL;
+    if (late != NULL) {
+        pthread_mutex_unlock(&s->mu);
+        free(w);
+        u->waiter = NULL;
+        u->blob = late;
+        --r->n_pending;
+        ++r->hits_l1;
+        if (r->misses > 0)
+            --r->misses;
+        sg_counter_add(b->cache_hits_l1, 1);
+        return;
+    }
+    if (f != NULL)
+        shard_remove(s, f); /* its call was cancelled: start afresh */
+    flight_start(nc, r, u, w, s, h, op);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sg__dispatch_misses(sg_query_t *r)
+{
+    new_calls_t nc = {0};
     for (uint32_t i = 0; i < r->n_uniq; ++i) {
         sg_uq_t *u = &r->uniq[i];
-        if (u->blob != NULL || u->waiter != NULL)
-            continue;
-        uint32_t op = r->is_access ? 1 : 0;
-        const char *params = sg__query_params(r);
-        uint64_t h = flight_hash((uint32_t)b->index, r->topk, op, params, u->text, u->len);
-        shard_t *s = shard_of(h);
-        sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));
-        w->query = r;
-        w->hash = h;
-        w->uniq = i;
-        w->loop = r->loop;
-        u->waiter = w;
-        pthread_mutex_lock(&s->mu);
-        sg_flight_t *f = shard_find(s, h, (uint32_t)b->index, r->topk, op, params, u->text, u->len);
-        if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
-            waiter_link(f, w);
-            pthread_mutex_unlock(&s->mu);
-            sg_counter_add(b->coalesced, 1);
-            continue;
-        }
-        /* no flight: one may have completed since this request's cache lookup, and its result is
-         * in L1 (stored before the flight left the table, which this lock orders) */
-        sg_blob_t *late = b->conf->cache && !r->is_access ? peek_l1(b, r->topk, params, u->text, u->len) : NULL;
-        if (late != NULL) {
-            pthread_mutex_unlock(&s->mu);
-            free(w);
-            u->waiter = NULL;
-            u->blob = late;
-            --r->n_pending;
-            ++r->hits_l1;
-            if (r->misses > 0)
-                --r->misses;
-            sg_counter_add(b->cache_hits_l1, 1);
-            continue;
-        }
-        if (f != NULL)
-            shard_remove(s, f); /* its call was cancelled: start afresh */
-        f = sg_mem_calloc(1, sizeof(*f));
-        f->hash = h;
-        f->backend = (uint32_t)b->index;
-        f->topk = r->topk;
-        f->op = op;
-        f->len = u->len;
-        f->text = sg_strndup(u->text, u->len);
-        if (cur == NULL || cur->n == chunk) {
-            cur = call_new(r, chunk < r->n_uniq ? chunk : r->n_uniq);
-            if (n_calls == cap_calls) {
-                cap_calls = cap_calls != 0 ? cap_calls * 2 : 4;
-                calls = sg_mem_realloc(calls, cap_calls * sizeof(*calls));
-            }
-            calls[n_calls++] = cur;
-        }
-        f->call = cur;
-        f->params = cur->params;
-        atomic_fetch_add(&cur->live, 1);
-        cur->queries[cur->n].text = f->text;
-        cur->queries[cur->n].len = f->len;
-        cur->flights[cur->n] = f;
-        cur->n++;
-        cur->search.n_queries = cur->n;
-        waiter_link(f, w);
-        shard_insert(s, f);
-        pthread_mutex_unlock(&s->mu);
+        if (u->blob == NULL && u->waiter == NULL)
+            dispatch_miss(r, i, &nc);
     }
-    for (size_t i = 0; i < n_calls; ++i) /* new flights spend the request's budget reservation; joins do not */
-        sg_budget_charge(r, &calls[i]->budget, (uint32_t)calls[i]->n);
-    sg_budget_settle(r);
-    for (size_t i = 0; i < n_calls; ++i)
-        admit_submit(calls[i]);
-    free(calls);
+    for (size_t i = 0; i < nc.n; ++i) /* new flights spend the request's budget reservation; joins do not */
+        sg__budget_charge(r, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
+    sg__budget_settle(r);
+    for (size_t i = 0; i < nc.n; ++i)
+        admit_submit(nc.list[i]);
+    free(nc.list);
     if (r->n_pending == 0) /* every miss turned out to be in L1 by now */
         sg__query_finish_if_complete(r);
 }
 
-void sg_dispatch_abandon(sg_query_t *r)
+void sg__dispatch_abandon(sg_query_t *r)
 {
     for (uint32_t i = 0; i < r->n_uniq; ++i) {
         sg_uq_t *u = &r->uniq[i];

@@ -63,51 +63,46 @@ static void build_identity(sg_fusion_conf_t *fc)
     fc->identity = b.base;
 }
 
-int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, char *err, size_t err_size)
+/* The keys a fusion route shares with plugin routes: name, topk, timeout_ms. The keys only plugin
+ * routes have would be silently meaningless here, so they are refused with the reason. */
+static int parse_route_keys(sg_cfg_t *c, const sg_config_t *cfg, const cJSON *o, sg_fusion_conf_t *fc)
 {
     static const char *const keys[] = {"name", "fusion", "topk", "timeout_ms", NULL};
-    static const char *const fkeys[] = {"routes", "method", "k", "weights", "normalize", "depth", NULL};
-    char path[64], fpath[80];
-    snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
-    snprintf(fpath, sizeof(fpath), "backends[%zu].fusion", cfg_index);
-    sg_cfg_t c = {path, err, err_size}, cf = {fpath, err, err_size};
-    sg_fusion_conf_t *fc = &cfg->fusions[cfg->n_fusions++];
-    fc->cfg_index = cfg_index;
-    int64_t v;
-    /* the keys of plugin routes would be silently meaningless here: say why they are refused */
     static const char *const plugin_only[] = {"plugin", "config",      "max_inflight", "max_queue", "chunk",
                                               "cache",  "cache_ttl_s", "fallback",     NULL};
+    int64_t v;
     for (size_t i = 0; plugin_only[i] != NULL; ++i) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, plugin_only[i]);
         if (p != NULL)
-            return sg_cfg_fail(&c, plugin_only[i], p,
+            return sg_cfg_fail(c, plugin_only[i], p,
                                "not allowed on a fusion route (its legs are other routes, which keep their own settings)");
     }
-    if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_string(&c, o, "name", 1, NULL, &fc->name) != 0)
+    if (sg_cfg_check_keys(c, o, keys) != 0 || sg_cfg_string(c, o, "name", 1, NULL, &fc->name) != 0)
         return -1;
     for (const char *p = fc->name; *p != '\0'; ++p)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
-            return sg_cfg_fail(&c, "name", cJSON_GetObjectItem(o, "name"), "may only contain letters, digits, '-' and '_'");
+            return sg_cfg_fail(c, "name", cJSON_GetObjectItem(o, "name"), "may only contain letters, digits, '-' and '_'");
     const int64_t def_topk = cfg->limits.max_topk < 3 ? cfg->limits.max_topk : 3;
     const int64_t def_timeout = cfg->limits.max_deadline_ms < 30000 ? cfg->limits.max_deadline_ms : 30000;
-    if (sg_cfg_int(&c, o, "topk", 1, cfg->limits.max_topk, def_topk, &v) != 0)
+    if (sg_cfg_int(c, o, "topk", 1, cfg->limits.max_topk, def_topk, &v) != 0)
         return -1;
     fc->topk = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, def_timeout, &v) != 0)
+    if (sg_cfg_int(c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, def_timeout, &v) != 0)
         return -1;
     fc->timeout_ms = (uint32_t)v;
+    return 0;
+}
 
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fusion");
-    if (!cJSON_IsObject(f))
-        return sg_cfg_fail(&c, "fusion", f, "expected an object {\"routes\": [...], \"method\": \"rrf\"|\"weighted\", ...}");
-    if (sg_cfg_check_keys(&cf, f, fkeys) != 0)
-        return -1;
+/* fusion.routes: 2 to SG_FUSION_MAX_LEGS distinct names, kept as names until
+ * sg_fusion_conf_resolve() has seen every route. */
+static int parse_legs(sg_cfg_t *cf, const cJSON *f, sg_fusion_conf_t *fc)
+{
     const cJSON *routes = cJSON_GetObjectItemCaseSensitive(f, "routes");
     if (!cJSON_IsArray(routes))
-        return sg_cfg_fail(&cf, "routes", routes, "expected an array of route names");
+        return sg_cfg_fail(cf, "routes", routes, "expected an array of route names");
     int n = cJSON_GetArraySize(routes);
     if (n < 2 || n > SG_FUSION_MAX_LEGS)
-        return sg_cfg_fail(&cf, "routes", routes, "expected 2 to %d route names (a fusion needs at least two legs)",
+        return sg_cfg_fail(cf, "routes", routes, "expected 2 to %d route names (a fusion needs at least two legs)",
                            SG_FUSION_MAX_LEGS);
     fc->leg_names = sg_mem_calloc((size_t)n, sizeof(*fc->leg_names));
     fc->legs = sg_mem_calloc((size_t)n, sizeof(*fc->legs));
@@ -117,13 +112,88 @@ int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, cha
         char key[32];
         snprintf(key, sizeof(key), "routes[%u]", fc->n_legs);
         if (!cJSON_IsString(it) || it->valuestring[0] == '\0')
-            return sg_cfg_fail(&cf, key, it, "expected a route name");
+            return sg_cfg_fail(cf, key, it, "expected a route name");
         if (leg_index(fc, it->valuestring) >= 0)
-            return sg_cfg_fail(&cf, key, it, "names the same route twice");
+            return sg_cfg_fail(cf, key, it, "names the same route twice");
         fc->legs[fc->n_legs] = -1;
         fc->weights[fc->n_legs] = 1.0;
         fc->leg_names[fc->n_legs++] = sg_strdup(it->valuestring);
     }
+    return 0;
+}
+
+/* fusion.weights: {"<leg>": w, ...}; legs not named keep 1, and not every weight may be 0 (every
+ * fused score would be 0, the order meaningless). */
+static int parse_weights(sg_cfg_t *cf, const cJSON *f, sg_fusion_conf_t *fc)
+{
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(f, "weights");
+    if (w == NULL || cJSON_IsNull(w))
+        return 0;
+    if (!cJSON_IsObject(w))
+        return sg_cfg_fail(cf, "weights", w, "expected an object {\"<route>\": weight, ...}");
+    for (const cJSON *it = w->child; it != NULL; it = it->next) {
+        char key[160];
+        snprintf(key, sizeof(key), "weights.%.120s", it->string);
+        int li = leg_index(fc, it->string);
+        if (li < 0)
+            return sg_cfg_fail(cf, key, NULL, "is not one of this fusion's routes");
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 || it->valuedouble > 1e6)
+            return sg_cfg_fail(cf, key, it, "expected a number in [0, 1000000]");
+        fc->weights[li] = it->valuedouble;
+    }
+    double sum = 0;
+    for (uint32_t i = 0; i < fc->n_legs; ++i)
+        sum += fc->weights[i];
+    if (sum <= 0)
+        return sg_cfg_fail(cf, "weights", w, "at least one route needs a weight above 0");
+    return 0;
+}
+
+/* fusion.normalize (weighted only): one method for every leg, or {"<leg>": method, ...}. */
+static int parse_normalize(sg_cfg_t *cf, const cJSON *f, sg_fusion_conf_t *fc)
+{
+    const cJSON *nv = cJSON_GetObjectItemCaseSensitive(f, "normalize");
+    if (nv == NULL || cJSON_IsNull(nv))
+        return 0;
+    if (fc->method != SG_FUSION_WEIGHTED)
+        return sg_cfg_fail(cf, "normalize", nv, "applies to method \"weighted\" only (rrf uses ranks, not scores)");
+    if (cJSON_IsObject(nv)) {
+        for (const cJSON *it = nv->child; it != NULL; it = it->next) {
+            char key[160];
+            snprintf(key, sizeof(key), "normalize.%.120s", it->string);
+            int li = leg_index(fc, it->string);
+            if (li < 0)
+                return sg_cfg_fail(cf, key, NULL, "is not one of this fusion's routes");
+            if (parse_norm_value(cf, key, it, &fc->normalize[li]) != 0)
+                return -1;
+        }
+        return 0;
+    }
+    int all;
+    if (parse_norm_value(cf, "normalize", nv, &all) != 0)
+        return -1;
+    for (uint32_t i = 0; i < fc->n_legs; ++i)
+        fc->normalize[i] = all;
+    return 0;
+}
+
+int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, char *err, size_t err_size)
+{
+    static const char *const fkeys[] = {"routes", "method", "k", "weights", "normalize", "depth", NULL};
+    char path[64], fpath[80];
+    snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
+    snprintf(fpath, sizeof(fpath), "backends[%zu].fusion", cfg_index);
+    sg_cfg_t c = {path, err, err_size}, cf = {fpath, err, err_size};
+    sg_fusion_conf_t *fc = &cfg->fusions[cfg->n_fusions++];
+    fc->cfg_index = cfg_index;
+    int64_t v;
+    if (parse_route_keys(&c, cfg, o, fc) != 0)
+        return -1;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fusion");
+    if (!cJSON_IsObject(f))
+        return sg_cfg_fail(&c, "fusion", f, "expected an object {\"routes\": [...], \"method\": \"rrf\"|\"weighted\", ...}");
+    if (sg_cfg_check_keys(&cf, f, fkeys) != 0 || parse_legs(&cf, f, fc) != 0)
+        return -1;
     if (sg_cfg_enum(&cf, f, "method", method_names, SG_FUSION_RRF, &fc->method) != 0)
         return -1;
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(f, "k");
@@ -131,48 +201,8 @@ int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, cha
         return sg_cfg_fail(&cf, "k", kv, "applies to method \"rrf\" only");
     if (sg_cfg_double(&cf, f, "k", 0, 1e6, SG_FUSION_DEFAULT_K, &fc->k) != 0)
         return -1;
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(f, "weights");
-    if (w != NULL && !cJSON_IsNull(w)) {
-        if (!cJSON_IsObject(w))
-            return sg_cfg_fail(&cf, "weights", w, "expected an object {\"<route>\": weight, ...}");
-        for (const cJSON *it = w->child; it != NULL; it = it->next) {
-            char key[160];
-            snprintf(key, sizeof(key), "weights.%.120s", it->string);
-            int li = leg_index(fc, it->string);
-            if (li < 0)
-                return sg_cfg_fail(&cf, key, NULL, "is not one of this fusion's routes");
-            if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 || it->valuedouble > 1e6)
-                return sg_cfg_fail(&cf, key, it, "expected a number in [0, 1000000]");
-            fc->weights[li] = it->valuedouble;
-        }
-        double sum = 0;
-        for (uint32_t i = 0; i < fc->n_legs; ++i)
-            sum += fc->weights[i];
-        if (sum <= 0)
-            return sg_cfg_fail(&cf, "weights", w, "at least one route needs a weight above 0");
-    }
-    const cJSON *nv = cJSON_GetObjectItemCaseSensitive(f, "normalize");
-    if (nv != NULL && !cJSON_IsNull(nv)) {
-        if (fc->method != SG_FUSION_WEIGHTED)
-            return sg_cfg_fail(&cf, "normalize", nv, "applies to method \"weighted\" only (rrf uses ranks, not scores)");
-        if (cJSON_IsObject(nv)) {
-            for (const cJSON *it = nv->child; it != NULL; it = it->next) {
-                char key[160];
-                snprintf(key, sizeof(key), "normalize.%.120s", it->string);
-                int li = leg_index(fc, it->string);
-                if (li < 0)
-                    return sg_cfg_fail(&cf, key, NULL, "is not one of this fusion's routes");
-                if (parse_norm_value(&cf, key, it, &fc->normalize[li]) != 0)
-                    return -1;
-            }
-        } else {
-            int all;
-            if (parse_norm_value(&cf, "normalize", nv, &all) != 0)
-                return -1;
-            for (uint32_t i = 0; i < fc->n_legs; ++i)
-                fc->normalize[i] = all;
-        }
-    }
+    if (parse_weights(&cf, f, fc) != 0 || parse_normalize(&cf, f, fc) != 0)
+        return -1;
     if (sg_cfg_int(&cf, f, "depth", 1, cfg->limits.max_topk, 0, &v) != 0)
         return -1;
     fc->depth = (uint32_t)v;
@@ -385,6 +415,95 @@ static double normalise(int how, double s, double lo, double hi, double mean, do
     }
 }
 
+/* Leg `l`'s documents in its order, each once: `kept` gets the entry of each and `scores` its score
+ * in the leg; returns how many. A document the leg returned again counts at its first position. */
+static uint32_t collect_leg(table_t *t, uint32_t l, const sg_fusion_leg_t *leg, entry_t **kept, double *scores)
+{
+    uint32_t nk = 0;
+    for (uint32_t i = 0; i < leg->n; ++i) {
+        size_t kl;
+        char *key = sg_fusion_doc_identity(leg->hits[i].doc, leg->hits[i].len, &kl);
+        int created;
+        entry_t *e = table_get(t, key, kl, &created);
+        if (!created && (e->legs_mask & (1u << l)))
+            continue; /* the same document again in this leg: its first position counts */
+        if (created) {
+            e->first_leg = l;
+            e->first_hit = i;
+            e->best_rank = UINT32_MAX;
+        }
+        e->legs_mask |= 1u << l;
+        kept[nk] = e;
+        scores[nk++] = leg->hits[i].score;
+    }
+    return nk;
+}
+
+/* The statistics normalise() needs, over one leg's finite scores (per query, per leg). */
+typedef struct st_stats_t {
+    double lo, hi, mean, sd;
+} stats_t;
+
+static stats_t list_stats(const double *scores, uint32_t n)
+{
+    stats_t st = {INFINITY, -INFINITY, 0, 0};
+    double sum = 0, sq = 0;
+    uint32_t nf = 0;
+    for (uint32_t i = 0; i < n; ++i)
+        if (isfinite(scores[i])) {
+            st.lo = scores[i] < st.lo ? scores[i] : st.lo;
+            st.hi = scores[i] > st.hi ? scores[i] : st.hi;
+            sum += scores[i];
+            ++nf;
+        }
+    if (nf > 0) {
+        st.mean = sum / nf;
+        for (uint32_t i = 0; i < n; ++i)
+            if (isfinite(scores[i]))
+                sq += (scores[i] - st.mean) * (scores[i] - st.mean);
+        st.sd = sqrt(sq / nf);
+    }
+    return st;
+}
+
+/* Adds leg `l`'s share to the fused score of each of its `n` documents (rank = position + 1). */
+static void score_leg(const sg_fusion_conf_t *fc, uint32_t l, entry_t **kept, const double *scores, uint32_t n)
+{
+    stats_t st = {INFINITY, -INFINITY, 0, 0};
+    if (fc->method == SG_FUSION_WEIGHTED)
+        st = list_stats(scores, n);
+    for (uint32_t i = 0; i < n; ++i) {
+        entry_t *e = kept[i];
+        uint32_t rank = i + 1;
+        double s = isfinite(scores[i]) ? scores[i] : NAN;
+        if (fc->method == SG_FUSION_RRF)
+            e->score += fc->weights[l] / (fc->k + (double)rank);
+        else
+            e->score += fc->weights[l] * normalise(fc->normalize[l], s, st.lo, st.hi, st.mean, st.sd);
+        if (rank < e->best_rank) { /* legs run in route order: an equal rank keeps the earlier leg */
+            e->best_rank = rank;
+            e->best_leg = l;
+        }
+    }
+}
+
+/* The `topk` best entries of the table into `out`; returns how many. */
+static uint32_t write_best(const table_t *t, uint32_t topk, sg_fusion_out_t *out)
+{
+    entry_t **order = sg_mem_alloc(t->n * sizeof(*order));
+    for (uint32_t i = 0; i < t->n; ++i)
+        order[i] = &t->entries[i];
+    qsort(order, t->n, sizeof(*order), cmp_entries);
+    uint32_t n = t->n < topk ? t->n : topk;
+    for (uint32_t i = 0; i < n; ++i) {
+        out[i].leg = order[i]->first_leg;
+        out[i].hit = order[i]->first_hit;
+        out[i].score = order[i]->score;
+    }
+    free(order);
+    return n;
+}
+
 uint32_t sg_fusion_merge(const sg_fusion_conf_t *fc, const sg_fusion_leg_t *legs, uint32_t topk, sg_fusion_out_t *out)
 {
     size_t total = 0;
@@ -403,72 +522,14 @@ uint32_t sg_fusion_merge(const sg_fusion_conf_t *fc, const sg_fusion_leg_t *legs
     entry_t **kept = sg_mem_alloc(total * sizeof(*kept));
     double *scores = sg_mem_alloc(total * sizeof(*scores));
     for (uint32_t l = 0; l < fc->n_legs; ++l) {
-        const sg_fusion_leg_t *leg = &legs[l];
-        if (!leg->ok)
+        if (!legs[l].ok)
             continue;
-        uint32_t nk = 0;
-        for (uint32_t i = 0; i < leg->n; ++i) {
-            size_t kl;
-            char *key = sg_fusion_doc_identity(leg->hits[i].doc, leg->hits[i].len, &kl);
-            int created;
-            entry_t *e = table_get(&t, key, kl, &created);
-            if (!created && (e->legs_mask & (1u << l)))
-                continue; /* the same document again in this leg: its first position counts */
-            if (created) {
-                e->first_leg = l;
-                e->first_hit = i;
-                e->best_rank = UINT32_MAX;
-            }
-            e->legs_mask |= 1u << l;
-            kept[nk] = e;
-            scores[nk++] = leg->hits[i].score;
-        }
-        /* the list's statistics, over the finite scores, for the weighted method */
-        double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0, mean = 0, sd = 0;
-        uint32_t nf = 0;
-        if (fc->method == SG_FUSION_WEIGHTED) {
-            for (uint32_t i = 0; i < nk; ++i)
-                if (isfinite(scores[i])) {
-                    lo = scores[i] < lo ? scores[i] : lo;
-                    hi = scores[i] > hi ? scores[i] : hi;
-                    sum += scores[i];
-                    ++nf;
-                }
-            if (nf > 0) {
-                mean = sum / nf;
-                for (uint32_t i = 0; i < nk; ++i)
-                    if (isfinite(scores[i]))
-                        sq += (scores[i] - mean) * (scores[i] - mean);
-                sd = sqrt(sq / nf);
-            }
-        }
-        for (uint32_t i = 0; i < nk; ++i) {
-            entry_t *e = kept[i];
-            uint32_t rank = i + 1;
-            double s = isfinite(scores[i]) ? scores[i] : NAN;
-            if (fc->method == SG_FUSION_RRF)
-                e->score += fc->weights[l] / (fc->k + (double)rank);
-            else
-                e->score += fc->weights[l] * normalise(fc->normalize[l], s, lo, hi, mean, sd);
-            if (rank < e->best_rank) { /* legs run in route order: an equal rank keeps the earlier leg */
-                e->best_rank = rank;
-                e->best_leg = l;
-            }
-        }
+        uint32_t nk = collect_leg(&t, l, &legs[l], kept, scores);
+        score_leg(fc, l, kept, scores, nk);
     }
-    entry_t **order = sg_mem_alloc(t.n * sizeof(*order));
-    for (uint32_t i = 0; i < t.n; ++i)
-        order[i] = &t.entries[i];
-    qsort(order, t.n, sizeof(*order), cmp_entries);
-    uint32_t n = t.n < topk ? t.n : topk;
-    for (uint32_t i = 0; i < n; ++i) {
-        out[i].leg = order[i]->first_leg;
-        out[i].hit = order[i]->first_hit;
-        out[i].score = order[i]->score;
-    }
+    uint32_t n = write_best(&t, topk, out);
     for (uint32_t i = 0; i < t.n; ++i)
         free(t.entries[i].key);
-    free(order);
     free(kept);
     free(scores);
     free(t.slots);

@@ -495,28 +495,10 @@ void sg_fusion_cancel(sg_fusion_query_t *fr)
     fusion_req_unref(fr);
 }
 
-sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
+/* The request's distinct queries: each leg searches a repeated text once, and it is fused once.
+ * Copies the texts into fr->arena and maps every query to its distinct one (fr->slot_uniq). */
+static void dedup_queries(fusion_req_t *fr, const sg_fusion_spec_t *spec)
 {
-    fusion_route_t *r = &routes[spec->route];
-    const sg_fusion_conf_t *fc = r->conf;
-    fusion_req_t *fr = sg_mem_calloc(1, sizeof(*fr));
-    static __thread uint64_t seq;
-    snprintf(fr->request_id, sizeof(fr->request_id), "%d-f%llu", loop->id, (unsigned long long)++seq);
-    fr->refs = 1;
-    fr->done = done;
-    fr->ctx = ctx;
-    fr->loop = loop;
-    fr->route = r;
-    fr->client = sg_clients_ref(spec->client);
-    fr->n_queries = spec->n;
-    fr->topk = spec->topk != 0 ? spec->topk : fc->topk;
-    fr->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
-    uint64_t deadline_us = fr->start_us + (uint64_t)fc->timeout_ms * 1000;
-    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
-        deadline_us = spec->deadline_us > fr->start_us ? spec->deadline_us : fr->start_us;
-    fr->deadline_us = deadline_us;
-    sg_gauge_add(r->inflight, 1);
-    /* distinct queries: each leg searches a repeated text once, and it is fused once */
     size_t total = 0;
     for (uint32_t i = 0; i < spec->n; ++i)
         total += spec->lens[i];
@@ -550,31 +532,55 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
         }
     }
     free(table);
+}
 
-    /* the client's rate limit, once for the batch (the legs are not charged again); it may wait
-     * at most until the deadline */
+/* The client's rate limit, once for the batch (the legs are not charged again); it may wait at
+ * most until the deadline. The decision (now or from Redis) continues in on_rate_decision(). */
+static void charge_rate_limit(fusion_req_t *fr)
+{
+    sg_loop_t *loop = fr->loop;
     sg_client_t *client = fr->client;
     const sg_client_conf_t *cc = client->conf;
     uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
-    if (max_wait_us > deadline_us - fr->start_us)
-        max_wait_us = deadline_us - fr->start_us;
+    if (max_wait_us > fr->deadline_us - fr->start_us)
+        max_wait_us = fr->deadline_us - fr->start_us;
     fr->max_wait_us = max_wait_us;
-    ++fr->refs; /* the caller's handle stays valid through what follows */
-    int decided = 0;
     if (cc->rate > 0 && cc->global) {
         ++fr->refs; /* the Redis round trip's */
         if (sg_ratelimit_global(loop->redis, client, fr->n_queries, max_wait_us, on_global_decision, fr) == 0)
-            decided = 1; /* Redis decides; when it cannot, the batch goes on (fail open) */
-        else
-            --fr->refs;
+            return; /* Redis decides; when it cannot, the batch goes on (fail open) */
+        --fr->refs;
     }
-    if (!decided) {
-        uint64_t wait_us = 0;
-        int rl = cc->global
-                     ? SG_RL_ALLOW
-                     : sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
-        on_rate_decision(fr, rl, wait_us);
-    }
+    uint64_t wait_us = 0;
+    int rl = cc->global ? SG_RL_ALLOW
+                        : sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
+    on_rate_decision(fr, rl, wait_us);
+}
+
+sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
+{
+    fusion_route_t *r = &routes[spec->route];
+    const sg_fusion_conf_t *fc = r->conf;
+    fusion_req_t *fr = sg_mem_calloc(1, sizeof(*fr));
+    static __thread uint64_t seq;
+    snprintf(fr->request_id, sizeof(fr->request_id), "%d-f%llu", loop->id, (unsigned long long)++seq);
+    fr->refs = 1;
+    fr->done = done;
+    fr->ctx = ctx;
+    fr->loop = loop;
+    fr->route = r;
+    fr->client = sg_clients_ref(spec->client);
+    fr->n_queries = spec->n;
+    fr->topk = spec->topk != 0 ? spec->topk : fc->topk;
+    fr->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
+    uint64_t deadline_us = fr->start_us + (uint64_t)fc->timeout_ms * 1000;
+    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
+        deadline_us = spec->deadline_us > fr->start_us ? spec->deadline_us : fr->start_us;
+    fr->deadline_us = deadline_us;
+    sg_gauge_add(r->inflight, 1);
+    dedup_queries(fr, spec);
+    ++fr->refs; /* the caller's handle stays valid through what follows */
+    charge_rate_limit(fr);
     int answered = fr->answered;
     fusion_req_unref(fr);
     return answered ? NULL : fr;

@@ -15,7 +15,7 @@
  * arrived on another connection) travels there as an h2o_multithread message, looked up by session
  * id under the table's mutex when it arrives; a stream is only freed on its own loop.
  */
-#include "mcp.h"
+#include "mcp_impl.h"
 #include "clients.h"
 #include "json.h"
 
@@ -551,7 +551,7 @@ static void http_error(h2o_req_t *req, int ep, int status, int code, const char 
     sg_buf_free(&b);
 }
 
-void sg_mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len)
+void sg__mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len)
 {
     item->out.len = 0;
     sg_buf_appends(&item->out, "{\"jsonrpc\":\"2.0\",\"id\":");
@@ -561,7 +561,7 @@ void sg_mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len)
     sg_buf_appendc(&item->out, '}');
 }
 
-void sg_mcp_item_error(sg_mcp_item_t *item, int code, const char *message)
+void sg__mcp_item_error(sg_mcp_item_t *item, int code, const char *message)
 {
     item->out.len = 0;
     item->invalid = code == SG_MCP_INVALID_REQUEST;
@@ -647,7 +647,7 @@ static void post_respond(sg_mcp_post_t *p)
     sg_buf_free(&b);
 }
 
-void sg_mcp_item_done(sg_mcp_item_t *item)
+void sg__mcp_item_done(sg_mcp_item_t *item)
 {
     sg_mcp_post_t *p = item->post;
     item->pending = 0;
@@ -670,7 +670,7 @@ static void on_post_dispose(void *arg)
     p->req = NULL;
     for (uint32_t i = 0; i < p->n; ++i)
         if (p->items[i].pending) {
-            sg_mcp_tools_cancel(&p->items[i]);
+            sg__mcp_tools_cancel(&p->items[i]);
             p->items[i].pending = 0;
         }
     post_free(p);
@@ -695,11 +695,11 @@ static void on_initialize(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *para
 {
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
     if (!cJSON_IsObject(params) || !cJSON_IsString(pv)) {
-        sg_mcp_item_error(it, SG_MCP_INVALID_PARAMS, "initialize: params.protocolVersion (a string) is required");
+        sg__mcp_item_error(it, SG_MCP_INVALID_PARAMS, "initialize: params.protocolVersion (a string) is required");
         return;
     }
     if (p->batch) {
-        sg_mcp_item_error(it, SG_MCP_INVALID_REQUEST, "initialize must not be part of a JSON-RPC batch");
+        sg__mcp_item_error(it, SG_MCP_INVALID_REQUEST, "initialize must not be part of a JSON-RPC batch");
         return;
     }
     const char *v = sg_mcp_negotiate(pv->valuestring);
@@ -708,7 +708,7 @@ static void on_initialize(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *para
     } else if (p->new_sid[0] == '\0') {
         if (create_session(p->client->id, v, NULL, -1, p->new_sid) == NULL) {
             p->new_sid[0] = '\0';
-            sg_mcp_item_error(it, SG_MCP_INTERNAL_ERROR, "no session can be opened now (mcp.max_sessions reached); retry later");
+            sg__mcp_item_error(it, SG_MCP_INTERNAL_ERROR, "no session can be opened now (mcp.max_sessions reached); retry later");
             return;
         }
     }
@@ -720,7 +720,7 @@ static void on_initialize(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *para
                        "\"searchgate retrieval gateway\",\"version\":\"" SG_VERSION "\"},\"instructions\":\"Search tools over the "
                        "gateway's routes: call search (or search_<route>) with query or queries and an optional topk; "
                        "access (or access_<route>) reads pages by URL where a route has a page store.\"}");
-    sg_mcp_item_result(it, b.base, b.len);
+    sg__mcp_item_result(it, b.base, b.len);
     sg_buf_free(&b);
 }
 
@@ -730,7 +730,7 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
     it->post = p;
     if (!cJSON_IsObject(msg)) {
         it->id = sg_strdup("null");
-        sg_mcp_item_error(it, SG_MCP_INVALID_REQUEST, "a JSON-RPC message must be an object");
+        sg__mcp_item_error(it, SG_MCP_INVALID_REQUEST, "a JSON-RPC message must be an object");
         return;
     }
     const cJSON *jv = cJSON_GetObjectItemCaseSensitive(msg, "jsonrpc");
@@ -741,14 +741,14 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
         it->id = id_text(id);
         if (it->id == NULL) {
             it->id = sg_strdup("null");
-            sg_mcp_item_error(it, SG_MCP_INVALID_REQUEST, "id must be a string or an integer");
+            sg__mcp_item_error(it, SG_MCP_INVALID_REQUEST, "id must be a string or an integer");
             return;
         }
     }
     if (!cJSON_IsString(jv) || strcmp(jv->valuestring, "2.0") != 0) {
         if (it->id == NULL)
             it->id = sg_strdup("null");
-        sg_mcp_item_error(it, SG_MCP_INVALID_REQUEST, "jsonrpc must be \"2.0\"");
+        sg__mcp_item_error(it, SG_MCP_INVALID_REQUEST, "jsonrpc must be \"2.0\"");
         return;
     }
     if (method == NULL) {
@@ -760,14 +760,14 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
         }
         if (it->id == NULL)
             it->id = sg_strdup("null");
-        sg_mcp_item_error(it, SG_MCP_INVALID_REQUEST, "a request needs a method");
+        sg__mcp_item_error(it, SG_MCP_INVALID_REQUEST, "a request needs a method");
         return;
     }
     if (!cJSON_IsString(method) || (params != NULL && !cJSON_IsObject(params))) {
         if (it->id == NULL)
             it->id = sg_strdup("null");
-        sg_mcp_item_error(it, SG_MCP_INVALID_REQUEST,
-                          !cJSON_IsString(method) ? "method must be a string" : "params must be an object");
+        sg__mcp_item_error(it, SG_MCP_INVALID_REQUEST,
+                           !cJSON_IsString(method) ? "method must be a string" : "params must be an object");
         return;
     }
     const char *m = method->valuestring;
@@ -780,27 +780,27 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
         on_initialize(p, it, params);
     } else if (strcmp(m, "ping") == 0) {
         sg_counter_add(M.methods[M_PING], 1);
-        sg_mcp_item_result(it, "{}", 2);
+        sg__mcp_item_result(it, "{}", 2);
     } else if (strcmp(m, "tools/list") == 0) {
         sg_counter_add(M.methods[M_TOOLS_LIST], 1);
         size_t len;
-        const char *list = sg_mcp_tools_list(&len);
-        sg_mcp_item_result(it, list, len);
+        const char *list = sg__mcp_tools_list(&len);
+        sg__mcp_item_result(it, list, len);
     } else if (strcmp(m, "tools/call") == 0) {
         sg_counter_add(M.methods[M_TOOLS_CALL], 1);
         ++p->n_pending;
         it->pending = 1;
-        if (sg_mcp_tools_call(it, p->loop, p->client, params) == 0) {
+        if (sg__mcp_tools_call(it, p->loop, p->client, params) == 0) {
             it->pending = 0;
             --p->n_pending;
         } else {
-            it->async = 1; /* its reply goes out from sg_mcp_item_done(), perhaps already did */
+            it->async = 1; /* its reply goes out from sg__mcp_item_done(), perhaps already did */
         }
     } else {
         sg_counter_add(M.methods[M_OTHER], 1);
         char msg2[160];
         snprintf(msg2, sizeof(msg2), "method not found: %.100s", m);
-        sg_mcp_item_error(it, SG_MCP_METHOD_NOT_FOUND, msg2);
+        sg__mcp_item_error(it, SG_MCP_METHOD_NOT_FOUND, msg2);
     }
 }
 
@@ -1172,7 +1172,7 @@ void sg_mcp_init(sg_server_t *s)
                                    "Replies for an HTTP+SSE session whose stream had closed before they were ready.", "");
     M.sessions = sg_metrics_gauge("searchgate_mcp_sessions", "Open MCP sessions (both transports).", "");
     M.streams = sg_metrics_gauge("searchgate_mcp_sse_streams", "Open GET /sse event streams.", "");
-    sg_mcp_tools_init(s);
+    sg__mcp_tools_init(s);
 }
 
 void sg_mcp_dispose(void)
@@ -1184,7 +1184,7 @@ void sg_mcp_dispose(void)
     free(T.buckets);
     T.buckets = NULL;
     pthread_mutex_destroy(&T.mu);
-    sg_mcp_tools_dispose();
+    sg__mcp_tools_dispose();
 }
 
 void sg_mcp_init_loop(sg_loop_t *loop)

@@ -10,7 +10,7 @@
  * Failures of the search itself (rate limit, timeout, backend down) are tool results with isError
  * true, as the MCP spec wants, so an agent sees them; malformed calls are JSON-RPC errors.
  */
-#include "mcp.h"
+#include "mcp_impl.h"
 #include "json.h"
 #include "query.h"
 #include "fusion_route.h"
@@ -41,7 +41,7 @@ typedef struct st_mcp_call_t {
     char **texts; /* the queries (URLs), kept for the access text */
 } mcp_call_t;
 
-const char *sg_mcp_tools_list(size_t *len)
+const char *sg__mcp_tools_list(size_t *len)
 {
     *len = X.list.len;
     return X.list.base;
@@ -119,7 +119,7 @@ static void add_tool(const char *name, sg_backend_t *route, int fusion, int is_a
         sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).", l);
 }
 
-void sg_mcp_tools_init(sg_server_t *s)
+void sg__mcp_tools_init(sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
     X.tools = sg_mem_calloc(2 * (s->n_backends + cfg->n_fusions), sizeof(*X.tools));
@@ -154,7 +154,7 @@ void sg_mcp_tools_init(sg_server_t *s)
     sg_buf_appends(&X.list, "]}");
 }
 
-void sg_mcp_tools_dispose(void)
+void sg__mcp_tools_dispose(void)
 {
     for (size_t i = 0; i < X.n; ++i)
         free(X.tools[i].name);
@@ -278,7 +278,7 @@ static void tool_error(sg_mcp_item_t *item, const char *text)
     sg_buf_appends(&b, "{\"content\":[{\"type\":\"text\",\"text\":");
     sg_buf_append_json_string(&b, text, strlen(text));
     sg_buf_appends(&b, "}],\"isError\":true}");
-    sg_mcp_item_result(item, b.base, b.len);
+    sg__mcp_item_result(item, b.base, b.len);
     sg_buf_free(&b);
 }
 
@@ -301,7 +301,7 @@ static void send_result(sg_mcp_item_t *item, sg_buf_t *content, sg_buf_t *struct
     sg_buf_appends(&b, "],");
     sg_buf_append(&b, structured->base, structured->len);
     sg_buf_appends(&b, ",\"isError\":false}");
-    sg_mcp_item_result(item, b.base, b.len);
+    sg__mcp_item_result(item, b.base, b.len);
     sg_buf_free(&b);
     sg_buf_free(content);
     sg_buf_free(structured);
@@ -396,7 +396,7 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
         sg_counter_add(c->tool->ok, 1);
     }
     call_free(c);
-    sg_mcp_item_done(item);
+    sg__mcp_item_done(item);
 }
 
 static void on_fusion_done(void *ctx, const sg_query_result_t *res, const char *partial)
@@ -457,12 +457,12 @@ fail:
     return -1;
 }
 
-int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params)
+int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params)
 {
     const sg_config_t *cfg = sg_server.cfg;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
     if (!cJSON_IsString(name)) {
-        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.name (a string) is required");
+        sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.name (a string) is required");
         return 0;
     }
     const mcp_tool_t *tool = NULL;
@@ -472,12 +472,12 @@ int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client,
     char err[300];
     if (tool == NULL) {
         snprintf(err, sizeof(err), "unknown tool: %.100s (tools/list names them)", name->valuestring);
-        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
+        sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
         return 0;
     }
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
     if (args != NULL && !cJSON_IsNull(args) && !cJSON_IsObject(args)) {
-        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.arguments must be an object");
+        sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.arguments must be an object");
         return 0;
     }
     uint32_t topk = 0;
@@ -486,7 +486,7 @@ int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client,
         double v = cJSON_IsNumber(tk) ? tk->valuedouble : -1;
         if (v < 0 || v != (double)(uint64_t)v || v > cfg->limits.max_topk) {
             snprintf(err, sizeof(err), "arguments.topk must be an integer in [1, %u] (limits.max_topk)", cfg->limits.max_topk);
-            sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
+            sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
             return 0;
         }
         topk = (uint32_t)v; /* 0, like null, means the route's default (as on /retrieve) */
@@ -495,7 +495,7 @@ int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client,
     uint32_t n = 0;
     if (read_texts(args, tool->is_access ? "url" : "query", tool->is_access ? "urls" : "queries", &texts, &n, err, sizeof(err)) !=
         0) {
-        sg_mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
+        sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
         return 0;
     }
     mcp_call_t *c = sg_mem_calloc(1, sizeof(*c));
@@ -536,7 +536,7 @@ int sg_mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client,
     return 1;
 }
 
-void sg_mcp_tools_cancel(sg_mcp_item_t *item)
+void sg__mcp_tools_cancel(sg_mcp_item_t *item)
 {
     mcp_call_t *c = item->call;
     if (c == NULL)

@@ -91,7 +91,7 @@ static void finish(sg_query_t *q, int status, const char *type)
     if (h2o_linklist_is_linked(&q->link))
         h2o_linklist_unlink(&q->link);
     sg_timer_stop(&q->loop->timers, &q->timer);
-    sg_dispatch_abandon(q);
+    sg__dispatch_abandon(q);
     record(q, status, type);
 }
 
@@ -127,7 +127,7 @@ void sg__query_after_cache(sg_query_t *q)
         answer(q);
         return;
     }
-    sg_budget_dispatch(q, fail); /* spend budgets, then sg_dispatch_misses() */
+    sg__budget_dispatch(q, fail); /* spend budgets, then sg__dispatch_misses() */
 }
 
 void sg__query_finish_if_complete(sg_query_t *q)
@@ -252,7 +252,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
                    detail != NULL ? detail : sg_plugin_status_name(status), sg_server.backends[rc->fallback].conf->name);
         }
         q->serving = &sg_server.backends[rc->fallback];
-        sg_budget_dispatch(q, fail);
+        sg__budget_dispatch(q, fail);
         return;
     }
     int http = sg_plugin_status_http(status);

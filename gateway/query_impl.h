@@ -50,7 +50,7 @@ struct st_sg_query_t {
     int leg;      /* a fusion route's leg (query.h) */
     char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
 
-    /* budget.c: the reservation dispatch draws from, while sg_dispatch_misses() runs */
+    /* budget.c: the reservation dispatch draws from, while sg__dispatch_misses() runs */
     struct st_sg_budget_charge_t *budget;
 };
 

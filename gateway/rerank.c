@@ -277,93 +277,105 @@ static int cmp_ranked(const void *pa, const void *pb)
     return a->rank < b->rank ? -1 : a->rank > b->rank;
 }
 
-/* Scores the call on a worker and completes it. The passages of one query are scored once each:
- * identical passages (the same page twice, syndicated snippets) share one score, so they tie
- * exactly and keep their first-stage order. */
-static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
+/* What scoring one call needs besides the call: sized for its longest candidate list and reused
+ * query after query, so a call allocates once however many queries it has. */
+typedef struct st_scratch_t {
+    sg_buf_t text; /* the distinct passages of one query, back to back */
+    const char **passages;
+    size_t *plens, *poffs;
+    uint64_t *phash;
+    size_t *rep;    /* candidate -> index of its distinct passage */
+    float *uscores; /* per distinct passage */
+    char err[256];  /* the cross-encoder's message: lives until the call is failed */
+} scratch_t;
+
+static void scratch_init(scratch_t *sc, size_t most)
+{
+    memset(sc, 0, sizeof(*sc));
+    sc->uscores = sg_mem_calloc(most, sizeof(*sc->uscores));
+    sc->passages = sg_mem_calloc(most, sizeof(*sc->passages));
+    sc->plens = sg_mem_calloc(most, sizeof(*sc->plens));
+    sc->poffs = sg_mem_calloc(most, sizeof(*sc->poffs));
+    sc->phash = sg_mem_calloc(most, sizeof(*sc->phash));
+    sc->rep = sg_mem_calloc(most, sizeof(*sc->rep));
+}
+
+static void scratch_free(scratch_t *sc)
+{
+    sg_buf_free(&sc->text);
+    free(sc->passages);
+    free(sc->plens);
+    free(sc->poffs);
+    free(sc->phash);
+    free(sc->rep);
+    free(sc->uscores);
+}
+
+/* The passages of candidates [base, base + n) of the call, each distinct one once (sc->passages,
+ * sc->plens) and every candidate mapped to its own (sc->rep); returns how many are distinct. */
+static size_t distinct_passages(scratch_t *sc, const job_t *j, size_t base, size_t n)
+{
+    size_t nu = 0;
+    sc->text.len = 0;
+    for (size_t k = 0; k < n; ++k) {
+        size_t off = sc->text.len;
+        size_t len = sg_rerank_passage(j->docs[base + k], j->doc_lens[base + k], &sc->text);
+        uint64_t h = sg_hash64(sc->text.base + off, len, 0x7e4a);
+        size_t u = 0;
+        while (u < nu &&
+               !(sc->phash[u] == h && sc->plens[u] == len && memcmp(sc->text.base + sc->poffs[u], sc->text.base + off, len) == 0))
+            ++u;
+        if (u == nu) {
+            sc->poffs[nu] = off;
+            sc->plens[nu] = len;
+            sc->phash[nu] = h;
+            ++nu;
+        } else {
+            sc->text.len = off; /* a duplicate: drop the copy */
+        }
+        sc->rep[k] = u;
+    }
+    for (size_t u = 0; u < nu; ++u) /* the buffer has stopped moving */
+        sc->passages[u] = sc->text.base + sc->poffs[u];
+    return nu;
+}
+
+/* Scores query `q` against its `nu` distinct passages into sc->uscores, in passes of `batch` pairs;
+ * between passes it stops for a cancel or the deadline, so a long call neither outlives its
+ * waiters nor holds a worker past its deadline. Returns SG_OK, or the failure and *why. */
+static sg_status score_passes(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j, size_t q, scratch_t *sc, size_t nu,
+                              const char **why)
+{
+    const sg_search *s = j->outer;
+    for (size_t at = 0; at < nu;) {
+        if (atomic_load(&j->cancel)) {
+            *why = "every waiting request went away";
+            sg_counter_add(st->m_canceled, 1);
+            return SG_ECANCELED;
+        }
+        if (s->deadline_ms != 0 && sg_now_ms() >= s->deadline_ms) {
+            *why = "deadline passed while reranking";
+            sg_counter_add(st->m_deadline, 1);
+            return SG_ETIMEDOUT;
+        }
+        size_t m = nu - at < st->conf->batch ? nu - at : st->conf->batch;
+        if (X->score(st->model, ws, s->queries[q].text, s->queries[q].len, sc->passages + at, sc->plens + at, m, st->max_length,
+                     sc->uscores + at, sc->err, sizeof(sc->err)) != 0) {
+            *why = sc->err;
+            sg_counter_add(st->m_errors, 1);
+            return SG_EINTERNAL;
+        }
+        sg_counter_add(st->m_pairs, m); /* per pass: the rate is live while a long call is scored */
+        at += m;
+    }
+    return SG_OK;
+}
+
+/* Completes a scored call: per query, best first, ties by first-stage rank, the topk best. */
+static void job_answer(struct sg_backend *st, job_t *j, const float *scores, uint64_t now)
 {
     const sg_search *s = j->outer;
     size_t nq = s->n_queries;
-    uint64_t t0 = sg_now_us();
-    size_t most = 1;
-    for (size_t q = 0; q < nq; ++q)
-        if (j->first[q + 1] - j->first[q] > most)
-            most = j->first[q + 1] - j->first[q];
-    float *scores = sg_mem_calloc(j->n_pairs != 0 ? j->n_pairs : 1, sizeof(float));
-    float *uscores = sg_mem_calloc(most, sizeof(float));
-    const char **passages = sg_mem_calloc(most, sizeof(*passages));
-    size_t *plens = sg_mem_calloc(most, sizeof(*plens));
-    size_t *poffs = sg_mem_calloc(most, sizeof(*poffs));
-    uint64_t *phash = sg_mem_calloc(most, sizeof(*phash));
-    size_t *rep = sg_mem_calloc(most, sizeof(*rep)); /* candidate -> index of its distinct passage */
-    sg_buf_t text = {0};
-    sg_status fail = SG_OK;
-    const char *why = NULL;
-    char err[256];
-    for (size_t q = 0; q < nq && fail == SG_OK; ++q) {
-        size_t base = j->first[q], n = j->first[q + 1] - base, nu = 0;
-        text.len = 0;
-        for (size_t k = 0; k < n; ++k) {
-            size_t off = text.len;
-            size_t len = sg_rerank_passage(j->docs[base + k], j->doc_lens[base + k], &text);
-            uint64_t h = sg_hash64(text.base + off, len, 0x7e4a);
-            size_t u = 0;
-            while (u < nu && !(phash[u] == h && plens[u] == len && memcmp(text.base + poffs[u], text.base + off, len) == 0))
-                ++u;
-            if (u == nu) {
-                poffs[nu] = off;
-                plens[nu] = len;
-                phash[nu] = h;
-                ++nu;
-            } else {
-                text.len = off; /* a duplicate: drop the copy */
-            }
-            rep[k] = u;
-        }
-        for (size_t u = 0; u < nu; ++u)
-            passages[u] = text.base + poffs[u];
-        for (size_t at = 0; at < nu;) {
-            if (atomic_load(&j->cancel)) {
-                fail = SG_ECANCELED;
-                why = "every waiting request went away";
-                sg_counter_add(st->m_canceled, 1);
-                break;
-            }
-            if (s->deadline_ms != 0 && sg_now_ms() >= s->deadline_ms) {
-                fail = SG_ETIMEDOUT;
-                why = "deadline passed while reranking";
-                sg_counter_add(st->m_deadline, 1);
-                break;
-            }
-            size_t m = nu - at < st->conf->batch ? nu - at : st->conf->batch;
-            if (X->score(st->model, ws, s->queries[q].text, s->queries[q].len, passages + at, plens + at, m, st->max_length,
-                         uscores + at, err, sizeof(err)) != 0) {
-                fail = SG_EINTERNAL;
-                why = err;
-                sg_counter_add(st->m_errors, 1);
-                break;
-            }
-            sg_counter_add(st->m_pairs, m); /* per pass: the rate is live while a long call is scored */
-            at += m;
-        }
-        for (size_t k = 0; k < n && fail == SG_OK; ++k)
-            scores[base + k] = uscores[rep[k]];
-    }
-    sg_buf_free(&text);
-    free(passages);
-    free(plens);
-    free(poffs);
-    free(phash);
-    free(rep);
-    free(uscores);
-    uint64_t now = sg_now_us();
-    sg_hist_observe_us(st->m_score_latency, now - t0);
-    if (fail != SG_OK) {
-        free(scores);
-        job_fail(j, fail, why, 0);
-        return;
-    }
-    /* best first, ties by first-stage rank; the topk best of each query */
     sg_hits *qs = sg_mem_calloc(nq, sizeof(*qs));
     sg_hit *hits = sg_mem_calloc(j->n_pairs != 0 ? j->n_pairs : 1, sizeof(*hits));
     ranked_t *order = sg_mem_calloc(j->n_pairs != 0 ? j->n_pairs : 1, sizeof(*order));
@@ -394,6 +406,40 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
     free(order);
     free(hits);
     free(qs);
+}
+
+/* Scores the call on a worker and completes it. The passages of one query are scored once each:
+ * identical passages (the same page twice, syndicated snippets) share one score, so they tie
+ * exactly and keep their first-stage order. */
+static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
+{
+    size_t nq = j->outer->n_queries;
+    uint64_t t0 = sg_now_us();
+    size_t most = 1;
+    for (size_t q = 0; q < nq; ++q)
+        if (j->first[q + 1] - j->first[q] > most)
+            most = j->first[q + 1] - j->first[q];
+    float *scores = sg_mem_calloc(j->n_pairs != 0 ? j->n_pairs : 1, sizeof(float));
+    scratch_t sc;
+    scratch_init(&sc, most);
+    sg_status fail = SG_OK;
+    const char *why = NULL;
+    for (size_t q = 0; q < nq && fail == SG_OK; ++q) {
+        size_t base = j->first[q], n = j->first[q + 1] - base;
+        size_t nu = distinct_passages(&sc, j, base, n);
+        fail = score_passes(st, ws, j, q, &sc, nu, &why);
+        for (size_t k = 0; k < n && fail == SG_OK; ++k)
+            scores[base + k] = sc.uscores[sc.rep[k]];
+    }
+    scratch_free(&sc);
+    uint64_t now = sg_now_us();
+    sg_hist_observe_us(st->m_score_latency, now - t0);
+    if (fail != SG_OK) {
+        free(scores);
+        job_fail(j, fail, why, 0);
+        return;
+    }
+    job_answer(st, j, scores, now);
     free(scores);
     job_release(j);
 }
@@ -655,11 +701,10 @@ static void rr_destroy(sg_backend *st)
     free(st);
 }
 
-int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
+/* Loads the route's cross-encoder and applies its settings; *max_length is the one the stage uses
+ * (the configured one, else the model's default). On error the model is freed and `err` says why. */
+static int load_model(const sg_rerank_conf_t *rc, sg_xenc_model **out, uint32_t *max_length_out, char *err, size_t err_size)
 {
-    const sg_rerank_conf_t *rc = b->conf->rerank;
-    if (rc == NULL)
-        return 0;
     char why[512];
     sg_xenc_model *m = NULL;
     if (X == NULL) {
@@ -696,6 +741,18 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
         X->free(m);
         return -1;
     }
+    *out = m;
+    *max_length_out = max_length;
+    return 0;
+}
+
+/* The stage in front of route `b`'s plugin: its table keeps the plugin's name and version and
+ * forwards what the stage does not change. The identity (the route's cache key prefix) adds the
+ * model and the stage's settings, so results cached with another model, candidates or max_length
+ * are not served. No thread runs yet. */
+static struct sg_backend *stage_new(struct st_sg_backend_t *b, sg_xenc_model *m, uint32_t max_length)
+{
+    const sg_rerank_conf_t *rc = b->conf->rerank;
     struct sg_backend *st = sg_mem_calloc(1, sizeof(*st));
     const sg_backend_vtable *ivt = b->plugin.vt;
     st->vt.abi_major = SG_BACKEND_ABI_MAJOR;
@@ -729,8 +786,13 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     st->tail = &st->head;
+    return st;
+}
+
+static void stage_metrics(struct sg_backend *st, const char *route)
+{
     char l[160];
-    snprintf(l, sizeof(l), "backend=\"%s\"", b->conf->name);
+    snprintf(l, sizeof(l), "backend=\"%s\"", route);
     st->m_pairs =
         sg_metrics_counter("searchgate_rerank_pairs_total", "(query, passage) pairs scored by the route's cross-encoder.", l);
     st->m_queries = sg_metrics_counter("searchgate_rerank_queries_total", "Queries answered by the rerank stage.", l);
@@ -746,15 +808,22 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
     st->m_waiting = sg_metrics_gauge("searchgate_rerank_queued_pairs",
                                      "Pairs whose candidates arrived and wait for a rerank worker (the queue depth).", l);
     sg_gauge_set(sg_metrics_gauge("searchgate_rerank_queue_limit_pairs", "The route's rerank.max_queue (pairs).", l),
-                 rc->max_queue);
-    snprintf(l, sizeof(l), "backend=\"%s\",reason=\"deadline\"", b->conf->name);
+                 st->conf->max_queue);
+    snprintf(l, sizeof(l), "backend=\"%s\",reason=\"deadline\"", route);
     st->m_deadline =
         sg_metrics_counter("searchgate_rerank_dropped_total", "Calls the rerank stage stopped before answering, by reason.", l);
-    snprintf(l, sizeof(l), "backend=\"%s\",reason=\"canceled\"", b->conf->name);
+    snprintf(l, sizeof(l), "backend=\"%s\",reason=\"canceled\"", route);
     st->m_canceled =
         sg_metrics_counter("searchgate_rerank_dropped_total", "Calls the rerank stage stopped before answering, by reason.", l);
-    st->threads = sg_mem_calloc(rc->workers, sizeof(*st->threads));
-    for (uint32_t i = 0; i < rc->workers; ++i) {
+}
+
+/* Starts the stage's workers. When one cannot start, the ones started are stopped and the stage
+ * (model included) is freed: the route then fails to start with `err`. */
+static int start_workers(struct sg_backend *st, char *err, size_t err_size)
+{
+    uint32_t workers = st->conf->workers;
+    st->threads = sg_mem_calloc(workers, sizeof(*st->threads));
+    for (uint32_t i = 0; i < workers; ++i) {
         if (pthread_create(&st->threads[i], NULL, worker_main, st) != 0) {
             snprintf(err, err_size, "rerank: cannot start worker thread %u", i);
             pthread_mutex_lock(&st->mu);
@@ -763,7 +832,7 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
             pthread_mutex_unlock(&st->mu);
             for (uint32_t k = 0; k < i; ++k)
                 pthread_join(st->threads[k], NULL);
-            X->free(m);
+            X->free(st->model);
             pthread_mutex_destroy(&st->mu);
             pthread_cond_destroy(&st->cv);
             free(st->threads);
@@ -774,6 +843,22 @@ int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
         }
         st->n_threads = i + 1;
     }
+    return 0;
+}
+
+int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
+{
+    const sg_rerank_conf_t *rc = b->conf->rerank;
+    if (rc == NULL)
+        return 0;
+    sg_xenc_model *m;
+    uint32_t max_length;
+    if (load_model(rc, &m, &max_length, err, err_size) != 0)
+        return -1;
+    struct sg_backend *st = stage_new(b, m, max_length);
+    stage_metrics(st, b->conf->name);
+    if (start_workers(st, err, err_size) != 0)
+        return -1;
     b->plugin.vt = &st->vt;
     b->inst = st;
     SG_LOG(SG_LL_INFO, "rerank", "route %s: cross-encoder %s (%d label%s), %u candidates, max_length %u, %u worker%s",

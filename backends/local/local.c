@@ -15,9 +15,10 @@
  * tasks of each of its steps (the encoder's column slices and attention heads, a flat index's row
  * slices). One client (c=1) so gets every core, and under load batches stay full, each product
  * split over several cores, instead of many small single-threaded batches whose products run far
- * below the cores' rate. Helpers stay until the batch ends. With "teams": false (and on the GPU
- * path), each worker runs its own batch alone and takes only its share of the queue (queued /
- * idle workers), waking another worker for the rest. BLAS/OpenMP pools are kept at one thread
+ * below the cores' rate. Helpers stay until the batch ends. When more than `max_batch` queries
+ * are queued no team forms (the idle workers have work of their own): the worker takes its share
+ * of the queue (queued / idle workers) and runs it alone. With "teams": false (and on the GPU
+ * path) that is the rule for every batch, waking another worker for the rest. BLAS/OpenMP pools are kept at one thread
  * each either way. The queue is bounded in queued queries: past `max_queue` search() returns
  * SG_EOVERLOAD (503 + Retry-After).
  *
@@ -517,9 +518,12 @@ static void *worker_main(void *arg)
         }
         size_t idle = self->n_workers - self->busy - self->helping; /* this one included */
         size_t limit = self->max_batch;
-        if (!self->teams) {
-            /* one single-threaded batch per worker: share the queue with the idle workers, so that
-             * in a closed loop (N clients each waiting for its answer) every core has a batch */
+        /* More queued than one batch: the idle workers will find work of their own, so none would
+         * join a team (they help only when nothing is queued) and splitting this batch's products
+         * would only cost. Then, as without teams, share the queue with them: in a closed loop (N
+         * clients each waiting for its answer) every core gets a batch. */
+        int share = !self->teams || self->queued > self->max_batch;
+        if (share) {
             limit = (self->queued + idle - 1) / idle;
             if (limit > self->max_batch)
                 limit = self->max_batch;
@@ -527,9 +531,10 @@ static void *worker_main(void *arg)
         size_t n = take_batch(self, w, now, limit != 0 ? limit : 1);
         if (n == 0)
             continue;
-        /* teams: a full batch, its products split over the idle workers that join (more rows per
-         * product per core than many small batches: the matrix units' efficiency grows with them) */
-        int team = self->teams && idle > 1;
+        /* teams: the whole queue in one batch, its products split over the idle workers that join
+         * (more rows per product per core than many small batches: the matrix units' efficiency
+         * grows with them) */
+        int team = !share && idle > 1;
         self->busy++;
         if (team) {
             sg_team_open(&self->team[w->idx], w->idx, (unsigned)idle);

@@ -204,9 +204,14 @@ def metrics(port):
 
 def run_points(srv, seconds, queries, offset0):
     res = {}
+    last_qps = None
     for i, (label, conns, per) in enumerate(POINTS):
         before = metrics(srv.port)
-        r = wrk(srv.port, conns, per, seconds * (2 if per > 1 else 1), queries, offset0 + i * 10000)
+        dur = seconds * (2 if per > 1 else 1)
+        if per > 32 and last_qps:  # long requests: long enough for each connection to finish ~4 of them
+            dur = max(dur, int(4.0 * per * conns / last_qps) + 1)
+        r = wrk(srv.port, conns, per, dur, queries, offset0 + i * 10000)
+        last_qps = r["qps"] or last_qps
         after = metrics(srv.port)
         extra = ""
         if before is not None and after is not None:
