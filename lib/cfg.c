@@ -195,6 +195,29 @@ int sg_cfg_secret_env(sg_cfg_t *c, const cJSON *obj, const char *key, int requir
     return 0;
 }
 
+static int read_text(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *k, char **out)
+{
+    const cJSON *v = get(obj, k->key);
+    if (v == NULL) {
+        *out = dup_str(k->sdef != NULL ? k->sdef : "");
+        return 0;
+    }
+    if (!cJSON_IsString(v) || (k->maxlen != 0 && strlen(v->valuestring) >= k->maxlen)) {
+        if (k->expect != NULL)
+            return sg_cfg_fail(c, k->key, v, "%s", k->expect);
+        if (k->maxlen != 0)
+            return sg_cfg_fail(c, k->key, v, "expected a string shorter than %zu bytes", k->maxlen);
+        return sg_cfg_fail(c, k->key, v, "expected a string");
+    }
+    *out = dup_str(v->valuestring);
+    return 0;
+}
+
+int sg_cfg_present(const cJSON *obj, const char *key)
+{
+    return get(obj, key) != NULL;
+}
+
 static void store_int(void *dst, size_t size, int64_t v)
 {
     uint8_t u8 = (uint8_t)v;
@@ -226,8 +249,10 @@ static int read_entry(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *k, cons
         return 0;
     case SG_CFG_STRING:
     case SG_CFG_PATH:
+    case SG_CFG_TEXT:
         if ((k->type == SG_CFG_STRING ? sg_cfg_string(c, obj, k->key, k->required, k->sdef, &str)
-                                      : sg_cfg_path(c, obj, k->key, k->required, base_dir, &str)) != 0)
+             : k->type == SG_CFG_PATH ? sg_cfg_path(c, obj, k->key, k->required, base_dir, &str)
+                                      : read_text(c, obj, k, &str)) != 0)
             return -1;
         memcpy(dst + k->offset, &str, sizeof(str));
         return 0;

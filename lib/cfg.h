@@ -49,7 +49,7 @@ char *sg_cfg_resolve(const char *base_dir, const char *p);
  * table names them (so they are allowed and documented) and the plugin reads them itself.
  * tests/lint/test_config_docs.py checks every table against its docs/backends/<plugin>.md. */
 
-enum { SG_CFG_CUSTOM, SG_CFG_INT, SG_CFG_DOUBLE, SG_CFG_BOOL, SG_CFG_STRING, SG_CFG_PATH, SG_CFG_ENUM };
+enum { SG_CFG_CUSTOM, SG_CFG_INT, SG_CFG_DOUBLE, SG_CFG_BOOL, SG_CFG_STRING, SG_CFG_PATH, SG_CFG_ENUM, SG_CFG_TEXT };
 
 typedef struct st_sg_cfg_key_t {
     const char *key;
@@ -60,44 +60,58 @@ typedef struct st_sg_cfg_key_t {
     int required;               /* SG_CFG_STRING, SG_CFG_PATH */
     const char *sdef;           /* SG_CFG_STRING default (NULL: none) */
     const char *const *choices; /* SG_CFG_ENUM, NULL-terminated */
+    size_t maxlen;              /* SG_CFG_TEXT: the value is shorter than this (0: any length) */
+    const char *expect;         /* SG_CFG_TEXT: what a wrong value's message says was expected (NULL: a string) */
 } sg_cfg_key_t;
 
 #define SG_CFG_FIELD_(T, f) offsetof(T, f), sizeof(((T *)0)->f)
 /** An integer in [min, max], default `def`, stored in T.f (any integer type). */
 #define SG_CFG_INT(T, f, key, min, max, def)                                                                                       \
     {                                                                                                                              \
-        (key), SG_CFG_INT, SG_CFG_FIELD_(T, f), (min), (max), (def), 0, 0, 0, 0, NULL, NULL                                        \
+        (key), SG_CFG_INT, SG_CFG_FIELD_(T, f), (min), (max), (def), 0, 0, 0, 0, NULL, NULL, 0, NULL                               \
     }
 /** A number in [min, max], default `def`, stored in the double T.f. */
 #define SG_CFG_DOUBLE(T, f, key, min, max, def)                                                                                    \
     {                                                                                                                              \
-        (key), SG_CFG_DOUBLE, SG_CFG_FIELD_(T, f), 0, 0, 0, (min), (max), (def), 0, NULL, NULL                                     \
+        (key), SG_CFG_DOUBLE, SG_CFG_FIELD_(T, f), 0, 0, 0, (min), (max), (def), 0, NULL, NULL, 0, NULL                            \
     }
 /** A boolean, default `def`, stored in the int T.f. */
 #define SG_CFG_BOOL(T, f, key, def)                                                                                                \
     {                                                                                                                              \
-        (key), SG_CFG_BOOL, SG_CFG_FIELD_(T, f), 0, 0, (def), 0, 0, 0, 0, NULL, NULL                                               \
+        (key), SG_CFG_BOOL, SG_CFG_FIELD_(T, f), 0, 0, (def), 0, 0, 0, 0, NULL, NULL, 0, NULL                                      \
     }
 /** A string (malloc'ed into the char * T.f), required or with default `def` (may be NULL). */
 #define SG_CFG_STRING(T, f, key, required, def)                                                                                    \
     {                                                                                                                              \
-        (key), SG_CFG_STRING, SG_CFG_FIELD_(T, f), 0, 0, 0, 0, 0, 0, (required), (def), NULL                                       \
+        (key), SG_CFG_STRING, SG_CFG_FIELD_(T, f), 0, 0, 0, 0, 0, 0, (required), (def), NULL, 0, NULL                              \
     }
 /** A path resolved against the config's directory (malloc'ed into the char * T.f). */
 #define SG_CFG_PATH(T, f, key, required)                                                                                           \
     {                                                                                                                              \
-        (key), SG_CFG_PATH, SG_CFG_FIELD_(T, f), 0, 0, 0, 0, 0, 0, (required), NULL, NULL                                          \
+        (key), SG_CFG_PATH, SG_CFG_FIELD_(T, f), 0, 0, 0, 0, 0, 0, (required), NULL, NULL, 0, NULL                                 \
     }
 /** One of `choices`, its index stored in the int T.f, default index `def`. */
 #define SG_CFG_ENUM(T, f, key, choices, def)                                                                                       \
     {                                                                                                                              \
-        (key), SG_CFG_ENUM, SG_CFG_FIELD_(T, f), 0, 0, (def), 0, 0, 0, 0, NULL, (choices)                                          \
+        (key), SG_CFG_ENUM, SG_CFG_FIELD_(T, f), 0, 0, (def), 0, 0, 0, 0, NULL, (choices), 0, NULL                                 \
+    }
+/**
+ * A string that may be empty ("" usually means "leave it out"), malloc'ed into the char * T.f,
+ * default `def`; shorter than `maxlen` bytes unless 0. `expect` (or NULL) replaces "expected a
+ * string" in the message for a wrong value.
+ */
+#define SG_CFG_TEXT(T, f, key, def, maxlen, expect)                                                                                \
+    {                                                                                                                              \
+        (key), SG_CFG_TEXT, SG_CFG_FIELD_(T, f), 0, 0, 0, 0, 0, 0, 0, (def), NULL, (maxlen), (expect)                              \
     }
 /** A key the plugin reads itself (allowed and documented, not read by sg_cfg_read()). */
 #define SG_CFG_CUSTOM_KEY(key)                                                                                                     \
     {                                                                                                                              \
-        (key), SG_CFG_CUSTOM, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL                                                                \
+        (key), SG_CFG_CUSTOM, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, NULL                                                       \
     }
+
+/** The number of entries of a table. */
+#define SG_CFG_N(table) (sizeof(table) / sizeof((table)[0]))
 
 /**
  * Checks that `obj` is an object whose keys all appear in `table` (n entries), then reads every
@@ -105,5 +119,8 @@ typedef struct st_sg_cfg_key_t {
  * Returns 0, or -1 with the first error in c->err (the message the sg_cfg_* function gives).
  */
 int sg_cfg_read(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst);
+
+/** 1 when `obj` has `key` with a value other than null (a key whose absence means "not set"). */
+int sg_cfg_present(const cJSON *obj, const char *key);
 
 #endif

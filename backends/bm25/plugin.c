@@ -362,6 +362,35 @@ static const sg_cfg_key_t bm_config[] = {
     SG_CFG_BOOL(bm_conf_t, preload, "preload", 1),
 };
 
+/* The length norms of k1 and b, and the search workers with their searchers. */
+static sg_status start_workers(sg_backend *self, char *err, size_t err_size)
+{
+    self->norms = sg_bm25_norms(&self->ix, self->k1, self->b);
+    self->workers = calloc(self->n_workers, sizeof(*self->workers));
+    if (self->norms == NULL || self->workers == NULL) {
+        snprintf(err, err_size, "out of memory for %llu documents", (unsigned long long)self->ix.meta.n_docs);
+        return SG_ENOMEM;
+    }
+    for (size_t i = 0; i < self->n_workers; ++i) {
+        worker_t *w = &self->workers[i];
+        w->self = self;
+        w->searcher = sg_bm25_searcher_new(&self->ix, self->norms);
+        w->hits = malloc(self->max_topk * sizeof(*w->hits));
+        if (w->searcher == NULL || w->hits == NULL) {
+            snprintf(err, err_size, "out of memory for %zu search workers", self->n_workers);
+            return SG_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < self->n_workers; ++i) {
+        if (pthread_create(&self->workers[i].thread, NULL, worker_main, &self->workers[i]) != 0) {
+            snprintf(err, err_size, "cannot start search worker %zu", i);
+            return SG_EINTERNAL;
+        }
+        self->workers[i].started = 1;
+    }
+    return SG_OK;
+}
+
 static sg_status bm_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
@@ -383,7 +412,7 @@ static sg_status bm_create(const sg_host_api *host, const char *instance, const 
         snprintf(err, err_size, "config: not valid JSON");
         goto fail;
     }
-    if (sg_cfg_read(&c, root, bm_config, sizeof(bm_config) / sizeof(bm_config[0]), base_dir, &conf) != 0)
+    if (sg_cfg_read(&c, root, bm_config, SG_CFG_N(bm_config), base_dir, &conf) != 0)
         goto fail;
     const char *dir = conf.dir;
     int verify = conf.verify, preload = conf.preload;
@@ -403,34 +432,10 @@ static sg_status bm_create(const sg_host_api *host, const char *instance, const 
     if (sg_cfg_double(&c, root, "k1", 0, 1000, self->ix.meta.k1, &self->k1) != 0 ||
         sg_cfg_double(&c, root, "b", 0, 1, self->ix.meta.b, &self->b) != 0)
         goto fail;
-    self->norms = sg_bm25_norms(&self->ix, self->k1, self->b);
-    self->workers = calloc(self->n_workers, sizeof(*self->workers));
-    if (self->norms == NULL || self->workers == NULL) {
-        snprintf(err, err_size, "out of memory for %llu documents", (unsigned long long)self->ix.meta.n_docs);
-        st = SG_ENOMEM;
-        goto fail;
-    }
-    for (size_t i = 0; i < self->n_workers; ++i) {
-        worker_t *w = &self->workers[i];
-        w->self = self;
-        w->searcher = sg_bm25_searcher_new(&self->ix, self->norms);
-        w->hits = malloc(self->max_topk * sizeof(*w->hits));
-        if (w->searcher == NULL || w->hits == NULL) {
-            snprintf(err, err_size, "out of memory for %zu search workers", self->n_workers);
-            st = SG_ENOMEM;
-            goto fail;
-        }
-    }
     snprintf(self->identity, sizeof(self->identity), "bm25v%d:%016llx:k1=%.17g:b=%.17g", SG_BM25_FORMAT_VERSION,
              (unsigned long long)self->ix.build_id, self->k1, self->b);
-    for (size_t i = 0; i < self->n_workers; ++i) {
-        if (pthread_create(&self->workers[i].thread, NULL, worker_main, &self->workers[i]) != 0) {
-            snprintf(err, err_size, "cannot start search worker %zu", i);
-            st = SG_EINTERNAL;
-            goto fail;
-        }
-        self->workers[i].started = 1;
-    }
+    if ((st = start_workers(self, err, err_size)) != SG_OK)
+        goto fail;
     host->log(SG_LOG_INFO, instance,
               "bm25 index %s: %llu documents, %llu terms, %.1f MB, build %016llx, %s stemmer, %s stop words; k1=%g b=%g; "
               "%s check in %.0f ms; %zu workers",

@@ -217,57 +217,13 @@ sg_status sg_http_err_status(sg_http_err e)
 
 /* ---- config ---- */
 
-const char *const sg_http_conf_keys[] = {"connect_timeout_ms",
-                                         "timeout_ms",
-                                         "max_response_bytes",
-                                         "ca_file",
-                                         "tls_verify",
-                                         "proxy",
-                                         "http2",
-                                         "max_inflight",
-                                         "qps",
-                                         "burst",
-                                         "max_queue",
-                                         "max_connections",
-                                         NULL};
-
-int sg_http_conf_parse(sg_cfg_t *c, const cJSON *obj, const char *base_dir, const sg_http_conf_t *d, sg_http_conf_t *conf)
+int sg_http_conf_check(sg_cfg_t *c, const cJSON *obj, sg_http_conf_t *conf)
 {
-    int64_t v;
-    memset(conf, 0, sizeof(*conf));
-    conf->now_ms = d->now_ms;
-    conf->name = d->name;
-    if (sg_cfg_int(c, obj, "connect_timeout_ms", 1, 600000, d->connect_timeout_ms, &v) != 0)
-        return -1;
-    conf->connect_timeout_ms = (uint32_t)v;
-    if (sg_cfg_int(c, obj, "timeout_ms", 1, 3600000, d->timeout_ms, &v) != 0)
-        return -1;
-    conf->timeout_ms = (uint32_t)v;
-    if (sg_cfg_int(c, obj, "max_response_bytes", 1024, (int64_t)1 << 32, (int64_t)d->max_response_bytes, &v) != 0)
-        return -1;
-    conf->max_response_bytes = (size_t)v;
-    if (sg_cfg_path(c, obj, "ca_file", 0, base_dir, &conf->ca_file) != 0)
-        return -1;
-    if (sg_cfg_bool(c, obj, "tls_verify", 1, &conf->tls_verify) != 0 || sg_cfg_bool(c, obj, "http2", d->http2, &conf->http2) != 0)
-        return -1;
-    if (sg_cfg_string(c, obj, "proxy", 0, NULL, &conf->proxy) != 0)
-        return -1;
     if (conf->proxy != NULL && strstr(conf->proxy, "://") == NULL)
         return sg_cfg_fail(c, "proxy", cJSON_GetObjectItemCaseSensitive(obj, "proxy"),
                            "expected a proxy URL such as \"http://host:3128\"");
-    if (sg_cfg_int(c, obj, "max_inflight", 0, 1000000, d->max_inflight, &v) != 0)
-        return -1;
-    conf->max_inflight = (uint32_t)v;
-    if (sg_cfg_double(c, obj, "qps", 0, 1e6, d->qps, &conf->qps) != 0)
-        return -1;
     if (sg_cfg_double(c, obj, "burst", 1, 1e6, conf->qps > 1 ? conf->qps : 1, &conf->burst) != 0)
         return -1;
-    if (sg_cfg_int(c, obj, "max_queue", 0, 10000000, d->max_queue, &v) != 0)
-        return -1;
-    conf->max_queue = (uint32_t)v;
-    if (sg_cfg_int(c, obj, "max_connections", 0, 100000, d->max_connections, &v) != 0)
-        return -1;
-    conf->max_connections = (uint32_t)v;
     if (conf->ca_file != NULL) {
         FILE *f = fopen(conf->ca_file, "r");
         if (f == NULL)

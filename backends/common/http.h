@@ -19,7 +19,7 @@
  * may submit new transfers (retries) and cancel others. They must not block.
  *
  * The file also holds what the three plugins share around the engine: the common config keys
- * (sg_http_conf_parse), a registry of running jobs so cancel() can find a job by its cb_data
+ * (SG_HTTP_CONF_KEYS), a registry of running jobs so cancel() can find a job by its cb_data
  * (sg_http_jobs_t), and small JSON/UTF-8 helpers and the DOC lists of the reply parsers (the fuzz
  * targets compile http.c alone with a parser, so what a parser calls lives here). The rest of
  * the plugin scaffolding they share (health state, retry policy, config opening) is remote.h.
@@ -40,7 +40,7 @@
 
 typedef struct st_sg_http_t sg_http_t;
 
-/** Engine settings; sg_http_conf_parse() fills them from the common config keys. */
+/** Engine settings; a plugin's config table fills them from the common keys (SG_HTTP_CONF_KEYS). */
 typedef struct st_sg_http_conf_t {
     uint32_t connect_timeout_ms; /* TCP + TLS handshake bound for new connections */
     uint32_t timeout_ms;         /* default total bound of one transfer (a deadline may shorten it) */
@@ -161,14 +161,27 @@ void sg_http_fetch_sync(const sg_http_conf_t *conf, const char *method, const ch
                         const char *body, size_t body_len, sg_http_resp_t *resp, char **body_out, char *msg, size_t msg_size);
 
 /**
- * Reads the common keys of every remote backend from `obj` into `conf` (defaults for absent
- * keys): connect_timeout_ms, timeout_ms, max_response_bytes, ca_file, tls_verify, proxy, http2,
- * max_inflight, qps, burst, max_queue, max_connections. `defaults` gives the per-plugin defaults.
+ * The common keys of every remote backend, for the plugin's config table (lib/cfg.h), read into
+ * its sg_http_conf_t member `f` of T, with the plugin's defaults in this order; the keys come in
+ * the order of the plugin's "allowed" list. burst (its default is qps) is read by
+ * sg_http_conf_check(), which runs after the table.
  */
-int sg_http_conf_parse(sg_cfg_t *c, const cJSON *obj, const char *base_dir, const sg_http_conf_t *defaults, sg_http_conf_t *conf);
+#define SG_HTTP_CONF_KEYS(T, f, connect_def, timeout_def, bytes_def, http2_def, inflight_def, qps_def, queue_def, conns_def)       \
+    SG_CFG_INT(T, f.connect_timeout_ms, "connect_timeout_ms", 1, 600000, connect_def),                                             \
+        SG_CFG_INT(T, f.timeout_ms, "timeout_ms", 1, 3600000, timeout_def),                                                        \
+        SG_CFG_INT(T, f.max_response_bytes, "max_response_bytes", 1024, 4294967296, bytes_def),                                    \
+        SG_CFG_PATH(T, f.ca_file, "ca_file", 0), SG_CFG_BOOL(T, f.tls_verify, "tls_verify", 1),                                    \
+        SG_CFG_STRING(T, f.proxy, "proxy", 0, NULL), SG_CFG_BOOL(T, f.http2, "http2", http2_def),                                  \
+        SG_CFG_INT(T, f.max_inflight, "max_inflight", 0, 1000000, inflight_def), SG_CFG_DOUBLE(T, f.qps, "qps", 0, 1e6, qps_def),  \
+        SG_CFG_CUSTOM_KEY("burst"), SG_CFG_INT(T, f.max_queue, "max_queue", 0, 10000000, queue_def),                               \
+        SG_CFG_INT(T, f.max_connections, "max_connections", 0, 100000, conns_def)
+
+/**
+ * What the table of SG_HTTP_CONF_KEYS cannot say, once it was read into `conf`: burst (default:
+ * qps, at least 1), a proxy that is a URL, a ca_file that can be opened. 0, or -1 with `c->err`.
+ */
+int sg_http_conf_check(sg_cfg_t *c, const cJSON *obj, sg_http_conf_t *conf);
 void sg_http_conf_free(sg_http_conf_t *conf);
-/** The names sg_http_conf_parse() reads, for the plugin's list of allowed keys. */
-extern const char *const sg_http_conf_keys[];
 
 /** "connection refused"-style name of an error class, for messages and metrics labels. */
 const char *sg_http_err_name(sg_http_err e);

@@ -11,40 +11,19 @@
 
 /* ---- create() helpers ---- */
 
-cJSON *sg_remote_conf_open(sg_cfg_t *c, const char *json, size_t len, const char *const *own_keys)
+cJSON *sg_remote_conf_read(sg_cfg_t *c, const char *json, size_t len, const sg_cfg_key_t *table, size_t n, const char *base_dir,
+                           void *dst, sg_http_conf_t *conf)
 {
-    const char *keys[64];
-    size_t nk = 0;
-    for (size_t i = 0; own_keys[i] != NULL; ++i)
-        keys[nk++] = own_keys[i];
-    for (size_t i = 0; sg_http_conf_keys[i] != NULL; ++i)
-        keys[nk++] = sg_http_conf_keys[i];
-    if (nk >= sizeof(keys) / sizeof(keys[0]))
-        abort(); /* a plugin grew past the table: make it larger */
-    keys[nk] = NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (root == NULL) {
         snprintf(c->err, c->err_size, "config: not valid JSON");
         return NULL;
     }
-    if (sg_cfg_check_keys(c, root, keys) != 0) {
+    if (sg_cfg_read(c, root, table, n, base_dir, dst) != 0 || sg_http_conf_check(c, root, conf) != 0) {
         cJSON_Delete(root);
         return NULL;
     }
     return root;
-}
-
-int sg_remote_conf_retries(sg_cfg_t *c, const cJSON *root, uint32_t def_retries, uint32_t def_backoff_ms, uint32_t *retries,
-                           uint32_t *backoff_ms)
-{
-    int64_t v;
-    if (sg_cfg_int(c, root, "retries", 0, 10, def_retries, &v) != 0)
-        return -1;
-    *retries = (uint32_t)v;
-    if (sg_cfg_int(c, root, "backoff_ms", 1, 60000, def_backoff_ms, &v) != 0)
-        return -1;
-    *backoff_ms = (uint32_t)v;
-    return 0;
 }
 
 int sg_remote_url_ok(const char *url)

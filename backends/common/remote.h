@@ -16,19 +16,19 @@
 
 /* ---- create() helpers (main thread) ---- */
 
-/**
- * Parses a plugin's config text and rejects any key outside the NULL-terminated `own_keys` and
- * sg_http_conf_keys. Returns the root (free it with cJSON_Delete), or NULL with the reason in
- * `c->err`: "config: not valid JSON", or the message of sg_cfg_check_keys().
- */
-cJSON *sg_remote_conf_open(sg_cfg_t *c, const char *json, size_t len, const char *const *own_keys);
+/** The retry keys of every remote plugin, for its config table: retries and backoff_ms, into T.rf and T.bf. */
+#define SG_REMOTE_RETRY_KEYS(T, rf, bf, retries_def, backoff_def)                                                                  \
+    SG_CFG_INT(T, rf, "retries", 0, 10, retries_def), SG_CFG_INT(T, bf, "backoff_ms", 1, 60000, backoff_def)
 
 /**
- * Reads the retry keys every remote plugin has: "retries" (0 to 10, default `def_retries`) and
- * "backoff_ms" (1 to 60000, default `def_backoff_ms`), in that order. 0, or -1 with `c->err` set.
+ * Parses a plugin's config text and reads it with the plugin's table into `dst` (sg_cfg_read),
+ * then checks the HTTP keys read into `conf` (sg_http_conf_check). Returns the root (free it with
+ * cJSON_Delete: the plugin reads its SG_CFG_CUSTOM keys from it), or NULL with the reason in
+ * `c->err` ("config: not valid JSON", or the reader's message); what the table read into `dst` is
+ * the caller's to free either way.
  */
-int sg_remote_conf_retries(sg_cfg_t *c, const cJSON *root, uint32_t def_retries, uint32_t def_backoff_ms, uint32_t *retries,
-                           uint32_t *backoff_ms);
+cJSON *sg_remote_conf_read(sg_cfg_t *c, const char *json, size_t len, const sg_cfg_key_t *table, size_t n, const char *base_dir,
+                           void *dst, sg_http_conf_t *conf);
 
 /** 1 when `url` starts with "http://" or "https://". */
 int sg_remote_url_ok(const char *url);

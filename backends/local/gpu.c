@@ -17,22 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const sg_local_gpu_devices[] = {"auto", "cpu", "cuda", NULL};
 
-int sg_local_gpu_read_config(sg_cfg_t *c, const cJSON *root, const char *base_dir, sg_local_gpu_cfg_t *out)
+int sg_local_gpu_read_ids(sg_cfg_t *c, const cJSON *root, sg_local_gpu_cfg_t *out)
 {
-    memset(out, 0, sizeof(*out));
-    int64_t v;
-    if (sg_cfg_enum(c, root, "device", device_names, SG_LOCAL_DEVICE_AUTO, &out->device) != 0 ||
-        sg_cfg_bool(c, root, "gpu_index", 1, &out->flat) != 0 ||
-        sg_cfg_path(c, root, "cuda_module", 0, base_dir, &out->module) != 0)
-        return -1;
-    if (sg_cfg_int(c, root, "gpu_rescore", 0, 16, 0, &v) != 0)
-        return -1;
-    out->rescore = (int)v;
-    if (sg_cfg_int(c, root, "gpu_max_tokens", 2, 1 << 24, 16384, &v) != 0)
-        return -1;
-    out->max_tokens = (uint32_t)v;
+    out->n_ids = 0;
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "gpu_ids");
     if (ids == NULL || cJSON_IsNull(ids))
         return 0;

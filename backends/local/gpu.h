@@ -33,8 +33,21 @@ typedef struct st_sg_local_gpu_cfg_t {
     char *module;               /* cuda_module, or NULL: beside the plugin */
 } sg_local_gpu_cfg_t;
 
-/** Reads device, gpu_ids, gpu_index, gpu_rescore, gpu_max_tokens and cuda_module. */
-int sg_local_gpu_read_config(sg_cfg_t *c, const cJSON *root, const char *base_dir, sg_local_gpu_cfg_t *out);
+/** The names of the "device" key, in SG_LOCAL_DEVICE_* order. */
+extern const char *const sg_local_gpu_devices[];
+
+/**
+ * The GPU keys, for the backend's config table (lib/cfg.h): device, gpu_ids, gpu_index,
+ * gpu_rescore, gpu_max_tokens and cuda_module, read into the sg_local_gpu_cfg_t member `f` of T.
+ * gpu_ids is read by sg_local_gpu_read_ids() after the table.
+ */
+#define SG_LOCAL_GPU_KEYS(T, f)                                                                                                    \
+    SG_CFG_ENUM(T, f.device, "device", sg_local_gpu_devices, SG_LOCAL_DEVICE_AUTO), SG_CFG_CUSTOM_KEY("gpu_ids"),                  \
+        SG_CFG_BOOL(T, f.flat, "gpu_index", 1), SG_CFG_INT(T, f.rescore, "gpu_rescore", 0, 16, 0),                                 \
+        SG_CFG_INT(T, f.max_tokens, "gpu_max_tokens", 2, 16777216, 16384), SG_CFG_PATH(T, f.module, "cuda_module", 0)
+
+/** Reads gpu_ids into `out` (the rest of the GPU keys come from the table). */
+int sg_local_gpu_read_ids(sg_cfg_t *c, const cJSON *root, sg_local_gpu_cfg_t *out);
 void sg_local_gpu_cfg_free(sg_local_gpu_cfg_t *cfg);
 
 typedef struct st_sg_local_gpu_t {

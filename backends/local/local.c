@@ -1001,20 +1001,89 @@ static const char *mib(uint64_t b, char *buf, size_t size)
     return sg_gpu_fmt_bytes(b, buf, size);
 }
 
+/* ---- the config (docs/backends/local.md, "config keys"; checked by tests/lint/test_config_docs.py) ---- */
+
+typedef struct st_local_conf_t {
+    char *model, *index, *corpus, *pages, *cache_dir, *prefix, *params, *rerank_index;
+    uint32_t max_length, max_topk, max_wait_ms;
+    size_t workers, max_batch, max_queue;
+    int blas_threshold, omp_threads, teams, precision, engine;
+    int nprobe, max_nprobe, ef_search, max_ef_search, rerank; /* -1: not set (the index or convert decides) */
+    int max_batch_set, max_topk_set;                          /* given: the GPU defaults do not apply */
+    sg_local_gpu_cfg_t gpu;
+} local_conf_t;
+
+static const char *const local_precisions[] = {"fp32", "bf16", "auto", NULL};
+static const char *const local_engines[] = {"auto", "openblas", "onednn", NULL};
+
+static const sg_cfg_key_t local_config[] = {
+    SG_CFG_PATH(local_conf_t, model, "model", 1),
+    SG_CFG_PATH(local_conf_t, index, "index", 1),
+    SG_CFG_PATH(local_conf_t, corpus, "corpus", 1),
+    SG_CFG_PATH(local_conf_t, pages, "pages", 0),
+    SG_CFG_PATH(local_conf_t, cache_dir, "cache_dir", 0),
+    SG_CFG_STRING(local_conf_t, prefix, "query_prefix", 0, "query: "),
+    SG_CFG_INT(local_conf_t, max_length, "max_length", 2, 8192, 256),
+    SG_CFG_INT(local_conf_t, max_topk, "max_topk", 1, 100000, 1000),
+    SG_CFG_INT(local_conf_t, workers, "workers", 0, 256, 0),
+    SG_CFG_INT(local_conf_t, max_batch, "max_batch", 1, 4096, 32),
+    SG_CFG_INT(local_conf_t, max_wait_ms, "max_wait_ms", 0, 10000, 2),
+    SG_CFG_INT(local_conf_t, max_queue, "max_queue", 1, 100000000, 8192),
+    SG_CFG_STRING(local_conf_t, params, "faiss_params", 0, ""),
+    SG_CFG_INT(local_conf_t, blas_threshold, "blas_threshold", 1, 1000000, 1),
+    SG_CFG_INT(local_conf_t, omp_threads, "omp_threads", 1, 256, 1),
+    SG_LOCAL_GPU_KEYS(local_conf_t, gpu),
+    SG_CFG_BOOL(local_conf_t, teams, "teams", 1),
+    SG_CFG_ENUM(local_conf_t, precision, "precision", local_precisions, 0),
+    SG_CFG_ENUM(local_conf_t, engine, "encoder_blas", local_engines, 0),
+    SG_CFG_INT(local_conf_t, nprobe, "nprobe", 1, 16777216, -1),
+    SG_CFG_INT(local_conf_t, max_nprobe, "max_nprobe", 1, 16777216, -1),
+    SG_CFG_INT(local_conf_t, ef_search, "ef_search", 1, 16777216, -1),
+    SG_CFG_INT(local_conf_t, max_ef_search, "max_ef_search", 1, 16777216, -1),
+    SG_CFG_INT(local_conf_t, rerank, "rerank", 0, 64, -1),
+    SG_CFG_PATH(local_conf_t, rerank_index, "rerank_index", 0),
+};
+
+/* The table, then what it cannot say: the GPU list, whether the GPU defaults apply, cache_dir. */
+static int read_config(sg_cfg_t *c, const cJSON *root, const char *base_dir, local_conf_t *cf)
+{
+    if (sg_cfg_read(c, root, local_config, SG_CFG_N(local_config), base_dir, cf) != 0 ||
+        sg_local_gpu_read_ids(c, root, &cf->gpu) != 0)
+        return -1;
+    cf->max_batch_set = sg_cfg_present(root, "max_batch");
+    cf->max_topk_set = sg_cfg_present(root, "max_topk");
+    if (cf->cache_dir != NULL && mkdir(cf->cache_dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(c->err, c->err_size, "config.cache_dir: cannot create %s: %s", cf->cache_dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void local_conf_free(local_conf_t *cf)
+{
+    free(cf->model);
+    free(cf->index);
+    free(cf->corpus);
+    free(cf->pages);
+    free(cf->cache_dir);
+    free(cf->prefix);
+    free(cf->params);
+    free(cf->rerank_index);
+    sg_local_gpu_cfg_free(&cf->gpu);
+}
+
 /* nprobe / ef_search / max_* / rerank / rerank_index, once the index is open: the config, else
  * faiss_params, else what convert recommended (INDEX.sgmeta), else the index file's own. */
-static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c, const char *index, const char *params,
-                        const char *base_dir, char *err, size_t err_size)
+static int setup_search(struct sg_backend *self, const local_conf_t *cf, char *err, size_t err_size)
 {
     const sg_fext_info_t *info = &self->index.info;
+    const char *index = cf->index, *params = cf->params;
     const char *inst = self->name;
     char why[600];
     int mr = sg_imeta_load(index, self->index.file_size, self->index.file_hash, &self->meta, why, sizeof(why));
     if (mr < 0)
         self->host->log(SG_LOG_WARN, inst, "%s", why);
-    int64_t v, vmax, rr;
-    if (sg_cfg_int(c, root, "nprobe", 1, 1 << 24, -1, &v) != 0 || sg_cfg_int(c, root, "max_nprobe", 1, 1 << 24, -1, &vmax) != 0)
-        return -1;
+    int v = cf->nprobe, vmax = cf->max_nprobe;
     if (info->kind != SG_FEXT_IVF && (v > 0 || vmax > 0)) {
         snprintf(err, err_size, "config.%s: %s is not an IVF index (it has no nprobe)", v > 0 ? "nprobe" : "max_nprobe", index);
         return -1;
@@ -1022,7 +1091,7 @@ static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c,
     const char *src = NULL;
     if (info->kind == SG_FEXT_IVF) {
         if (v > 0) {
-            self->nprobe = (int)v, src = "config";
+            self->nprobe = v, src = "config";
         } else if (params != NULL && strstr(params, "nprobe") != NULL) {
             self->nprobe = info->nprobe, src = "faiss_params";
         } else if (self->meta.present && strcmp(self->meta.param, "nprobe") == 0 && self->meta.rec_value > 0) {
@@ -1035,15 +1104,13 @@ static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c,
                      index);
             return -1;
         }
-        self->max_nprobe = vmax > 0 ? (int)vmax : self->nprobe;
+        self->max_nprobe = vmax > 0 ? vmax : self->nprobe;
         if (self->max_nprobe < self->nprobe) {
             snprintf(err, err_size, "config.max_nprobe: %d is below the route's nprobe %d", self->max_nprobe, self->nprobe);
             return -1;
         }
     }
-    if (sg_cfg_int(c, root, "ef_search", 1, 1 << 24, -1, &v) != 0 ||
-        sg_cfg_int(c, root, "max_ef_search", 1, 1 << 24, -1, &vmax) != 0)
-        return -1;
+    v = cf->ef_search, vmax = cf->max_ef_search;
     if (info->kind != SG_FEXT_HNSW && (v > 0 || vmax > 0)) {
         snprintf(err, err_size, "config.%s: %s is not an HNSW index (it has no efSearch)", v > 0 ? "ef_search" : "max_ef_search",
                  index);
@@ -1051,7 +1118,7 @@ static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c,
     }
     if (info->kind == SG_FEXT_HNSW) {
         if (v > 0) {
-            self->ef_search = (int)v, src = "config";
+            self->ef_search = v, src = "config";
         } else if (params != NULL && strstr(params, "efSearch") != NULL) {
             self->ef_search = info->ef_search, src = "faiss_params";
         } else if (self->meta.present && strcmp(self->meta.param, "efSearch") == 0 && self->meta.rec_value > 0) {
@@ -1059,7 +1126,7 @@ static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c,
         } else {
             self->ef_search = info->ef_search > 0 ? info->ef_search : 16, src = "the index file's own";
         }
-        self->max_ef_search = vmax > 0 ? (int)vmax : self->ef_search;
+        self->max_ef_search = vmax > 0 ? vmax : self->ef_search;
         if (self->max_ef_search < self->ef_search) {
             snprintf(err, err_size, "config.max_ef_search: %d is below the route's ef_search %d", self->max_ef_search,
                      self->ef_search);
@@ -1069,14 +1136,9 @@ static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c,
         sg_fext_set_ef_search(self->index.index, self->max_ef_search);
     }
     /* re-ranking */
-    const cJSON *rj = cJSON_GetObjectItemCaseSensitive(root, "rerank");
-    if (sg_cfg_int(c, root, "rerank", 0, 64, 0, &rr) != 0)
-        return -1;
-    int rr_from_meta = rj == NULL && self->meta.present && self->meta.rerank > 0;
-    self->rerank = rr_from_meta ? self->meta.rerank : (int)rr;
-    char *rpath = NULL;
-    if (sg_cfg_path(c, root, "rerank_index", 0, base_dir, &rpath) != 0)
-        return -1;
+    int rr_from_meta = cf->rerank < 0 && self->meta.present && self->meta.rerank > 0;
+    self->rerank = rr_from_meta ? self->meta.rerank : cf->rerank > 0 ? cf->rerank : 0;
+    char *rpath = cf->rerank_index != NULL ? strdup(cf->rerank_index) : NULL;
     if (self->rerank > 0 && info->kind == SG_FEXT_FLAT) {
         snprintf(err, err_size, "config.rerank: %s is a Flat index: its scores are exact already", index);
         free(rpath);
@@ -1139,176 +1201,115 @@ static int setup_search(struct sg_backend *self, const cJSON *root, sg_cfg_t *c,
     return 0;
 }
 
-static sg_status local_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
-                              size_t config_len, struct sg_backend **out, char *err, size_t err_size)
+/* The model and the device: the encoder on the CPU or the GPUs and, on GPUs, a Flat index
+ * (*gpu_index set). The GPU path has its own defaults for workers, max_batch and max_topk. */
+static int load_model(struct sg_backend *self, const local_conf_t *cf, const void *anchor, int *gpu_index, char *err,
+                      size_t err_size)
 {
-    static const char *const keys[] = {
-        "model",   "index",      "corpus",      "pages",          "cache_dir",    "query_prefix",   "max_length",  "max_topk",
-        "workers", "max_batch",  "max_wait_ms", "max_queue",      "faiss_params", "blas_threshold", "omp_threads", "device",
-        "gpu_ids", "gpu_index",  "gpu_rescore", "gpu_max_tokens", "cuda_module",  "teams",          "precision",   "encoder_blas",
-        "nprobe",  "max_nprobe", "ef_search",   "max_ef_search",  "rerank",       "rerank_index",   NULL};
-    static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
-    sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
-    struct sg_backend *self = calloc(1, sizeof(*self));
-    if (self == NULL) {
-        cJSON_Delete(root);
-        return SG_ENOMEM;
-    }
-    self->host = host;
-    self->name = strdup(instance);
-    pthread_mutex_init(&self->mu, NULL);
-    pthread_cond_init(&self->cv, NULL);
-    self->fifo_tail = &self->fifo_head;
-    self->acc_tail = &self->acc_head;
-    char *model = NULL, *index = NULL, *corpus = NULL, *pages = NULL, *cache_dir = NULL, *params = NULL;
-    sg_local_gpu_cfg_t gcfg = {0};
-    int64_t v;
-    sg_status st = SG_EINVAL;
-    uint64_t t0 = host->now_ms();
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
-        goto fail;
-    }
-    if (sg_cfg_check_keys(&c, root, keys) != 0 || sg_cfg_path(&c, root, "model", 1, base_dir, &model) != 0 ||
-        sg_cfg_path(&c, root, "index", 1, base_dir, &index) != 0 || sg_cfg_path(&c, root, "corpus", 1, base_dir, &corpus) != 0 ||
-        sg_cfg_path(&c, root, "pages", 0, base_dir, &pages) != 0 ||
-        sg_cfg_path(&c, root, "cache_dir", 0, base_dir, &cache_dir) != 0 ||
-        sg_cfg_string(&c, root, "query_prefix", 0, "query: ", &self->prefix) != 0 ||
-        sg_cfg_string(&c, root, "faiss_params", 0, "", &params) != 0 || sg_local_gpu_read_config(&c, root, base_dir, &gcfg) != 0)
-        goto fail;
-    if (sg_cfg_int(&c, root, "max_length", 2, 8192, 256, &v) != 0)
-        goto fail;
-    self->max_length = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "max_topk", 1, 100000, 1000, &v) != 0)
-        goto fail;
-    self->max_topk = (uint32_t)v;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (sg_cfg_int(&c, root, "workers", 0, 256, 0, &v) != 0)
-        goto fail;
-    self->n_workers = v != 0 ? (size_t)v : (size_t)(ncpu > 0 ? ncpu : 1);
-    self->n_workers_cfg = (size_t)v;
-    if (sg_cfg_int(&c, root, "max_batch", 1, 4096, 32, &v) != 0)
-        goto fail;
-    self->max_batch = (size_t)v;
-    if (sg_cfg_int(&c, root, "max_wait_ms", 0, 10000, 2, &v) != 0)
-        goto fail;
-    self->max_wait_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "max_queue", 1, 100000000, 8192, &v) != 0)
-        goto fail;
-    self->max_queue = (size_t)v;
-    if (sg_cfg_int(&c, root, "blas_threshold", 1, 1000000, 1, &v) != 0)
-        goto fail;
-    int blas_threshold = (int)v;
-    if (sg_cfg_int(&c, root, "omp_threads", 1, 256, 1, &v) != 0)
-        goto fail;
-    self->omp_threads = (int)v;
-    if (sg_cfg_bool(&c, root, "teams", 1, &self->teams) != 0)
-        goto fail;
-    static const char *const precisions[] = {"fp32", "bf16", "auto", NULL};
-    int precision;
-    if (sg_cfg_enum(&c, root, "precision", precisions, 0, &precision) != 0)
-        goto fail;
-    static const char *const engines[] = {"auto", "openblas", "onednn", NULL};
-    int engine;
-    if (sg_cfg_enum(&c, root, "encoder_blas", engines, 0, &engine) != 0)
-        goto fail;
-    if (cache_dir != NULL && mkdir(cache_dir, 0755) != 0 && errno != EEXIST) {
-        snprintf(err, err_size, "config.cache_dir: cannot create %s: %s", cache_dir, strerror(errno));
-        goto fail;
-    }
-    /* the model */
+    const sg_host_api *host = self->host;
     char e2[768];
-    if (sg_e5_load(model, &self->model, e2, sizeof(e2)) != 0) {
+    if (sg_e5_load(cf->model, &self->model, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.model: %s", e2);
-        goto fail;
+        return -1;
     }
     uint32_t capped = sg_e5_max_length(self->model, self->max_length);
     if (capped != self->max_length) {
-        host->log(SG_LOG_WARN, instance, "max_length %u exceeds the model's max_position_embeddings; using %u", self->max_length,
+        host->log(SG_LOG_WARN, self->name, "max_length %u exceeds the model's max_position_embeddings; using %u", self->max_length,
                   capped);
         self->max_length = capped;
     }
     /* the device (gpu.c): NULL means the CPU, and then nothing below differs from a CPU-only build */
-    if (sg_local_gpu_open(&gcfg, host, instance, &anchor, &self->gpu, err, err_size) != 0)
-        goto fail;
-    if (precision != 0 && set_precision(self, precision, err, err_size) != 0)
-        goto fail;
-    if (self->gpu == NULL && sg_e5_precision(self->model) == SG_E5_FP32 && set_encoder_blas(self, engine, err, err_size) != 0)
-        goto fail;
-    int gpu_index = 0;
-    if (self->gpu != NULL) {
-        if (self->n_workers_cfg == 0)
-            self->n_workers = (size_t)(2 * self->gpu->n); /* two per GPU: one encodes while the other does host work */
-        if (cJSON_GetObjectItemCaseSensitive(root, "max_batch") == NULL)
-            self->max_batch = 512;
-        if (cJSON_GetObjectItemCaseSensitive(root, "max_topk") == NULL)
-            self->max_topk = 100; /* a GPU index's candidate buffers grow with it (gpu.md) */
-        if (sg_local_gpu_load_encoder(self->gpu, self->model, self->max_length, gcfg.max_tokens, (uint32_t)self->max_batch, err,
-                                      err_size) != 0)
-            goto fail;
-        if ((gpu_index = sg_local_gpu_load_index(self->gpu, gcfg.flat, index, params, (uint32_t)self->max_batch, self->max_topk,
-                                                 &self->index, err, err_size)) < 0)
-            goto fail;
-        uint32_t gk = sg_local_gpu_max_topk(self->gpu);
-        if (gpu_index && gk < self->max_topk) {
-            host->log(SG_LOG_WARN, instance, "max_topk %u is more than a GPU search returns; using %u", self->max_topk, gk);
-            self->max_topk = gk;
-        }
+    if (sg_local_gpu_open(&cf->gpu, host, self->name, anchor, &self->gpu, err, err_size) != 0)
+        return -1;
+    if (cf->precision != 0 && set_precision(self, cf->precision, err, err_size) != 0)
+        return -1;
+    if (self->gpu == NULL && sg_e5_precision(self->model) == SG_E5_FP32 && set_encoder_blas(self, cf->engine, err, err_size) != 0)
+        return -1;
+    *gpu_index = 0;
+    if (self->gpu == NULL)
+        return 0;
+    if (self->n_workers_cfg == 0)
+        self->n_workers = (size_t)(2 * self->gpu->n); /* two per GPU: one encodes while the other does host work */
+    if (!cf->max_batch_set)
+        self->max_batch = 512;
+    if (!cf->max_topk_set)
+        self->max_topk = 100; /* a GPU index's candidate buffers grow with it (gpu.md) */
+    if (sg_local_gpu_load_encoder(self->gpu, self->model, self->max_length, cf->gpu.max_tokens, (uint32_t)self->max_batch, err,
+                                  err_size) != 0)
+        return -1;
+    if ((*gpu_index = sg_local_gpu_load_index(self->gpu, cf->gpu.flat, cf->index, cf->params, (uint32_t)self->max_batch,
+                                              self->max_topk, &self->index, err, err_size)) < 0)
+        return -1;
+    uint32_t gk = sg_local_gpu_max_topk(self->gpu);
+    if (*gpu_index && gk < self->max_topk) {
+        host->log(SG_LOG_WARN, self->name, "max_topk %u is more than a GPU search returns; using %u", self->max_topk, gk);
+        self->max_topk = gk;
     }
-    /* the index */
+    return 0;
+}
+
+/* The index (unless on the GPUs already) and its search parameters. */
+static int open_index(struct sg_backend *self, const local_conf_t *cf, int gpu_index, char *err, size_t err_size)
+{
+    const sg_host_api *host = self->host;
+    const char *index = cf->index, *params = cf->params;
+    char e2[768];
     mem_t m0 = mem_now();
     uint64_t ti = host->now_ms();
     if (!gpu_index && sg_fidx_open(index, params, &self->index, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.index: %s", e2);
-        goto fail;
+        return -1;
     }
     ti = host->now_ms() - ti;
     mem_t m1 = mem_now();
     if (self->index.dim != sg_e5_dim(self->model)) {
-        snprintf(err, err_size, "config.index: %s has dimension %d but the model %s encodes %d", index, self->index.dim, model,
+        snprintf(err, err_size, "config.index: %s has dimension %d but the model %s encodes %d", index, self->index.dim, cf->model,
                  sg_e5_dim(self->model));
-        goto fail;
+        return -1;
     }
-    sg_fidx_set_blas_threshold(blas_threshold);
+    sg_fidx_set_blas_threshold(cf->blas_threshold);
     if (!gpu_index)
         self->have_flat = sg_flatscan_init(&self->flat, &self->index) == 0;
     if (self->have_flat)
         pick_scan_kernel(self);
-    {
-        char desc[160], b1[32], b2[32];
-        host->log(SG_LOG_INFO, instance,
-                  "index %s: %s, %lld vectors of dimension %d, metric %s%s%s; read in %llu ms, memory +%s resident, +%s of "
-                  "files mapped "
-                  "in",
-                  index, gpu_index ? "Flat on the GPUs" : sg_fidx_describe(&self->index, desc, sizeof(desc)),
-                  (long long)self->index.ntotal, self->index.dim, sg_fidx_metric_name(&self->index), params[0] ? ", params " : "",
-                  params, (unsigned long long)ti, mib(m1.anon > m0.anon ? m1.anon - m0.anon : 0, b1, sizeof(b1)),
-                  mib(m1.file > m0.file ? m1.file - m0.file : 0, b2, sizeof(b2)));
-    }
-    if (setup_search(self, root, &c, index, params, base_dir, err, err_size) != 0)
-        goto fail;
-    /* the corpus (and pages) */
-    uint64_t tc = host->now_ms();
-    sg_jsonl_opts_t o = {0, cache_dir};
-    if (sg_jsonl_open(corpus, &o, &self->corpus, e2, sizeof(e2)) != 0) {
+    char desc[160], b1[32], b2[32];
+    host->log(SG_LOG_INFO, self->name,
+              "index %s: %s, %lld vectors of dimension %d, metric %s%s%s; read in %llu ms, memory +%s resident, +%s of "
+              "files mapped "
+              "in",
+              index, gpu_index ? "Flat on the GPUs" : sg_fidx_describe(&self->index, desc, sizeof(desc)),
+              (long long)self->index.ntotal, self->index.dim, sg_fidx_metric_name(&self->index), params[0] ? ", params " : "",
+              params, (unsigned long long)ti, mib(m1.anon > m0.anon ? m1.anon - m0.anon : 0, b1, sizeof(b1)),
+              mib(m1.file > m0.file ? m1.file - m0.file : 0, b2, sizeof(b2)));
+    return setup_search(self, cf, err, err_size);
+}
+
+/* The corpus (and pages); *tc is the time the corpus took to open. */
+static int open_corpus(struct sg_backend *self, const local_conf_t *cf, uint64_t *tc, char *err, size_t err_size)
+{
+    const sg_host_api *host = self->host;
+    const char *instance = self->name;
+    char e2[768];
+    *tc = host->now_ms();
+    sg_jsonl_opts_t o = {0, cf->cache_dir};
+    if (sg_jsonl_open(cf->corpus, &o, &self->corpus, e2, sizeof(e2)) != 0) {
         snprintf(err, err_size, "config.corpus: %s", e2);
-        goto fail;
+        return -1;
     }
-    tc = host->now_ms() - tc;
+    *tc = host->now_ms() - *tc;
     if ((uint64_t)self->index.ntotal > self->corpus.n_rows) {
         snprintf(err, err_size, "config.corpus: %s has %llu rows but the index %s has %lld vectors (FAISS label i is row i)",
-                 corpus, (unsigned long long)self->corpus.n_rows, index, (long long)self->index.ntotal);
-        goto fail;
+                 cf->corpus, (unsigned long long)self->corpus.n_rows, cf->index, (long long)self->index.ntotal);
+        return -1;
     }
     if ((uint64_t)self->index.ntotal < self->corpus.n_rows)
         host->log(SG_LOG_WARN, instance, "the corpus has %llu rows but the index only %lld vectors: rows past %lld are never found",
                   (unsigned long long)self->corpus.n_rows, (long long)self->index.ntotal, (long long)self->index.ntotal);
-    if (pages != NULL) {
-        sg_jsonl_opts_t po = {1, cache_dir};
-        if (sg_jsonl_open(pages, &po, &self->pages, e2, sizeof(e2)) != 0) {
+    if (cf->pages != NULL) {
+        sg_jsonl_opts_t po = {1, cf->cache_dir};
+        if (sg_jsonl_open(cf->pages, &po, &self->pages, e2, sizeof(e2)) != 0) {
             snprintf(err, err_size, "config.pages: %s", e2);
-            goto fail;
+            return -1;
         }
         self->have_pages = 1;
         if (self->pages.n_urls == 0)
@@ -1316,8 +1317,14 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
                       "config.pages: no row of %s has a \"url\" field, so POST /access will answer null for every URL (pages "
                       "are looked up by their \"url\"; a Search-R1 wiki-18.jsonl has none: use a pages file such as "
                       "wiki_webpages.jsonl, see docs/clients.md)",
-                      pages);
+                      cf->pages);
     }
+    return 0;
+}
+
+/* What makes results differ: model, index, corpus, pages, prefix, length, search parameters, device. */
+static void make_identity(struct sg_backend *self, const char *params)
+{
     snprintf(self->identity, sizeof(self->identity),
              "local:%s|ix:%s-%llu-%016llx|co:%llu-%016llx|pg:%016llx|p:%016llx|ml%u|fp:%016llx", sg_e5_identity(self->model),
              self->index.fourcc, (unsigned long long)self->index.file_size, (unsigned long long)self->index.file_hash,
@@ -1339,18 +1346,17 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         size_t il = strlen(self->identity);
         snprintf(self->identity + il, sizeof(self->identity) - il, "|%s", sg_local_gpu_identity(self->gpu));
     }
-    /* workers */
+}
+
+static sg_status start_workers(struct sg_backend *self, char *err, size_t err_size)
+{
     self->workers = calloc(self->n_workers, sizeof(*self->workers));
-    if (self->workers == NULL) {
-        st = SG_ENOMEM;
-        goto fail;
-    }
+    if (self->workers == NULL)
+        return SG_ENOMEM;
     size_t dim = (size_t)sg_e5_dim(self->model);
     self->team = calloc(self->n_workers, sizeof(*self->team));
-    if (self->team == NULL) {
-        st = SG_ENOMEM;
-        goto fail;
-    }
+    if (self->team == NULL)
+        return SG_ENOMEM;
     for (size_t i = 0; i < self->n_workers; ++i)
         sg_team_init(&self->team[i], (unsigned)self->n_workers);
     if (self->gpu != NULL || self->n_workers < 2)
@@ -1366,23 +1372,26 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
         w->vecs = malloc(self->max_batch * dim * sizeof(float));
         if (w->ws == NULL || w->items == NULL || w->texts == NULL || w->lens == NULL || w->vecs == NULL) {
             snprintf(err, err_size, "out of memory for worker %zu", i);
-            st = SG_ENOMEM;
-            goto fail;
+            return SG_ENOMEM;
         }
         if (self->gpu != NULL &&
-            sg_local_gpu_worker_init(self->gpu, i, self->max_batch, self->max_length, &w->gpu, err, err_size) != 0) {
-            st = SG_ENOMEM;
-            goto fail;
-        }
+            sg_local_gpu_worker_init(self->gpu, i, self->max_batch, self->max_length, &w->gpu, err, err_size) != 0)
+            return SG_ENOMEM;
     }
     for (size_t i = 0; i < self->n_workers; ++i) {
         if (pthread_create(&self->workers[i].thread, NULL, worker_main, &self->workers[i]) != 0) {
             snprintf(err, err_size, "cannot start worker thread %zu", i);
-            st = SG_EINTERNAL;
-            goto fail;
+            return SG_EINTERNAL;
         }
         self->workers[i].started = 1;
     }
+    return SG_OK;
+}
+
+static void log_ready(struct sg_backend *self, const char *model, uint64_t t0, uint64_t tc)
+{
+    const sg_host_api *host = self->host;
+    const char *instance = self->name;
     const sg_e5_config *mc = sg_e5_get_config(self->model);
     host->log(SG_LOG_INFO, instance, "model %s: BERT hidden %d, %d layers, %d heads; prefix \"%s\", max_length %u", model,
               mc->hidden, mc->layers, mc->heads, self->prefix, self->max_length);
@@ -1399,24 +1408,60 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
               "files, peak %s",
               (unsigned long long)(host->now_ms() - t0), self->n_workers, self->max_batch, self->max_wait_ms, self->max_queue,
               mib(m2.anon, b1, sizeof(b1)), mib(m2.file, b2, sizeof(b2)), mib(m2.peak, b3, sizeof(b3)));
-    free(model);
-    free(index);
-    free(corpus);
-    free(pages);
-    free(cache_dir);
-    free(params);
-    sg_local_gpu_cfg_free(&gcfg);
+}
+
+static sg_status local_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
+                              size_t config_len, struct sg_backend **out, char *err, size_t err_size)
+{
+    static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
+    sg_cfg_t c = {"config", err, err_size};
+    local_conf_t cf = {0};
+    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
+    struct sg_backend *self = calloc(1, sizeof(*self));
+    if (self == NULL) {
+        cJSON_Delete(root);
+        return SG_ENOMEM;
+    }
+    self->host = host;
+    self->name = strdup(instance);
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_cond_init(&self->cv, NULL);
+    self->fifo_tail = &self->fifo_head;
+    self->acc_tail = &self->acc_head;
+    sg_status st = SG_EINVAL;
+    uint64_t t0 = host->now_ms(), tc = 0;
+    int gpu_index = 0;
+    if (root == NULL) {
+        snprintf(err, err_size, "config: not valid JSON");
+        goto fail;
+    }
+    if (read_config(&c, root, base_dir, &cf) != 0)
+        goto fail;
+    self->prefix = cf.prefix;
+    cf.prefix = NULL;
+    self->max_length = cf.max_length;
+    self->max_topk = cf.max_topk;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    self->n_workers = cf.workers != 0 ? cf.workers : (size_t)(ncpu > 0 ? ncpu : 1);
+    self->n_workers_cfg = cf.workers;
+    self->max_batch = cf.max_batch;
+    self->max_wait_ms = cf.max_wait_ms;
+    self->max_queue = cf.max_queue;
+    self->omp_threads = cf.omp_threads;
+    self->teams = cf.teams;
+    if (load_model(self, &cf, &anchor, &gpu_index, err, err_size) != 0 || open_index(self, &cf, gpu_index, err, err_size) != 0 ||
+        open_corpus(self, &cf, &tc, err, err_size) != 0)
+        goto fail;
+    make_identity(self, cf.params);
+    if ((st = start_workers(self, err, err_size)) != SG_OK)
+        goto fail;
+    log_ready(self, cf.model, t0, tc);
+    local_conf_free(&cf);
     cJSON_Delete(root);
     *out = self;
     return SG_OK;
 fail:
-    free(model);
-    free(index);
-    free(corpus);
-    free(pages);
-    free(cache_dir);
-    free(params);
-    sg_local_gpu_cfg_free(&gcfg);
+    local_conf_free(&cf);
     cJSON_Delete(root);
     local_destroy(self);
     return st;

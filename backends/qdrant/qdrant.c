@@ -20,6 +20,7 @@
 #include "remote.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,8 @@ struct sg_backend {
     const char *headers[4];
     char *prefix;
     uint32_t max_length, max_batch, max_pending, max_topk, retries, backoff_ms;
+    char *url, *model_dir, *data_version; /* config, for create() */
+    int check;                            /* check_collection */
     sg_qdrant_params_t params;
     sg_e5_model *model;
     int dim;
@@ -461,6 +464,9 @@ static void qd_destroy(sg_backend *self)
     free(self->query_url);
     free(self->info_url);
     free(self->prefix);
+    free(self->url);
+    free(self->model_dir);
+    free(self->data_version);
     free(self->name);
     free(self);
 }
@@ -525,27 +531,76 @@ static int check_collection(sg_backend *self, char *err, size_t err_size)
     return rc;
 }
 
-static int read_string_allow_empty(sg_cfg_t *c, const cJSON *root, const char *key, const char *def, char **out)
+/* ---- the config (docs/backends/qdrant.md; checked by tests/lint/test_config_docs.py) ---- */
+
+static const sg_cfg_key_t qd_config[] = {
+    SG_CFG_STRING(sg_backend, url, "url", 0, "http://127.0.0.1:6333"),
+    SG_CFG_STRING(sg_backend, collection, "collection", 0, "wiki_collection"),
+    SG_CFG_STRING(sg_backend, vector, "vector", 0, NULL),
+    SG_CFG_STRING(sg_backend, key_env, "api_key_env", 0, NULL),
+    SG_CFG_PATH(sg_backend, model_dir, "model", 1),
+    SG_CFG_TEXT(sg_backend, prefix, "prefix", "query: ", 0, NULL),
+    SG_CFG_INT(sg_backend, max_length, "max_length", 2, 512, 256),
+    SG_CFG_INT(sg_backend, params.hnsw_ef, "hnsw_ef", 1, 1000000, 0), /* these three: absent = Qdrant's own */
+    SG_CFG_BOOL(sg_backend, params.exact, "exact", 0),
+    SG_CFG_DOUBLE(sg_backend, params.score_threshold, "score_threshold", -1e9, 1e9, NAN),
+    SG_CFG_INT(sg_backend, n_workers, "encoder_threads", 1, 64, 1),
+    SG_CFG_INT(sg_backend, max_batch, "max_batch", 1, 4096, 64),
+    SG_CFG_INT(sg_backend, max_pending, "max_pending", 1, 10000000, 4096),
+    SG_CFG_BOOL(sg_backend, check, "check_collection", 1),
+    SG_REMOTE_RETRY_KEYS(sg_backend, retries, backoff_ms, 1, 100),
+    SG_CFG_INT(sg_backend, max_topk, "max_topk", 1, 100000, 1000),
+    SG_CFG_STRING(sg_backend, data_version, "data_version", 0, ""),
+    SG_HTTP_CONF_KEYS(sg_backend, conf, 2000, 30000, 67108864, 1, 0, 0, 100000, 0),
+};
+
+/* The URLs, the API key and the headers, and which search parameters were given. */
+static int setup_requests(sg_backend *self, sg_cfg_t *c, const cJSON *root)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (v == NULL || cJSON_IsNull(v))
-        *out = strdup(def);
-    else if (cJSON_IsString(v))
-        *out = strdup(v->valuestring);
-    else
-        return sg_cfg_fail(c, key, v, "expected a string");
-    if (*out == NULL)
-        abort();
+    if (!sg_remote_url_ok(self->url))
+        return sg_cfg_fail(c, "url", cJSON_GetObjectItem(root, "url"), "expected an http:// or https:// URL (the REST port, 6333)");
+    self->base = sg_http_trim_url(self->url);
+    char *escaped = path_escape(self->collection);
+    self->info_url = sg_remote_concat(self->base, "/collections/", escaped);
+    self->query_url = sg_remote_concat(self->info_url, "/points/query/batch", "");
+    free(escaped);
+    if (sg_cfg_secret_env(c, root, "api_key_env", 0, &self->key) != 0)
+        return -1;
+    size_t nh = 0;
+    if (self->key != NULL) {
+        self->key_header = sg_remote_header("api-key", self->key);
+        self->headers[nh++] = self->key_header;
+    }
+    self->headers[nh++] = "Content-Type: application/json";
+    self->headers[nh++] = "Accept: application/json";
+    self->headers[nh] = NULL;
+    self->params.has_hnsw_ef = sg_cfg_present(root, "hnsw_ef");
+    self->params.has_exact = sg_cfg_present(root, "exact");
+    self->params.has_score_threshold = sg_cfg_present(root, "score_threshold");
+    if (!self->params.has_score_threshold)
+        self->params.score_threshold = 0;
+    self->params.using_vector = self->vector;
     return 0;
+}
+
+static void make_identity(sg_backend *self)
+{
+    uint64_t h = SG_REMOTE_FNV_INIT;
+    h = sg_remote_fnv(h, self->query_url);
+    h = sg_remote_fnv(h, self->vector);
+    h = sg_remote_fnv(h, sg_e5_identity(self->model));
+    h = sg_remote_fnv(h, self->prefix);
+    char num[96];
+    snprintf(num, sizeof(num), "%u/%d%u/%d%d/%d%.9g", self->max_length, self->params.has_hnsw_ef, self->params.hnsw_ef,
+             self->params.has_exact, self->params.exact, self->params.has_score_threshold, self->params.score_threshold);
+    h = sg_remote_fnv(h, num);
+    h = sg_remote_fnv(h, self->data_version);
+    snprintf(self->identity, sizeof(self->identity), "qdrant:%016llx", (unsigned long long)h);
 }
 
 static sg_status qd_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
-    static const char *const own_keys[] = {
-        "url",     "collection", "vector",          "api_key_env",     "model",     "prefix",      "max_length",
-        "hnsw_ef", "exact",      "score_threshold", "encoder_threads", "max_batch", "max_pending", "check_collection",
-        "retries", "backoff_ms", "max_topk",        "data_version",    NULL};
     sg_backend *self = calloc(1, sizeof(*self));
     if (self == NULL)
         return SG_ENOMEM;
@@ -556,114 +611,21 @@ static sg_status qd_create(const sg_host_api *host, const char *instance, const 
     sg_remote_health_init(&self->health);
     self->qtail = &self->qhead;
     sg_http_jobs_init(&self->jobs);
-    char *url = NULL, *model_dir = NULL, *data_version = NULL, *escaped = NULL;
-    int64_t v;
-    int check = 1;
+    self->conf.now_ms = host->now_ms;
+    self->conf.name = "qdrant";
     sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = sg_remote_conf_open(&c, config_json, config_len, own_keys);
-    if (root == NULL)
-        goto fail;
-    if (sg_cfg_string(&c, root, "url", 0, "http://127.0.0.1:6333", &url) != 0)
-        goto fail;
-    if (!sg_remote_url_ok(url)) {
-        sg_cfg_fail(&c, "url", cJSON_GetObjectItem(root, "url"), "expected an http:// or https:// URL (the REST port, 6333)");
-        goto fail;
-    }
-    self->base = sg_http_trim_url(url);
-    if (sg_cfg_string(&c, root, "collection", 0, "wiki_collection", &self->collection) != 0 ||
-        sg_cfg_string(&c, root, "vector", 0, NULL, &self->vector) != 0)
-        goto fail;
-    escaped = path_escape(self->collection);
-    char *coll = sg_remote_concat(self->base, "/collections/", escaped);
-    self->info_url = coll;
-    self->query_url = sg_remote_concat(coll, "/points/query/batch", "");
-    if (sg_cfg_string(&c, root, "api_key_env", 0, NULL, &self->key_env) != 0 ||
-        sg_cfg_secret_env(&c, root, "api_key_env", 0, &self->key) != 0)
-        goto fail;
-    size_t nh = 0;
-    if (self->key != NULL) {
-        self->key_header = sg_remote_header("api-key", self->key);
-        self->headers[nh++] = self->key_header;
-    }
-    self->headers[nh++] = "Content-Type: application/json";
-    self->headers[nh++] = "Accept: application/json";
-    self->headers[nh] = NULL;
-    if (sg_cfg_path(&c, root, "model", 1, base_dir, &model_dir) != 0)
-        goto fail;
-    if (read_string_allow_empty(&c, root, "prefix", "query: ", &self->prefix) != 0)
-        goto fail;
-    if (sg_cfg_int(&c, root, "max_length", 2, 512, 256, &v) != 0)
-        goto fail;
-    self->max_length = (uint32_t)v;
-    const cJSON *ef = cJSON_GetObjectItemCaseSensitive(root, "hnsw_ef");
-    if (ef != NULL && !cJSON_IsNull(ef)) {
-        if (sg_cfg_int(&c, root, "hnsw_ef", 1, 1000000, 0, &v) != 0)
-            goto fail;
-        self->params.has_hnsw_ef = 1;
-        self->params.hnsw_ef = (uint32_t)v;
-    }
-    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(root, "exact");
-    if (ex != NULL && !cJSON_IsNull(ex)) {
-        if (sg_cfg_bool(&c, root, "exact", 0, &self->params.exact) != 0)
-            goto fail;
-        self->params.has_exact = 1;
-    }
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "score_threshold");
-    if (th != NULL && !cJSON_IsNull(th)) {
-        if (sg_cfg_double(&c, root, "score_threshold", -1e9, 1e9, 0, &self->params.score_threshold) != 0)
-            goto fail;
-        self->params.has_score_threshold = 1;
-    }
-    self->params.using_vector = self->vector;
-    if (sg_cfg_int(&c, root, "encoder_threads", 1, 64, 1, &v) != 0)
-        goto fail;
-    self->n_workers = (size_t)v;
-    if (sg_cfg_int(&c, root, "max_batch", 1, 4096, 64, &v) != 0)
-        goto fail;
-    self->max_batch = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "max_pending", 1, 10000000, 4096, &v) != 0)
-        goto fail;
-    self->max_pending = (uint32_t)v;
-    if (sg_cfg_bool(&c, root, "check_collection", 1, &check) != 0)
-        goto fail;
-    if (sg_remote_conf_retries(&c, root, 1, 100, &self->retries, &self->backoff_ms) != 0)
-        goto fail;
-    if (sg_cfg_int(&c, root, "max_topk", 1, 100000, 1000, &v) != 0)
-        goto fail;
-    self->max_topk = (uint32_t)v;
-    if (sg_cfg_string(&c, root, "data_version", 0, "", &data_version) != 0)
-        goto fail;
-    sg_http_conf_t defaults = {.connect_timeout_ms = 2000,
-                               .timeout_ms = 30000,
-                               .max_response_bytes = 64u << 20,
-                               .http2 = 1,
-                               .max_inflight = 0,
-                               .qps = 0,
-                               .max_queue = 100000,
-                               .max_connections = 0,
-                               .now_ms = host->now_ms,
-                               .name = "qdrant"};
-    if (sg_http_conf_parse(&c, root, base_dir, &defaults, &self->conf) != 0)
+    cJSON *root = sg_remote_conf_read(&c, config_json, config_len, qd_config, SG_CFG_N(qd_config), base_dir, self, &self->conf);
+    if (root == NULL || setup_requests(self, &c, root) != 0)
         goto fail;
     char e5err[512];
-    if (sg_e5_load(model_dir, &self->model, e5err, sizeof(e5err)) != 0) {
-        snprintf(err, err_size, "config.model: cannot load the e5 encoder from %s: %s", model_dir, e5err);
+    if (sg_e5_load(self->model_dir, &self->model, e5err, sizeof(e5err)) != 0) {
+        snprintf(err, err_size, "config.model: cannot load the e5 encoder from %s: %s", self->model_dir, e5err);
         goto fail;
     }
     self->dim = sg_e5_dim(self->model);
-    if (check && check_collection(self, err, err_size) != 0)
+    if (self->check && check_collection(self, err, err_size) != 0)
         goto fail;
-    uint64_t h = SG_REMOTE_FNV_INIT;
-    h = sg_remote_fnv(h, self->query_url);
-    h = sg_remote_fnv(h, self->vector);
-    h = sg_remote_fnv(h, sg_e5_identity(self->model));
-    h = sg_remote_fnv(h, self->prefix);
-    char num[96];
-    snprintf(num, sizeof(num), "%u/%d%u/%d%d/%d%.9g", self->max_length, self->params.has_hnsw_ef, self->params.hnsw_ef,
-             self->params.has_exact, self->params.exact, self->params.has_score_threshold, self->params.score_threshold);
-    h = sg_remote_fnv(h, num);
-    h = sg_remote_fnv(h, data_version);
-    snprintf(self->identity, sizeof(self->identity), "qdrant:%016llx", (unsigned long long)h);
+    make_identity(self);
     self->http = sg_http_new(&self->conf, err, err_size);
     if (self->http == NULL)
         goto fail;
@@ -674,18 +636,10 @@ static sg_status qd_create(const sg_host_api *host, const char *instance, const 
         pthread_create(&self->workers[i], NULL, worker_main, self);
     host->log(SG_LOG_INFO, instance, "qdrant backend ready: %s collection %s, %d-d e5 encoder, %zu encoder thread(s)", self->base,
               self->collection, self->dim, self->n_workers);
-    free(url);
-    free(model_dir);
-    free(data_version);
-    free(escaped);
     cJSON_Delete(root);
     *out = self;
     return SG_OK;
 fail:
-    free(url);
-    free(model_dir);
-    free(data_version);
-    free(escaped);
     cJSON_Delete(root);
     self->n_workers = 0;
     qd_destroy(self);

@@ -64,7 +64,8 @@ enum { OUT_AUTH, OUT_RATE, OUT_UPSTREAM, OUT_TIMEOUT, OUT_UNAVAIL, OUT_CANCELED,
 struct st_sg_reader_t {
     const sg_host_api *host;
     char *name;
-    char *base; /* base_url without a trailing '/' */
+    char *base;     /* base_url without a trailing '/' */
+    char *base_url; /* as configured */
     int format;
     const char *accept;
     char *extra[MAX_EXTRA_HEADERS];
@@ -510,6 +511,7 @@ void sg_reader_free(sg_reader_t *rd)
     for (size_t i = 0; i < rd->n_extra; ++i)
         free(rd->extra[i]);
     free(rd->base);
+    free(rd->base_url);
     free(rd->name);
     free(rd);
 }
@@ -552,80 +554,65 @@ static int read_headers(sg_reader_t *rd, sg_cfg_t *c, const cJSON *obj)
     return 0;
 }
 
+/* ---- the config (docs/backends/serper.md, the reader's keys; checked by tests/lint/test_config_docs.py) ---- */
+
+static const char *const reader_formats[] = {"json", "text", NULL};
+
+static const sg_cfg_key_t reader_config[] = {
+    SG_CFG_STRING(sg_reader_t, base_url, "base_url", 0, "https://r.jina.ai"),
+    SG_CFG_CUSTOM_KEY("api_key_env"),
+    SG_CFG_CUSTOM_KEY("key_rest_s"),
+    SG_CFG_ENUM(sg_reader_t, format, "format", reader_formats, SG_READER_FORMAT_JSON),
+    SG_CFG_CUSTOM_KEY("headers"),
+    SG_REMOTE_RETRY_KEYS(sg_reader_t, retries, backoff_ms, 2, 500),
+    SG_CFG_CUSTOM_KEY("backoff_max_ms"),
+    SG_HTTP_CONF_KEYS(sg_reader_t, conf, 5000, 30000, 4194304, 1, 16, 0, 10000, 0),
+};
+
 int sg_reader_create(const sg_host_api *host, const char *instance, const char *base_dir, const cJSON *obj, uint32_t default_rest_s,
                      sg_reader_t **out, char *err, size_t err_size)
 {
-    static const char *const own_keys[] = {"base_url", "api_key_env", "key_rest_s",     "format", "headers",
-                                           "retries",  "backoff_ms",  "backoff_max_ms", NULL};
     sg_cfg_t c = {"config.reader", err, err_size};
     *out = NULL;
     if (!cJSON_IsObject(obj)) {
         snprintf(err, err_size, "config.reader: expected an object (the page reader's settings)");
         return -1;
     }
-    const char *keys[40];
-    size_t nk = 0;
-    for (size_t i = 0; own_keys[i] != NULL; ++i)
-        keys[nk++] = own_keys[i];
-    for (size_t i = 0; sg_http_conf_keys[i] != NULL; ++i)
-        keys[nk++] = sg_http_conf_keys[i];
-    keys[nk] = NULL;
-    if (sg_cfg_check_keys(&c, obj, keys) != 0)
-        return -1;
     sg_reader_t *rd = calloc(1, sizeof(*rd));
     if (rd == NULL)
         abort();
     rd->host = host;
     rd->name = strdup(instance);
     sg_http_jobs_init(&rd->jobs);
-    char *base_url = NULL;
+    rd->conf.now_ms = host->now_ms;
+    rd->conf.name = "reader";
     int64_t v;
-    int fmt;
-    static const char *const formats[] = {"json", "text", NULL};
-    if (sg_cfg_string(&c, obj, "base_url", 0, "https://r.jina.ai", &base_url) != 0)
+    if (sg_cfg_read(&c, obj, reader_config, SG_CFG_N(reader_config), base_dir, rd) != 0 ||
+        sg_http_conf_check(&c, obj, &rd->conf) != 0)
         goto fail;
-    if (!sg_remote_url_ok(base_url)) {
+    if (!sg_remote_url_ok(rd->base_url)) {
         sg_cfg_fail(&c, "base_url", cJSON_GetObjectItemCaseSensitive(obj, "base_url"), "expected an http:// or https:// URL");
         goto fail;
     }
-    rd->base = sg_http_trim_url(base_url);
-    if (sg_cfg_int(&c, obj, "key_rest_s", 1, 86400, default_rest_s, &v) != 0)
+    rd->base = sg_http_trim_url(rd->base_url);
+    if (sg_cfg_int(&c, obj, "key_rest_s", 1, 86400, default_rest_s, &v) != 0 ||
+        sg_keyring_init(&rd->keys, &c, obj, "api_key_env", 0, "Authorization: Bearer ", (uint64_t)v * 1000) != 0)
         goto fail;
-    if (sg_keyring_init(&rd->keys, &c, obj, "api_key_env", 0, "Authorization: Bearer ", (uint64_t)v * 1000) != 0)
-        goto fail;
-    if (sg_cfg_enum(&c, obj, "format", formats, SG_READER_FORMAT_JSON, &fmt) != 0)
-        goto fail;
-    rd->format = fmt;
-    rd->accept = fmt == SG_READER_FORMAT_JSON ? "Accept: application/json" : "Accept: text/plain";
+    rd->accept = rd->format == SG_READER_FORMAT_JSON ? "Accept: application/json" : "Accept: text/plain";
     if (read_headers(rd, &c, obj) != 0)
-        goto fail;
-    if (sg_remote_conf_retries(&c, obj, 2, 500, &rd->retries, &rd->backoff_ms) != 0)
         goto fail;
     if (sg_cfg_int(&c, obj, "backoff_max_ms", rd->backoff_ms, 600000, rd->backoff_ms > 5000 ? rd->backoff_ms : 5000, &v) != 0)
         goto fail;
     rd->backoff_max_ms = (uint32_t)v;
-    sg_http_conf_t defaults = {.connect_timeout_ms = 5000,
-                               .timeout_ms = 30000,
-                               .max_response_bytes = 4u << 20,
-                               .http2 = 1,
-                               .max_inflight = 16,
-                               .qps = 0,
-                               .max_queue = 10000,
-                               .max_connections = 0,
-                               .now_ms = host->now_ms,
-                               .name = "reader"};
-    if (sg_http_conf_parse(&c, obj, base_dir, &defaults, &rd->conf) != 0)
-        goto fail;
     rd->http = sg_http_new(&rd->conf, err, err_size);
     if (rd->http == NULL)
         goto fail;
     snprintf(rd->describe, sizeof(rd->describe), "%s/{url} (%s, %zu key%s, max_inflight %u, max_response_bytes %zu)", rd->base,
-             formats[fmt], rd->keys.n, rd->keys.n == 1 ? "" : "s", rd->conf.max_inflight, rd->conf.max_response_bytes);
-    free(base_url);
+             reader_formats[rd->format], rd->keys.n, rd->keys.n == 1 ? "" : "s", rd->conf.max_inflight,
+             rd->conf.max_response_bytes);
     *out = rd;
     return 0;
 fail:
-    free(base_url);
     sg_reader_free(rd);
     return -1;
 }

@@ -65,7 +65,8 @@ struct sg_backend {
     sg_keyring_t keys; /* never logged, never in a message */
     char *gl, *hl;
     char *params_json; /* extra body fields, "" or ",\"k\":v..." */
-    uint32_t retries, backoff_ms, backoff_max_ms, max_topk;
+    uint32_t retries, backoff_ms, backoff_max_ms, max_topk, key_rest_s;
+    char *base_url, *data_version; /* config, for create() */
     sg_http_conf_t conf;
     sg_http_t *http;
     sg_http_jobs_t jobs;
@@ -521,31 +522,62 @@ static void sp_destroy(sg_backend *self)
     free(self->gl);
     free(self->hl);
     free(self->params_json);
+    free(self->base_url);
+    free(self->data_version);
     free(self->name);
     free(self);
 }
 
-static int read_lang(sg_cfg_t *c, const cJSON *root, const char *key, const char *def, char **out)
+/* ---- the config (docs/backends/serper.md; checked by tests/lint/test_config_docs.py) ---- */
+
+#define SP_LANG_EXPECT "expected a short string (\"\" leaves it out of the request)"
+
+static const sg_cfg_key_t sp_config[] = {
+    SG_CFG_STRING(sg_backend, base_url, "base_url", 0, "https://google.serper.dev"),
+    SG_CFG_CUSTOM_KEY("api_key_env"),
+    SG_CFG_TEXT(sg_backend, gl, "gl", "us", 32, SP_LANG_EXPECT), /* "" = leave the field out of the request */
+    SG_CFG_TEXT(sg_backend, hl, "hl", "en", 32, SP_LANG_EXPECT),
+    SG_CFG_CUSTOM_KEY("params"),
+    SG_REMOTE_RETRY_KEYS(sg_backend, retries, backoff_ms, 2, 200),
+    SG_CFG_CUSTOM_KEY("backoff_max_ms"),
+    SG_CFG_STRING(sg_backend, data_version, "data_version", 0, ""),
+    SG_CFG_INT(sg_backend, max_topk, "max_topk", 1, 1000, 100),
+    SG_CFG_INT(sg_backend, key_rest_s, "key_rest_s", 1, 86400, 60),
+    SG_CFG_CUSTOM_KEY("reader"),
+    SG_HTTP_CONF_KEYS(sg_backend, conf, 5000, 20000, 4194304, 1, 16, 10, 10000, 0),
+};
+
+/* "params": extra body fields sent with every query, as the JSON text ",\"k\":v..." */
+static int read_params(sg_backend *self, sg_cfg_t *c, const cJSON *root)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (v == NULL || cJSON_IsNull(v)) {
-        *out = strdup(def);
-    } else if (cJSON_IsString(v) && strlen(v->valuestring) < 32) {
-        *out = strdup(v->valuestring); /* "" = leave the field out of the request */
-    } else {
-        return sg_cfg_fail(c, key, v, "expected a short string (\"\" leaves it out of the request)");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    sg_buf_t pj = {0};
+    sg_buf_append(&pj, "", 0);
+    self->params_json = pj.base;
+    if (params == NULL || cJSON_IsNull(params))
+        return 0;
+    if (!cJSON_IsObject(params))
+        return sg_cfg_fail(c, "params", params, "expected an object of extra request fields (e.g. {\"tbs\": \"qdr:y\"})");
+    for (const cJSON *it = params->child; it != NULL; it = it->next) {
+        if (strcmp(it->string, "q") == 0 || strcmp(it->string, "num") == 0 || strcmp(it->string, "gl") == 0 ||
+            strcmp(it->string, "hl") == 0) {
+            sg_cfg_t cp = {"config.params", c->err, c->err_size};
+            return sg_cfg_fail(&cp, it->string, it, "is set by the backend itself (use the gl/hl keys)");
+        }
+        char *val = cJSON_PrintUnformatted(it);
+        sg_buf_append(&pj, ",", 1);
+        sg_buf_append_json_string(&pj, it->string, strlen(it->string));
+        sg_buf_append(&pj, ":", 1);
+        sg_buf_appends(&pj, val);
+        free(val);
+        self->params_json = pj.base;
     }
-    if (*out == NULL)
-        abort();
     return 0;
 }
 
 static sg_status sp_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
-    static const char *const own_keys[] = {"base_url",   "api_key_env",    "gl",           "hl",       "params",     "retries",
-                                           "backoff_ms", "backoff_max_ms", "data_version", "max_topk", "key_rest_s", "reader",
-                                           NULL};
     sg_backend *self = calloc(1, sizeof(*self));
     if (self == NULL)
         return SG_ENOMEM;
@@ -553,104 +585,50 @@ static sg_status sp_create(const sg_host_api *host, const char *instance, const 
     self->name = strdup(instance);
     sg_remote_health_init(&self->health);
     sg_http_jobs_init(&self->jobs);
-    char *base_url = NULL, *data_version = NULL;
+    self->conf.now_ms = host->now_ms;
+    self->conf.name = "serper";
     int64_t v;
     sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = sg_remote_conf_open(&c, config_json, config_len, own_keys);
+    cJSON *root = sg_remote_conf_read(&c, config_json, config_len, sp_config, SG_CFG_N(sp_config), base_dir, self, &self->conf);
     if (root == NULL)
         goto fail;
-    if (sg_cfg_string(&c, root, "base_url", 0, "https://google.serper.dev", &base_url) != 0)
-        goto fail;
-    if (!sg_remote_url_ok(base_url)) {
+    if (!sg_remote_url_ok(self->base_url)) {
         sg_cfg_fail(&c, "base_url", cJSON_GetObjectItem(root, "base_url"), "expected an http:// or https:// URL");
         goto fail;
     }
-    char *trimmed = sg_http_trim_url(base_url);
+    char *trimmed = sg_http_trim_url(self->base_url);
     self->endpoint = sg_remote_concat(trimmed, "/search", "");
     free(trimmed);
-    if (sg_cfg_int(&c, root, "key_rest_s", 1, 86400, 60, &v) != 0)
-        goto fail;
-    uint32_t key_rest_s = (uint32_t)v;
-    if (sg_keyring_init(&self->keys, &c, root, "api_key_env", 1, "X-API-KEY: ", (uint64_t)key_rest_s * 1000) != 0)
-        goto fail;
-    if (read_lang(&c, root, "gl", "us", &self->gl) != 0 || read_lang(&c, root, "hl", "en", &self->hl) != 0)
-        goto fail;
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-    sg_buf_t pj = {0};
-    sg_buf_append(&pj, "", 0);
-    if (params != NULL && !cJSON_IsNull(params)) {
-        if (!cJSON_IsObject(params)) {
-            sg_cfg_fail(&c, "params", params, "expected an object of extra request fields (e.g. {\"tbs\": \"qdr:y\"})");
-            sg_buf_free(&pj);
-            goto fail;
-        }
-        for (const cJSON *it = params->child; it != NULL; it = it->next) {
-            if (strcmp(it->string, "q") == 0 || strcmp(it->string, "num") == 0 || strcmp(it->string, "gl") == 0 ||
-                strcmp(it->string, "hl") == 0) {
-                sg_cfg_t cp = {"config.params", err, err_size};
-                sg_cfg_fail(&cp, it->string, it, "is set by the backend itself (use the gl/hl keys)");
-                sg_buf_free(&pj);
-                goto fail;
-            }
-            char *val = cJSON_PrintUnformatted(it);
-            sg_buf_append(&pj, ",", 1);
-            sg_buf_append_json_string(&pj, it->string, strlen(it->string));
-            sg_buf_append(&pj, ":", 1);
-            sg_buf_appends(&pj, val);
-            free(val);
-        }
-    }
-    self->params_json = pj.base;
-    if (sg_remote_conf_retries(&c, root, 2, 200, &self->retries, &self->backoff_ms) != 0)
+    if (sg_keyring_init(&self->keys, &c, root, "api_key_env", 1, "X-API-KEY: ", (uint64_t)self->key_rest_s * 1000) != 0 ||
+        read_params(self, &c, root) != 0)
         goto fail;
     if (sg_cfg_int(&c, root, "backoff_max_ms", self->backoff_ms, 600000, self->backoff_ms > 5000 ? self->backoff_ms : 5000, &v) !=
         0)
         goto fail;
     self->backoff_max_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "max_topk", 1, 1000, 100, &v) != 0)
-        goto fail;
-    self->max_topk = (uint32_t)v;
-    if (sg_cfg_string(&c, root, "data_version", 0, "", &data_version) != 0)
-        goto fail;
-    sg_http_conf_t defaults = {.connect_timeout_ms = 5000,
-                               .timeout_ms = 20000,
-                               .max_response_bytes = 4u << 20,
-                               .http2 = 1,
-                               .max_inflight = 16,
-                               .qps = 10,
-                               .max_queue = 10000,
-                               .max_connections = 0,
-                               .now_ms = host->now_ms,
-                               .name = "serper"};
-    if (sg_http_conf_parse(&c, root, base_dir, &defaults, &self->conf) != 0)
-        goto fail;
     uint64_t h = SG_REMOTE_FNV_INIT;
     h = sg_remote_fnv(h, self->endpoint);
     h = sg_remote_fnv(h, self->gl);
     h = sg_remote_fnv(h, self->hl);
     h = sg_remote_fnv(h, self->params_json);
-    h = sg_remote_fnv(h, data_version);
+    h = sg_remote_fnv(h, self->data_version);
     snprintf(self->identity, sizeof(self->identity), "serper:%016llx", (unsigned long long)h);
     self->http = sg_http_new(&self->conf, err, err_size);
     if (self->http == NULL)
         goto fail;
     const cJSON *reader = cJSON_GetObjectItemCaseSensitive(root, "reader");
     if (reader != NULL && !cJSON_IsNull(reader) &&
-        sg_reader_create(host, instance, base_dir, reader, key_rest_s, &self->reader, err, err_size) != 0)
+        sg_reader_create(host, instance, base_dir, reader, self->key_rest_s, &self->reader, err, err_size) != 0)
         goto fail;
     host->log(SG_LOG_INFO, instance,
               "serper backend ready: %s, gl=%s hl=%s, qps %g (burst %g), max_inflight %u, retries %u, %zu key%s; /access: %s",
               self->endpoint, self->gl[0] ? self->gl : "(none)", self->hl[0] ? self->hl : "(none)", self->conf.qps,
               self->conf.burst, self->conf.max_inflight, self->retries, self->keys.n, self->keys.n == 1 ? "" : "s",
               self->reader != NULL ? sg_reader_describe(self->reader) : "off (no config.reader)");
-    free(base_url);
-    free(data_version);
     cJSON_Delete(root);
     *out = self;
     return SG_OK;
 fail:
-    free(base_url);
-    free(data_version);
     cJSON_Delete(root);
     sp_destroy(self);
     return SG_EINVAL;

@@ -53,7 +53,8 @@ struct sg_backend {
     server_t *servers;
     size_t n_servers;
     char *path, *access_path, *health_method, *health_body;
-    int balance, add_url, send_scores;
+    char *health_path, *data_version; /* config, for create() */
+    int balance, add_url, send_scores, method;
     uint32_t retries, backoff_ms, health_interval_ms, health_timeout_ms, revive_ms;
     sg_http_conf_t conf;
     sg_http_t *http;
@@ -431,6 +432,8 @@ static void up_destroy(sg_backend *self)
     free(self->access_path);
     free(self->health_method);
     free(self->health_body);
+    free(self->health_path);
+    free(self->data_version);
     free(self->name);
     pthread_mutex_destroy(&self->err_mu);
     free(self);
@@ -450,61 +453,39 @@ static int read_path(sg_cfg_t *c, const cJSON *root, const char *key, const char
     return 0;
 }
 
-static sg_status up_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
-                           size_t config_len, sg_backend **out, char *err, size_t err_size)
+/* ---- the config (docs/backends/upstream.md; checked by tests/lint/test_config_docs.py) ---- */
+
+static const char *const up_balances[] = {"least_inflight", "round_robin", NULL};
+static const char *const up_methods[] = {"POST", "GET", NULL};
+
+static const sg_cfg_key_t up_config[] = {
+    SG_CFG_CUSTOM_KEY("servers"),
+    SG_CFG_CUSTOM_KEY("path"),
+    SG_CFG_CUSTOM_KEY("access_path"),
+    SG_CFG_ENUM(sg_backend, balance, "balance", up_balances, BAL_LEAST_INFLIGHT),
+    SG_CFG_BOOL(sg_backend, send_scores, "return_scores", 1),
+    SG_CFG_BOOL(sg_backend, add_url, "add_url", 1),
+    SG_REMOTE_RETRY_KEYS(sg_backend, retries, backoff_ms, 1, 100),
+    SG_CFG_ENUM(sg_backend, method, "health_method", up_methods, 0),
+    SG_CFG_CUSTOM_KEY("health_path"),
+    SG_CFG_STRING(sg_backend, health_body, "health_body", 0, "{\"queries\":[],\"topk\":1,\"return_scores\":true}"),
+    SG_CFG_INT(sg_backend, health_interval_ms, "health_interval_ms", 0, 3600000, 2000),
+    SG_CFG_INT(sg_backend, health_timeout_ms, "health_timeout_ms", 1, 600000, 2000),
+    SG_CFG_INT(sg_backend, revive_ms, "revive_ms", 0, 3600000, 5000),
+    SG_CFG_STRING(sg_backend, data_version, "data_version", 0, ""),
+    SG_HTTP_CONF_KEYS(sg_backend, conf, 2000, 60000, 67108864, 0, 0, 0, 100000, 0),
+};
+
+/* "servers": the URLs of each server, and the identity over them and the keys that shape results. */
+static int read_servers(sg_backend *self, sg_cfg_t *c, const cJSON *root)
 {
-    static const char *const own_keys[] = {"servers",           "path",        "access_path",  "balance",
-                                           "return_scores",     "add_url",     "retries",      "backoff_ms",
-                                           "health_method",     "health_path", "health_body",  "health_interval_ms",
-                                           "health_timeout_ms", "revive_ms",   "data_version", NULL};
-    static const char *const balances[] = {"least_inflight", "round_robin", NULL};
-    static const char *const methods[] = {"POST", "GET", NULL};
-    sg_backend *self = calloc(1, sizeof(*self));
-    if (self == NULL)
-        return SG_ENOMEM;
-    self->host = host;
-    self->name = strdup(instance);
-    pthread_mutex_init(&self->err_mu, NULL);
-    sg_http_jobs_init(&self->jobs);
-    char *health_path = NULL, *data_version = NULL;
-    int64_t v;
-    int method;
-    sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = sg_remote_conf_open(&c, config_json, config_len, own_keys);
-    if (root == NULL)
-        goto fail;
     const cJSON *servers = cJSON_GetObjectItemCaseSensitive(root, "servers");
-    if (!cJSON_IsArray(servers) || cJSON_GetArraySize(servers) == 0 || cJSON_GetArraySize(servers) > 1024) {
-        sg_cfg_fail(&c, "servers", servers, "expected a non-empty array of base URLs such as \"http://10.0.0.5:8000\"");
-        goto fail;
-    }
-    if (read_path(&c, root, "path", "/retrieve", 0, &self->path) != 0 ||
-        read_path(&c, root, "access_path", "/access", 1, &self->access_path) != 0)
-        goto fail;
-    if (read_path(&c, root, "health_path", self->path, 0, &health_path) != 0)
-        goto fail;
-    if (sg_cfg_enum(&c, root, "balance", balances, BAL_LEAST_INFLIGHT, &self->balance) != 0 ||
-        sg_cfg_bool(&c, root, "return_scores", 1, &self->send_scores) != 0 ||
-        sg_cfg_bool(&c, root, "add_url", 1, &self->add_url) != 0)
-        goto fail;
-    if (sg_remote_conf_retries(&c, root, 1, 100, &self->retries, &self->backoff_ms) != 0)
-        goto fail;
-    if (sg_cfg_enum(&c, root, "health_method", methods, 0, &method) != 0)
-        goto fail;
-    self->health_method = strdup(methods[method]);
-    if (sg_cfg_string(&c, root, "health_body", 0, "{\"queries\":[],\"topk\":1,\"return_scores\":true}", &self->health_body) != 0)
-        goto fail;
-    if (sg_cfg_int(&c, root, "health_interval_ms", 0, 3600000, 2000, &v) != 0)
-        goto fail;
-    self->health_interval_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "health_timeout_ms", 1, 600000, 2000, &v) != 0)
-        goto fail;
-    self->health_timeout_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "revive_ms", 0, 3600000, 5000, &v) != 0)
-        goto fail;
-    self->revive_ms = (uint32_t)v;
-    if (sg_cfg_string(&c, root, "data_version", 0, "", &data_version) != 0)
-        goto fail;
+    if (!cJSON_IsArray(servers) || cJSON_GetArraySize(servers) == 0 || cJSON_GetArraySize(servers) > 1024)
+        return sg_cfg_fail(c, "servers", servers, "expected a non-empty array of base URLs such as \"http://10.0.0.5:8000\"");
+    if (read_path(c, root, "path", "/retrieve", 0, &self->path) != 0 ||
+        read_path(c, root, "access_path", "/access", 1, &self->access_path) != 0 ||
+        read_path(c, root, "health_path", self->path, 0, &self->health_path) != 0)
+        return -1;
     self->n_servers = (size_t)cJSON_GetArraySize(servers);
     self->servers = calloc(self->n_servers, sizeof(*self->servers));
     if (self->servers == NULL)
@@ -515,35 +496,42 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
         if (!cJSON_IsString(it) || !sg_remote_url_ok(it->valuestring)) {
             char k[32];
             snprintf(k, sizeof(k), "servers[%zu]", i);
-            sg_cfg_fail(&c, k, it, "expected an http:// or https:// base URL");
             self->n_servers = i;
-            goto fail;
+            return sg_cfg_fail(c, k, it, "expected an http:// or https:// base URL");
         }
         server_t *s = &self->servers[i];
         s->self = self;
         s->base = sg_http_trim_url(it->valuestring);
         s->url = sg_remote_concat(s->base, self->path, "");
         s->access_url = sg_remote_concat(s->base, self->access_path != NULL ? self->access_path : "/access", "");
-        s->health_url = sg_remote_concat(s->base, health_path, "");
+        s->health_url = sg_remote_concat(s->base, self->health_path, "");
         atomic_init(&s->up, 1);
         h = sg_remote_fnv(h, s->url);
     }
     h = sg_remote_fnv(h, self->send_scores ? "s1" : "s0");
     h = sg_remote_fnv(h, self->add_url ? "u1" : "u0");
-    h = sg_remote_fnv(h, data_version);
+    h = sg_remote_fnv(h, self->data_version);
     snprintf(self->identity, sizeof(self->identity), "upstream:%016llx", (unsigned long long)h);
-    sg_http_conf_t defaults = {.connect_timeout_ms = 2000,
-                               .timeout_ms = 60000,
-                               .max_response_bytes = 64u << 20,
-                               .http2 = 0,
-                               .max_inflight = 0,
-                               .qps = 0,
-                               .max_queue = 100000,
-                               .max_connections = 0,
-                               .now_ms = host->now_ms,
-                               .name = "upstream"};
-    if (sg_http_conf_parse(&c, root, base_dir, &defaults, &self->conf) != 0)
+    return 0;
+}
+
+static sg_status up_create(const sg_host_api *host, const char *instance, const char *base_dir, const char *config_json,
+                           size_t config_len, sg_backend **out, char *err, size_t err_size)
+{
+    sg_backend *self = calloc(1, sizeof(*self));
+    if (self == NULL)
+        return SG_ENOMEM;
+    self->host = host;
+    self->name = strdup(instance);
+    pthread_mutex_init(&self->err_mu, NULL);
+    sg_http_jobs_init(&self->jobs);
+    self->conf.now_ms = host->now_ms;
+    self->conf.name = "upstream";
+    sg_cfg_t c = {"config", err, err_size};
+    cJSON *root = sg_remote_conf_read(&c, config_json, config_len, up_config, SG_CFG_N(up_config), base_dir, self, &self->conf);
+    if (root == NULL || read_servers(self, &c, root) != 0)
         goto fail;
+    self->health_method = strdup(up_methods[self->method]);
     self->http = sg_http_new(&self->conf, err, err_size);
     if (self->http == NULL)
         goto fail;
@@ -553,14 +541,10 @@ static sg_status up_create(const sg_host_api *host, const char *instance, const 
     host->log(SG_LOG_INFO, instance, "upstream backend ready: %zu server(s), first %s, %s, health probes every %u ms",
               self->n_servers, self->servers[0].url, self->balance == BAL_ROUND_ROBIN ? "round robin" : "least in flight",
               self->health_interval_ms);
-    free(health_path);
-    free(data_version);
     cJSON_Delete(root);
     *out = self;
     return SG_OK;
 fail:
-    free(health_path);
-    free(data_version);
     cJSON_Delete(root);
     up_destroy(self);
     return SG_EINVAL;

@@ -1,8 +1,21 @@
 #!/usr/bin/python3
 """The plugins' config tables (sg_cfg_key_t, lib/cfg.h) against their documentation: for every
 backends/<name>/ whose sources hold a table and that has a docs/backends/<name>.md, the keys of the
-table and the keys of the page's first `| key | ...` table must be the same, and every integer
-key's bounds and default must appear in its row. Usage: test_config_docs.py ROOT"""
+table and the keys of the page's first `| key | type | default | bounds | ...` table must be the
+same, and each key's row must agree with its entry:
+
+- type: integer, number, boolean, string (a path: "string (path)");
+- default: the integer or number, true/false, the enum's choice, the string (or "required");
+  a default outside the bounds means "not set" (the plugin decides at start-up) and is not checked;
+- bounds: the minimum and maximum of an integer or number, every choice of an enum, the length
+  limit of a short string.
+
+Table fragments that several plugins share (SG_*_KEYS(...) macros of the headers under backends/,
+e.g. the HTTP engine's keys with per-plugin defaults) are expanded with the plugin's arguments. A
+row may document several keys at once ("`a`, `b`" with "x, y" as defaults, "as in serper.md"):
+then only the defaults are checked, in order. Also checks that each plugin's create function (the
+vtable's .create) is a table read plus what is truly specific: at most 80 lines.
+Usage: test_config_docs.py ROOT"""
 import glob
 import os
 import re
@@ -10,65 +23,279 @@ import sys
 
 ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
 TABLE = re.compile(r"static const sg_cfg_key_t (\w+)\[\] = \{(.*?)\n\};", re.S)
-ENTRY = re.compile(r'SG_CFG_(INT|DOUBLE|BOOL|STRING|PATH|ENUM)\(\s*\w+,\s*\w+,\s*"([^"]+)"([^)]*)\)|SG_CFG_CUSTOM_KEY\("([^"]+)"\)')
+CALL = re.compile(r"\b(SG_CFG_(?:INT|DOUBLE|BOOL|STRING|PATH|ENUM|TEXT|CUSTOM_KEY)|SG_\w+_KEYS)\s*\(")
+CHOICES = re.compile(r"const char \*const (\w+)\[\] = \{([^}]*)\};")
+DEFINE = re.compile(r"#define (SG_\w+_KEYS)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
+CREATE_LIMIT = 80
 
 
-def code_tables(plugin_dir):
-    keys = {}
+def split_args(text, start):
+    """The arguments of the call whose '(' is at text[start - 1]; returns (args, end)."""
+    args, depth, cur, i, quote = [], 0, "", start, False
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            cur += ch
+            if ch == "\\":
+                cur += text[i + 1]
+                i += 1
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote, cur = True, cur + ch
+        elif ch == "(":
+            depth, cur = depth + 1, cur + ch
+        elif ch == ")":
+            if depth == 0:
+                args.append(cur.strip())
+                return args, i + 1
+            depth, cur = depth - 1, cur + ch
+        elif ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    raise ValueError("unbalanced call")
+
+
+def c_string(arg):
+    if arg == "NULL":
+        return None
+    parts = re.findall(r'"((?:[^"\\]|\\.)*)"', arg)
+    return "".join(p.encode().decode("unicode_escape") for p in parts)
+
+
+def c_number(arg):
+    """An integer or floating constant expression of a table (1 << 24, 64u << 20, 1e6, -1, NAN)."""
+    a = re.sub(r"(?<=[0-9])[uUlL]+\b", "", arg.replace("(int64_t)", "").replace("(double)", ""))
+    if a.strip() in ("NAN", "-NAN"):
+        return float("nan")
+    if not re.fullmatch(r"[0-9eE.+\-*<>() ]+", a):
+        raise ValueError("not a constant: %s" % arg)
+    return eval(a, {"__builtins__": {}})
+
+
+def shown(v):
+    """A number as the docs write it, digits only (1e6 -> 1000000, 0.5 -> 0.5)."""
+    if isinstance(v, float) and v == int(v):
+        v = int(v)
+    return str(v)
+
+
+def header_macros():
+    macros = {}
+    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.h"), recursive=True):
+        with open(path) as f:
+            for name, params, body in DEFINE.findall(f.read()):
+                macros[name] = ([p.strip() for p in params.split(",")], body.replace("\\\n", " "))
+    return macros
+
+
+def expand(body, macros):
+    """Expands the SG_*_KEYS fragments of a table body (once; fragments do not nest)."""
+    out, i = "", 0
+    for m in re.finditer(r"\b(SG_\w+_KEYS)\s*\(", body):
+        if m.start() < i or m.group(1) not in macros:
+            continue
+        args, end = split_args(body, m.end())
+        params, text = macros[m.group(1)]
+        if len(args) != len(params):
+            raise ValueError("%s takes %d arguments" % (m.group(1), len(params)))
+        for p, a in zip(params, args):
+            text = re.sub(r"(?<![\w.\"])%s\b" % re.escape(p), lambda _: a, text)
+        out += body[i:m.start()] + text
+        i = end
+    return out + body[i:]
+
+
+def code_tables(plugin_dir, macros, choices):
+    """Each table of the plugin's sources: (name, {key: entry})."""
+    tables = []
     for path in sorted(glob.glob(os.path.join(plugin_dir, "*.c"))):
         with open(path) as f:
-            for _, body in TABLE.findall(f.read()):
-                for kind, key, args, custom in ENTRY.findall(body):
-                    if custom:
-                        keys[custom] = ("CUSTOM", [])
-                    else:
-                        keys[key] = (kind, [a.strip() for a in args.split(",") if a.strip()])
-    return keys
+            for table, body in TABLE.findall(f.read()):
+                keys = {}
+                tables.append((table, keys))
+                body = expand(body, macros)
+                for m in CALL.finditer(body):
+                    args, _ = split_args(body, m.end())
+                    kind = m.group(1)[len("SG_CFG_"):]
+                    if kind == "CUSTOM_KEY":
+                        keys[c_string(args[0])] = {"kind": "CUSTOM"}
+                        continue
+                    e = {"kind": kind}
+                    rest = args[3:]
+                    if kind in ("INT", "DOUBLE"):
+                        e["min"], e["max"], e["def"] = (c_number(a) for a in rest[:3])
+                    elif kind == "BOOL":
+                        e["def"] = c_number(rest[0])
+                    elif kind in ("STRING", "PATH"):
+                        e["required"] = c_number(rest[0])
+                        e["def"] = c_string(rest[1]) if kind == "STRING" else None
+                    elif kind == "ENUM":
+                        e["choices"] = choices[rest[0]]
+                        e["def"] = e["choices"][c_number(rest[1]) if re.fullmatch(r"[0-9]+", rest[1]) else choices[rest[1]]]
+                    elif kind == "TEXT":
+                        e["def"], e["maxlen"] = c_string(rest[0]) or "", c_number(rest[1])
+                    keys[c_string(args[2])] = e
+    return tables
 
 
-def doc_rows(page):
+def enum_choices():
+    found = {}
+    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.c"), recursive=True):
+        with open(path) as f:
+            for name, body in CHOICES.findall(f.read()):
+                found[name] = [c_string(s) for s in re.findall(r'"(?:[^"\\]|\\.)*"', body)]
+    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.[ch]"), recursive=True):
+        with open(path) as f:  # enum constants that name a choice: enum { BAL_LEAST_INFLIGHT, ... }
+            for body in re.findall(r"\benum\s*\{([^}]*)\}", f.read()):
+                v = -1
+                for item in body.split(","):
+                    m = re.match(r"\s*([A-Z_][A-Z0-9_]*)\s*(?:=\s*([0-9]+))?\s*$", item)
+                    if m:
+                        v = int(m.group(2)) if m.group(2) else v + 1
+                        found.setdefault(m.group(1), v)
+    return found
+
+
+def doc_tables(page):
+    """Every `| key | ...` table of the page, as {key: cells}."""
     with open(page) as f:
         lines = f.read().split("\n")
-    rows, inside = {}, False
+    tables, rows, cols = [], {}, None
     for line in lines:
-        if re.match(r"^\|\s*key\s*\|", line):
-            inside = True
+        if cols is None:
+            if re.match(r"^\|\s*key\s*\|", line):
+                cols = [c.strip() for c in line.strip().strip("|").split("|")]
+                rows = {}
+                tables.append(rows)
             continue
-        if inside:
-            if not line.startswith("|"):
-                break
-            m = re.match(r"^\|\s*`([^`]+)`\s*\|(.*)$", line)
-            if m:
-                rows[m.group(1)] = m.group(2)
-    return rows
+        if not line.startswith("|"):
+            cols = None
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if len(cells) < len(cols) or set(cells[0]) <= set("-: "):
+            continue
+        cell = dict(zip(cols, cells))
+        names = re.findall(r"`([^`]+)`", cell["key"])
+        if len(names) == 1:
+            rows[names[0]] = {"type": cell.get("type", ""), "default": cell.get("default", ""), "bounds": cell.get("bounds", "")}
+        else:  # several keys in one row: the defaults in the same order
+            defaults = [d.strip() for d in cell.get("default", "").split(",")]
+            if re.match(r"as (above|in)", cell.get("default", "")):
+                defaults = [cell["default"]] * len(names)
+            for i, n in enumerate(names):
+                rows[n] = {"group": True, "default": defaults[i] if i < len(defaults) else ""}
+    return tables
 
 
-def number(text):
-    return text.replace(",", "").replace("_", "")
+def normal(text):
+    """Digits as the table writes them: 100,000 -> 100000, 10^6 -> 1000000, 2^32 -> 4294967296."""
+    text = re.sub(r"(?<=[0-9])[,_](?=[0-9]{3})", "", text)
+    return re.sub(r"([0-9]+)\^([0-9]+)", lambda m: str(int(m.group(1)) ** int(m.group(2))), text)
+
+
+def has_number(text, v):
+    return re.search(r"(?<![0-9.])%s(?![0-9])" % re.escape(shown(v)), normal(text)) is not None
+
+
+TYPES = {"INT": "integer", "DOUBLE": "number", "BOOL": "boolean", "STRING": "string", "TEXT": "string", "ENUM": "string",
+         "PATH": "string (path)"}
+
+
+def check_key(name, k, e, row, where):
+    errs = []
+    kind = e["kind"]
+
+    def bad(what):
+        errs.append("%s: %s%s%s on %s" % (name, k, "" if what.startswith("'") else " ", what, where))
+
+    if kind == "CUSTOM":
+        return errs
+    d = e.get("def")
+    unset = kind in ("INT", "DOUBLE") and not (e["min"] <= d <= e["max"])  # also NAN
+    if row.get("group"):
+        if re.match(r"as (above|in)", row["default"]):
+            return errs
+        if kind in ("INT", "DOUBLE") and not unset and not has_number(row["default"], d):
+            bad("has the default %s, not in its row's defaults (%s)" % (shown(d), row["default"]))
+        if kind == "BOOL" and ("true" if d else "false") not in row["default"]:
+            bad("has the default %s, not in its row's defaults" % ("true" if d else "false"))
+        return errs
+    if not row["type"].startswith(TYPES[kind]):
+        bad("is a %s in the table but documented as %r" % (TYPES[kind], row["type"]))
+    if kind in ("INT", "DOUBLE"):
+        for what, v in (("minimum", e["min"]), ("maximum", e["max"])):
+            if not has_number(row["bounds"], v):
+                bad("'s %s %s is not in its bounds (%s)" % (what, shown(v), row["bounds"]))
+        if not unset and not has_number(row["default"], d):
+            bad("'s default %s is not in its default (%s)" % (shown(d), row["default"]))
+    elif kind == "BOOL":
+        if ("true" if d else "false") not in row["default"]:
+            bad("'s default %s is not in its default (%s)" % ("true" if d else "false", row["default"]))
+    elif kind == "ENUM":
+        if d not in row["default"]:
+            bad("'s default %s is not in its default (%s)" % (d, row["default"]))
+        for ch in e["choices"]:
+            if ch not in row["bounds"]:
+                bad("'s choice %s is not in its bounds (%s)" % (ch, row["bounds"]))
+    elif kind in ("STRING", "PATH", "TEXT"):
+        if e.get("required"):
+            if "required" not in row["default"]:
+                bad("is required but its default says %r" % row["default"])
+        elif d is not None and ('""' if d == "" else d) not in row["default"].replace("\\|", "|"):
+            bad("'s default %r is not in its default (%s)" % (d, row["default"]))
+        if kind == "TEXT" and e["maxlen"] and not has_number(row["bounds"], e["maxlen"]):
+            bad("'s length limit %s is not in its bounds (%s)" % (e["maxlen"], row["bounds"]))
+    return errs
+
+
+def create_lengths(plugin_dir):
+    """(function, lines) of the create function of each vtable in the plugin's sources."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(plugin_dir, "*.c"))):
+        with open(path) as f:
+            text = f.read()
+        for fn in re.findall(r"\.create\s*=\s*(\w+)", text):
+            m = re.search(r"^(?:static )?sg_status %s\(" % fn, text, re.M)
+            if m is None:
+                continue
+            lines = text[m.start():].split("\n")
+            n = next(i for i, line in enumerate(lines) if line == "}") + 1
+            out.append((os.path.relpath(path, ROOT), fn, n))
+    return out
 
 
 def main():
     checked, errors = 0, []
+    macros, choices = header_macros(), enum_choices()
     for plugin_dir in sorted(glob.glob(os.path.join(ROOT, "backends", "*"))):
         name = os.path.basename(plugin_dir)
         page = os.path.join(ROOT, "docs", "backends", name + ".md")
-        keys = code_tables(plugin_dir)
-        if not keys or not os.path.exists(page):
+        tables = code_tables(plugin_dir, macros, choices)
+        for path, fn, n in create_lengths(plugin_dir):
+            if n > CREATE_LIMIT:
+                errors.append("%s: %s is %d lines (at most %d: a config table read plus what is truly specific)" %
+                              (path, fn, n, CREATE_LIMIT))
+        if not tables or not os.path.exists(page):
             continue
-        checked += 1
-        rows = doc_rows(page)
-        for k in sorted(set(keys) - set(rows)):
-            errors.append("%s: key %s is in the config table but not on %s" % (name, k, os.path.relpath(page, ROOT)))
-        for k in sorted(set(rows) - set(keys)):
-            errors.append("%s: key %s is documented on %s but not in the config table" % (name, k, os.path.relpath(page, ROOT)))
-        for k, (kind, args) in keys.items():
-            if kind != "INT" or k not in rows:
+        where = os.path.relpath(page, ROOT)
+        docs = doc_tables(page)
+        for table, keys in tables:
+            # the page's table that documents this one: the one sharing the most keys
+            rows = max(docs, key=lambda r: len(set(r) & set(keys)), default={})
+            if not set(rows) & set(keys):
+                errors.append("%s: no table on %s documents the keys of %s" % (name, where, table))
                 continue
-            lo, hi, default = (number(a) for a in args[:3])
-            row = number(rows[k])
-            for what, v in (("minimum", lo), ("maximum", hi), ("default", default)):
-                if not re.search(r"(?<![0-9])%s(?![0-9])" % re.escape(v), row):
-                    errors.append("%s: %s's %s %s is not in its row on %s" % (name, k, what, v, os.path.relpath(page, ROOT)))
+            checked += 1
+            for k in sorted(set(keys) - set(rows)):
+                errors.append("%s: key %s of %s is not on %s" % (name, k, table, where))
+            for k in sorted(set(rows) - set(keys)):
+                errors.append("%s: key %s is documented on %s but not in %s" % (name, k, where, table))
+            for k in sorted(set(keys) & set(rows)):
+                errors += check_key(name, k, keys[k], rows[k], where)
     for e in errors:
         print(e)
     if checked == 0:

@@ -1,0 +1,162 @@
+/* Unit tests: the declarative config reader (lib/cfg.h): a table of keys read into a struct, with
+ * the messages of the single-key readers, string keys that may be empty, fragments into a nested
+ * struct, and "not set" defaults. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cfg.h"
+
+typedef struct {
+    uint32_t timeout_ms;
+    double qps;
+} inner_t;
+
+typedef struct {
+    uint8_t small;
+    uint16_t mid;
+    size_t big;
+    int flag, mode;
+    char *name, *lang, *prefix, *file;
+    double ratio;
+    inner_t http;
+} conf_t;
+
+static const char *const modes[] = {"fast", "exact", NULL};
+
+#define INNER_KEYS(T, f, timeout_def)                                                                                              \
+    SG_CFG_INT(T, f.timeout_ms, "timeout_ms", 1, 600000, timeout_def), SG_CFG_DOUBLE(T, f.qps, "qps", 0, 1e6, 0)
+
+static const sg_cfg_key_t table[] = {
+    SG_CFG_INT(conf_t, small, "small", 0, 255, 7),
+    SG_CFG_INT(conf_t, mid, "mid", 0, 60000, 1000),
+    SG_CFG_INT(conf_t, big, "big", 1024, (int64_t)1 << 32, 1 << 20),
+    SG_CFG_BOOL(conf_t, flag, "flag", 1),
+    SG_CFG_ENUM(conf_t, mode, "mode", modes, 1),
+    SG_CFG_STRING(conf_t, name, "name", 1, NULL),
+    SG_CFG_TEXT(conf_t, lang, "lang", "en", 32, "expected a short string (\"\" leaves it out)"),
+    SG_CFG_TEXT(conf_t, prefix, "prefix", "query: ", 0, NULL),
+    SG_CFG_PATH(conf_t, file, "file", 0),
+    SG_CFG_DOUBLE(conf_t, ratio, "ratio", -1, 1, NAN),
+    SG_CFG_CUSTOM_KEY("list"),
+    INNER_KEYS(conf_t, http, 2000),
+};
+
+static int read_conf(const char *json, conf_t *out, char *err, size_t size)
+{
+    sg_cfg_t c = {"config", err, size};
+    cJSON *root = cJSON_Parse(json);
+    memset(out, 0xa5, sizeof(*out)); /* every field is written, whatever was there */
+    out->name = out->lang = out->prefix = out->file = NULL;
+    int rc = sg_cfg_read(&c, root, table, SG_CFG_N(table), "/etc/sg", out);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static void conf_free(conf_t *cf)
+{
+    free(cf->name);
+    free(cf->lang);
+    free(cf->prefix);
+    free(cf->file);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    conf_t cf;
+    char err[512] = "";
+    assert_int_equal(read_conf("{\"name\":\"n\"}", &cf, err, sizeof(err)), 0);
+    assert_int_equal(cf.small, 7);
+    assert_int_equal(cf.mid, 1000);
+    assert_int_equal(cf.big, 1 << 20);
+    assert_int_equal(cf.flag, 1);
+    assert_int_equal(cf.mode, 1);
+    assert_string_equal(cf.name, "n");
+    assert_string_equal(cf.lang, "en");
+    assert_string_equal(cf.prefix, "query: ");
+    assert_null(cf.file);
+    assert_true(isnan(cf.ratio)); /* a default outside the bounds: "not set" */
+    assert_int_equal(cf.http.timeout_ms, 2000);
+    assert_true(cf.http.qps == 0);
+    conf_free(&cf);
+}
+
+static void test_values(void **state)
+{
+    (void)state;
+    conf_t cf;
+    char err[512] = "";
+    assert_int_equal(read_conf("{\"name\":\"n\",\"small\":255,\"mid\":60000,\"big\":4294967296,\"flag\":false,\"mode\":\"fast\","
+                               "\"lang\":\"\",\"prefix\":\"\",\"file\":\"x.pem\",\"ratio\":-0.5,\"list\":[1],\"timeout_ms\":5,"
+                               "\"qps\":2.5}",
+                               &cf, err, sizeof(err)),
+                     0);
+    assert_int_equal(cf.small, 255);
+    assert_int_equal(cf.mid, 60000);
+    assert_int_equal(cf.big, (size_t)1 << 32);
+    assert_int_equal(cf.flag, 0);
+    assert_int_equal(cf.mode, 0);
+    assert_string_equal(cf.lang, ""); /* a TEXT key may be empty */
+    assert_string_equal(cf.prefix, "");
+    assert_string_equal(cf.file, "/etc/sg/x.pem");
+    assert_true(cf.ratio == -0.5);
+    assert_int_equal(cf.http.timeout_ms, 5);
+    assert_true(cf.http.qps == 2.5);
+    conf_free(&cf);
+    /* null is absent */
+    assert_int_equal(read_conf("{\"name\":\"n\",\"lang\":null,\"small\":null}", &cf, err, sizeof(err)), 0);
+    assert_string_equal(cf.lang, "en");
+    assert_int_equal(cf.small, 7);
+    conf_free(&cf);
+}
+
+static void expect_error(const char *json, const char *msg)
+{
+    conf_t cf;
+    char err[512] = "";
+    assert_int_equal(read_conf(json, &cf, err, sizeof(err)), -1);
+    if (strstr(err, msg) == NULL)
+        fail_msg("expected \"%s\" in \"%s\"", msg, err);
+    conf_free(&cf);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    expect_error("[1]", "config: expected a JSON object, got [1]");
+    expect_error("{\"name\":\"n\",\"nope\":1}", "config.nope: unknown key (allowed: small, mid, big, flag, mode, name, lang, "
+                                                "prefix, file, ratio, list, timeout_ms, qps)");
+    expect_error("{}", "config.name: required key is missing");
+    expect_error("{\"name\":\"n\",\"small\":256}", "config.small: expected an integer in [0, 255], got 256");
+    expect_error("{\"name\":\"n\",\"timeout_ms\":0}", "config.timeout_ms: expected an integer in [1, 600000], got 0");
+    expect_error("{\"name\":\"n\",\"qps\":-1}", "config.qps: expected a number in [0, 1e+06], got -1");
+    expect_error("{\"name\":\"n\",\"mode\":\"slow\"}", "config.mode: expected one of \"fast\", \"exact\", got \"slow\"");
+    expect_error("{\"name\":\"n\",\"flag\":1}", "config.flag: expected true or false, got 1");
+    expect_error("{\"name\":\"\"}", "config.name: expected a non-empty string, got \"\"");
+    expect_error("{\"name\":\"n\",\"lang\":\"0123456789012345678901234567890123\"}",
+                 "config.lang: expected a short string (\"\" leaves it out), got \"0123456789");
+    expect_error("{\"name\":\"n\",\"lang\":3}", "config.lang: expected a short string (\"\" leaves it out), got 3");
+    expect_error("{\"name\":\"n\",\"prefix\":3}", "config.prefix: expected a string, got 3");
+}
+
+static void test_present(void **state)
+{
+    (void)state;
+    cJSON *root = cJSON_Parse("{\"a\":0,\"b\":null}");
+    assert_true(sg_cfg_present(root, "a"));
+    assert_false(sg_cfg_present(root, "b"));
+    assert_false(sg_cfg_present(root, "c"));
+    cJSON_Delete(root);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults), cmocka_unit_test(test_values),
+                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_present)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
