@@ -231,9 +231,9 @@ static int parse_mcp(sg_config_t *cfg, const cJSON *o, char *err, size_t err_siz
 
 static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"name",         "plugin",    "config",  "topk",   "timeout_ms",
-                                       "max_inflight", "max_queue", "chunk",   "cache",  "cache_ttl_s",
-                                       "fallback",     "rerank",    "metered", "budget", NULL};
+    static const char *const keys[] = {"name",      "plugin", "config", "topk",        "timeout_ms", "max_inflight",
+                                       "max_queue", "chunk",  "cache",  "cache_ttl_s", "fallback",   "rerank",
+                                       "metered",   "budget", "qps",    "burst",       "retries",    NULL};
     char path[64];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     sg_cfg_t c = {path, err, err_size};
@@ -275,6 +275,12 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     if (sg_cfg_int(&c, o, "chunk", 1, 1000000, 64, &v) != 0)
         return -1;
     b->chunk = (uint32_t)v;
+    if (sg_cfg_double(&c, o, "qps", 0, 1e6, 0, &b->qps) != 0 ||
+        sg_cfg_double(&c, o, "burst", 1, 1e6, b->qps > 1 ? b->qps : 1, &b->burst) != 0)
+        return -1;
+    if (sg_cfg_int(&c, o, "retries", -1, 10, -1, &v) != 0)
+        return -1;
+    b->retries = (int32_t)v;
     if (sg_cfg_bool(&c, o, "cache", 1, &b->cache) != 0)
         return -1;
     if (sg_cfg_int(&c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)

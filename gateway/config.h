@@ -29,6 +29,9 @@ typedef struct st_sg_backend_conf_t {
     uint32_t max_inflight; /* queries handed to the plugin at once; 0 = unlimited */
     uint32_t max_queue;    /* queries waiting for admission; beyond that 503 */
     uint32_t chunk;        /* a request's queries reach the plugin in calls of at most this many */
+    double qps;            /* queries started per second on this route (token bucket); 0 = unlimited */
+    double burst;          /* depth of that bucket, in queries */
+    int32_t retries;       /* retries per upstream request the route allows; -1 = the plugin's own setting */
     int cache;             /* result cache on/off for this route */
     uint32_t cache_ttl_s;
     int fallback;                       /* index of the fallback backend, -1 = none */

@@ -12,6 +12,10 @@
  * served deficit-round-robin across clients (weights from the config), so one job's 2,560-query
  * burst cannot starve another job's single queries. Queued calls whose deadline passed, or whose
  * waiters all left, are dropped before they reach the plugin; running calls are cancelled.
+ * Admission also enforces the route's caps (route.h): the route's own qps/burst and the upstream
+ * limits the plugin's config asks for (ABI 1.2 limits(): in-flight, qps/burst, queue, counted in
+ * the plugin's units) -- the plugins queue nothing themselves. A call waiting only for a qps
+ * token is started by a timer of the loop that last pumped the route.
  *
  * No duplicate slips between a flight and the cache: a completed call stores its results in L1
  * *before* it takes their flights out of the table, and a request that finds no flight looks in
@@ -34,6 +38,8 @@
 #include "budget.h"
 #include "../cache/cache.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -114,6 +120,7 @@ struct st_sg_call_t {
     sg_client_t *client;
     sg_loop_t *origin;
     int is_access;     /* POST /access: vt->access() instead of vt->search() */
+    int qps_waited;    /* bit per cap: counted once in its qps_delayed */
     sg_call_t *q_next; /* admission queue link */
     sg_search search;
     char *params; /* search.params: the request's canonical search parameters, or NULL */
@@ -306,6 +313,144 @@ static int backend_fits(const sg_backend_t *b, size_t n)
     return b->conf->max_inflight == 0 || b->admit_inflight == 0 || b->admit_inflight + n <= b->conf->max_inflight;
 }
 
+/* ---- caps: the route's rate and the plugin's limits (route.h) ---- */
+
+static uint64_t cap_units(const sg_admit_cap_t *k, const sg_call_t *c)
+{
+    return k->per_call ? 1 : c->n;
+}
+
+/* The plugin's cap for search() or access() calls. */
+static sg_admit_cap_t *plugin_cap(sg_backend_t *b, int is_access)
+{
+    return &b->caps[is_access && !b->access_shares_search ? SG_CAP_ACCESS : SG_CAP_SEARCH];
+}
+
+/* The caps a call passes: the route's own and its operation's. */
+static void call_caps(sg_backend_t *b, const sg_call_t *c, sg_admit_cap_t **k)
+{
+    k[0] = &b->caps[SG_CAP_ROUTE];
+    k[1] = plugin_cap(b, c->is_access);
+}
+
+/* Milliseconds until the bucket of `k` holds `units` tokens (at most a full bucket: a call larger
+ * than the burst starts on a full one and leaves it in debt); 0 = now. */
+static uint64_t cap_token_wait(sg_admit_cap_t *k, uint64_t units, uint64_t now)
+{
+    if (k->qps <= 0)
+        return 0;
+    if (now > k->tokens_at_ms) {
+        k->tokens += (double)(now - k->tokens_at_ms) * k->qps / 1000.0;
+        if (k->tokens > k->burst)
+            k->tokens = k->burst;
+        k->tokens_at_ms = now;
+    }
+    double need = (double)units < k->burst ? (double)units : k->burst;
+    if (k->tokens >= need)
+        return 0;
+    uint64_t ms = (uint64_t)ceil((need - k->tokens) * 1000.0 / k->qps);
+    return ms != 0 ? ms : 1;
+}
+
+/* Whether the caps let call `c` start now. When only a qps token is missing, `*wake` becomes the
+ * earliest time one is due. Caller holds admit_mutex. */
+static int caps_allow(sg_backend_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
+{
+    sg_admit_cap_t *k[2];
+    call_caps(b, c, k);
+    for (int i = 0; i < 2; ++i) {
+        uint64_t u = cap_units(k[i], c);
+        if (k[i]->max_inflight != 0 && k[i]->inflight != 0 && k[i]->inflight + u > k[i]->max_inflight)
+            return 0; /* a completion pumps again */
+    }
+    uint64_t wait = 0;
+    for (int i = 0; i < 2; ++i) {
+        uint64_t w = cap_token_wait(k[i], cap_units(k[i], c), now);
+        if (w != 0 && !(c->qps_waited & (1 << i))) {
+            c->qps_waited |= 1 << i;
+            if (k[i]->qps_delayed != NULL)
+                sg_counter_add(k[i]->qps_delayed, cap_units(k[i], c));
+        }
+        if (w > wait)
+            wait = w;
+    }
+    if (wait == 0)
+        return 1;
+    if (*wake == 0 || now + wait < *wake)
+        *wake = now + wait;
+    return 0;
+}
+
+/* Whether route `b` can start call `c` now (its in-flight cap and every cap). */
+static int route_allows(sg_backend_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
+{
+    return backend_fits(b, c->n) && caps_allow(b, c, now, wake);
+}
+
+/* Call `c` leaves the admission queue of `b` (started, dropped or cancelled). */
+static void unqueue_locked(sg_backend_t *b, sg_call_t *c)
+{
+    sg_admit_cap_t *k[2];
+    call_caps(b, c, k);
+    b->admit_queued -= c->n;
+    for (int i = 0; i < 2; ++i)
+        k[i]->queued -= cap_units(k[i], c);
+}
+
+/* Call `c` starts: it takes its share of every in-flight count and its qps tokens. */
+static void take_locked(sg_backend_t *b, sg_call_t *c)
+{
+    sg_admit_cap_t *k[2];
+    call_caps(b, c, k);
+    b->admit_inflight += c->n;
+    for (int i = 0; i < 2; ++i) {
+        uint64_t u = cap_units(k[i], c);
+        k[i]->inflight += u;
+        if (k[i]->qps > 0)
+            k[i]->tokens -= (double)u;
+    }
+    if (c->client != NULL)
+        atomic_fetch_add(&c->client->inflight, c->n);
+    atomic_store(&c->state, CALL_RUNNING);
+}
+
+uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
+{
+    sg_call_t *c = admission;
+    if (c == NULL)
+        return earliest_ms;
+    sg_backend_t *b = c->backend;
+    sg_admit_cap_t *k = plugin_cap(b, c->is_access);
+    uint64_t at = earliest_ms;
+    pthread_mutex_lock(&b->admit_mutex);
+    if (k->qps > 0) {
+        uint64_t now = sg_now_ms();
+        cap_token_wait(k, 0, now); /* refills the bucket */
+        k->tokens -= 1.0;          /* reserved now, so the calls still queued wait for it too */
+        if (k->tokens < 0) {
+            uint64_t ready = now + (uint64_t)ceil(-k->tokens * 1000.0 / k->qps);
+            if (ready > at) {
+                at = ready;
+                if (k->qps_delayed != NULL)
+                    sg_counter_add(k->qps_delayed, 1);
+            }
+        }
+    }
+    pthread_mutex_unlock(&b->admit_mutex);
+    return at;
+}
+
+/* 503 text when a cap's queue bound refuses call `c`, else NULL. */
+static const char *caps_queue_full(sg_backend_t *b, const sg_call_t *c)
+{
+    sg_admit_cap_t *k[2];
+    call_caps(b, c, k);
+    for (int i = 0; i < 2; ++i)
+        if (k[i]->max_queue != 0 && k[i]->queued + cap_units(k[i], c) > k[i]->max_queue)
+            return "the plugin's max_queue";
+    return NULL;
+}
+
 static sg_admit_queue_t *queue_for(sg_backend_t *b, sg_client_t *cl)
 {
     sg_admit_queue_t *q = b->admit_queues;
@@ -361,7 +506,7 @@ static int call_is_dead(sg_call_t *c, uint64_t now_ms)
 
 /* Takes runnable calls off the backend's queues (DRR across clients) while capacity allows.
  * Dead calls are moved to `dead`; both lists are linked through q_next. Caller holds admit_mutex. */
-static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
+static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead, uint64_t *wake)
 {
     uint64_t now = sg_now_ms();
     int64_t quantum = b->conf->chunk;
@@ -378,7 +523,7 @@ static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
         /* dead calls at the head cost nothing: drop them first */
         while (q->head != NULL && call_is_dead(q->head, now)) {
             sg_call_t *c = queue_pop(q);
-            b->admit_queued -= c->n;
+            unqueue_locked(b, c);
             c->q_next = *dead;
             *dead = c;
         }
@@ -387,8 +532,8 @@ static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
             idle = 0;
             continue;
         }
-        if (!backend_fits(b, q->head->n))
-            break; /* the backend is full: a completion pumps again */
+        if (!route_allows(b, q->head, now, wake))
+            break; /* the backend is full: a completion (or the token timer) pumps again */
         if (!client_fits(q->client, q->head->n)) {
             b->admit_queues = q->next; /* this client is at its own cap: next client */
             ++idle;
@@ -396,15 +541,12 @@ static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
         }
         if (q->deficit < (int64_t)q->head->n)
             q->deficit += quantum * (int64_t)(q->client != NULL && q->client->conf != NULL ? q->client->conf->weight : 1);
-        while (q->head != NULL && q->deficit >= (int64_t)q->head->n && backend_fits(b, q->head->n) &&
-               client_fits(q->client, q->head->n) && !call_is_dead(q->head, now)) {
+        while (q->head != NULL && q->deficit >= (int64_t)q->head->n && !call_is_dead(q->head, now) &&
+               client_fits(q->client, q->head->n) && route_allows(b, q->head, now, wake)) {
             sg_call_t *c = queue_pop(q);
             q->deficit -= (int64_t)c->n;
-            b->admit_queued -= c->n;
-            b->admit_inflight += c->n;
-            if (c->client != NULL)
-                atomic_fetch_add(&c->client->inflight, c->n);
-            atomic_store(&c->state, CALL_RUNNING);
+            unqueue_locked(b, c);
+            take_locked(b, c);
             c->q_next = *run;
             *run = c;
         }
@@ -419,7 +561,7 @@ static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead)
              * hit its own cap (next client) */
             if (call_is_dead(q->head, now))
                 continue;
-            if (!backend_fits(b, q->head->n))
+            if (!route_allows(b, q->head, now, wake))
                 break;
         }
         b->admit_queues = q->next; /* next client's turn */
@@ -458,45 +600,74 @@ static void run_lists(sg_call_t *run, sg_call_t *dead)
     }
 }
 
-static void pump(sg_backend_t *b)
+static void on_admit_timer(sg_timer_t *t);
+
+/* Arms `loop`'s admission timer for `wake` (0 = nothing waits for a token). Loop thread. */
+static void arm_admit_timer(sg_loop_t *loop, uint64_t wake)
+{
+    if (wake == 0 || loop == NULL)
+        return;
+    if (!sg_timer_is_armed(&loop->admit_timer) || wake < loop->admit_timer.at_ms)
+        sg_timer_start(&loop->timers, &loop->admit_timer, wake, on_admit_timer);
+}
+
+/* Starts what route `b` can start now; runs on `loop`'s thread. */
+static void pump(sg_backend_t *b, sg_loop_t *loop)
 {
     sg_call_t *run = NULL, *dead = NULL;
+    uint64_t wake = 0;
     pthread_mutex_lock(&b->admit_mutex);
-    pump_locked(b, &run, &dead);
+    pump_locked(b, &run, &dead, &wake);
     pthread_mutex_unlock(&b->admit_mutex);
+    arm_admit_timer(loop, wake);
     run_lists(run, dead);
+}
+
+/* A qps token is due: every route may start a waiting call. */
+static void on_admit_timer(sg_timer_t *t)
+{
+    sg_loop_t *loop = H2O_STRUCT_FROM_MEMBER(sg_loop_t, admit_timer, t);
+    for (size_t i = 0; i < sg_server.n_backends; ++i)
+        pump(&sg_server.backends[i], loop);
 }
 
 static void admit_submit(sg_call_t *c)
 {
     sg_backend_t *b = c->backend;
     sg_call_t *run = NULL, *dead = NULL;
-    int shed = 0;
+    const char *full = NULL;
+    uint64_t wake = 0;
     pthread_mutex_lock(&b->admit_mutex);
-    if (b->admit_queues == NULL && backend_fits(b, c->n) && client_fits(c->client, c->n)) {
-        b->admit_inflight += c->n;
-        if (c->client != NULL)
-            atomic_fetch_add(&c->client->inflight, c->n);
-        atomic_store(&c->state, CALL_RUNNING);
+    if (b->admit_queues == NULL && client_fits(c->client, c->n) && route_allows(b, c, sg_now_ms(), &wake)) {
+        take_locked(b, c);
         run = c;
         sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
     } else if (b->admit_queued + c->n > b->conf->max_queue) {
-        shed = 1;
-    } else {
+        full = "max_queue";
+    } else if ((full = caps_queue_full(b, c)) == NULL) {
+        sg_admit_cap_t *k[2];
+        call_caps(b, c, k);
         sg_admit_queue_t *q = queue_for(b, c->client);
         *q->tail = c;
         q->tail = &c->q_next;
         b->admit_queued += c->n;
-        pump_locked(b, &run, &dead);
+        for (int i = 0; i < 2; ++i)
+            k[i]->queued += cap_units(k[i], c);
+        pump_locked(b, &run, &dead, &wake);
     }
     pthread_mutex_unlock(&b->admit_mutex);
-    if (shed) {
+    arm_admit_timer(c->origin, wake);
+    if (full != NULL) {
         sg_counter_add(b->shed, 1);
         if (c->client != NULL)
             sg_counter_add(c->client->m_shed, 1);
-        char msg[160];
-        snprintf(msg, sizeof(msg), "backend %s is saturated: %llu queries queued (max_queue %u)", b->conf->name,
-                 (unsigned long long)b->admit_queued, b->conf->max_queue);
+        char msg[200];
+        if (strcmp(full, "max_queue") == 0)
+            snprintf(msg, sizeof(msg), "backend %s is saturated: %llu queries queued (max_queue %u)", b->conf->name,
+                     (unsigned long long)b->admit_queued, b->conf->max_queue);
+        else
+            snprintf(msg, sizeof(msg), "backend %s is saturated: too many requests waiting for an upstream slot (%s %u)",
+                     b->conf->name, full, plugin_cap(b, c->is_access)->max_queue);
         sg_result res = {SG_EOVERLOAD, msg, NULL, 0, 1};
         atomic_store(&c->state, CALL_DONE);
         call_complete(c, &res);
@@ -522,7 +693,7 @@ static void admit_cancel(sg_call_t *c)
                         if (q->tail == &c->q_next)
                             q->tail = p;
                         c->q_next = NULL;
-                        b->admit_queued -= c->n;
+                        unqueue_locked(b, c);
                         was_queued = 1;
                         break;
                     }
@@ -652,8 +823,12 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         int was_running = c->start_us != 0;
         atomic_store(&c->state, CALL_DONE);
         if (was_running) {
+            sg_admit_cap_t *k[2];
+            call_caps(b, c, k);
             pthread_mutex_lock(&b->admit_mutex);
             b->admit_inflight -= c->n;
+            for (int j = 0; j < 2; ++j)
+                k[j]->inflight -= cap_units(k[j], c);
             sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
             pthread_mutex_unlock(&b->admit_mutex);
             if (c->client != NULL)
@@ -671,7 +846,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
             for (size_t i = 0; i < sg_server.n_backends; ++i)
-                pump(&sg_server.backends[i]);
+                pump(&sg_server.backends[i], c->origin);
         call_release(c);
     }
 }
@@ -691,6 +866,81 @@ static void on_delivery(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         sg_blob_release(w->blob);
         free(w->detail);
         free(w);
+    }
+}
+
+/* The plugin's limits for `op` (ABI 1.2), zero-filled when it has none. */
+static int plugin_limits(const sg_backend_vtable *vt, sg_backend *inst, int op, sg_limits *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    out->retries = -1;
+    if (vt->abi_minor < 2 || vt->struct_size < offsetof(sg_backend_vtable, limits) + sizeof(vt->limits) || vt->limits == NULL)
+        return 0;
+    vt->limits(inst, op, out);
+    if (out->qps > 0 && out->burst < 1)
+        out->burst = 1;
+    return 1;
+}
+
+/* A call's queries stay within a bucket's burst and an in-flight cap counted in queries, so that
+ * one call never needs more than a full bucket. */
+static uint32_t chunk_within(uint32_t chunk, const sg_admit_cap_t *k)
+{
+    if (k->per_call)
+        return chunk;
+    if (k->qps > 0 && (double)chunk > k->burst)
+        chunk = k->burst >= 1 ? (uint32_t)k->burst : 1;
+    if (k->max_inflight != 0 && chunk > k->max_inflight)
+        chunk = k->max_inflight;
+    return chunk;
+}
+
+/* A plugin cap from the plugin's limits (`has` 0: none). */
+static void cap_setup(sg_admit_cap_t *k, const sg_limits *lim, int has, uint64_t now, const char *labels)
+{
+    k->per_call = lim->per_call != 0;
+    k->max_inflight = lim->max_inflight;
+    k->max_queue = lim->max_queue;
+    k->qps = lim->qps > 0 ? lim->qps : 0;
+    k->burst = lim->burst >= 1 ? lim->burst : 1;
+    k->tokens = k->burst;
+    k->tokens_at_ms = now;
+    if (has && lim->metric_prefix != NULL && lim->metric_prefix[0] != '\0') {
+        char name[160];
+        snprintf(name, sizeof(name), "searchgate_backend_%s_http_qps_delayed_total", lim->metric_prefix);
+        k->qps_delayed = sg_metrics_counter(name, "Upstream requests that waited for a token of the plugin's qps cap.", labels);
+    }
+}
+
+void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_backend *inst)
+{
+    const sg_backend_conf_t *bc = b->conf;
+    uint64_t now = sg_now_ms();
+    char l[256];
+    snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
+    sg_admit_cap_t *route = &b->caps[SG_CAP_ROUTE];
+    route->qps = bc->qps;
+    route->burst = bc->burst >= 1 ? bc->burst : 1;
+    route->tokens = route->burst;
+    route->tokens_at_ms = now;
+    route->qps_delayed = sg_metrics_counter("searchgate_backend_qps_delayed_queries_total",
+                                            "Queries that waited for a token of the route's qps cap.", l);
+    b->access_shares_search = 0;
+    for (int op = 0; op < 2; ++op) {
+        sg_limits lim;
+        sg_admit_cap_t *k = &b->caps[op == SG_OP_SEARCH ? SG_CAP_SEARCH : SG_CAP_ACCESS];
+        int has = plugin_limits(vt, inst, op, &lim);
+        if (op == SG_OP_ACCESS && has && lim.share_search) {
+            b->access_shares_search = 1;
+            k = &b->caps[SG_CAP_SEARCH]; /* set up with search: only the chunk and the budget below */
+        } else {
+            cap_setup(k, &lim, has, now, l);
+        }
+        b->chunk[op] = chunk_within(chunk_within(bc->chunk, route), k);
+        /* the retry budget: the route's `retries` when set, else what the plugin's config asks for */
+        int32_t retries = bc->retries >= 0 ? bc->retries : lim.retries >= 0 ? lim.retries : 0;
+        b->max_attempts[op] = has ? (uint32_t)retries + 1 : 0;
     }
 }
 
@@ -722,7 +972,16 @@ static sg_call_t *call_new(sg_query_t *r, size_t cap)
     const char *params = sg__query_params(r);
     c->params = params != NULL ? sg_strdup(params) : NULL;
     c->search.params = c->params;
+    c->search.max_attempts = c->backend->max_attempts[c->is_access ? 1 : 0];
+    c->search.admission = c;
     return c;
+}
+
+/* Queries per call on route `b`: its chunk, within the caps' bursts (sg_dispatch_setup_route). */
+static uint32_t call_chunk(const sg_backend_t *b, int is_access)
+{
+    uint32_t c = b->chunk[is_access ? 1 : 0];
+    return c != 0 ? c : b->conf->chunk;
 }
 
 /* The L1 entry of one query (a referenced blob), or NULL. */
@@ -750,7 +1009,7 @@ typedef struct st_new_calls_t {
 static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t *w, shard_t *s, uint64_t h, uint32_t op)
 {
     sg_backend_t *b = r->serving;
-    uint32_t chunk = b->conf->chunk;
+    uint32_t chunk = call_chunk(b, r->is_access);
     sg_flight_t *f = sg_mem_calloc(1, sizeof(*f));
     f->hash = h;
     f->backend = (uint32_t)b->index;

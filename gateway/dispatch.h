@@ -18,6 +18,18 @@ sg_blob_t *sg_blob_from_hits(const sg_hits *hits);
 void sg_dispatch_init_loop(sg_loop_t *loop);
 void sg_dispatch_init(void);
 void sg_dispatch_dispose(void);
+/**
+ * Sets up the admission of route `b` (main thread, after create(), before any rerank wrapper):
+ * its own qps/burst, the limits its plugin's config asks for (ABI 1.2 `limits`, read from `vt`
+ * and `inst`), the chunk per operation and the retry budget passed in sg_search.max_attempts.
+ */
+void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_backend *inst);
+/**
+ * host->retry_at (ABI 1.2): a running call's plugin sends one more upstream request not before
+ * `earliest_ms`; takes a token of the call's plugin cap and returns when the request may start.
+ * `admission` is the call (sg_search.admission). Any thread; never blocks (a short mutex hold).
+ */
+uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms);
 /** Number of flights in the table (for tests and /stats). */
 size_t sg_dispatch_flights(void);
 

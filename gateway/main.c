@@ -115,6 +115,7 @@ static int load_backends(sg_server_t *s)
             b->inst = NULL;
             return -1;
         }
+        sg_dispatch_setup_route(b, b->plugin.vt, b->inst); /* the plugin's own limits, before any wrapper */
         if (bc->rerank != NULL && sg_rerank_wrap(b, err, sizeof(err)) != 0) {
             fprintf(stderr, "searchgate: backend %s: %s\n", bc->name, err);
             return -1;

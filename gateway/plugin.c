@@ -6,6 +6,7 @@
 #include "plugin.h"
 #include "common.h"
 #include "metrics.h"
+#include "dispatch.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -100,6 +101,7 @@ static const sg_host_api host_api = {
     .log = host_log,
     .now_ms = host_now_ms,
     .metric = sg_metrics_plugin_sample,
+    .retry_at = sg_dispatch_retry_at,
 };
 
 sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt)

@@ -20,6 +20,25 @@
 typedef struct st_sg_backend_t sg_backend_t;
 typedef struct st_sg_admit_queue_t sg_admit_queue_t;
 
+/*
+ * One admission limit of a route (dispatch.c): a cap on units in flight and waiting, and a token
+ * bucket on unit starts. A unit is a query, or a whole call when `per_call` is set (a plugin that
+ * sends one upstream request per batch). Zero bounds mean none.
+ */
+typedef struct st_sg_admit_cap_t {
+    uint32_t max_inflight, max_queue;
+    double qps, burst;
+    int per_call;
+    uint64_t inflight, queued; /* units, under the route's admit_mutex */
+    double tokens;             /* the bucket, refilled at qps up to burst */
+    uint64_t tokens_at_ms;
+    sg_counter_t *qps_delayed; /* units that had to wait for a token */
+} sg_admit_cap_t;
+
+/* The caps of a route: its own rate (route keys qps/burst, in queries) and the limits its plugin's
+ * config asks for (ABI 1.2 limits(), in the plugin's units), one set for search(), one for access(). */
+enum { SG_CAP_ROUTE, SG_CAP_SEARCH, SG_CAP_ACCESS, SG_NUM_CAPS };
+
 /* HTTP statuses the per-route and per-endpoint metrics count separately */
 enum {
     SG_CODE_200,
@@ -68,6 +87,11 @@ struct st_sg_backend_t {
     uint64_t admit_inflight;        /* queries */
     uint64_t admit_queued;          /* queries */
     sg_admit_queue_t *admit_queues; /* circular list of per-client queues with work (DRR) */
+    sg_admit_cap_t caps[SG_NUM_CAPS];
+    int access_shares_search; /* access() calls draw on the SG_CAP_SEARCH cap (sg_limits.share_search) */
+    /* set up once at start-up (sg_dispatch_setup_route), read-only afterwards */
+    uint32_t chunk[2];        /* queries per call for search and access: the route's chunk within the caps' bursts */
+    uint32_t max_attempts[2]; /* sg_search.max_attempts for search and access; 0 = the plugin decides */
 };
 
 #endif

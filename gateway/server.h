@@ -43,6 +43,7 @@ struct st_sg_loop_t {
     h2o_multithread_receiver_t deliveries; /* sg_waiter_t: results for requests of this loop */
     h2o_multithread_receiver_t finished;   /* sg_call_t: calls started by this loop that completed */
     sg_timers_t timers;                    /* deadlines of any length (timer.h) */
+    sg_timer_t admit_timer;                /* wakes the admission when a qps token is due (dispatch.c) */
     int abandoned;                         /* the loop exited with connections still open (shutdown grace expired) */
     h2o_linklist_t active;                 /* sg_query_t not yet answered (for shutdown) */
     /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */

@@ -4,9 +4,10 @@
  * with curl_multi_wakeup() (style.md 3.3, platform.md 7). See http.h for the contract.
  *
  * A transfer lives in exactly one list at a time: the inbox (submitted, not yet seen by the
- * engine), `delayed` (waiting for its not_before time, sorted), `ready` (waiting for an
- * in-flight or qps slot, FIFO) or `running` (added to the multi handle). Only the inbox is
- * shared with other threads; the other lists belong to the engine thread.
+ * engine), `delayed` (waiting for its not_before time, sorted), `ready` (due, started in the
+ * same pass) or `running` (added to the multi handle). Only the inbox is shared with other
+ * threads; the other lists belong to the engine thread. The engine admits everything it is
+ * given: how many requests may run or start per second is the gateway's decision (sg_limits).
  */
 #include "http.h"
 
@@ -252,7 +253,7 @@ struct st_xfer_t {
     struct curl_slist *headers;
     char *body;
     size_t body_len;
-    int is_post, bypass, capped_by_deadline, qps_waited;
+    int is_post, capped_by_deadline;
     uint64_t deadline_ms, not_before_ms, tag, started_ms;
     uint32_t timeout_ms;
     sg_http_cb cb;
@@ -284,17 +285,13 @@ struct st_sg_http_t {
     uint64_t *cancels;
     size_t n_cancels, cap_cancels;
     int stopping;
-    atomic_size_t waiting; /* limited transfers submitted but not started (max_queue) */
     /* engine thread only */
     xlist_t delayed, ready, running;
-    size_t running_limited;
-    double tokens;
-    uint64_t tokens_at_ms;
     uint64_t next_queued_deadline;
     CURL *idle[IDLE_EASY_MAX];
     size_t n_idle;
     /* counters */
-    atomic_uint_fast64_t started, completed, failed, canceled, qps_delayed, connections, bytes_in, errs[8];
+    atomic_uint_fast64_t started, completed, failed, canceled, connections, bytes_in, errs[8];
     atomic_uint_fast64_t g_inflight, g_queued;
 };
 
@@ -396,13 +393,6 @@ static void xfer_complete_ex(sg_http_t *h, xfer_t *x, sg_http_err err, long stat
 static void xfer_complete(sg_http_t *h, xfer_t *x, sg_http_err err, long status, const char *msg)
 {
     xfer_complete_ex(h, x, err, status, msg, 0);
-}
-
-/* A transfer leaves the waiting lists without starting (cancel, expiry). */
-static void unqueue(sg_http_t *h, xfer_t *x)
-{
-    if (!x->bypass)
-        atomic_fetch_sub(&h->waiting, 1);
 }
 
 static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
@@ -593,10 +583,6 @@ static int start_xfer(sg_http_t *h, xfer_t *x, uint64_t now)
         return -1;
     }
     xlist_push(&h->running, x, IN_RUNNING);
-    if (!x->bypass) {
-        ++h->running_limited;
-        atomic_fetch_sub(&h->waiting, 1);
-    }
     atomic_fetch_add(&h->started, 1);
     return 0;
 }
@@ -616,8 +602,6 @@ static void stop_running(sg_http_t *h, xfer_t *x)
     release_easy(h, x->easy);
     x->easy = NULL;
     xlist_remove(&h->running, x);
-    if (!x->bypass)
-        --h->running_limited;
 }
 
 static void cancel_tag(sg_http_t *h, uint64_t tag)
@@ -632,7 +616,6 @@ static void cancel_tag(sg_http_t *h, uint64_t tag)
                     stop_running(h, x);
                 } else {
                     xlist_remove(lists[i], x);
-                    unqueue(h, x);
                 }
                 xfer_complete(h, x, SG_HTTP_ECANCELED, 0, "canceled");
                 /* the callback may have changed the lists: restart this one */
@@ -656,10 +639,8 @@ static void expire_queued(sg_http_t *h, uint64_t now)
             xfer_t *nx = x->next;
             if (x->deadline_ms != 0 && x->deadline_ms <= now) {
                 xlist_remove(lists[i], x);
-                unqueue(h, x);
                 xfer_complete_ex(h, x, SG_HTTP_ETIMEDOUT, 0,
-                                 i == 0 ? "deadline passed while waiting to retry"
-                                        : "deadline passed while waiting for a request slot (max_inflight/qps)",
+                                 i == 0 ? "deadline passed while waiting to retry" : "deadline passed before the request started",
                                  1);
                 x = lists[i]->head; /* callbacks may have changed the list */
                 continue;
@@ -678,50 +659,15 @@ static void note_deadline(sg_http_t *h, xfer_t *x)
         h->next_queued_deadline = x->deadline_ms;
 }
 
-static void refill(sg_http_t *h, uint64_t now)
+/* Starts every due transfer. */
+static void start_ready(sg_http_t *h, uint64_t now)
 {
-    if (h->conf.qps <= 0)
-        return;
-    if (now > h->tokens_at_ms) {
-        h->tokens += (double)(now - h->tokens_at_ms) * h->conf.qps / 1000.0;
-        if (h->tokens > h->conf.burst)
-            h->tokens = h->conf.burst;
-        h->tokens_at_ms = now;
-    }
-}
-
-/* Starts what may start; returns the ms until a qps token frees a blocked transfer (or -1). */
-static long start_ready(sg_http_t *h, uint64_t now)
-{
-    refill(h, now);
-    xfer_t *x = h->ready.head;
-    while (x != NULL) {
-        xfer_t *next = x->next;
-        if (!x->bypass) {
-            if (h->conf.max_inflight != 0 && h->running_limited >= h->conf.max_inflight) {
-                x = next; /* only bypassing transfers may start now */
-                continue;
-            }
-            if (h->conf.qps > 0) {
-                if (h->tokens < 1.0) {
-                    if (!x->qps_waited) {
-                        x->qps_waited = 1;
-                        atomic_fetch_add(&h->qps_delayed, 1);
-                    }
-                    return (long)ceil((1.0 - h->tokens) * 1000.0 / h->conf.qps);
-                }
-                h->tokens -= 1.0;
-            }
-        }
+    while (h->ready.head != NULL) {
+        xfer_t *x = h->ready.head;
         xlist_remove(&h->ready, x);
-        if (start_xfer(h, x, now) != 0) {
-            unqueue(h, x);
+        if (start_xfer(h, x, now) != 0)
             xfer_complete(h, x, SG_HTTP_EINTERNAL, 0, "libcurl refused the transfer");
-            next = h->ready.head;
-        }
-        x = next;
     }
-    return -1;
 }
 
 static void on_done_msg(sg_http_t *h, CURLMsg *m)
@@ -801,7 +747,7 @@ static void *engine_main(void *arg)
             xlist_push(&h->ready, x, IN_READY);
         }
         expire_queued(h, now);
-        long token_wait = start_ready(h, now);
+        start_ready(h, now);
         int still = 0;
         curl_multi_perform(h->multi, &still);
         CURLMsg *m;
@@ -814,8 +760,6 @@ static void *engine_main(void *arg)
         /* sleep until a socket is ready, curl's own timer, a wakeup, or our own timers */
         now = sg_http_now_ms(h);
         long wait = 1000;
-        if (token_wait >= 0 && token_wait < wait)
-            wait = token_wait > 0 ? token_wait : 1;
         if (h->delayed.head != NULL) {
             uint64_t nb = h->delayed.head->not_before_ms;
             long w = nb > now ? (long)(nb - now) : 0;
@@ -827,7 +771,7 @@ static void *engine_main(void *arg)
             if (w < wait)
                 wait = w;
         }
-        if (h->ready.head != NULL && token_wait < 0 && (h->conf.max_inflight == 0 || h->running_limited < h->conf.max_inflight))
+        if (h->ready.head != NULL)
             wait = 0; /* something became startable during the callbacks */
         if (wait > 0)
             curl_multi_poll(h->multi, NULL, 0, (int)wait, NULL);
@@ -844,7 +788,6 @@ static void *engine_main(void *arg)
         while (lists[i]->head != NULL) {
             xfer_t *x = lists[i]->head;
             xlist_remove(lists[i], x);
-            unqueue(h, x);
             xfer_complete(h, x, SG_HTTP_ECANCELED, 0, "backend shutting down");
         }
     }
@@ -882,11 +825,7 @@ sg_http_t *sg_http_new(const sg_http_conf_t *conf, char *err, size_t err_size)
         h->conf.connect_timeout_ms = 3000;
     if (h->conf.max_response_bytes == 0)
         h->conf.max_response_bytes = 16u << 20;
-    if (h->conf.burst < 1)
-        h->conf.burst = 1;
     snprintf(h->name, sizeof(h->name), "sg-http-%.7s", conf->name != NULL ? conf->name : "");
-    h->tokens = h->conf.burst;
-    h->tokens_at_ms = sg_http_now_ms(h);
     pthread_mutex_init(&h->mu, NULL);
     h->multi = curl_multi_init();
     if (h->multi == NULL) {
@@ -934,10 +873,6 @@ int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why
     const char *dummy;
     if (why == NULL)
         why = &dummy;
-    size_t limited = 0;
-    for (size_t i = 0; i < n; ++i)
-        if (!reqs[i].bypass_limits)
-            ++limited;
     xfer_t **xs = xmalloc(n * sizeof(*xs));
     for (size_t i = 0; i < n; ++i) {
         const sg_http_req_t *r = &reqs[i];
@@ -952,7 +887,6 @@ int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why
         x->timeout_ms = r->timeout_ms;
         x->not_before_ms = r->not_before_ms;
         x->tag = r->tag;
-        x->bypass = r->bypass_limits;
         x->cb = r->cb;
         x->ud = r->ud;
         x->retry_after = -1;
@@ -963,12 +897,8 @@ int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why
     if (h->stopping) {
         *why = "the HTTP engine is shutting down";
         fail = 1;
-    } else if (limited != 0 && h->conf.max_queue != 0 && atomic_load(&h->waiting) + limited > h->conf.max_queue) {
-        *why = "too many requests waiting for an upstream slot (max_queue)";
-        fail = 1;
     }
     if (!fail) {
-        atomic_fetch_add(&h->waiting, limited);
         for (size_t i = 0; i < n; ++i) {
             xs[i]->body = reqs[i].body; /* taken over */
             xlist_push(&h->inbox, xs[i], IN_INBOX);
@@ -1021,7 +951,6 @@ void sg_http_stats(sg_http_t *h, sg_http_stats_t *o)
     o->completed = atomic_load(&h->completed);
     o->failed = atomic_load(&h->failed);
     o->canceled = atomic_load(&h->canceled);
-    o->qps_delayed = atomic_load(&h->qps_delayed);
     o->connections = atomic_load(&h->connections);
     o->bytes_in = atomic_load(&h->bytes_in);
     for (size_t i = 0; i < 8; ++i)
@@ -1055,9 +984,8 @@ void sg_http_report(sg_http_t *h, const sg_host_api *host, void *sink, const cha
     EMIT("http_connections_total", "New upstream connections opened (the other transfers reused a kept-alive one).",
          SG_METRIC_COUNTER, NULL, s.connections);
     EMIT("http_bytes_in_total", "Response body bytes received from the upstream.", SG_METRIC_COUNTER, NULL, s.bytes_in);
-    EMIT("http_qps_delayed_total", "Transfers that waited for a token of the qps cap.", SG_METRIC_COUNTER, NULL, s.qps_delayed);
     EMIT("http_inflight", "Outbound transfers running now.", SG_METRIC_GAUGE, NULL, s.inflight);
-    EMIT("http_queued", "Outbound transfers waiting for a slot or a retry time.", SG_METRIC_GAUGE, NULL, s.queued);
+    EMIT("http_queued", "Outbound transfers waiting for their retry time.", SG_METRIC_GAUGE, NULL, s.queued);
 #undef EMIT
 }
 

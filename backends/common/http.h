@@ -9,10 +9,11 @@
  * default, caps the response size, and applies per-transfer connect and total timeouts bounded
  * by the caller's deadline.
  *
- * It also owns the admission that protects a paid upstream key: at most `max_inflight`
- * transfers at once and at most `qps` starts per second (token bucket with `burst`), with a
- * bounded queue of transfers waiting for a slot; a queued transfer whose deadline passes fails
- * with SG_HTTP_ETIMEDOUT without ever being sent.
+ * It admits every transfer it is given: the limits that protect a paid upstream key
+ * (`max_inflight`, `qps`/`burst`, `max_queue`) are read with the other common keys but enforced
+ * by the gateway before it calls the plugin (sg_remote_limits() hands them over through the ABI
+ * 1.2 limits()). A retry waiting for its backoff whose deadline passes fails with
+ * SG_HTTP_ETIMEDOUT without ever being sent.
  *
  * Completion callbacks run on the engine thread, one at a time, with no engine lock held: they
  * may submit new transfers (retries) and cancel others. They must not block.
@@ -48,13 +49,14 @@ typedef struct st_sg_http_conf_t {
     int tls_verify;              /* verify the peer certificate and host name (default 1) */
     char *proxy;                 /* proxy URL; NULL = none (proxy environment variables are ignored) */
     int http2;                   /* offer HTTP/2 by ALPN on https:// URLs (never h2c) */
-    uint32_t max_inflight;       /* transfers running at once; 0 = unlimited */
-    double qps;                  /* transfer starts per second; 0 = unlimited */
-    double burst;                /* token bucket depth for qps (>= 1) */
-    uint32_t max_queue;          /* transfers waiting for an in-flight/qps slot before submit fails */
-    uint32_t max_connections;    /* per-host connection cap (CURLMOPT_MAX_HOST_CONNECTIONS); 0 = none */
-    uint64_t (*now_ms)(void);    /* the clock deadlines are expressed in (host->now_ms) */
-    const char *name;            /* for the thread name */
+    /* admission keys: not enforced by the engine; the gateway enforces them (sg_remote_limits) */
+    uint32_t max_inflight;    /* requests running at once; 0 = unlimited */
+    double qps;               /* request starts per second; 0 = unlimited */
+    double burst;             /* token bucket depth for qps (>= 1) */
+    uint32_t max_queue;       /* requests waiting for an in-flight/qps slot before the gateway answers 503; 0 = no bound */
+    uint32_t max_connections; /* per-host connection cap (CURLMOPT_MAX_HOST_CONNECTIONS); 0 = none */
+    uint64_t (*now_ms)(void); /* the clock deadlines are expressed in (host->now_ms) */
+    const char *name;         /* for the thread name */
 } sg_http_conf_t;
 
 /** Outcome class of a transfer. SG_HTTP_OK means an HTTP response arrived (any status). */
@@ -95,7 +97,6 @@ typedef struct st_sg_http_req_t {
     uint32_t timeout_ms;    /* 0 = conf.timeout_ms */
     uint64_t not_before_ms; /* do not start before this time (retry backoff); 0 = at once */
     uint64_t tag;           /* sg_http_cancel() cancels every transfer with this tag */
-    int bypass_limits;      /* not counted against max_inflight/qps/max_queue (health probes) */
     sg_http_cb cb;
     void *ud;
 } sg_http_req_t;
@@ -103,11 +104,10 @@ typedef struct st_sg_http_req_t {
 /** Snapshot of the engine counters (monotonic totals and current gauges). */
 typedef struct st_sg_http_stats_t {
     uint64_t started, completed, failed, canceled;
-    uint64_t qps_delayed; /* transfers that had to wait for a qps token */
     uint64_t connections; /* new connections opened (the rest reused a kept-alive one) */
     uint64_t bytes_in;
-    uint64_t err[8]; /* by sg_http_err */
-    uint64_t inflight, queued;
+    uint64_t err[8];           /* by sg_http_err */
+    uint64_t inflight, queued; /* running; waiting for a retry time */
 } sg_http_stats_t;
 
 /** Calls curl_global_init() once per process image; main thread, before any engine starts. */
@@ -125,8 +125,8 @@ void sg_http_free(sg_http_t *h);
 
 /**
  * Submits `n` transfers, all or none: returns 0 when every one was accepted (each callback will
- * run exactly once), or -1 without taking anything when the engine is stopping or the queue is
- * full (`*why` then says which). Any thread, including a completion callback.
+ * run exactly once), or -1 without taking anything when the engine is stopping (`*why` then
+ * says so). Any thread, including a completion callback.
  */
 int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why);
 
@@ -145,7 +145,8 @@ void sg_http_stats(sg_http_t *h, sg_http_stats_t *out);
  * Emits the engine counters through host->metric() inside a plugin's stats(): names start with
  * `prefix` (e.g. "serper"), followed by _http_started_total, _http_responses_total,
  * _http_errors_total{kind=...}, _http_canceled_total, _http_connections_total,
- * _http_bytes_in_total, _http_qps_delayed_total, _http_inflight and _http_queued.
+ * _http_bytes_in_total, _http_inflight and _http_queued (the gateway adds _http_qps_delayed_total:
+ * sg_limits.metric_prefix).
  */
 void sg_http_report(sg_http_t *h, const sg_host_api *host, void *sink, const char *prefix);
 

@@ -91,6 +91,38 @@ int sg_remote_in_time(uint64_t now_ms, uint64_t delay_ms, uint64_t deadline_ms)
     return deadline_ms == 0 || now_ms + delay_ms + 1 < deadline_ms;
 }
 
+/* ---- admission and the retry budget: the gateway's (ABI 1.2) ---- */
+
+void sg_remote_limits(const sg_http_conf_t *conf, int per_call, uint32_t retries, const char *prefix, sg_limits *out)
+{
+    out->per_call = per_call ? 1 : 0;
+    out->max_inflight = conf->max_inflight;
+    out->max_queue = conf->max_queue;
+    out->qps = conf->qps;
+    out->burst = conf->burst;
+    out->retries = (int32_t)retries;
+    out->metric_prefix = prefix;
+}
+
+uint32_t sg_remote_call_retries(const sg_search *s, uint32_t own_retries)
+{
+    uint32_t attempts = SG_SEARCH_MAX_ATTEMPTS(s, own_retries + 1);
+    return attempts > 0 ? attempts - 1 : 0;
+}
+
+void *sg_remote_call_admission(const sg_search *s)
+{
+    return s->struct_size >= offsetof(sg_search, admission) + sizeof(void *) ? s->admission : NULL;
+}
+
+uint64_t sg_remote_retry_at(const sg_host_api *host, void *admission, uint64_t earliest_ms)
+{
+    if (admission == NULL || !SG_HOST_HAS_RETRY_AT(host))
+        return earliest_ms;
+    uint64_t at = host->retry_at(admission, earliest_ms);
+    return at > earliest_ms ? at : earliest_ms;
+}
+
 /* ---- outcomes ---- */
 
 int sg_remote_job_finish_docs(sg_http_job_t *j, sg_remote_outcomes_t *o, const sg_http_docs_t *lists, size_t n)

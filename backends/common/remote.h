@@ -71,6 +71,31 @@ uint64_t sg_remote_retry_after_ms(const sg_http_resp_t *r, uint64_t delay_ms);
 /** 1 when an attempt started `delay_ms` after `now_ms` is still before `deadline_ms` (0 = none). */
 int sg_remote_in_time(uint64_t now_ms, uint64_t delay_ms, uint64_t deadline_ms);
 
+/* ---- admission and the retry budget: the gateway's (ABI 1.2) ---- */
+
+/**
+ * Fills the ABI 1.2 limits() answer from the admission keys of `conf` (max_inflight, qps, burst,
+ * max_queue): `per_call` 1 when one call is one upstream request, 0 when each query is one;
+ * `retries` the config's retries; `prefix` the metric prefix of the plugin's HTTP engine.
+ */
+void sg_remote_limits(const sg_http_conf_t *conf, int per_call, uint32_t retries, const char *prefix, sg_limits *out);
+
+/**
+ * The retries a call may make: the gateway's budget (sg_search.max_attempts - 1, ABI 1.2) or,
+ * from an older host, the plugin's own `retries`.
+ */
+uint32_t sg_remote_call_retries(const sg_search *s, uint32_t own_retries);
+
+/** The call's sg_search.admission (ABI 1.2), or NULL from an older host. Keep it for sg_remote_retry_at(). */
+void *sg_remote_call_admission(const sg_search *s);
+
+/**
+ * When another upstream request of a running call (a retry, a key change) may start, not before
+ * `earliest_ms`: host->retry_at() charges it to the route's qps caps (ABI 1.2); an older host
+ * answers `earliest_ms`. Call it before the call's done(). Any thread.
+ */
+uint64_t sg_remote_retry_at(const sg_host_api *host, void *admission, uint64_t earliest_ms);
+
 /* ---- completed calls by outcome (qdrant, upstream) ---- */
 
 typedef struct st_sg_remote_outcomes_t {

@@ -20,6 +20,11 @@
  *        per-request search parameters: optional vtable.check_params, and sg_search.params (the
  *        canonical text check_params returned). A 1.0 plugin never sees parameters: the gateway
  *        answers 422 to requests that carry them for its routes.
+ *   1.2  admission and retries are the gateway's: optional vtable.limits hands the plugin's configured
+ *        upstream limits (max_inflight, qps/burst, max_queue, retries) to the gateway, which enforces
+ *        them in its dispatch; sg_search.max_attempts is the number of attempts per upstream request
+ *        the gateway allows the call (0 from an older host: the plugin's own setting), and
+ *        host->retry_at() charges each retry to the route's qps caps (sg_search.admission).
  *
  * Threading contract (see docs/plugins.md for the long form)
  *   - create() and destroy() run on the main thread, before the loops start / after they stop.
@@ -47,7 +52,7 @@ extern "C" {
 #endif
 
 #define SG_BACKEND_ABI_MAJOR 1
-#define SG_BACKEND_ABI_MINOR 1
+#define SG_BACKEND_ABI_MINOR 2
 #define SG_BACKEND_ENTRY_NAME "sg_backend_entry"
 
 #if defined(__GNUC__)
@@ -98,7 +103,20 @@ typedef struct sg_host_api {
      * the backend label itself. `type` is SG_METRIC_COUNTER or SG_METRIC_GAUGE.
      */
     void (*metric)(void *sink, const char *name, const char *help, int type, const char *labels, double value);
+    /* --- 1.2: check struct_size first (SG_HOST_HAS_RETRY_AT) --- */
+    /**
+     * The plugin is about to send one more upstream request for a running call -- a retry, or the
+     * same request with another key -- not before `earliest_ms`. Returns when it may start
+     * (>= `earliest_ms`, host->now_ms() time): the request takes a token of the route's qps caps
+     * (sg_limits), so retries count against `qps` like first attempts. `admission` is the call's
+     * sg_search.admission; NULL returns `earliest_ms`. Any thread; never blocks.
+     */
+    uint64_t (*retry_at)(void *admission, uint64_t earliest_ms);
 } sg_host_api;
+
+/** True when the host lends the 1.2 member retry_at. */
+#define SG_HOST_HAS_RETRY_AT(h)                                                                                                    \
+    ((h)->struct_size >= offsetof(sg_host_api, retry_at) + sizeof((h)->retry_at) && (h)->retry_at != NULL)
 
 /** One query: UTF-8 text, not NUL-terminated. */
 typedef struct sg_query {
@@ -120,10 +138,23 @@ typedef struct sg_search {
      * (NUL-terminated, never empty). Every query of the call shares them.
      */
     const char *params;
+    /* --- 1.2: read only when struct_size covers it (SG_SEARCH_MAX_ATTEMPTS) --- */
+    /**
+     * Attempts per upstream request the gateway allows this call: the first one plus retries of
+     * transient failures (1 = no retry). Retries also stop at deadline_ms. The gateway decides it
+     * from the route's `retries` and the plugin's own (sg_limits.retries); 0 only for a plugin
+     * without limits(), which keeps its own setting.
+     */
+    uint32_t max_attempts;
+    /** Opaque: the call's admission state, for host->retry_at() while the call runs (until done()). */
+    void *admission;
 } sg_search;
 
 /** True when the host's sg_search carries the 1.1 member `params`. */
 #define SG_SEARCH_HAS_PARAMS(s) ((s)->struct_size >= offsetof(sg_search, params) + sizeof(const char *))
+/** The 1.2 member max_attempts, or `def` (the plugin's own retries + 1) from an older host. */
+#define SG_SEARCH_MAX_ATTEMPTS(s, def)                                                                                             \
+    ((s)->struct_size >= offsetof(sg_search, max_attempts) + sizeof(uint32_t) && (s)->max_attempts != 0 ? (s)->max_attempts : (def))
 
 /**
  * One hit. `doc` is a complete JSON object (the DOC of protocols.md: at least "contents", and
@@ -162,6 +193,33 @@ typedef struct sg_result {
 typedef void (*sg_done_fn)(void *cb_data, const sg_result *result);
 
 typedef struct sg_backend sg_backend; /* plugin-private instance */
+
+/** Which calls an sg_limits describes (vtable.limits). */
+enum { SG_OP_SEARCH = 0, SG_OP_ACCESS = 1 };
+
+/**
+ * 1.2: the admission limits a plugin's config asks for, handed to the gateway, which enforces
+ * them (together with the route's own) before it calls search()/access(): the plugin itself
+ * queues nothing. Limits count *units*: one upstream request. `per_call` says what one unit is.
+ * Zero members mean "no limit of the plugin's own". The gateway zero-fills the struct, sets
+ * struct_size and retries = -1 before it calls limits(); a plugin writes only members that
+ * struct_size covers.
+ */
+typedef struct sg_limits {
+    uint32_t struct_size;  /* sizeof(sg_limits) as compiled by the host */
+    uint32_t per_call;     /* 1: a call is one upstream request (a batch); 0: one per query of the call */
+    uint32_t max_inflight; /* units running at once; 0 = no cap */
+    uint32_t max_queue;    /* units waiting for admission before the gateway answers 503; 0 = no cap */
+    double qps;            /* unit starts per second (token bucket); 0 = no cap */
+    double burst;          /* depth of the token bucket (>= 1 when qps > 0) */
+    int32_t retries;       /* retries of a transient failure the config asks for; -1 = the plugin never retries */
+    /** NULL, or the prefix of the plugin's HTTP metrics (e.g. "serper"): the gateway reports the
+     * units that waited for a qps token as <prefix>_http_qps_delayed_total. Static storage or valid until destroy(). */
+    const char *metric_prefix;
+    /** SG_OP_ACCESS only: 1 = access() calls draw on the very caps of search() (one upstream behind
+     * both); max_inflight, max_queue, qps and burst of this answer are then not read. */
+    uint32_t share_search;
+} sg_limits;
 
 typedef struct sg_backend_vtable {
     /* --- header: layout frozen forever --- */
@@ -224,7 +282,16 @@ typedef struct sg_backend_vtable {
      */
     sg_status (*check_params)(sg_backend *self, const char *json, size_t json_len, char *canon, size_t canon_size, char *detail,
                               size_t detail_size);
-    /* --- 1.2+ members go below; the host checks struct_size first --- */
+    /* --- 1.2 (the host reads these only when struct_size covers them) --- */
+    /**
+     * May be NULL: the plugin asks for no admission limits of its own. Main thread, once with
+     * SG_OP_SEARCH and once with SG_OP_ACCESS, after create(). Fills `out` with the limits this
+     * instance's config asks for (leaving it untouched = none); the gateway enforces them beside
+     * the route's own, so the stricter of each holds, and passes the retry budget back in
+     * sg_search.max_attempts.
+     */
+    void (*limits)(sg_backend *self, int op, sg_limits *out);
+    /* --- 1.3+ members go below; the host checks struct_size first --- */
 } sg_backend_vtable;
 
 /** Fills the frozen header; use as the first initializer of the plugin's vtable. */

@@ -31,7 +31,8 @@ struct st_job_t {
     job_t *qnext;       /* encoder queue */
     struct sg_backend *self;
     uint64_t deadline_ms;
-    uint32_t topk, attempts;
+    uint32_t topk, attempts, retries; /* retries: the gateway's budget for this call */
+    void *admission;                  /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n;
     char **texts;
     size_t *lens;
@@ -144,13 +145,13 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         job_end(j);
         return;
     }
-    if (sg_remote_transient(r) && j->attempts <= self->retries && !atomic_load(&j->base.canceled)) {
+    if (sg_remote_transient(r) && j->attempts <= j->retries && !atomic_load(&j->base.canceled)) {
         uint64_t delay = sg_remote_retry_after_ms(r, sg_remote_backoff_ms(self->backoff_ms, j->attempts, 60000));
         if (sg_remote_in_time(now, delay, j->deadline_ms)) {
             int ok = 0;
             pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
             if (!atomic_load(&j->base.canceled))
-                ok = submit_attempt(j, now + delay) == 0;
+                ok = submit_attempt(j, sg_remote_retry_at(self->host, j->admission, now + delay)) == 0;
             pthread_mutex_unlock(&self->jobs.mu);
             if (ok) {
                 atomic_fetch_add(&self->retries_done, 1);
@@ -352,6 +353,8 @@ static sg_status qd_search(sg_backend *self, const sg_search *s, sg_done_fn done
         return SG_ENOMEM;
     j->self = self;
     j->deadline_ms = s->deadline_ms;
+    j->retries = sg_remote_call_retries(s, self->retries);
+    j->admission = sg_remote_call_admission(s);
     j->topk = s->topk;
     j->n = s->n_queries;
     j->texts = calloc(j->n, sizeof(*j->texts));
@@ -643,6 +646,14 @@ fail:
     return SG_EINVAL;
 }
 
+/* One call is one POST .../points/query/batch: the gateway counts the config's max_inflight, qps
+ * and max_queue in calls (ABI 1.2). */
+static void qd_limits(sg_backend *self, int op, sg_limits *out)
+{
+    (void)op; /* search only: no access() */
+    sg_remote_limits(&self->conf, 1, self->retries, "qdrant", out);
+}
+
 static const sg_backend_vtable vtable = {
     SG_BACKEND_HEADER("qdrant", "1.0.0"),
     .create = qd_create,
@@ -653,6 +664,7 @@ static const sg_backend_vtable vtable = {
     .stats = qd_stats,
     .identity = qd_identity,
     .access = NULL,
+    .limits = qd_limits,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

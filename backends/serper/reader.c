@@ -2,8 +2,9 @@
  * reader.c -- POST /access for the serper backend: each page URL of a call is one
  * `GET {reader.base_url}/{page URL}` to a Jina-Reader-compatible service (`Authorization: Bearer
  * <key>`, `Accept: application/json` or `text/plain`), all submitted at once to the reader's own
- * instance of the plugin's HTTP engine (its own max_inflight/qps/response-size bounds: the reader is
- * another upstream with other limits than serper.dev). The engine thread runs the completions:
+ * instance of the plugin's HTTP engine (its own response-size bounds, and its own max_inflight/qps/
+ * max_queue that the gateway enforces for access calls, one unit per URL: the reader is another
+ * upstream with other limits than serper.dev). The engine thread runs the completions:
  *
  *   200                      -> the PAGE {"url","title","contents"} (reader_parse.c)
  *   a page it cannot read    -> null for that URL, the others go on: a 4xx other than 401, 402,
@@ -49,6 +50,8 @@ struct st_rjob_t {
     sg_http_job_t base; /* first: the registry links jobs through it */
     sg_reader_t *rd;
     uint64_t deadline_ms;
+    uint32_t retries; /* the gateway's budget for this call */
+    void *admission;  /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n, n_left, outstanding;
     char request_id[40];
     sg_http_docs_t *pages; /* per URL: no DOC (null) or the PAGE */
@@ -186,7 +189,7 @@ static int resubmit(rpage_t *p, int key, uint64_t not_before)
 static long retry_delay(sg_reader_t *rd, rpage_t *p, const sg_http_resp_t *r, long status, uint64_t now)
 {
     rjob_t *j = p->job;
-    if (p->attempts - p->switches > rd->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
+    if (p->attempts - p->switches > j->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
         return -1;
     int transient = r->err != SG_HTTP_OK ? sg_remote_transient(r) : status == 429 || status == 408 || status >= 500;
     if (!transient)
@@ -291,7 +294,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         }
         if (p->switches < rd->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !atomic_load(&j->base.finished)) {
             ++p->switches;
-            if (resubmit(p, k, 0) == 0)
+            if (resubmit(p, k, sg_remote_retry_at(rd->host, j->admission, now)) == 0)
                 return; /* the new attempt carries this transfer's share of `outstanding` */
             --p->switches;
         }
@@ -306,7 +309,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
                 job_release(j);
                 return;
             }
-            if (resubmit(p, k, now + (uint64_t)delay) == 0) {
+            if (resubmit(p, k, sg_remote_retry_at(rd->host, j->admission, now + (uint64_t)delay)) == 0) {
                 atomic_fetch_add(&rd->retries_done, 1);
                 return;
             }
@@ -361,6 +364,8 @@ sg_status sg_reader_access(sg_reader_t *rd, const sg_search *s, sg_done_fn done,
         return SG_ENOMEM;
     j->rd = rd;
     j->deadline_ms = s->deadline_ms;
+    j->retries = sg_remote_call_retries(s, rd->retries);
+    j->admission = sg_remote_call_admission(s);
     j->n = s->n_queries;
     j->pages = calloc(j->n, sizeof(*j->pages));
     if (j->pages == NULL)
@@ -483,6 +488,11 @@ void sg_reader_stats(sg_reader_t *rd, void *sink)
                   (double)atomic_load(&rd->fails[i]));
     sg_keyring_report(&rd->keys, h, sink, "serper_reader", h->now_ms());
     sg_http_report(rd->http, h, sink, "serper_reader");
+}
+
+void sg_reader_limits(sg_reader_t *rd, sg_limits *out)
+{
+    sg_remote_limits(&rd->conf, 0, rd->retries, "serper_reader", out);
 }
 
 const char *sg_reader_describe(sg_reader_t *rd)

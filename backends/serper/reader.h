@@ -31,6 +31,9 @@ int sg_reader_cancel(sg_reader_t *rd, void *cb_data);
 /** Emits the reader's metrics (docs/backends/serper.md) inside stats(). */
 void sg_reader_stats(sg_reader_t *rd, void *sink);
 
+/** The reader's admission limits for the gateway (ABI 1.2 limits() for access): one unit per page URL. */
+void sg_reader_limits(sg_reader_t *rd, sg_limits *out);
+
 /** A short description for the start-up log line. */
 const char *sg_reader_describe(sg_reader_t *rd);
 

@@ -5,13 +5,13 @@
  *
  * One search() = one job; each query of it is one POST {base_url}/search with
  * {"q","num","gl","hl"} and the X-API-KEY header, all submitted at once to this instance's HTTP
- * engine (which caps in-flight requests and starts per second to protect the paid key). The
- * engine thread runs the completions: a 200 is parsed (serper_parse.c); 429, 5xx, timeouts and
- * connection failures are retried with exponential backoff while the retry budget and the
- * deadline allow; the first final failure completes the whole job (and cancels its other
- * queries), mapped so the gateway answers 503/502/504 and never a 4xx for a transient fault:
- *   401/403 bad key -> SG_EUNAVAIL, 429 -> SG_EOVERLOAD (+Retry-After), 5xx/garbage/too big ->
- *   SG_EUPSTREAM, timeout -> SG_ETIMEDOUT, refused/unreachable/TLS -> SG_EUNAVAIL.
+ * engine. The caps that protect the paid key (max_inflight, qps/burst, max_queue: one unit per
+ * query) are enforced by the gateway before search() is called (sp_limits, ABI 1.2), and so is
+ * the retry budget (sg_search.max_attempts). The engine thread runs the completions: a 200 is parsed (serper_parse.c); 429, 5xx,
+ * timeouts and connection failures are retried with exponential backoff while the retry budget and the deadline allow; the first
+ * final failure completes the whole job (and cancels its other queries), mapped so the gateway answers 503/502/504 and never a 4xx
+ * for a transient fault: 401/403 bad key -> SG_EUNAVAIL, 429 -> SG_EOVERLOAD (+Retry-After), 5xx/garbage/too big -> SG_EUPSTREAM,
+ * timeout -> SG_ETIMEDOUT, refused/unreachable/TLS -> SG_EUNAVAIL.
  *
  * The key variable may hold several keys ("KEY1|KEY2", keyring.h), used round robin, one per
  * attempt. With two or more, a key answered 401, 402, 403 or 429 rests for key_rest_s and the
@@ -50,7 +50,8 @@ struct st_job_t {
     sg_http_job_t base; /* first: the registry links jobs through it */
     sg_backend *self;
     uint64_t deadline_ms;
-    uint32_t topk;
+    uint32_t topk, retries; /* retries: the gateway's budget for this call */
+    void *admission;        /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n, n_ok, outstanding;
     char request_id[40];
     sg_serper_docs_t *docs; /* the parsed reply of each query, in query order */
@@ -207,7 +208,7 @@ static long retry_delay(sg_backend *self, query_t *q, const sg_http_resp_t *r, u
 {
     job_t *j = q->job;
     uint32_t tries = q->attempts - q->switches; /* key changes do not use up the retry budget */
-    if (tries > self->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
+    if (tries > j->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
         return -1;
     if (!sg_remote_transient(r))
         return -1;
@@ -279,7 +280,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         }
         if (q->switches < self->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !atomic_load(&j->base.finished)) {
             ++q->switches;
-            if (resubmit(q, k, 0) == 0)
+            if (resubmit(q, k, sg_remote_retry_at(self->host, j->admission, now)) == 0)
                 return; /* the new attempt carries this transfer's share of `outstanding` */
             --q->switches;
         }
@@ -294,7 +295,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
                 job_release(j);
                 return;
             }
-            if (resubmit(q, k, now + (uint64_t)delay) == 0) {
+            if (resubmit(q, k, sg_remote_retry_at(self->host, j->admission, now + (uint64_t)delay)) == 0) {
                 atomic_fetch_add(&self->retries_done, 1);
                 return; /* the new attempt carries this transfer's share of `outstanding` */
             }
@@ -349,6 +350,8 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
         return SG_ENOMEM;
     j->self = self;
     j->deadline_ms = s->deadline_ms;
+    j->retries = sg_remote_call_retries(s, self->retries);
+    j->admission = sg_remote_call_admission(s);
     j->topk = s->topk;
     j->n = s->n_queries;
     snprintf(j->request_id, sizeof(j->request_id), "%s", s->request_id != NULL ? s->request_id : "-");
@@ -488,6 +491,18 @@ static void sp_stats(sg_backend *self, void *sink)
     sg_http_report(self->http, h, sink, "serper");
     if (self->reader != NULL)
         sg_reader_stats(self->reader, sink);
+}
+
+/* Each query of a search is one POST /search, each URL of an access one reader request: the
+ * gateway counts the config's max_inflight, qps and max_queue (and the reader's) per query (ABI 1.2). */
+static void sp_limits(sg_backend *self, int op, sg_limits *out)
+{
+    if (op == SG_OP_ACCESS) {
+        if (self->reader != NULL)
+            sg_reader_limits(self->reader, out);
+        return;
+    }
+    sg_remote_limits(&self->conf, 0, self->retries, "serper", out);
 }
 
 static const char *sp_identity(sg_backend *self)
@@ -630,6 +645,7 @@ static const sg_backend_vtable vtable = {
     .identity = sp_identity,
     .access = sp_access,
     .has_access = sp_has_access,
+    .limits = sp_limits,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

@@ -37,7 +37,8 @@ typedef struct st_job_t {
     struct sg_backend *self;
     int is_access;
     uint64_t deadline_ms;
-    uint32_t topk, attempts;
+    uint32_t topk, attempts, retries; /* retries: the gateway's budget for this call */
+    void *admission;                  /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n;
     char *body;
     size_t body_len;
@@ -191,7 +192,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         goto out;
     }
     atomic_fetch_add(&s->failures, 1);
-    if (sg_remote_transient(r) && j->attempts <= self->retries && !atomic_load(&j->base.canceled)) {
+    if (sg_remote_transient(r) && j->attempts <= j->retries && !atomic_load(&j->base.canceled)) {
         server_t *next = pick(self, j->tried, now);
         uint64_t delay = 0;
         if (next == s) /* nowhere else to go: back off before asking the same server again */
@@ -200,7 +201,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
             int ok = 0;
             pthread_mutex_lock(&self->jobs.mu); /* ordered with cancel(), see http.h */
             if (!atomic_load(&j->base.canceled))
-                ok = submit_attempt(j, next, delay != 0 ? now + delay : 0) == 0;
+                ok = submit_attempt(j, next, sg_remote_retry_at(self->host, j->admission, now + delay)) == 0;
             pthread_mutex_unlock(&self->jobs.mu);
             if (ok) {
                 atomic_fetch_add(&self->retries_done, 1);
@@ -248,6 +249,8 @@ static sg_status start(sg_backend *self, const sg_search *s, sg_done_fn done, vo
     j->self = self;
     j->is_access = is_access;
     j->deadline_ms = s->deadline_ms;
+    j->retries = sg_remote_call_retries(s, self->retries);
+    j->admission = sg_remote_call_admission(s);
     j->topk = s->topk;
     j->n = s->n_queries;
     j->tried = calloc(self->n_servers, 1);
@@ -318,7 +321,6 @@ static void probe(server_t *s, uint64_t not_before)
                          .body_len = body != NULL ? strlen(body) : 0,
                          .timeout_ms = self->health_timeout_ms,
                          .not_before_ms = not_before,
-                         .bypass_limits = 1,
                          .cb = on_probe,
                          .ud = s};
     if (sg_http_submit(self->http, &req, 1, NULL) != 0)
@@ -548,6 +550,16 @@ fail:
     return SG_EINVAL;
 }
 
+/* One call (search or access) is one POST to one server: the gateway counts the config's
+ * max_inflight, qps and max_queue in calls (ABI 1.2), for both operations together, as they go
+ * to the same servers. Health probes are not calls: they are not counted. */
+static void up_limits(sg_backend *self, int op, sg_limits *out)
+{
+    sg_remote_limits(&self->conf, 1, self->retries, "upstream", out);
+    if (op == SG_OP_ACCESS)
+        out->share_search = 1;
+}
+
 static const sg_backend_vtable vtable = {
     SG_BACKEND_HEADER("upstream", "1.0.0"),
     .create = up_create,
@@ -558,6 +570,7 @@ static const sg_backend_vtable vtable = {
     .stats = up_stats,
     .identity = up_identity,
     .access = up_access,
+    .limits = up_limits,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

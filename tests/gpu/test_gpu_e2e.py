@@ -78,7 +78,10 @@ class GpuE2E(unittest.TestCase):
         cfg = {"model": MODEL, "index": cls.index, "corpus": cls.corpus, "max_batch": 64, "max_wait_ms": 5}
         cfg.update(extra)
         cfg = {k: v for k, v in cfg.items() if v is not None}  # None: leave the key out (its default)
-        return {"backends": [{"name": "local", "plugin": "local", "topk": 3, "cache": False, "config": cfg}]}
+        # the emulated GPU runs its kernels on the CPU: a 200-query request can pass the default 30 s
+        # deadline on a loaded (or sanitized) 2-core machine
+        return {"backends": [{"name": "local", "plugin": "local", "topk": 3, "cache": False,
+                              "timeout_ms": int(1000 * sgtest.scaled(90)), "config": cfg}]}
 
     @classmethod
     def start(cls, extra, env=None, expect_fail=False):

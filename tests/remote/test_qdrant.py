@@ -127,7 +127,10 @@ class TestErrors(QBase):
     def test_error_mapping(self):
         f = self.fake()
         fill(f)
-        self.gw = gateway(backend("wiki", "qdrant", qcfg(f, retries=0, timeout_ms=500)))
+        # the plugin's timeout also bounds its start-up check of the collection: room for a loaded
+        # (or sanitized) machine, and the delayed answer well past it
+        timeout_ms = int(1000 * scaled(1.0))
+        self.gw = gateway(backend("wiki", "qdrant", qcfg(f, retries=0, timeout_ms=timeout_ms)))
         q = [GOLDEN[4]["text"]]
         cases = [
             ({"status": 400, "body": {"status": {"error": "Wrong input: Vector dimension error: expected dim: 64, got 3"},
@@ -137,7 +140,7 @@ class TestErrors(QBase):
             ({"status": 503, "retry_after": 2}, 503, "unavailable"),
             ({"status": 429}, 503, "rate limit"),
             ({"garbage": b"<html>oops</html>"}, 502, "malformed JSON"),
-            ({"delay": 2.0}, 504, "in time"),
+            ({"delay": 3.0 * timeout_ms / 1000.0}, 504, "in time"),
             ({"close": True}, 502, "Qdrant"),
         ]
         for entry, status, needle in cases:

@@ -162,6 +162,48 @@ class TestFanOut(SerperBase):
         self.assertGreaterEqual(gw.metric("searchgate_backend_serper_http_qps_delayed_total"), 4)
 
 
+class TestGatewayAdmission(SerperBase):
+    """The serper config's max_inflight/qps/max_queue and retries are enforced by the gateway (ABI
+    1.2 limits()): one unit per query, refusals and deadlines answered like the route's own."""
+
+    def test_plugin_max_queue_is_503_with_retry_after(self):
+        gw = self.start(max_inflight=1, max_queue=1)
+        self.fake.default_script = [{"delay": 0.5}]
+        # chunk 1 (max_inflight 1): one query runs, one waits, the third finds the queue full
+        r = gw.retrieve(["full one", "full two", "full three"], topk=1)
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(r.headers.get("retry-after"), "1")
+        self.assertIn("max_queue 1", r.body.decode())
+        self.assertGreaterEqual(gw.metric("searchgate_backend_shed_total", backend="google"), 1)
+
+    def test_waiting_for_a_qps_token_past_the_deadline_is_504(self):
+        gw = self.start(route={"timeout_ms": 300}, qps=1, burst=1)
+        t0 = time.time()
+        r = gw.retrieve(["token one", "token two"], topk=1)  # the second token is due after 1 s
+        self.assertEqual(r.status, 504, r)
+        self.assertLess(time.time() - t0, scaled(1.0))
+        self.assertEqual(len(self.fake.search_requests()), 1, "the waiting query was sent")
+        self.assertGreaterEqual(gw.metric("searchgate_backend_serper_http_qps_delayed_total"), 1)
+
+    def test_retries_take_qps_tokens(self):
+        gw = self.start(qps=2, burst=1, retries=2, backoff_ms=10)
+        self.fake.script["flaky"] = [{"status": 500}, {}]
+        r = gw.retrieve(["flaky"], topk=1)
+        self.assertEqual(r.status, 200, r)
+        times = [rq.time for rq in self.fake.search_requests()]
+        self.assertEqual(len(times), 2)
+        self.assertGreaterEqual(times[1] - times[0], 0.5 - 0.06, "the retry did not wait for a token at 2 qps")
+        self.assertEqual(gw.metric("searchgate_backend_serper_http_qps_delayed_total"), 1)
+
+    def test_route_retries_bound_the_plugins(self):
+        gw = self.start(route={"retries": 0}, retries=3)
+        self.fake.script["broken"] = [{"status": 500}]
+        r = gw.retrieve(["broken"], topk=1)
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(len(self.fake.search_requests()), 1, "the route allows no retry")
+        self.assertEqual(gw.metric("searchgate_backend_serper_retries_total"), 0)
+
+
 class TestFailures(SerperBase):
     def test_bad_key_is_503_with_message_and_no_retry(self):
         gw = self.start(env={KEY_ENV: "wrong-key-123"}, retries=3)

@@ -4,6 +4,9 @@
  *
  * Two loops (h2o contexts run by hand on this thread), one backend whose search() only records the
  * call, so the test decides when a call completes and when each loop gets to run.
+ *
+ * Also the admission caps a plugin's limits() hands to the gateway (ABI 1.2): in-flight, queue
+ * and qps counted per query or per call, the chunk they imply, and the retry budget.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +50,23 @@ static sg_status fake_health(sg_backend *self, char *detail, size_t n)
 
 static const sg_backend_vtable fake_vt = {SG_BACKEND_HEADER("fake", "1"), .search = fake_search, .health = fake_health};
 
+/* The limits the limited fake's config "asks for" (set by each test); access() shares them when
+ * fake_share is set (one upstream behind both, as for the upstream plugin). */
+static sg_limits fake_limits;
+static int fake_share;
+
+static void fake_limits_fn(sg_backend *self, int op, sg_limits *out)
+{
+    (void)self;
+    if (op == SG_OP_SEARCH || fake_share) {
+        *out = fake_limits;
+        out->share_search = op == SG_OP_ACCESS;
+    }
+}
+
+static const sg_backend_vtable limited_vt = {SG_BACKEND_HEADER("fake", "1"), .search = fake_search, .health = fake_health,
+                                             .access = fake_search, .limits = fake_limits_fn};
+
 /* Completes call i with one hit per query. Runs on this thread, like a plugin thread would. */
 static void complete(size_t i)
 {
@@ -68,7 +88,7 @@ static sg_backend_t backend;
 static sg_loop_t loops[2];
 static sg_client_conf_t client_conf;
 static sg_client_t client;
-static sg_counter_t dummy_c, m_calls, m_coalesced, m_hits_l1, m_misses;
+static sg_counter_t dummy_c, m_calls, m_coalesced, m_hits_l1, m_misses, m_shed;
 static sg_gauge_t dummy_g;
 static sg_hist_t dummy_h;
 
@@ -89,7 +109,8 @@ static int setup(void **state)
         backend.requests[c] = backend.queries[c] = &dummy_c;
     backend.latency = backend.call_latency = &dummy_h;
     backend.inflight_requests = backend.inflight_queries = backend.queued_queries = &dummy_g;
-    backend.call_errors = backend.batch_queries = backend.shed = backend.expired = backend.fallbacks = &dummy_c;
+    backend.call_errors = backend.batch_queries = backend.expired = backend.fallbacks = &dummy_c;
+    backend.shed = &m_shed;
     backend.cache_hits_redis = &dummy_c;
     backend.calls = &m_calls;
     backend.coalesced = &m_coalesced;
@@ -150,10 +171,56 @@ static int teardown(void **state)
     return 0;
 }
 
-/* The caller's done(): the test inspects the query itself. */
+/* Each admission test starts from a route without caps. */
+static int setup_caps(void **state)
+{
+    (void)state;
+    memset(backend.caps, 0, sizeof(backend.caps));
+    memset(backend.chunk, 0, sizeof(backend.chunk));
+    memset(backend.max_attempts, 0, sizeof(backend.max_attempts));
+    backend.admit_inflight = backend.admit_queued = 0;
+    backend.plugin.vt = &limited_vt;
+    bconf.retries = -1;
+    bconf.burst = 1;
+    memset(&fake_limits, 0, sizeof(fake_limits));
+    fake_limits.struct_size = sizeof(fake_limits);
+    fake_limits.retries = -1;
+    atomic_store(&m_shed.v, 0);
+    fake_share = 0;
+    return 0;
+}
+
+static int teardown_caps(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < n_calls; ++i) /* the calls still running end now */
+        complete(i);
+    run_loop(0);
+    run_loop(1);
+    memset(backend.caps, 0, sizeof(backend.caps));
+    memset(backend.chunk, 0, sizeof(backend.chunk));
+    backend.plugin.vt = &fake_vt;
+    bconf.chunk = 64;
+    bconf.qps = 0;
+    return 0;
+}
+
+/* What a query answered, for the tests that look at failures. */
+typedef struct {
+    int status;
+    uint32_t retry_after;
+    char message[200];
+} answer_t;
+
+/* The caller's done(): the test inspects the query itself, or the answer_t in ctx. */
 static void on_done(void *ctx, const sg_query_result_t *res)
 {
-    (void)ctx, (void)res;
+    answer_t *a = ctx;
+    if (a == NULL)
+        return;
+    a->status = res->status;
+    a->retry_after = res->retry_after_s;
+    snprintf(a->message, sizeof(a->message), "%s", res->message != NULL ? res->message : "");
 }
 
 /* The L1 entry of one query of the test backend, or NULL. */
@@ -283,12 +350,279 @@ static void test_in_flight_join_and_errors(void **state)
     sg__query_unref(d);
 }
 
+/* A query of `n` distinct texts on loop `l` whose answer lands in `a`. */
+static sg_query_t *new_batch(int l, const char *const *texts, uint32_t n, answer_t *a)
+{
+    sg_query_t *r = new_request(l, texts[0]);
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; ++i)
+        total += strlen(texts[i]) + 1;
+    free(r->arena);
+    free(r->slot_uniq);
+    free(r->uniq);
+    r->arena = sg_mem_alloc(total);
+    r->slot_uniq = sg_mem_calloc(n, sizeof(uint32_t));
+    r->uniq = sg_mem_calloc(n, sizeof(sg_uq_t));
+    r->n_queries = r->n_uniq = r->n_pending = n;
+    char *p = r->arena;
+    for (uint32_t i = 0; i < n; ++i) {
+        size_t len = strlen(texts[i]);
+        memcpy(p, texts[i], len + 1);
+        r->slot_uniq[i] = i;
+        r->uniq[i].text = p;
+        r->uniq[i].len = (uint32_t)len;
+        p += len + 1;
+    }
+    r->ctx = a;
+    return r;
+}
+
+/* A plugin that sends one request per query (serper) with max_inflight 2: a 5-query request
+ * reaches it in calls of at most 2 queries, and never more than 2 queries run at once. */
+static void test_plugin_inflight_per_query(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.max_inflight = 2;
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.chunk[0], 2);
+    static const char *const q[] = {"q one", "q two", "q three", "q four", "q five"};
+    answer_t a = {0};
+    sg_query_t *r = new_batch(0, q, 5, &a);
+    sg__query_lookup(r);
+    assert_int_equal(n_calls, 1);
+    assert_int_equal(calls[0].s->n_queries, 2);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].inflight, 2);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 3);
+    complete(0);
+    run_loop(0); /* the completion frees the slots: the next call starts */
+    assert_int_equal(n_calls, 2);
+    assert_int_equal(calls[1].s->n_queries, 2);
+    complete(1);
+    run_loop(0);
+    assert_int_equal(n_calls, 3);
+    assert_int_equal(calls[2].s->n_queries, 1);
+    complete(2);
+    run_loop(0);
+    assert_true(r->responded);
+    assert_int_equal(a.status, 200);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].inflight, 0);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 0);
+    n_calls = 0;
+    sg__query_unref(r);
+}
+
+/* A plugin that sends one request per call (upstream, qdrant) counts calls: max_inflight 1 lets
+ * a 3-query call run, and the next call waits; its max_queue 1 refuses a third with 503. */
+static void test_plugin_per_call_and_queue(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.per_call = 1;
+    fake_limits.max_inflight = 1;
+    fake_limits.max_queue = 1;
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.chunk[0], 64); /* a call is one request, whatever its size */
+    static const char *const q1[] = {"a one", "a two", "a three"}, *const q2[] = {"b one", "b two"}, *const q3[] = {"c one"};
+    answer_t a1 = {0}, a2 = {0}, a3 = {0};
+    sg_query_t *r1 = new_batch(0, q1, 3, &a1), *r2 = new_batch(0, q2, 2, &a2), *r3 = new_batch(1, q3, 1, &a3);
+    sg__query_lookup(r1);
+    assert_int_equal(n_calls, 1);
+    assert_int_equal(calls[0].s->n_queries, 3);
+    sg__query_lookup(r2); /* waits: one call in flight */
+    assert_int_equal(n_calls, 1);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 1);
+    sg__query_lookup(r3); /* the plugin's queue of 1 call is full */
+    assert_int_equal(n_calls, 1);
+    run_loop(1);
+    assert_true(r3->responded);
+    assert_int_equal(a3.status, 503);
+    assert_true(a3.retry_after >= 1);
+    assert_non_null(strstr(a3.message, "max_queue 1"));
+    assert_int_equal(atomic_load(&m_shed.v), 1);
+    complete(0);
+    run_loop(0);
+    assert_int_equal(n_calls, 2);
+    assert_int_equal(calls[1].s->n_queries, 2);
+    complete(1);
+    run_loop(0);
+    assert_true(r1->responded && r2->responded);
+    assert_int_equal(a1.status, 200);
+    assert_int_equal(a2.status, 200);
+    n_calls = 0;
+    sg__query_unref(r1);
+    sg__query_unref(r2);
+    sg__query_unref(r3);
+}
+
+/* qps 1 with burst 1: the first query takes the token, the second waits for the next one; the
+ * loop's admission timer is armed for it and starts it once the token is there. */
+static void test_plugin_qps_waits_for_a_token(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.qps = 1;
+    fake_limits.burst = 1;
+    fake_limits.metric_prefix = "fake";
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.chunk[0], 1); /* a call never needs more than a full bucket */
+    answer_t a = {0};
+    static const char *const q[] = {"t one", "t two"};
+    sg_query_t *r = new_batch(0, q, 2, &a);
+    sg__query_lookup(r);
+    assert_int_equal(n_calls, 1);
+    assert_true(sg_timer_is_armed(&loops[0].admit_timer));
+    uint64_t due = loops[0].admit_timer.at_ms;
+    assert_true(due > sg_now_ms() + 500 && due <= sg_now_ms() + 1001);
+    assert_int_equal(atomic_load(&backend.caps[SG_CAP_SEARCH].qps_delayed->v), 1);
+    loops[0].admit_timer.cb(&loops[0].admit_timer); /* early: still no token, armed again */
+    assert_int_equal(n_calls, 1);
+    assert_true(sg_timer_is_armed(&loops[0].admit_timer));
+    backend.caps[SG_CAP_SEARCH].tokens = 1; /* the token is due */
+    loops[0].admit_timer.cb(&loops[0].admit_timer);
+    assert_int_equal(n_calls, 2);
+    assert_int_equal(atomic_load(&backend.caps[SG_CAP_SEARCH].qps_delayed->v), 1); /* counted once */
+    complete(0);
+    complete(1);
+    run_loop(0);
+    assert_true(r->responded);
+    assert_int_equal(a.status, 200);
+    n_calls = 0;
+    sg__query_unref(r);
+}
+
+/* The route's own qps/burst (queries) holds even for a plugin without limits, and bounds the chunk. */
+static void test_route_qps(void **state)
+{
+    (void)state;
+    reset_counts();
+    bconf.qps = 2;
+    bconf.burst = 2;
+    sg_dispatch_setup_route(&backend, &fake_vt, NULL);
+    assert_int_equal(backend.chunk[0], 2);
+    assert_int_equal(backend.max_attempts[0], 0); /* a plugin without limits() keeps its own retries */
+    static const char *const q[] = {"r one", "r two", "r three"};
+    answer_t a = {0};
+    sg_query_t *r = new_batch(0, q, 3, &a);
+    sg__query_lookup(r);
+    assert_int_equal(n_calls, 1); /* the burst of 2 is spent; the third query waits */
+    assert_int_equal(calls[0].s->n_queries, 2);
+    assert_true(sg_timer_is_armed(&loops[0].admit_timer));
+    backend.caps[SG_CAP_ROUTE].tokens = 1;
+    loops[0].admit_timer.cb(&loops[0].admit_timer);
+    assert_int_equal(n_calls, 2);
+    complete(0);
+    complete(1);
+    run_loop(0);
+    assert_int_equal(a.status, 200);
+    n_calls = 0;
+    sg__query_unref(r);
+}
+
+/* A retry takes a token of the plugin's qps cap like a first attempt (host->retry_at). */
+static void test_retry_takes_a_token(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.qps = 1;
+    fake_limits.burst = 2;
+    fake_limits.metric_prefix = "fake_retry"; /* a counter of its own */
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    answer_t a = {0};
+    static const char *const q[] = {"retried"};
+    sg_query_t *r = new_batch(0, q, 1, &a);
+    sg__query_lookup(r);
+    assert_int_equal(n_calls, 1);
+    uint64_t now = sg_now_ms();
+    void *adm = calls[0].s->admission;
+    assert_non_null(adm);
+    assert_true(sg_plugin_host_api()->retry_at == sg_dispatch_retry_at);
+    assert_int_equal(sg_dispatch_retry_at(adm, now + 5), now + 5); /* the second token of the burst */
+    uint64_t at = sg_dispatch_retry_at(adm, now + 5);              /* the bucket is empty now */
+    assert_true(at > now + 500 && at <= sg_now_ms() + 1001);
+    assert_int_equal(atomic_load(&backend.caps[SG_CAP_SEARCH].qps_delayed->v), 1);
+    backend.caps[SG_CAP_SEARCH].qps = 0; /* no cap: at once */
+    assert_int_equal(sg_dispatch_retry_at(adm, now + 7), now + 7);
+    assert_int_equal(sg_dispatch_retry_at(NULL, 9), 9);
+    complete(0);
+    run_loop(0);
+    assert_int_equal(a.status, 200);
+    n_calls = 0;
+    sg__query_unref(r);
+}
+
+/* A plugin with one upstream behind search() and access() (share_search) has one set of caps for
+ * both: a running search call holds the only slot an access call needs. */
+static void test_access_shares_the_search_caps(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.per_call = 1;
+    fake_limits.max_inflight = 1;
+    fake_limits.retries = 2;
+    fake_share = 1;
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.access_shares_search, 1);
+    assert_int_equal(backend.max_attempts[1], 3);
+    answer_t a1 = {0}, a2 = {0};
+    static const char *const q1[] = {"shared search"}, *const q2[] = {"https://example.org/page"};
+    sg_query_t *r1 = new_batch(0, q1, 1, &a1), *r2 = new_batch(0, q2, 1, &a2);
+    r2->is_access = 1;
+    sg__query_lookup(r1);
+    assert_int_equal(n_calls, 1);
+    sg__query_lookup(r2); /* waits for the search call's slot */
+    assert_int_equal(n_calls, 1);
+    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 1);
+    assert_int_equal(backend.caps[SG_CAP_ACCESS].queued, 0);
+    complete(0);
+    run_loop(0);
+    assert_int_equal(n_calls, 2);
+    assert_int_equal(SG_SEARCH_MAX_ATTEMPTS(calls[1].s, 99), 3);
+    complete(1);
+    run_loop(0);
+    assert_int_equal(a1.status, 200);
+    assert_int_equal(a2.status, 200);
+    n_calls = 0;
+    sg__query_unref(r1);
+    sg__query_unref(r2);
+}
+
+/* The retry budget: the plugin's own retries unless the route sets `retries`. */
+static void test_retry_budget(void **state)
+{
+    (void)state;
+    reset_counts();
+    fake_limits.retries = 3;
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.max_attempts[0], 4);
+    answer_t a = {0};
+    static const char *const q[] = {"budget"};
+    sg_query_t *r = new_batch(0, q, 1, &a);
+    sg__query_lookup(r);
+    assert_int_equal(n_calls, 1);
+    assert_int_equal(SG_SEARCH_MAX_ATTEMPTS(calls[0].s, 99), 4);
+    complete(0);
+    run_loop(0);
+    n_calls = 0;
+    sg__query_unref(r);
+    bconf.retries = 0; /* the route allows no retry */
+    sg_dispatch_setup_route(&backend, &limited_vt, NULL);
+    assert_int_equal(backend.max_attempts[0], 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duplicate_after_completion_before_store),
         cmocka_unit_test(test_lookup_before_completion_dispatch_after),
         cmocka_unit_test(test_in_flight_join_and_errors),
+        cmocka_unit_test_setup_teardown(test_plugin_inflight_per_query, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_plugin_per_call_and_queue, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_plugin_qps_waits_for_a_token, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_route_qps, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_retry_budget, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_retry_takes_a_token, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_access_shares_the_search_caps, setup_caps, teardown_caps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
