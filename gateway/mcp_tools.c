@@ -96,6 +96,17 @@ static void output_schema(sg_jw_t *w, const char *desc, int access)
     sg_jw_end(w);
 }
 
+/* "NAME":{"type":"array","items":{"type":"string"},"minItems":1,"maxItems":MAX,"description":DESC} */
+static void string_list_property(sg_jw_t *w, const char *name, uint32_t max_items, const char *desc)
+{
+    schema_open(w, name, "array", NULL);
+    schema_items(w, "string");
+    sg_jw_ku64(w, "minItems", 1);
+    sg_jw_ku64(w, "maxItems", max_items);
+    sg_jw_kstr(w, "description", desc);
+    sg_jw_end(w);
+}
+
 static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
 {
     const sg_fusion_conf_t *fc = t->fusion >= 0 ? &cfg->fusions[t->fusion] : NULL;
@@ -111,55 +122,42 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
                        "Search the %s route (%s backend). Returns the top documents for each query, as text formatted like the "
                        "Search-R1 observation (Doc 1(Title: ...) text) and as structured documents.",
                        rname, fc != NULL ? "fusion of other routes" : t->route->plugin.vt->name);
-        sg_jw_kstr(w, "title", title);
-        sg_jw_key(w, "description");
-        sg_jw_strn(w, desc.base, desc.len);
-        schema_open(w, "inputSchema", "object", NULL);
-        sg_jw_key(w, "properties");
-        sg_jw_obj(w);
-        schema_open(w, "query", "string", "One search query.");
-        sg_jw_end(w);
-        schema_open(w, "queries", "array", NULL);
-        schema_items(w, "string");
-        sg_jw_ku64(w, "minItems", 1);
-        sg_jw_ku64(w, "maxItems", cfg->limits.max_queries);
-        sg_jw_kstr(w, "description", "Several queries, answered in order (instead of query).");
-        sg_jw_end(w);
-        schema_open(w, "topk", "integer", NULL);
-        sg_jw_ku64(w, "minimum", 1);
-        sg_jw_ku64(w, "maximum", cfg->limits.max_topk);
-        snprintf(topk_desc, sizeof(topk_desc), "Documents per query (default %u).", rtopk);
-        sg_jw_kstr(w, "description", topk_desc);
-        sg_jw_end(w);
-        sg_jw_end(w);
-        sg_jw_end(w);
-        output_schema(w, "One list per query of {document, score}, best first, as POST /retrieve returns with return_scores true.",
-                      0);
     } else {
         snprintf(title, sizeof(title), "Access pages of %s", rname);
         sg_buf_appendf(&desc,
                        "Read pages of the %s route's page store by URL (as POST /access). Returns each page's contents as text and "
                        "the pages (null when unknown) as structured content.",
                        rname);
-        sg_jw_kstr(w, "title", title);
-        sg_jw_key(w, "description");
-        sg_jw_strn(w, desc.base, desc.len);
-        schema_open(w, "inputSchema", "object", NULL);
-        sg_jw_key(w, "properties");
-        sg_jw_obj(w);
+    }
+    sg_jw_kstr(w, "title", title);
+    sg_jw_key(w, "description");
+    sg_jw_strn(w, desc.base, desc.len);
+    sg_buf_free(&desc);
+    schema_open(w, "inputSchema", "object", NULL);
+    sg_jw_key(w, "properties");
+    sg_jw_obj(w);
+    if (!t->is_access) {
+        schema_open(w, "query", "string", "One search query.");
+        sg_jw_end(w);
+        string_list_property(w, "queries", cfg->limits.max_queries, "Several queries, answered in order (instead of query).");
+        schema_open(w, "topk", "integer", NULL);
+        sg_jw_ku64(w, "minimum", 1);
+        sg_jw_ku64(w, "maximum", cfg->limits.max_topk);
+        snprintf(topk_desc, sizeof(topk_desc), "Documents per query (default %u).", rtopk);
+        sg_jw_kstr(w, "description", topk_desc);
+        sg_jw_end(w);
+    } else {
         schema_open(w, "url", "string", "One page URL.");
         sg_jw_end(w);
-        schema_open(w, "urls", "array", NULL);
-        schema_items(w, "string");
-        sg_jw_ku64(w, "minItems", 1);
-        sg_jw_ku64(w, "maxItems", cfg->limits.max_queries);
-        sg_jw_kstr(w, "description", "Several page URLs (instead of url).");
-        sg_jw_end(w);
-        sg_jw_end(w);
-        sg_jw_end(w);
-        output_schema(w, "One page (or null) per URL, as POST /access returns.", 1);
+        string_list_property(w, "urls", cfg->limits.max_queries, "Several page URLs (instead of url).");
     }
-    sg_buf_free(&desc);
+    sg_jw_end(w);
+    sg_jw_end(w);
+    if (!t->is_access)
+        output_schema(w, "One list per query of {document, score}, best first, as POST /retrieve returns with return_scores true.",
+                      0);
+    else
+        output_schema(w, "One page (or null) per URL, as POST /access returns.", 1);
     sg_jw_key(w, "annotations");
     sg_jw_obj(w);
     sg_jw_kbool(w, "readOnlyHint", 1);
