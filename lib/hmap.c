@@ -89,17 +89,24 @@ void sg_hmap_insert(sg_hmap_t *m, uint64_t hash, void *item)
     ++m->n;
 }
 
+/* The slot holding an item equal to `key`, or the free slot that ends its probe sequence. */
+static inline sg_hmap_slot_t *probe(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len)
+{
+    size_t mask = m->cap - 1;
+    size_t i = (size_t)hash & mask;
+    while (m->slots[i].item != NULL && !(m->slots[i].hash == hash && m->eq(m->slots[i].item, key, key_len, m->ud)))
+        i = (i + 1) & mask;
+    return &m->slots[i];
+}
+
 void *sg_hmap_find_or_insert(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len, void *item)
 {
     reserve_one(m);
-    sg_hmap_slot_t *slots = m->slots;
-    size_t mask = m->cap - 1;
-    size_t i = (size_t)hash & mask;
-    for (; slots[i].item != NULL; i = (i + 1) & mask)
-        if (slots[i].hash == hash && m->eq(slots[i].item, key, key_len, m->ud))
-            return slots[i].item;
-    slots[i].hash = hash;
-    slots[i].item = item;
+    sg_hmap_slot_t *s = probe(m, hash, key, key_len);
+    if (s->item != NULL)
+        return s->item;
+    s->hash = hash;
+    s->item = item;
     ++m->n;
     return item;
 }
@@ -107,19 +114,14 @@ void *sg_hmap_find_or_insert(sg_hmap_t *m, uint64_t hash, const void *key, size_
 void *sg_hmap_put(sg_hmap_t *m, uint64_t hash, const void *key, size_t key_len, void *item)
 {
     reserve_one(m);
-    sg_hmap_slot_t *slots = m->slots;
-    size_t mask = m->cap - 1;
-    size_t i = (size_t)hash & mask;
-    for (; slots[i].item != NULL; i = (i + 1) & mask)
-        if (slots[i].hash == hash && m->eq(slots[i].item, key, key_len, m->ud)) {
-            void *old = slots[i].item;
-            slots[i].item = item;
-            return old;
-        }
-    slots[i].hash = hash;
-    slots[i].item = item;
-    ++m->n;
-    return NULL;
+    sg_hmap_slot_t *s = probe(m, hash, key, key_len);
+    void *old = s->item;
+    if (old == NULL) {
+        s->hash = hash;
+        ++m->n;
+    }
+    s->item = item;
+    return old;
 }
 
 int sg_hmap_remove(sg_hmap_t *m, uint64_t hash, const void *item)
