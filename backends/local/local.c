@@ -890,6 +890,17 @@ static void log_store(struct sg_backend *self, const char *what, const sg_jsonl_
                     j->side_malloced ? "" : j->side_path);
 }
 
+/* The CPU as this backend's decisions see it: its features, restricted by SG_CPU_FEATURES (an
+ * invalid list was refused at start-up, blas.h, so here it only ever restricts). */
+static void cpu_seen(sg_cpu_t *cpu)
+{
+    sg_cpu_read(cpu);
+    const char *mask = getenv("SG_CPU_FEATURES");
+    char why[512];
+    if (mask != NULL)
+        sg_cpu_restrict(cpu, mask, why, sizeof(why));
+}
+
 /* "precision": "bf16" or "auto" (docs/backends/local.md, "bf16"). Returns -1 with `err` set only
  * when bf16 was asked for and cannot run. */
 static int set_precision(struct sg_backend *self, int precision, char *err, size_t err_size)
@@ -900,11 +911,8 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
         return 0;
     }
     sg_cpu_t cpu;
-    sg_cpu_read(&cpu);
-    const char *mask = getenv("SG_CPU_FEATURES");
+    cpu_seen(&cpu);
     char why[600];
-    if (mask != NULL && sg_cpu_restrict(&cpu, mask, why, sizeof(why)) != 0)
-        mask = NULL;
     int ok = 0;
     if (!sg_cpu_has_bf16(&cpu)) {
         char feats[160];
@@ -932,11 +940,7 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
 static void pick_scan_kernel(struct sg_backend *self)
 {
     sg_cpu_t cpu;
-    sg_cpu_read(&cpu);
-    char why[512];
-    const char *mask = getenv("SG_CPU_FEATURES");
-    if (mask != NULL)
-        sg_cpu_restrict(&cpu, mask, why, sizeof(why));
+    cpu_seen(&cpu);
     self->flat.kernel = sg_flatscan_pick(cpu.features, self->flat.dim);
     self->host->log(SG_LOG_INFO, self->name, "flat scan: %s",
                     self->flat.kernel == SG_FLATSCAN_AVX2
@@ -949,11 +953,8 @@ static void pick_scan_kernel(struct sg_backend *self)
 static int set_encoder_blas(struct sg_backend *self, int engine, char *err, size_t err_size)
 {
     sg_cpu_t cpu;
-    sg_cpu_read(&cpu);
+    cpu_seen(&cpu);
     char why[512];
-    const char *mask = getenv("SG_CPU_FEATURES");
-    if (mask != NULL && sg_cpu_restrict(&cpu, mask, why, sizeof(why)) != 0)
-        mask = NULL;
     const uint32_t avx512 = SG_CPU_AVX512F | SG_CPU_AVX512BW | SG_CPU_AVX512DQ | SG_CPU_AVX512VL;
     if (engine == 1 || (engine == 0 && (cpu.features & avx512) != avx512))
         return 0;
