@@ -53,7 +53,6 @@ struct st_sg_budget_t {
 
 static struct {
     pthread_mutex_t mu;
-    sg_server_t *s;
     int shared;           /* Redis is configured: budgets are shared by the replicas */
     sg_budget_t *clients; /* one per keyed client */
     sg_budget_t anon;     /* anonymous clients together */
@@ -189,7 +188,8 @@ static void safe_label(char *dst, size_t n, const char *src)
     dst[i] = '\0';
 }
 
-static void budget_setup(sg_budget_t *b, const sg_budget_conf_t *conf, int is_route, const char *name, const char *kind)
+static void budget_setup(const sg_config_t *cfg, sg_budget_t *b, const sg_budget_conf_t *conf, int is_route, const char *name,
+                         const char *kind)
 {
     b->conf = conf;
     b->is_route = is_route;
@@ -198,7 +198,7 @@ static void budget_setup(sg_budget_t *b, const sg_budget_conf_t *conf, int is_ro
     safe_label(safe, sizeof(safe), name);
     snprintf(label, sizeof(label), "%s=\"%s\"", is_route ? "route" : "client", safe);
     b->label = sg_strdup(label);
-    const char *prefix = g.s->cfg->cache.redis_prefix != NULL ? g.s->cfg->cache.redis_prefix : "sg:";
+    const char *prefix = cfg->cache.redis_prefix != NULL ? cfg->cache.redis_prefix : "sg:";
     size_t n = strlen(prefix) + strlen(kind) + strlen(name) + 32;
     b->key_base = sg_mem_alloc(n);
     if (strcmp(kind, "anonymous") == 0)
@@ -234,18 +234,17 @@ static void collector(sg_buf_t *out, void *arg);
 void sg_budget_init(sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
-    g.s = s;
     g.shared = cfg->cache.redis_host != NULL;
     g.clients = sg_mem_calloc(cfg->clients.n_keyed > 0 ? cfg->clients.n_keyed : 1, sizeof(*g.clients));
-    g.routes = sg_mem_calloc(s->n_backends > 0 ? s->n_backends : 1, sizeof(*g.routes));
+    g.routes = sg_mem_calloc(s->n_routes > 0 ? s->n_routes : 1, sizeof(*g.routes));
     for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
         if (cfg->clients.keyed[i].budget.enabled)
-            budget_setup(&g.clients[i], &cfg->clients.keyed[i].budget, 0, cfg->clients.keyed[i].id, "client");
+            budget_setup(cfg, &g.clients[i], &cfg->clients.keyed[i].budget, 0, cfg->clients.keyed[i].id, "client");
     if (cfg->clients.defaults.budget.enabled)
-        budget_setup(&g.anon, &cfg->clients.defaults.budget, 0, "(anonymous)", "anonymous");
-    for (size_t i = 0; i < s->n_backends; ++i)
-        if (s->backends[i].conf->budget.enabled)
-            budget_setup(&g.routes[i], &s->backends[i].conf->budget, 1, s->backends[i].conf->name, "route");
+        budget_setup(cfg, &g.anon, &cfg->clients.defaults.budget, 0, "(anonymous)", "anonymous");
+    for (size_t i = 0; i < s->n_routes; ++i)
+        if (s->routes[i].conf->budget.enabled)
+            budget_setup(cfg, &g.routes[i], &s->routes[i].conf->budget, 1, s->routes[i].conf->name, "route");
     if (g.n_all > 0)
         sg_metrics_add_collector(collector, NULL);
 }
@@ -268,14 +267,12 @@ void sg_budget_dispose(void)
     g.all = NULL;
     g.n_all = 0;
     g.clients = g.routes = NULL;
-    g.s = NULL;
 }
 
 /* ---- which budgets apply ---- */
 
-static sg_budget_t *client_budget(const sg_client_t *c)
+static sg_budget_t *client_budget(const sg_config_t *cfg, const sg_client_t *c)
 {
-    const sg_config_t *cfg = g.s->cfg;
     if (c == NULL || c->conf == NULL || !c->conf->budget.enabled)
         return NULL;
     if (c->conf == &cfg->clients.defaults)
@@ -288,10 +285,10 @@ static sg_budget_t *client_budget(const sg_client_t *c)
 static int budgets_for(const sg_query_t *r, sg_budget_t **out)
 {
     int n = 0;
-    if (g.s == NULL || g.n_all == 0)
+    if (g.n_all == 0) /* none configured, or not set up (sg_budget_init) */
         return 0;
-    const sg_backend_t *be = r->serving;
-    sg_budget_t *cb = be->conf->metered ? client_budget(r->client) : NULL;
+    const sg_route_t *be = r->serving;
+    sg_budget_t *cb = be->conf->metered ? client_budget(r->loop->server->cfg, r->client) : NULL;
     if (cb != NULL && cb->conf != NULL)
         out[n++] = cb;
     if (be->conf->budget.enabled && g.routes[be->index].conf != NULL)

@@ -116,7 +116,7 @@ struct st_sg_call_t {
     _Atomic uint32_t refs;
     _Atomic uint32_t live; /* flights that still have waiters, | CANCEL_BIT once cancelled */
     _Atomic int state;     /* guarded by the backend's admit_mutex for QUEUED -> RUNNING/DONE */
-    sg_backend_t *backend;
+    sg_route_t *backend;
     sg_client_t *client;
     sg_loop_t *origin;
     int is_access;     /* POST /access: vt->access() instead of vt->search() */
@@ -308,7 +308,7 @@ static int client_fits(const sg_client_t *cl, size_t n)
     return cur == 0 || cur + n <= cl->conf->max_inflight;
 }
 
-static int backend_fits(const sg_backend_t *b, size_t n)
+static int backend_fits(const sg_route_t *b, size_t n)
 {
     return b->conf->max_inflight == 0 || b->admit_inflight == 0 || b->admit_inflight + n <= b->conf->max_inflight;
 }
@@ -321,13 +321,13 @@ static uint64_t cap_units(const sg_admit_cap_t *k, const sg_call_t *c)
 }
 
 /* The plugin's cap for search() or access() calls. */
-static sg_admit_cap_t *plugin_cap(sg_backend_t *b, int is_access)
+static sg_admit_cap_t *plugin_cap(sg_route_t *b, int is_access)
 {
     return &b->caps[is_access && !b->access_shares_search ? SG_CAP_ACCESS : SG_CAP_SEARCH];
 }
 
 /* The caps a call passes: the route's own and its operation's. */
-static void call_caps(sg_backend_t *b, const sg_call_t *c, sg_admit_cap_t **k)
+static void call_caps(sg_route_t *b, const sg_call_t *c, sg_admit_cap_t **k)
 {
     k[0] = &b->caps[SG_CAP_ROUTE];
     k[1] = plugin_cap(b, c->is_access);
@@ -354,7 +354,7 @@ static uint64_t cap_token_wait(sg_admit_cap_t *k, uint64_t units, uint64_t now)
 
 /* Whether the caps let call `c` start now. When only a qps token is missing, `*wake` becomes the
  * earliest time one is due. Caller holds admit_mutex. */
-static int caps_allow(sg_backend_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
+static int caps_allow(sg_route_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
 {
     sg_admit_cap_t *k[2];
     call_caps(b, c, k);
@@ -382,13 +382,13 @@ static int caps_allow(sg_backend_t *b, sg_call_t *c, uint64_t now, uint64_t *wak
 }
 
 /* Whether route `b` can start call `c` now (its in-flight cap and every cap). */
-static int route_allows(sg_backend_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
+static int route_allows(sg_route_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
 {
     return backend_fits(b, c->n) && caps_allow(b, c, now, wake);
 }
 
 /* Call `c` leaves the admission queue of `b` (started, dropped or cancelled). */
-static void unqueue_locked(sg_backend_t *b, sg_call_t *c)
+static void unqueue_locked(sg_route_t *b, sg_call_t *c)
 {
     sg_admit_cap_t *k[2];
     call_caps(b, c, k);
@@ -398,7 +398,7 @@ static void unqueue_locked(sg_backend_t *b, sg_call_t *c)
 }
 
 /* Call `c` starts: it takes its share of every in-flight count and its qps tokens. */
-static void take_locked(sg_backend_t *b, sg_call_t *c)
+static void take_locked(sg_route_t *b, sg_call_t *c)
 {
     sg_admit_cap_t *k[2];
     call_caps(b, c, k);
@@ -419,7 +419,7 @@ uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
     sg_call_t *c = admission;
     if (c == NULL)
         return earliest_ms;
-    sg_backend_t *b = c->backend;
+    sg_route_t *b = c->backend;
     sg_admit_cap_t *k = plugin_cap(b, c->is_access);
     uint64_t at = earliest_ms;
     pthread_mutex_lock(&b->admit_mutex);
@@ -441,7 +441,7 @@ uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
 }
 
 /* 503 text when a cap's queue bound refuses call `c`, else NULL. */
-static const char *caps_queue_full(sg_backend_t *b, const sg_call_t *c)
+static const char *caps_queue_full(sg_route_t *b, const sg_call_t *c)
 {
     sg_admit_cap_t *k[2];
     call_caps(b, c, k);
@@ -451,7 +451,7 @@ static const char *caps_queue_full(sg_backend_t *b, const sg_call_t *c)
     return NULL;
 }
 
-static sg_admit_queue_t *queue_for(sg_backend_t *b, sg_client_t *cl)
+static sg_admit_queue_t *queue_for(sg_route_t *b, sg_client_t *cl)
 {
     sg_admit_queue_t *q = b->admit_queues;
     if (q != NULL) {
@@ -476,7 +476,7 @@ static sg_admit_queue_t *queue_for(sg_backend_t *b, sg_client_t *cl)
     return q;
 }
 
-static void queue_drop(sg_backend_t *b, sg_admit_queue_t *q)
+static void queue_drop(sg_route_t *b, sg_admit_queue_t *q)
 {
     if (q->next == q) {
         b->admit_queues = NULL;
@@ -506,7 +506,7 @@ static int call_is_dead(sg_call_t *c, uint64_t now_ms)
 
 /* Takes runnable calls off the backend's queues (DRR across clients) while capacity allows.
  * Dead calls are moved to `dead`; both lists are linked through q_next. Caller holds admit_mutex. */
-static void pump_locked(sg_backend_t *b, sg_call_t **run, sg_call_t **dead, uint64_t *wake)
+static void pump_locked(sg_route_t *b, sg_call_t **run, sg_call_t **dead, uint64_t *wake)
 {
     uint64_t now = sg_now_ms();
     int64_t quantum = b->conf->chunk;
@@ -612,7 +612,7 @@ static void arm_admit_timer(sg_loop_t *loop, uint64_t wake)
 }
 
 /* Starts what route `b` can start now; runs on `loop`'s thread. */
-static void pump(sg_backend_t *b, sg_loop_t *loop)
+static void pump(sg_route_t *b, sg_loop_t *loop)
 {
     sg_call_t *run = NULL, *dead = NULL;
     uint64_t wake = 0;
@@ -627,13 +627,13 @@ static void pump(sg_backend_t *b, sg_loop_t *loop)
 static void on_admit_timer(sg_timer_t *t)
 {
     sg_loop_t *loop = H2O_STRUCT_FROM_MEMBER(sg_loop_t, admit_timer, t);
-    for (size_t i = 0; i < sg_server.n_backends; ++i)
-        pump(&sg_server.backends[i], loop);
+    for (size_t i = 0; i < loop->server->n_routes; ++i)
+        pump(&loop->server->routes[i], loop);
 }
 
 static void admit_submit(sg_call_t *c)
 {
-    sg_backend_t *b = c->backend;
+    sg_route_t *b = c->backend;
     sg_call_t *run = NULL, *dead = NULL;
     const char *full = NULL;
     uint64_t wake = 0;
@@ -680,7 +680,7 @@ static void admit_submit(sg_call_t *c)
  * told to stop (the plugin still completes it exactly once). */
 static void admit_cancel(sg_call_t *c)
 {
-    sg_backend_t *b = c->backend;
+    sg_route_t *b = c->backend;
     int was_queued = 0;
     pthread_mutex_lock(&b->admit_mutex);
     if (atomic_load(&c->state) == CALL_QUEUED) {
@@ -731,7 +731,7 @@ static void on_plugin_done(void *cb_data, const sg_result *res)
 
 static void call_start(sg_call_t *c)
 {
-    sg_backend_t *b = c->backend;
+    sg_route_t *b = c->backend;
     c->start_us = sg_now_us();
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
@@ -819,7 +819,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
     while (!h2o_linklist_is_empty(messages)) {
         sg_call_t *c = H2O_STRUCT_FROM_MEMBER(sg_call_t, msg.link, messages->next);
         h2o_linklist_unlink(&c->msg.link);
-        sg_backend_t *b = c->backend;
+        sg_route_t *b = c->backend;
         int was_running = c->start_us != 0;
         atomic_store(&c->state, CALL_DONE);
         if (was_running) {
@@ -845,8 +845,8 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         if (!was_running)
             sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
-            for (size_t i = 0; i < sg_server.n_backends; ++i)
-                pump(&sg_server.backends[i], c->origin);
+            for (size_t i = 0; i < c->origin->server->n_routes; ++i)
+                pump(&c->origin->server->routes[i], c->origin);
         call_release(c);
     }
 }
@@ -913,7 +913,7 @@ static void cap_setup(sg_admit_cap_t *k, const sg_limits *lim, int has, uint64_t
     }
 }
 
-void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_backend *inst)
+void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_backend *inst)
 {
     const sg_backend_conf_t *bc = b->conf;
     uint64_t now = sg_now_ms();
@@ -978,14 +978,14 @@ static sg_call_t *call_new(sg_query_t *r, size_t cap)
 }
 
 /* Queries per call on route `b`: its chunk, within the caps' bursts (sg_dispatch_setup_route). */
-static uint32_t call_chunk(const sg_backend_t *b, int is_access)
+static uint32_t call_chunk(const sg_route_t *b, int is_access)
 {
     uint32_t c = b->chunk[is_access ? 1 : 0];
     return c != 0 ? c : b->conf->chunk;
 }
 
 /* The L1 entry of one query (a referenced blob), or NULL. */
-static sg_blob_t *peek_l1(const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
+static sg_blob_t *peek_l1(const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
     if (!sg_cache_has_l1())
         return NULL;
@@ -1008,7 +1008,7 @@ typedef struct st_new_calls_t {
  * published in shard `s` (caller holds its lock) so that other requests for the query join it. */
 static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t *w, shard_t *s, uint64_t h, uint32_t op)
 {
-    sg_backend_t *b = r->serving;
+    sg_route_t *b = r->serving;
     uint32_t chunk = call_chunk(b, r->is_access);
     sg_flight_t *f = sg_mem_calloc(1, sizeof(*f));
     f->hash = h;
@@ -1042,7 +1042,7 @@ static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t
  * flight completed since the request's cache lookup, else starts a new flight in `nc`. */
 static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
 {
-    sg_backend_t *b = r->serving;
+    sg_route_t *b = r->serving;
     sg_uq_t *u = &r->uniq[i];
     uint32_t op = r->is_access ? 1 : 0;
     const char *params = sg__query_params(r);

@@ -23,7 +23,7 @@ void sg_dispatch_dispose(void);
  * its own qps/burst, the limits its plugin's config asks for (ABI 1.2 `limits`, read from `vt`
  * and `inst`), the chunk per operation and the retry budget passed in sg_search.max_attempts.
  */
-void sg_dispatch_setup_route(sg_backend_t *b, const sg_backend_vtable *vt, sg_backend *inst);
+void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_backend *inst);
 /**
  * host->retry_at (ABI 1.2): a running call's plugin sends one more upstream request not before
  * `earliest_ms`; takes a token of the call's plugin cap and returns when the request may start.

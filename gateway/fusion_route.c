@@ -82,9 +82,9 @@ struct st_sg_fusion_query_t {
 
 /* ---- start-up ---- */
 
-void sg_fusion_init(void)
+void sg_fusion_init(const sg_server_t *s)
 {
-    const sg_config_t *cfg = sg_server.cfg;
+    const sg_config_t *cfg = s->cfg;
     n_routes = cfg->n_fusions;
     routes = n_routes != 0 ? sg_mem_calloc(n_routes, sizeof(*routes)) : NULL;
     for (size_t i = 0; i < n_routes; ++i) {
@@ -127,21 +127,21 @@ static const char *norm_name(int n)
     return n == SG_NORM_MINMAX ? "minmax" : n == SG_NORM_ZSCORE ? "zscore" : "none";
 }
 
-sg_backend_t *sg_fusion_access_backend(int fi)
+sg_route_t *sg_fusion_access_backend(const sg_server_t *s, int fi)
 {
-    const sg_fusion_conf_t *fc = &sg_server.cfg->fusions[fi];
+    const sg_fusion_conf_t *fc = &s->cfg->fusions[fi];
     for (uint32_t i = 0; i < fc->n_legs; ++i)
-        if (sg_server.backends[fc->legs[i]].serves_access)
-            return &sg_server.backends[fc->legs[i]];
+        if (s->routes[fc->legs[i]].serves_access)
+            return &s->routes[fc->legs[i]];
     return NULL;
 }
 
-void sg_fusion_append_root(sg_jw_t *w)
+void sg_fusion_append_root(const sg_server_t *s, sg_jw_t *w)
 {
-    const sg_config_t *cfg = sg_server.cfg;
+    const sg_config_t *cfg = s->cfg;
     for (size_t i = 0; i < cfg->n_fusions; ++i) {
         const sg_fusion_conf_t *fc = &cfg->fusions[i];
-        const sg_backend_t *acc = sg_fusion_access_backend((int)i);
+        const sg_route_t *acc = sg_fusion_access_backend(s, (int)i);
         char path[512];
         snprintf(path, sizeof(path), "/retrieve/%s", fc->name);
         sg_jw_obj(w);
@@ -433,7 +433,7 @@ static void start_legs(fusion_req_t *fr)
         leg_t *leg = &fr->legs[l];
         leg->fr = fr;
         leg->index = l;
-        sg_query_spec_t spec = {.route = &sg_server.backends[fc->legs[l]],
+        sg_query_spec_t spec = {.route = &fr->loop->server->routes[fc->legs[l]],
                                 .client = fr->client,
                                 .texts = fr->uniq_text,
                                 .lens = fr->uniq_len,
@@ -452,7 +452,7 @@ static void start_legs(fusion_req_t *fr)
 static void on_timer(sg_timer_t *t)
 {
     fusion_req_t *fr = H2O_STRUCT_FROM_MEMBER(fusion_req_t, timer, t);
-    if (atomic_load(&sg_server.stopping)) { /* it waited for its rate limit into the shutdown */
+    if (atomic_load(&fr->loop->server->stopping)) { /* it waited for its rate limit into the shutdown */
         fail(fr, 503, "unavailable", "the gateway is shutting down", 1);
         return;
     }

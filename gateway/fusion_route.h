@@ -12,7 +12,7 @@
 #include "request.h"
 
 /** Registers the fusion routes' metrics. Main thread, once, after the plugin routes are loaded. */
-void sg_fusion_init(void);
+void sg_fusion_init(const sg_server_t *s);
 void sg_fusion_dispose(void);
 /** A running fusion query (opaque). Valid from sg_fusion_start() until done() ran or sg_fusion_cancel(). */
 typedef struct st_sg_fusion_query_t sg_fusion_query_t;
@@ -53,8 +53,8 @@ void sg_fusion_cancel(sg_fusion_query_t *q);
  */
 int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us);
 /** The route that answers POST /access on fusion route `fi`: its first leg with a page store, or NULL. */
-sg_backend_t *sg_fusion_access_backend(int fi);
+sg_route_t *sg_fusion_access_backend(const sg_server_t *s, int fi);
 /** Writes the fusion routes as entries of GET /'s "backends" array. */
-void sg_fusion_append_root(sg_jw_t *w);
+void sg_fusion_append_root(const sg_server_t *s, sg_jw_t *w);
 
 #endif

@@ -63,10 +63,10 @@ static void exe_dir(char *out, size_t n)
 static int open_plugins(sg_server_t *s, const char *plugin_dir, char **argv)
 {
     sg_config_t *cfg = s->cfg;
-    s->n_backends = cfg->n_backends;
-    s->backends = sg_mem_calloc(s->n_backends, sizeof(*s->backends));
-    for (size_t i = 0; i < s->n_backends; ++i) {
-        sg_backend_t *b = &s->backends[i];
+    s->n_routes = cfg->n_backends;
+    s->routes = sg_mem_calloc(s->n_routes, sizeof(*s->routes));
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *b = &s->routes[i];
         sg_backend_conf_t *bc = &cfg->backends[i];
         b->index = (int)i;
         b->conf = bc;
@@ -103,8 +103,8 @@ static int open_plugins(sg_server_t *s, const char *plugin_dir, char **argv)
 static int load_backends(sg_server_t *s)
 {
     sg_config_t *cfg = s->cfg;
-    for (size_t i = 0; i < s->n_backends; ++i) {
-        sg_backend_t *b = &s->backends[i];
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *b = &s->routes[i];
         sg_backend_conf_t *bc = &cfg->backends[i];
         char err[1024];
         err[0] = '\0';
@@ -174,8 +174,8 @@ static int load_backends(sg_server_t *s)
 
 static void destroy_backends(sg_server_t *s)
 {
-    for (size_t i = 0; i < s->n_backends; ++i) {
-        sg_backend_t *b = &s->backends[i];
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *b = &s->routes[i];
         if (b->inst != NULL)
             b->plugin.vt->destroy(b->inst);
         b->inst = NULL;
@@ -184,14 +184,14 @@ static void destroy_backends(sg_server_t *s)
 
 static void free_backends(sg_server_t *s)
 {
-    for (size_t i = 0; i < s->n_backends; ++i) {
-        sg_backend_t *b = &s->backends[i];
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *b = &s->routes[i];
         sg_plugin_unload(&b->plugin);
         free(b->identity);
         pthread_mutex_destroy(&b->admit_mutex);
     }
-    free(s->backends);
-    s->backends = NULL;
+    free(s->routes);
+    s->routes = NULL;
 }
 
 /* The command line: --config and the overrides of config keys. */
@@ -294,7 +294,7 @@ static void log_started(const sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
     SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
-           cfg->host, s->bound_port, s->n_loops, s->n_backends, cfg->backends[cfg->default_backend].name);
+           cfg->host, s->bound_port, s->n_loops, s->n_routes, cfg->backends[cfg->default_backend].name);
     SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg->host, s->bound_port);
     if (cfg->cache.redis_host != NULL)
         SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, Redis %s:%u (timeout %u ms, key prefix \"%s\")",
@@ -353,7 +353,8 @@ int main(int argc, char **argv)
     if (apply_overrides(&cfg, &cl) != 0)
         return 1;
 
-    sg_server_t *s = &sg_server;
+    static sg_server_t server; /* the one instance; every loop points to it */
+    sg_server_t *s = &server;
     s->cfg = &cfg;
     s->started_ms = sg_now_ms();
     char dir[PATH_MAX];
@@ -369,9 +370,9 @@ int main(int argc, char **argv)
     }
     if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
         goto out;
-    sg_fusion_init();
+    sg_fusion_init(s);
     if (cl.check) {
-        report_check(cl.config, &cfg, s->n_backends);
+        report_check(cl.config, &cfg, s->n_routes);
         rc = 0;
         goto out;
     }

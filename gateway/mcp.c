@@ -418,7 +418,7 @@ static void on_keepalive(sg_timer_t *t)
     if (s != NULL && s->stream == st)
         s->last_ms = sg_now_ms();
     pthread_mutex_unlock(&T.mu);
-    sg_timer_start(&st->loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)sg_server.cfg->mcp.sse_keepalive_s * 1000,
+    sg_timer_start(&st->loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)st->loop->server->cfg->mcp.sse_keepalive_s * 1000,
                    on_keepalive);
 }
 
@@ -443,7 +443,7 @@ static void deliver(sg_loop_t *from, const char *sid, const char *json, size_t l
         memcpy(m->sid, sid, SID_LEN + 1);
         m->len = ev.len;
         memcpy(m->data, ev.base, ev.len);
-        h2o_multithread_send_message(&sg_server.loops[target].mcp->replies, &m->super);
+        h2o_multithread_send_message(&from->server->loops[target].mcp->replies, &m->super);
     }
     sg_buf_free(&ev);
 }
@@ -863,6 +863,7 @@ static void run_post(sg_mcp_post_t *p, const cJSON *root)
 /* Checks Content-Type and the body's size and parses it. NULL when it answered an error. */
 static cJSON *read_body(h2o_req_t *req, int ep)
 {
+    size_t max_body = sg_loop_of(req)->server->cfg->limits.max_body_bytes;
     h2o_iovec_t ct = header(req, H2O_STRLIT("content-type"));
     if (ct.base != NULL) {
         const char *semi = memchr(ct.base, ';', ct.len), *b = ct.base, *e = semi != NULL ? semi : ct.base + ct.len;
@@ -873,10 +874,9 @@ static cJSON *read_body(h2o_req_t *req, int ep)
         }
     }
     size_t len = req->entity.base != NULL ? req->entity.len : 0;
-    if (len > sg_server.cfg->limits.max_body_bytes) {
+    if (len > max_body) {
         char msg[160];
-        snprintf(msg, sizeof(msg), "request body of %zu bytes is over limits.max_body_bytes (%zu)", len,
-                 sg_server.cfg->limits.max_body_bytes);
+        snprintf(msg, sizeof(msg), "request body of %zu bytes is over limits.max_body_bytes (%zu)", len, max_body);
         http_error(req, ep, 413, SG_MCP_INVALID_REQUEST, msg);
         return NULL;
     }
@@ -942,7 +942,7 @@ static void on_mcp_post(sg_loop_t *loop, h2o_req_t *req)
                            "session not found (unknown, ended or expired): send a new initialize without Mcp-Session-Id");
                 goto out;
             }
-        } else if (sg_server.cfg->mcp.require_session) {
+        } else if (loop->server->cfg->mcp.require_session) {
             http_error(req, EP_MCP, 400, SG_MCP_INVALID_REQUEST, "Mcp-Session-Id header is required (mcp.require_session is on)");
             goto out;
         }
@@ -1044,7 +1044,8 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
     sg_buf_appendf(&ev, "event: endpoint\ndata: /messages?session_id=%s\n\n", st->sid);
     stream_write(st, ev.base, ev.len);
     sg_buf_free(&ev);
-    sg_timer_start(&loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)sg_server.cfg->mcp.sse_keepalive_s * 1000, on_keepalive);
+    sg_timer_start(&loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)loop->server->cfg->mcp.sse_keepalive_s * 1000,
+                   on_keepalive);
 }
 
 /* The value of query parameter `name`, or a NULL base. */
@@ -1123,7 +1124,7 @@ static void method_not_allowed(h2o_req_t *req, int ep, const char *allow)
 
 int sg_mcp_route(sg_loop_t *loop, h2o_req_t *req)
 {
-    if (!sg_server.cfg->mcp.enabled)
+    if (!loop->server->cfg->mcp.enabled)
         return 0;
     h2o_iovec_t p = req->path_normalized;
     h2o_iovec_t m = req->method;
@@ -1214,7 +1215,7 @@ void sg_mcp_dispose(void)
 
 void sg_mcp_init_loop(sg_loop_t *loop)
 {
-    if (!sg_server.cfg->mcp.enabled)
+    if (!loop->server->cfg->mcp.enabled)
         return;
     loop->mcp = sg_mem_calloc(1, sizeof(*loop->mcp));
     h2o_linklist_init_anchor(&loop->mcp->streams);

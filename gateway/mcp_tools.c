@@ -20,8 +20,8 @@
 
 typedef struct st_mcp_tool_t {
     char *name;
-    sg_backend_t *route; /* the plugin route searched (or read, for access); NULL for a fusion search */
-    int fusion;          /* index into cfg->fusions for a fusion route's tools, else -1 */
+    sg_route_t *route; /* the plugin route searched (or read, for access); NULL for a fusion search */
+    int fusion;        /* index into cfg->fusions for a fusion route's tools, else -1 */
     int is_access;
     sg_counter_t *ok, *failed;
 } mcp_tool_t;
@@ -29,7 +29,8 @@ typedef struct st_mcp_tool_t {
 static struct {
     mcp_tool_t *tools;
     size_t n;
-    sg_buf_t list; /* the tools/list result */
+    sg_buf_t list;   /* the tools/list result */
+    int text_format; /* mcp.text_format: SG_MCP_TEXT_* */
 } X;
 
 typedef struct st_mcp_call_t {
@@ -166,7 +167,7 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
     sg_jw_end(w);
 }
 
-static void add_tool(const char *name, sg_backend_t *route, int fusion, int is_access)
+static void add_tool(const char *name, sg_route_t *route, int fusion, int is_access)
 {
     mcp_tool_t *t = &X.tools[X.n++];
     t->name = sg_strdup(name);
@@ -185,11 +186,12 @@ static void add_tool(const char *name, sg_backend_t *route, int fusion, int is_a
 void sg__mcp_tools_init(sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
-    X.tools = sg_mem_calloc(2 * (s->n_backends + cfg->n_fusions), sizeof(*X.tools));
+    X.text_format = cfg->mcp.text_format;
+    X.tools = sg_mem_calloc(2 * (s->n_routes + cfg->n_fusions), sizeof(*X.tools));
     char name[200];
     for (int access = 0; access < 2; ++access) {
-        for (size_t i = 0; i < s->n_backends; ++i) {
-            sg_backend_t *b = &s->backends[i];
+        for (size_t i = 0; i < s->n_routes; ++i) {
+            sg_route_t *b = &s->routes[i];
             if (access && !b->serves_access)
                 continue;
             if ((int)i == cfg->default_backend)
@@ -201,7 +203,7 @@ void sg__mcp_tools_init(sg_server_t *s)
         /* fusion routes (never the default route): search fans out to the legs; access reads the
          * pages of the first leg with a page store, as POST /access on the route does */
         for (size_t i = 0; i < cfg->n_fusions; ++i) {
-            sg_backend_t *via = access ? sg_fusion_access_backend((int)i) : NULL;
+            sg_route_t *via = access ? sg_fusion_access_backend(s, (int)i) : NULL;
             if (access && via == NULL)
                 continue;
             snprintf(name, sizeof(name), "%s_%s", access ? "access" : "search", cfg->fusions[i].name);
@@ -431,7 +433,7 @@ static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
         cJSON *hits = cJSON_ParseWithLength(frag.base, frag.len);
         text.len = 0;
         sg_buf_append(&text, "", 0);
-        if (sg_server.cfg->mcp.text_format == SG_MCP_TEXT_RESULTS_JSON)
+        if (X.text_format == SG_MCP_TEXT_RESULTS_JSON)
             sg_mcp_format_results_json(&text, c->texts[i], hits);
         else
             sg_mcp_format_search_r1(&text, hits);
@@ -512,9 +514,9 @@ static void on_fusion_done(void *ctx, const sg_query_result_t *res, const char *
 }
 
 /* Reads `one` (a string) or `many` (a non-empty array of strings) into texts; -1 with a message. */
-static int read_texts(const cJSON *args, const char *one, const char *many, char ***texts, uint32_t *n, char *err, size_t err_size)
+static int read_texts(const sg_config_t *cfg, const cJSON *args, const char *one, const char *many, char ***texts, uint32_t *n,
+                      char *err, size_t err_size)
 {
-    const sg_config_t *cfg = sg_server.cfg;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(args, one), *b = cJSON_GetObjectItemCaseSensitive(args, many);
     if (cJSON_IsNull(a))
         a = NULL;
@@ -565,7 +567,7 @@ fail:
 
 int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params)
 {
-    const sg_config_t *cfg = sg_server.cfg;
+    const sg_config_t *cfg = loop->server->cfg;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
     if (!cJSON_IsString(name)) {
         sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.name (a string) is required");
@@ -599,8 +601,8 @@ int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client
     }
     char **texts = NULL;
     uint32_t n = 0;
-    if (read_texts(args, tool->is_access ? "url" : "query", tool->is_access ? "urls" : "queries", &texts, &n, err, sizeof(err)) !=
-        0) {
+    if (read_texts(cfg, args, tool->is_access ? "url" : "query", tool->is_access ? "urls" : "queries", &texts, &n, err,
+                   sizeof(err)) != 0) {
         sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
         return 0;
     }

@@ -42,7 +42,7 @@ void sg__query_unref(sg_query_t *q)
         query_free(q);
 }
 
-void sg__query_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len)
+void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
     sg_cache_key(out, b->identity, topk, params, text, len);
 }
@@ -64,7 +64,7 @@ static void record(sg_query_t *q, int status, const char *type)
 {
     if (sg_log_level >= SG_LL_DEBUG)
         log_query(q, status, type);
-    sg_backend_t *b = q->backend;
+    sg_route_t *b = q->backend;
     int ci = sg_code_index(status);
     uint64_t lat = sg_now_us() - q->start_us;
     sg_counter_add(b->requests[ci], 1);
@@ -172,7 +172,7 @@ static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t
 
 void sg__query_lookup(sg_query_t *q)
 {
-    sg_backend_t *b = q->serving;
+    sg_route_t *b = q->serving;
     if (!b->conf->cache || q->is_access) {
         sg__query_after_cache(q);
         return;
@@ -250,9 +250,9 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
             q->fallback_used = 1;
             sg_counter_add(q->backend->fallbacks, 1);
             SG_LOG(SG_LL_INFO, "retrieve", "%s: backend %s failed (%s); using fallback %s", q->request_id, rc->name,
-                   detail != NULL ? detail : sg_plugin_status_name(status), sg_server.backends[rc->fallback].conf->name);
+                   detail != NULL ? detail : sg_plugin_status_name(status), q->loop->server->routes[rc->fallback].conf->name);
         }
-        q->serving = &sg_server.backends[rc->fallback];
+        q->serving = &q->loop->server->routes[rc->fallback];
         sg__budget_dispatch(q, fail);
         return;
     }

@@ -32,7 +32,7 @@ typedef struct st_sg_query_t sg_query_t;
  * texts and the parameters, and takes its own reference on `client`.
  */
 typedef struct st_sg_query_spec_t {
-    sg_backend_t *route;      /* the route (a configured backend); required */
+    sg_route_t *route;        /* the route (a configured backend); required */
     sg_client_t *client;      /* who asks (sg_clients_identify()); required */
     const char *const *texts; /* n query texts (URLs for is_access); not NUL-terminated */
     const uint32_t *lens;     /* n lengths */

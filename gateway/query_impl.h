@@ -26,8 +26,8 @@ struct st_sg_query_t {
     sg_query_done_fn done;
     void *ctx;
     sg_loop_t *loop;
-    sg_backend_t *backend; /* the route's backend */
-    sg_backend_t *serving; /* the backend answering now (differs after a fallback) */
+    sg_route_t *backend; /* the route's backend */
+    sg_route_t *serving; /* the backend answering now (differs after a fallback) */
     sg_client_t *client;
     uint32_t topk;
     int return_scores;
@@ -76,6 +76,6 @@ static inline void sg__query_ref(sg_query_t *q)
 /** Drops a reference; frees the query when none is left. */
 void sg__query_unref(sg_query_t *q);
 /** The cache key of one query text for backend `b` (its identity, topk and parameters). */
-void sg__query_cache_key(sg_buf_t *out, const sg_backend_t *b, uint32_t topk, const char *params, const char *text, size_t len);
+void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len);
 
 #endif

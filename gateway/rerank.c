@@ -756,7 +756,7 @@ static int load_model(const sg_rerank_conf_t *rc, sg_xenc_model **out, uint32_t 
  * forwards what the stage does not change. The identity (the route's cache key prefix) adds the
  * model and the stage's settings, so results cached with another model, candidates or max_length
  * are not served. No thread runs yet. */
-static struct sg_backend *stage_new(struct st_sg_backend_t *b, sg_xenc_model *m, uint32_t max_length)
+static struct sg_backend *stage_new(struct st_sg_route_t *b, sg_xenc_model *m, uint32_t max_length)
 {
     const sg_rerank_conf_t *rc = b->conf->rerank;
     struct sg_backend *st = sg_mem_calloc(1, sizeof(*st));
@@ -852,7 +852,7 @@ static int start_workers(struct sg_backend *st, char *err, size_t err_size)
     return 0;
 }
 
-int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size)
+int sg_rerank_wrap(struct st_sg_route_t *b, char *err, size_t err_size)
 {
     const sg_rerank_conf_t *rc = b->conf->rerank;
     if (rc == NULL)

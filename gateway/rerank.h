@@ -50,14 +50,14 @@ struct st_sg_config_t;
  */
 int sg_rerank_open_module(const struct st_sg_config_t *cfg, const char *plugin_dir, char *err, size_t err_size);
 
-struct st_sg_backend_t;
+struct st_sg_route_t;
 /**
  * Main thread, after the route's plugin was created and before its identity is read: loads the
  * model (errors name the file, key or bound), starts the workers, registers the stage's metrics,
  * and puts the stage in front of the plugin (b->plugin.vt and b->inst). The stage's destroy()
  * destroys the plugin's instance and puts the plugin's own vtable back.
  */
-int sg_rerank_wrap(struct st_sg_backend_t *b, char *err, size_t err_size);
+int sg_rerank_wrap(struct st_sg_route_t *b, char *err, size_t err_size);
 
 /**
  * The passage a (query, passage) pair is made of, from a DOC (protocols.md): as Search-R1's

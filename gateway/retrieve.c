@@ -31,7 +31,7 @@ typedef struct st_http_query_t {
 } http_query_t;
 
 /* log_level debug: one line per /retrieve or /access answered before it became a query. */
-static void log_early(int is_access, const sg_backend_t *b, const sg_client_t *client, int status, const char *type,
+static void log_early(int is_access, const sg_route_t *b, const sg_client_t *client, int status, const char *type,
                       uint32_t n_queries, uint64_t start_us)
 {
     SG_LOG(SG_LL_DEBUG, "request", "- POST %s backend=%s client=%s status=%d%s%s queries=%u ms=%.3f",
@@ -106,7 +106,7 @@ static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
 
 /* A request answered before it became a query (malformed, unknown backend, unauthorised,
  * empty): counted on its backend when known, logged at debug, and answered. */
-static void answer_early(h2o_req_t *req, int is_access, sg_backend_t *b, const sg_client_t *client, int status, const char *type,
+static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_client_t *client, int status, const char *type,
                          const char *msg, uint32_t n_queries, uint64_t start_us)
 {
     if (sg_log_level >= SG_LL_DEBUG)
@@ -129,7 +129,7 @@ static void answer_early(h2o_req_t *req, int is_access, sg_backend_t *b, const s
 
 /* A bad X-Timeout-Ms header: found after the client was identified, so counted as one of its
  * requests too (the pipeline used to refuse it once the request had started). */
-static void answer_invalid_timeout(h2o_req_t *req, int is_access, sg_backend_t *b, sg_client_t *client, uint32_t n_queries,
+static void answer_invalid_timeout(h2o_req_t *req, int is_access, sg_route_t *b, sg_client_t *client, uint32_t n_queries,
                                    uint64_t start_us)
 {
     sg_counter_add(client->m_requests, 1);
@@ -144,7 +144,7 @@ typedef struct st_incoming_t {
     h2o_req_t *req;
     int is_access;
     uint64_t start_us;
-    sg_backend_t *route;
+    sg_route_t *route;
     sg_parsed_t pr;
     char *params; /* the route's canonical search parameters, or NULL */
     sg_client_t *client;
@@ -162,7 +162,7 @@ static void incoming_free(incoming_t *in)
 static int route_from_path(incoming_t *in, const char *bname, size_t blen)
 {
     const sg_config_t *cfg = in->loop->server->cfg;
-    in->route = &in->loop->server->backends[cfg->default_backend];
+    in->route = &in->loop->server->routes[cfg->default_backend];
     if (bname == NULL)
         return 0;
     int bi = sg_config_find_backend(cfg, bname, blen);
@@ -176,7 +176,7 @@ static int route_from_path(incoming_t *in, const char *bname, size_t blen)
         answer_early(in->req, in->is_access, NULL, NULL, 404, "not_found", msg, 0, in->start_us);
         return -1;
     }
-    in->route = &in->loop->server->backends[bi];
+    in->route = &in->loop->server->routes[bi];
     return 0;
 }
 
@@ -207,12 +207,12 @@ static int parse_body(incoming_t *in, int path_named_route)
             answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
             return -1;
         }
-        in->route = &in->loop->server->backends[bi];
+        in->route = &in->loop->server->routes[bi];
     }
     /* a fusion route: /retrieve is its own; /access goes to its first leg with a page store */
     if (in->fusion >= 0 && !in->is_access)
         return 0;
-    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->fusion)) == NULL) {
+    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->loop->server, in->fusion)) == NULL) {
         snprintf(err, sizeof(err), "fusion route %s: none of its legs has a page store: /access is not available on it",
                  cfg->fusions[in->fusion].name);
         answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
@@ -231,7 +231,7 @@ static int check_search_params(incoming_t *in)
 {
     if (in->pr.search_params == NULL)
         return 0;
-    sg_backend_t *b = in->route;
+    sg_route_t *b = in->route;
     sg_check_params_fn check = sg_plugin_check_params(b->plugin.vt);
     char canon[256], detail[400];
     sg_status pst = SG_EINVAL;

@@ -17,7 +17,7 @@
 #include "metrics.h"
 #include "plugin.h"
 
-typedef struct st_sg_backend_t sg_backend_t;
+typedef struct st_sg_route_t sg_route_t;
 typedef struct st_sg_admit_queue_t sg_admit_queue_t;
 
 /*
@@ -59,7 +59,7 @@ enum {
 int sg_code_index(int status);
 extern const int sg_code_values[SG_NUM_CODES];
 
-struct st_sg_backend_t {
+struct st_sg_route_t {
     int index;
     const sg_backend_conf_t *conf;
     sg_plugin_t plugin;

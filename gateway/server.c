@@ -25,8 +25,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-sg_server_t sg_server;
-
 const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 404, 405, 413, 422, 429, 500, 502, 503, 504, 0};
 
 int sg_code_index(int status)
@@ -37,14 +35,14 @@ int sg_code_index(int status)
     return SG_CODE_OTHER;
 }
 
-int sg_server_redis_state(void)
+int sg_server_redis_state(const sg_server_t *s)
 {
-    if (sg_server.cfg == NULL || sg_server.cfg->cache.redis_host == NULL)
+    if (s->cfg == NULL || s->cfg->cache.redis_host == NULL)
         return -1;
     if (sg_redis_breaker_open())
         return 2;
-    for (int i = 0; i < sg_server.n_loops; ++i)
-        if (sg_redis_is_up(sg_server.loops[i].redis))
+    for (int i = 0; i < s->n_loops; ++i)
+        if (sg_redis_is_up(s->loops[i].redis))
             return 1;
     return 0;
 }
@@ -118,24 +116,25 @@ void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg
 enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_OTHER, R_COUNT };
 static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "other"};
 
-static void count(int route, int status)
+static void count(h2o_req_t *req, int route, int status)
 {
-    sg_counter_add(sg_server.http_requests[route][sg_code_index(status)], 1);
+    sg_counter_add(sg_loop_of(req)->server->http_requests[route][sg_code_index(status)], 1);
 }
 
 static void on_root(h2o_req_t *req)
 {
+    const sg_server_t *s = sg_loop_of(req)->server;
     sg_buf_t b = {0};
     sg_jw_t w;
     sg_jw_init(&w, &b);
     sg_jw_obj(&w);
     sg_jw_kstr(&w, "name", "searchgate");
     sg_jw_kstr(&w, "version", SG_VERSION);
-    sg_jw_kstr(&w, "default_backend", sg_server.backends[sg_server.cfg->default_backend].conf->name);
+    sg_jw_kstr(&w, "default_backend", s->routes[s->cfg->default_backend].conf->name);
     sg_jw_key(&w, "backends");
     sg_jw_arr(&w);
-    for (size_t i = 0; i < sg_server.n_backends; ++i) {
-        const sg_backend_t *be = &sg_server.backends[i];
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        const sg_route_t *be = &s->routes[i];
         char path[512];
         snprintf(path, sizeof(path), "/retrieve/%s", be->conf->name);
         sg_jw_obj(&w);
@@ -147,7 +146,7 @@ static void on_root(h2o_req_t *req)
         sg_jw_kbool(&w, "access", be->serves_access);
         sg_jw_end(&w);
     }
-    sg_fusion_append_root(&w); /* fusion routes (fusion_route.c) */
+    sg_fusion_append_root(s, &w); /* fusion routes (fusion_route.c) */
     sg_jw_end(&w);
     sg_jw_key(&w, "links");
     sg_jw_obj(&w);
@@ -155,17 +154,18 @@ static void on_root(h2o_req_t *req)
                                            {"metrics", "/metrics"},   {"stats", "/stats"},   {"dashboard", "/dashboard"},
                                            {"mcp", "/mcp"},           {"sse", "/sse"}};
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); ++i)
-        if (sg_server.cfg->mcp.enabled || i < 6)
+        if (s->cfg->mcp.enabled || i < 6)
             sg_jw_kstr(&w, links[i][0], links[i][1]);
     sg_jw_end(&w);
     sg_jw_end(&w);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    count(R_ROOT, 200);
+    count(req, R_ROOT, 200);
 }
 
 static void on_health(h2o_req_t *req)
 {
+    const sg_server_t *s = sg_loop_of(req)->server;
     sg_buf_t b = {0};
     sg_jw_t w;
     sg_jw_init(&w, &b);
@@ -173,8 +173,8 @@ static void on_health(h2o_req_t *req)
     sg_jw_obj(&w);
     sg_jw_key(&w, "backends");
     sg_jw_obj(&w);
-    for (size_t i = 0; i < sg_server.n_backends; ++i) {
-        sg_backend_t *be = &sg_server.backends[i];
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *be = &s->routes[i];
         char detail[256] = "";
         sg_status st = be->plugin.vt->health(be->inst, detail, sizeof(detail));
         if (st != SG_OK)
@@ -187,24 +187,24 @@ static void on_health(h2o_req_t *req)
         sg_jw_end(&w);
     }
     sg_jw_end(&w);
-    int redis = sg_server_redis_state();
+    int redis = sg_server_redis_state(s);
     sg_jw_key(&w, "cache");
     sg_jw_obj(&w);
     sg_jw_kstr(&w, "redis", redis < 0 ? "off" : redis == 2 ? "not answering (bypassed)" : redis == 1 ? "up" : "down (bypassed)");
     sg_jw_end(&w);
-    sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, 3);
+    sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
     sg_jw_kstr(&w, "status", ok ? "ok" : "degraded");
     sg_jw_end(&w);
     sg_send_json(req, ok ? 200 : 503, b.base, b.len);
     sg_buf_free(&b);
-    count(R_HEALTH, ok ? 200 : 503);
+    count(req, R_HEALTH, ok ? 200 : 503);
 }
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
 {
-    (void)arg;
-    for (size_t i = 0; i < sg_server.n_backends; ++i) {
-        sg_backend_t *be = &sg_server.backends[i];
+    const sg_server_t *s = arg;
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *be = &s->routes[i];
         if (be->plugin.vt->stats == NULL)
             continue;
         sg_metrics_sink_t sink = {out, be->conf->name, ""};
@@ -231,7 +231,7 @@ static void backend_stats_collector(sg_buf_t *out, void *arg)
     sg_buf_appendf(out,
                    "# HELP searchgate_clients_tracked Anonymous clients tracked for rate limiting.\n# TYPE "
                    "searchgate_clients_tracked gauge\nsearchgate_clients_tracked %zu\n",
-                   sg_clients_tracked(sg_server.clients));
+                   sg_clients_tracked(s->clients));
 }
 
 static void on_metrics(h2o_req_t *req)
@@ -240,7 +240,7 @@ static void on_metrics(h2o_req_t *req)
     sg_metrics_render(&b);
     send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
     sg_buf_free(&b);
-    count(R_METRICS, 200);
+    count(req, R_METRICS, 200);
 }
 
 /* The value of query parameter `name` (the last one when repeated, as Starlette does), or a
@@ -265,12 +265,12 @@ static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
 }
 
 /* /stats: "backends":{NAME:{requests, queries, cache and call counters}, ...} */
-static void stats_backends(sg_jw_t *w)
+static void stats_backends(const sg_server_t *s, sg_jw_t *w)
 {
     sg_jw_key(w, "backends");
     sg_jw_obj(w);
-    for (size_t i = 0; i < sg_server.n_backends; ++i) {
-        sg_backend_t *be = &sg_server.backends[i];
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *be = &s->routes[i];
         uint64_t req_total = 0, q_total = 0;
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             req_total += atomic_load(&be->requests[c]->v);
@@ -297,6 +297,7 @@ static void stats_backends(sg_jw_t *w)
 
 static void on_stats(h2o_req_t *req)
 {
+    const sg_server_t *s = sg_loop_of(req)->server;
     int window = 300;
     h2o_iovec_t w = query_param(req, "window");
     if (w.base != NULL) {
@@ -317,7 +318,7 @@ static void on_stats(h2o_req_t *req)
             snprintf(msg, sizeof(msg), "query parameter window must be a whole number of seconds in [%d, %d], got \"%.*s\"",
                      SG_STATS_WINDOW_MIN, SG_STATS_WINDOW_MAX, (int)(w.len > 32 ? 32 : w.len), w.base);
             sg_send_error(req, 400, "bad_request", msg, 0);
-            count(R_STATS, 400);
+            count(req, R_STATS, 400);
             return;
         }
         window = (int)v;
@@ -327,10 +328,10 @@ static void on_stats(h2o_req_t *req)
     sg_jw_init(&jw, &b);
     sg_jw_obj(&jw);
     sg_jw_kstr(&jw, "version", SG_VERSION);
-    sg_jw_kfixed(&jw, "uptime_s", (double)(sg_now_ms() - sg_server.started_ms) / 1000.0, 3);
+    sg_jw_kfixed(&jw, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
     sg_jw_ki64(&jw, "window_s", window);
     sg_jw_kdouble(&jw, "hit_ratio_60s", sg_ring_hit_ratio(60));
-    const sg_blas_choice_t *bl = &sg_server.blas;
+    const sg_blas_choice_t *bl = &s->blas;
     sg_jw_key(&jw, "blas");
     sg_jw_obj(&jw);
     sg_jw_kstr(&jw, "library", bl->library);
@@ -339,10 +340,10 @@ static void on_stats(h2o_req_t *req)
     sg_jw_kstr(&jw, "source", bl->source);
     sg_jw_kstr(&jw, "reason", bl->reason);
     sg_jw_end(&jw);
-    stats_backends(&jw);
+    stats_backends(s, &jw);
     sg_jw_key(&jw, "cache");
     sg_jw_obj(&jw);
-    sg_cache_stats_json(&jw, sg_server_redis_state());
+    sg_cache_stats_json(&jw, sg_server_redis_state(s));
     sg_jw_end(&jw);
     sg_budget_stats_json(&jw);
     sg_jw_key(&jw, "metrics");
@@ -351,7 +352,7 @@ static void on_stats(h2o_req_t *req)
     sg_jw_end(&jw);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    count(R_STATS, 200);
+    count(req, R_STATS, 200);
 }
 
 extern const char sg_dashboard_html[];
@@ -360,7 +361,7 @@ extern const size_t sg_dashboard_html_len;
 static void on_dashboard(h2o_req_t *req)
 {
     send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
-    count(R_DASHBOARD, 200);
+    count(req, R_DASHBOARD, 200);
 }
 
 static void method_not_allowed(h2o_req_t *req, const char *allow)
@@ -370,7 +371,7 @@ static void method_not_allowed(h2o_req_t *req, const char *allow)
     snprintf(msg, sizeof(msg), "method %.*s is not allowed here; use %s", (int)(req->method.len > 16 ? 16 : req->method.len),
              req->method.base, allow);
     sg_send_error(req, 405, "method_not_allowed", msg, 0);
-    count(R_OTHER, 405);
+    count(req, R_OTHER, 405);
 }
 
 static int path_is(h2o_iovec_t p, const char *s)
@@ -392,17 +393,18 @@ static int path_sub(h2o_iovec_t p, const char *prefix, const char **name, size_t
 
 static int admin_allowed(h2o_req_t *req, const char **why)
 {
+    const sg_server_t *s = sg_loop_of(req)->server;
     h2o_iovec_t key;
     if (sg_clients_presented_key(req, &key, why) != 0)
         return 0;
-    return sg_clients_admin_allowed(sg_server.clients, key.base, key.len, why);
+    return sg_clients_admin_allowed(s->clients, key.base, key.len, why);
 }
 
 static void unauthorized(h2o_req_t *req, int route, const char *why)
 {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
     sg_send_error(req, 401, "unauthorized", why, 0);
-    count(route, 401);
+    count(req, route, 401);
 }
 
 /* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
@@ -472,7 +474,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     char msg[160];
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
     sg_send_error(req, 404, "not_found", msg, 0);
-    count(R_OTHER, 404);
+    count(req, R_OTHER, 404);
     log_small(req);
     return 0;
 }
@@ -490,6 +492,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 
 static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt, h2o_send_state_t state)
 {
+    const sg_server_t *s = sg_loop_of(req)->server;
     if (h2o_send_state_is_in_progress(state) || bufcnt == 0) { /* h2o sends these in one piece; HEAD has no body */
         h2o_ostream_send_next(self, req, bufs, bufcnt, state);
         return;
@@ -497,7 +500,7 @@ static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bu
     int status = req->res.status;
     sg_buf_t msg = {0}, body = {0};
     if (status == 413) {
-        sg_buf_appendf(&msg, "request body over twice limits.max_body_bytes (%zu bytes)", sg_server.cfg->limits.max_body_bytes);
+        sg_buf_appendf(&msg, "request body over twice limits.max_body_bytes (%zu bytes)", s->cfg->limits.max_body_bytes);
     } else {
         for (size_t i = 0; i < bufcnt; ++i)
             sg_buf_append(&msg, bufs[i].base, bufs[i].len);
@@ -516,7 +519,7 @@ static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bu
     h2o_iovec_t out = h2o_strdup(&req->pool, body.base, body.len);
     sg_buf_free(&msg);
     sg_buf_free(&body);
-    count(R_OTHER, status);
+    count(req, R_OTHER, status);
     h2o_ostream_send_next(self, req, &out, 1, state);
 }
 
@@ -708,7 +711,7 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
             s->http_requests[r][c] =
                 sg_metrics_counter("searchgate_http_requests_total", "Requests to routes other than /retrieve.", labels);
         }
-    sg_metrics_add_collector(backend_stats_collector, NULL);
+    sg_metrics_add_collector(backend_stats_collector, s);
 
     pthread_barrier_init(&s->barrier, NULL, (unsigned)s->n_loops + 1);
     for (int i = 0; i < s->n_loops; ++i)

@@ -53,8 +53,8 @@ struct st_sg_loop_t {
 
 struct st_sg_server_t {
     sg_config_t *cfg;
-    sg_backend_t *backends;
-    size_t n_backends;
+    sg_route_t *routes;
+    size_t n_routes;
     h2o_globalconf_t h2o;
     h2o_hostconf_t *hostconf;
     sg_loop_t *loops;
@@ -68,7 +68,14 @@ struct st_sg_server_t {
     sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
 };
 
-extern sg_server_t sg_server;
+/* There is no global server: main() owns the one instance. A request reaches it through the loop
+ * that owns its connection (sg_loop_of), a loop through `server`. */
+
+/** The loop whose h2o context serves `req`. */
+static inline sg_loop_t *sg_loop_of(h2o_req_t *req)
+{
+    return H2O_STRUCT_FROM_MEMBER(sg_loop_t, ctx, req->conn->ctx);
+}
 
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
@@ -76,6 +83,6 @@ void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg
 void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);
 /** 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
  * open (Redis stopped answering and is skipped), -1 when Redis is off. */
-int sg_server_redis_state(void);
+int sg_server_redis_state(const sg_server_t *s);
 
 #endif

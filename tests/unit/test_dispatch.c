@@ -84,7 +84,8 @@ static void complete(size_t i)
 
 static sg_config_t cfg;
 static sg_backend_conf_t bconf;
-static sg_backend_t backend;
+static sg_route_t backend;
+static sg_server_t server; /* the test's server: one route, two loops */
 static sg_loop_t loops[2];
 static sg_client_conf_t client_conf;
 static sg_client_t client;
@@ -95,7 +96,7 @@ static sg_hist_t dummy_h;
 static int setup(void **state)
 {
     (void)state;
-    memset(&sg_server, 0, sizeof(sg_server));
+    memset(&server, 0, sizeof(server));
     cfg.cache.l1_bytes = 1 << 20;
     bconf = (sg_backend_conf_t){
         .name = "t", .topk = 3, .timeout_ms = 10000, .max_queue = 1000, .chunk = 64, .cache = 1, .cache_ttl_s = 60, .fallback = -1};
@@ -123,18 +124,18 @@ static int setup(void **state)
     client.m_requests = client.m_queries = client.m_rate_limited = client.m_queued = client.m_shed = client.m_timeouts =
         client.m_hits_l1 = client.m_hits_redis = client.m_misses = &dummy_c;
     client.m_wait = &dummy_h;
-    sg_server.cfg = &cfg;
-    sg_server.backends = &backend;
-    sg_server.n_backends = 1;
-    sg_server.loops = loops;
-    sg_server.n_loops = 2;
-    h2o_config_init(&sg_server.h2o);
-    h2o_config_register_host(&sg_server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    server.cfg = &cfg;
+    server.routes = &backend;
+    server.n_routes = 1;
+    server.loops = loops;
+    server.n_loops = 2;
+    h2o_config_init(&server.h2o);
+    h2o_config_register_host(&server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     for (int i = 0; i < 2; ++i) {
         loops[i].id = i;
-        loops[i].server = &sg_server;
+        loops[i].server = &server;
         loops[i].loop = h2o_evloop_create();
-        h2o_context_init(&loops[i].ctx, loops[i].loop, &sg_server.h2o);
+        h2o_context_init(&loops[i].ctx, loops[i].loop, &server.h2o);
         h2o_linklist_init_anchor(&loops[i].active);
         sg_dispatch_init_loop(&loops[i]);
     }
@@ -165,7 +166,7 @@ static int teardown(void **state)
     }
     sg_cache_dispose();
     sg_dispatch_dispose();
-    h2o_config_dispose(&sg_server.h2o);
+    h2o_config_dispose(&server.h2o);
     sg_metrics_reset();
     pthread_mutex_destroy(&backend.admit_mutex);
     return 0;

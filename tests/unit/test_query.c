@@ -77,7 +77,8 @@ static void complete(size_t i)
 
 static sg_config_t cfg;
 static sg_backend_conf_t bconf;
-static sg_backend_t backend;
+static sg_route_t backend;
+static sg_server_t server; /* the test's server: one route, one loop */
 static sg_loop_t loop;
 static sg_client_conf_t client_conf, limited_conf;
 static sg_client_t client, limited;
@@ -99,7 +100,7 @@ static void init_client(sg_client_t *c, const char *id, sg_client_conf_t *conf)
 static int setup(void **state)
 {
     (void)state;
-    memset(&sg_server, 0, sizeof(sg_server));
+    memset(&server, 0, sizeof(server));
     cfg.cache.l1_bytes = 1 << 20;
     bconf = (sg_backend_conf_t){
         .name = "t", .topk = 3, .timeout_ms = 10000, .max_queue = 1000, .chunk = 64, .cache = 1, .cache_ttl_s = 60, .fallback = -1};
@@ -125,17 +126,17 @@ static int setup(void **state)
     init_client(&client, "test", &client_conf);
     limited_conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};
     init_client(&limited, "limited", &limited_conf);
-    sg_server.cfg = &cfg;
-    sg_server.backends = &backend;
-    sg_server.n_backends = 1;
-    sg_server.loops = &loop;
-    sg_server.n_loops = 1;
-    sg_server.clients = sg_clients_create(&cfg);
-    h2o_config_init(&sg_server.h2o);
-    h2o_config_register_host(&sg_server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    loop.server = &sg_server;
+    server.cfg = &cfg;
+    server.routes = &backend;
+    server.n_routes = 1;
+    server.loops = &loop;
+    server.n_loops = 1;
+    server.clients = sg_clients_create(&cfg);
+    h2o_config_init(&server.h2o);
+    h2o_config_register_host(&server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    loop.server = &server;
     loop.loop = h2o_evloop_create();
-    h2o_context_init(&loop.ctx, loop.loop, &sg_server.h2o);
+    h2o_context_init(&loop.ctx, loop.loop, &server.h2o);
     h2o_linklist_init_anchor(&loop.active);
     sg_dispatch_init_loop(&loop);
     sg_dispatch_init();
@@ -166,8 +167,8 @@ static int teardown(void **state)
     sg_timers_dispose(&loop.timers);
     sg_cache_dispose();
     sg_dispatch_dispose();
-    sg_clients_destroy(sg_server.clients);
-    h2o_config_dispose(&sg_server.h2o);
+    sg_clients_destroy(server.clients);
+    h2o_config_dispose(&server.h2o);
     sg_metrics_reset();
     pthread_mutex_destroy(&backend.admit_mutex);
     return 0;
