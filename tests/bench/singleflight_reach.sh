@@ -21,8 +21,8 @@ port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 ~ "^"n"({|$)" {s += $2} END {printf "%d", s}'; }
 
 RPORT=$(port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --daemonize no > "$work/redis.log" 2>&1 &
-echo $! > "$work/redis.pid"
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --daemonize no > "$work/redis-server.log" 2>&1 &
+echo $! > "$work/redis-server.pid"
 sleep 0.3
 echo "== GRPO-like stream: $DISTINCT distinct x $REPEAT, 64 clients, one query per request, bm25 demo, Redis on, 2 loops =="
 run=1
