@@ -35,9 +35,11 @@ int sg_code_index(int status)
     return SG_CODE_OTHER;
 }
 
-int sg_server_redis_state(const sg_server_t *s)
+/* 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
+ * open (Redis stopped answering and is skipped), -1 when Redis is off. */
+static int redis_state(const sg_server_t *s)
 {
-    if (s->cfg == NULL || s->cfg->cache.redis_host == NULL)
+    if (s->cfg->cache.redis_host == NULL)
         return -1;
     if (sg_redis_breaker_open())
         return 2;
@@ -187,7 +189,7 @@ static void on_health(h2o_req_t *req)
         sg_jw_end(&w);
     }
     sg_jw_end(&w);
-    int redis = sg_server_redis_state(s);
+    int redis = redis_state(s);
     sg_jw_key(&w, "cache");
     sg_jw_obj(&w);
     sg_jw_kstr(&w, "redis", redis < 0 ? "off" : redis == 2 ? "not answering (bypassed)" : redis == 1 ? "up" : "down (bypassed)");
@@ -343,7 +345,7 @@ static void on_stats(h2o_req_t *req)
     stats_backends(s, &jw);
     sg_jw_key(&jw, "cache");
     sg_jw_obj(&jw);
-    sg_cache_stats_json(&jw, sg_server_redis_state(s));
+    sg_cache_stats_json(&jw, redis_state(s));
     sg_jw_end(&jw);
     sg_budget_stats_json(&jw);
     sg_jw_key(&jw, "metrics");
@@ -418,7 +420,7 @@ static void log_small(h2o_req_t *req)
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
-    sg_loop_t *loop = H2O_STRUCT_FROM_MEMBER(sg_loop_t, ctx, req->conn->ctx);
+    sg_loop_t *loop = sg_loop_of(req);
     h2o_iovec_t p = req->path_normalized;
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
                  h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));

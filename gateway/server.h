@@ -81,8 +81,5 @@ static inline sg_loop_t *sg_loop_of(h2o_req_t *req)
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
 /** Sends a 200 JSON body (copied into the request pool). */
 void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);
-/** 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
- * open (Redis stopped answering and is skipped), -1 when Redis is off. */
-int sg_server_redis_state(const sg_server_t *s);
 
 #endif
