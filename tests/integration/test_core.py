@@ -88,16 +88,28 @@ class Core(unittest.TestCase):
         self.assertEqual(res[0]["contents"], "Hamlet page")
         self.assertIsNone(res[1])
 
-    def test_access_without_page_store_is_404(self):
-        """A backend that implements access() but has no pages configured is a 404 (RLinf and
-        ASearcher retry a 503 ten times ten seconds), and GET / says it has no /access."""
-        for path, body in (("/access/slow", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}),
-                           ("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"], "backend": "nocache"})):
+    def test_access_without_page_store_is_null_pages(self):
+        """A backend without pages answers /access as RLinf's and ASearcher's own servers answer a
+        page they do not have: 200 with a null per URL (their clients retry any error, a 404
+        included, ten times ten seconds apart), with X-Searchgate-No-Page-Store and
+        searchgate_access_no_page_store_total saying why; GET / says it has no /access."""
+        before = self.gw.metric("searchgate_access_no_page_store_total", backend="slow")
+        self.assertIn('searchgate_access_no_page_store_total{backend="nocache"} ',
+                      self.gw.get("/metrics").body.decode())  # exported at 0 from the start
+        urls = ["https://en.wikipedia.org/wiki/Hamlet", "https://example.org/2"]
+        for path, body, name in (("/access/slow", {"urls": urls}, "slow"),
+                                 ("/access", {"urls": urls, "backend": "nocache"}, "nocache")):
             r = self.gw.post(path, body)
-            self.assertEqual(r.status, 404, r)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.headers["content-type"], "application/json")
+            self.assertEqual(r.json(), {"result": [None, None]})
+            self.assertEqual(r.headers.get("x-searchgate-no-page-store"), name)
             self.assertNotIn("retry-after", r.headers)
-            self.assertEqual(r.json()["error"]["type"], "not_found")
-            self.assertIn("has no page store", r.json()["error"]["message"])
+        self.assertEqual(self.gw.metric("searchgate_access_no_page_store_total", backend="slow"), before + 1)
+        self.assertNotIn("x-searchgate-no-page-store", self.gw.post("/access", {"urls": urls}).headers)
+        # still validated: a malformed body is a 422, an unknown route a 404
+        self.assertEqual(self.gw.post("/access/slow", {"urls": "x"}).status, 422)
+        self.assertEqual(self.gw.post("/access/nosuch", {"urls": urls}).status, 404)
         access = {b["name"]: b["access"] for b in self.gw.get("/").json()["backends"]}
         self.assertEqual(access, {"example": True, "slow": False, "broken": False, "bad-upstream": False, "nocache": False})
 
