@@ -578,7 +578,11 @@ class StartupErrors(unittest.TestCase):
         self.assertIn('no index builder for "nosuchkind"', out.stderr)
         out = subprocess.run([sgtest.binary("searchgate-index"), "--help"], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0)
-        self.assertIn("bm25", out.stdout)
+        # every builder the build ships next to it is in the usage (convert was missing from it)
+        kinds = sorted(f[len("searchgate-index-"):] for f in os.listdir(sgtest.BUILD_DIR) if f.startswith("searchgate-index-"))
+        self.assertIn("bm25", kinds)
+        for kind in kinds:
+            self.assertRegex(out.stdout, r"(?m)^  %s " % kind, "searchgate-index --help does not name %s" % kind)
 
     def test_version_and_help(self):
         out = subprocess.run([sgtest.binary("searchgate"), "--version"], capture_output=True, text=True)
