@@ -3,6 +3,7 @@ protocols.md section 4 and Appendix A, error statuses, concurrency, keep-alive, 
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -481,6 +482,44 @@ class DebugLog(unittest.TestCase):
         finally:
             gw.stop()
         self.assertNotIn("debug", log)
+
+
+class MetricsAtStart(unittest.TestCase):
+    """Prometheus convention: a counter whose label values are known from the config is exported
+    at 0 from the start (rate() over an absent series is empty, and alerts on it never fire).
+    Every family docs/operations.md describes must be in /metrics before any traffic, for a config
+    that uses every feature but rerank and the local backend (their pages test them)."""
+
+    def test_every_documented_family_is_exported_at_start(self):
+        with open(os.path.join(sgtest.SOURCE_DIR, "docs", "operations.md")) as f:
+            documented = set(re.findall(r"searchgate_[a-z0-9_]+", f.read()))
+        redis = sgtest.Redis()
+        os.environ["SG_TEST_KEY_METRICS"] = "metrics-key"
+        paid = example_backend("paid")
+        paid["metered"] = True
+        gw = Gateway({"backends": [paid, example_backend("paged", pages=[{"url": "https://x.example/", "contents": "x"}]),
+                                   {"name": "hy", "fusion": {"routes": ["paid", "paged"]}}],
+                      "cache": {"redis": {"port": redis.port}},
+                      "clients": {"default": {"rate": 100},
+                                  "keys": [{"id": "job", "key_env": "SG_TEST_KEY_METRICS", "global": True,
+                                            "budget": {"queries": 10, "period": "day"}}]}})
+        try:
+            text = gw.get("/metrics").body.decode()
+        finally:
+            gw.stop()
+            redis.close()
+        exported = set(re.findall(r"^# TYPE (searchgate_\S+)", text, re.M))
+        elsewhere = ("searchgate_rerank_", "searchgate_backend_local_")  # not configured here
+        families = {re.sub(r"_(bucket|sum|count)$", "", m) if re.sub(r"_(bucket|sum|count)$", "", m) in exported else m
+                    for m in documented if not m.endswith("_")}  # "searchgate_backend_<plugin>_..." are templates
+        missing = sorted(m for m in families - exported if not m.startswith(elsewhere))
+        self.assertEqual(missing, [], "documented metrics absent from /metrics at start")
+        # the fusion route's partial answers: every leg and reason, at 0 (was: absent until the first one)
+        partial = re.findall(r'^searchgate_fusion_partial_total\{route="hy",leg="(\w+)",reason="(\w+)"\} (\S+)$', text, re.M)
+        self.assertIn(("paged", "timeout", "0"), partial)
+        self.assertIn(("paid", "unavailable", "0"), partial)
+        self.assertEqual({v for _, _, v in partial}, {"0"})
+        self.assertIn('searchgate_access_no_page_store_total{backend="paid"} 0', text)
 
 
 class Shutdown(unittest.TestCase):
