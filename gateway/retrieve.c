@@ -232,10 +232,13 @@ static void answer_no_pages(incoming_t *in)
     sg_counter_add(sg_metrics_counter("searchgate_access_no_page_store_total", SG_ACCESS_NO_PAGES_HELP, name), 1);
     size_t n = in->pr.n, len = sizeof("{\"result\":[]}") - 1 + (n > 0 ? 5 * n - 1 : 0);
     char *body = h2o_mem_alloc_pool(&req->pool, len + 1), *p = body;
-    p += sprintf(p, "{\"result\":[");
-    for (size_t i = 0; i < n; ++i)
-        p += sprintf(p, i == 0 ? "null" : ",null");
-    memcpy(p, "]}", 3);
+    memcpy(p, "{\"result\":[", 11);
+    p += 11;
+    for (size_t i = 0; i < n; ++i) {
+        memcpy(p, i == 0 ? "null" : ",null", i == 0 ? 4 : 5);
+        p += i == 0 ? 4 : 5;
+    }
+    memcpy(p, "]}", 3); /* with its NUL: answer_early takes a C string */
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-no-page-store"), 0, NULL, in->no_pages,
                           strlen(in->no_pages));
     answer_early(req, 1, in->route, in->client, 200, NULL, body, in->pr.n, in->start_us);
