@@ -478,7 +478,7 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
              b->is_route ? "route" : "client", b->name, (unsigned long long)(used < b->conf->queries ? used : b->conf->queries),
              (unsigned long long)b->conf->queries, period_names[b->conf->period], (unsigned long long)left, n, at, retry);
     /* 429, or 503 when the refused client's software retries only 5xx (clients.*.reject_status) */
-    fail(r, r->client->conf->reject_status, "budget_exhausted", msg, retry);
+    fail(r, r->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
 }
 
 /* Decides on this replica's own counts (no Redis, or Redis down with every budget failing open). */

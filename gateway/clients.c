@@ -237,7 +237,7 @@ int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_
     if (cc->mode == SG_RL_REJECT) {
         snprintf(msg, msg_size, "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", c->id, cc->rate,
                  cc->burst, *retry_s);
-        return cc->reject_status; /* 429, or 503 for clients that retry only 5xx (clients.*.reject_status) */
+        return cc->reject_status == 503 ? 503 : 429; /* 503 for clients that retry only 5xx (clients.*.reject_status) */
     }
     snprintf(msg, msg_size, "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", c->id,
              (double)wait_us / 1000, (unsigned long long)(max_wait_us / 1000), *retry_s);
