@@ -109,19 +109,25 @@ class DashboardOneSecond(unittest.TestCase):
             self.assertEqual(gw.retrieve(["paris"], topk=1).status, 200)  # one request: one second
             time.sleep(1.2)  # the per-second series only shows whole seconds
             shot = os.path.join(profile, "shot.png")
-            out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                                  "--hide-scrollbars", "--user-data-dir=" + profile, "--virtual-time-budget=5000",
-                                  "--window-size=1400,1200", "--screenshot=" + shot, "http://127.0.0.1:%d/dashboard" % gw.port],
-                                 capture_output=True, text=True, timeout=120)
-            self.assertTrue(os.path.exists(shot), out.stderr[-2000:])
-            rows = png_pixels(shot)
 
-            def count(rgb):
+            def count(rows, rgb):
                 return sum(1 for row in rows for px in row if all(abs(px[i] - rgb[i]) <= 24 for i in range(3)))
 
-            self.assertGreater(count((0x22, 0xaa, 0x77)), 20, "the hit-rate chart shows nothing")
-            self.assertGreater(count((0xcc, 0x55, 0x22)), 20, "the latency chart shows nothing")
+            # on a loaded machine the page may be captured before /stats answered: take up to three
+            # captures (the charts never show the lone second on a page that cannot draw it)
+            for _ in range(3):
+                out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                                      "--hide-scrollbars", "--user-data-dir=" + profile, "--virtual-time-budget=5000",
+                                      "--window-size=1400,1200", "--screenshot=" + shot, "http://127.0.0.1:%d/dashboard" % gw.port],
+                                     capture_output=True, text=True, timeout=120)
+                self.assertTrue(os.path.exists(shot), out.stderr[-2000:])
+                rows = png_pixels(shot)
+                hit, p99 = count(rows, (0x22, 0xaa, 0x77)), count(rows, (0xcc, 0x55, 0x22))
+                if hit > 20 and p99 > 20:
+                    break
+            self.assertGreater(hit, 20, "the hit-rate chart shows nothing")
+            self.assertGreater(p99, 20, "the latency chart shows nothing")
         finally:
             gw.stop()
             shutil.rmtree(profile, ignore_errors=True)
