@@ -209,10 +209,11 @@ static void budget_setup(const sg_config_t *cfg, sg_budget_t *b, const sg_budget
                                     "Backend queries this replica sent that count against a budget (client or route).", label);
     b->m_warnings = sg_metrics_counter("searchgate_budget_warnings_total",
                                        "Times a budget crossed 80% of its queries in a period (one per period).", label);
-    b->m_exhausted = sg_metrics_counter("searchgate_budget_exhausted_total",
-                                        "Requests refused with 429 budget_exhausted because the budget could not cover their "
-                                        "cache misses.",
-                                        label);
+    b->m_exhausted = sg_metrics_counter(
+        "searchgate_budget_exhausted_total",
+        "Requests refused with budget_exhausted (429, or the client's reject_status) because the budget could not cover their "
+        "cache misses.",
+        label);
     char l2[240];
     snprintf(l2, sizeof(l2), "%s,fail=\"closed\"", label);
     b->m_unavail_closed = sg_metrics_counter(
@@ -467,7 +468,7 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
     if (log)
         SG_LOG(SG_LL_WARN, "budget",
                "%s %s: budget of %llu queries per %s is exhausted (%llu used); requests that miss the "
-               "cache get 429 until %s",
+               "cache are refused (budget_exhausted) until %s",
                b->is_route ? "route" : "client", b->name, (unsigned long long)b->conf->queries, period_names[b->conf->period],
                (unsigned long long)used, at);
     char msg[400];
@@ -476,7 +477,8 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
              "backend queries; it resets at %s (in %u s)",
              b->is_route ? "route" : "client", b->name, (unsigned long long)(used < b->conf->queries ? used : b->conf->queries),
              (unsigned long long)b->conf->queries, period_names[b->conf->period], (unsigned long long)left, n, at, retry);
-    fail(r, 429, "budget_exhausted", msg, retry);
+    /* 429, or 503 when the refused client's software retries only 5xx (clients.*.reject_status) */
+    fail(r, r->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
 }
 
 /* Decides on this replica's own counts (no Redis, or Redis down with every budget failing open). */

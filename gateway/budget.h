@@ -41,7 +41,8 @@ typedef void (*sg_budget_fail_fn)(sg_query_t *r, int status, const char *type, c
 /**
  * Sends the unanswered distinct queries of `r` to `r->serving` (sg__dispatch_misses) once the budgets
  * that apply admit them: at once when none applies or Redis is off, after one Redis script otherwise.
- * When a budget is exhausted, `fail` answers 429 budget_exhausted (Retry-After: seconds to the end of
+ * When a budget is exhausted, `fail` answers budget_exhausted with the client's reject_status (429, or 503;
+ * Retry-After: seconds to the end of
  * the period); when Redis does not answer and a budget fails closed, 503 budget_unavailable. Loop
  * thread; `r` may be answered (and freed) before it returns.
  */

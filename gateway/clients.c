@@ -45,9 +45,9 @@ static void client_metrics(sg_client_t *c, const char *label)
     snprintf(l, sizeof(l), "client=\"%s\"", label);
     c->m_requests = sg_metrics_counter("searchgate_client_requests_total", "Requests by client.", l);
     c->m_queries = sg_metrics_counter("searchgate_client_queries_total", "Queries by client.", l);
-    c->m_rate_limited =
-        sg_metrics_counter("searchgate_client_rate_limited_total",
-                           "Requests refused by the client's rate limit (429 in reject mode, 503 in queue mode).", l);
+    c->m_rate_limited = sg_metrics_counter(
+        "searchgate_client_rate_limited_total",
+        "Requests refused by the client's rate limit (reject mode: 429 or its reject_status; queue mode: 503).", l);
     c->m_queued = sg_metrics_counter("searchgate_client_queued_total", "Requests that waited for the client's rate limit.", l);
     c->m_shed = sg_metrics_counter("searchgate_client_shed_total", "Backend calls refused because the backend queue was full.", l);
     c->m_timeouts =
@@ -237,7 +237,7 @@ int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_
     if (cc->mode == SG_RL_REJECT) {
         snprintf(msg, msg_size, "rate limit of client %s exceeded (%.6g queries/s, burst %.6g); retry in %u s", c->id, cc->rate,
                  cc->burst, *retry_s);
-        return 429;
+        return cc->reject_status == 503 ? 503 : 429; /* 503 for clients that retry only 5xx (clients.*.reject_status) */
     }
     snprintf(msg, msg_size, "rate limit of client %s: the wait (%.0f ms) would exceed the allowed %llu ms; retry in %u s", c->id,
              (double)wait_us / 1000, (unsigned long long)(max_wait_us / 1000), *retry_s);

@@ -63,8 +63,9 @@ int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why)
 sg_client_t *sg_clients_identify_request(sg_clients_t *t, h2o_req_t *req, const char **why);
 /**
  * A refusal by the client's rate limit (SG_RL_DENY, `wait_us` the wait it would have needed):
- * counts it, writes the client's message and returns the HTTP status (429 in reject mode, 503 when
- * the wait exceeds `max_wait_us` in queue mode) with the seconds to retry after in `*retry_s`.
+ * counts it, writes the client's message and returns the HTTP status (the client's reject_status,
+ * 429 or 503, in reject mode; 503 when the wait exceeds `max_wait_us` in queue mode) with the
+ * seconds to retry after in `*retry_s`.
  */
 int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_us, uint32_t *retry_s, char *msg, size_t msg_size);
 /**

@@ -78,10 +78,10 @@ static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def
 static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed,
                         int have_redis)
 {
-    static const char *const keyed_keys[] = {"id",           "key_env", "rate",   "burst",  "mode", "max_wait_ms",
-                                             "max_inflight", "weight",  "global", "budget", NULL};
-    static const char *const default_keys[] = {"rate",   "burst",  "mode",   "max_wait_ms", "max_inflight",
-                                               "weight", "global", "budget", NULL};
+    static const char *const keyed_keys[] = {"id",           "key_env", "rate",   "burst",  "mode",          "max_wait_ms",
+                                             "max_inflight", "weight",  "global", "budget", "reject_status", NULL};
+    static const char *const default_keys[] = {"rate",   "burst",  "mode",          "max_wait_ms", "max_inflight",
+                                               "weight", "global", "reject_status", "budget",      NULL};
     static const char *const modes[] = {"queue", "reject", NULL};
     if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
         return -1;
@@ -103,6 +103,14 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
     if (sg_cfg_int(c, o, "max_wait_ms", 0, 3600000, defaults != NULL ? defaults->max_wait_ms : 30000, &v) != 0)
         return -1;
     out->max_wait_ms = (uint32_t)v;
+    /* the status of refusals (reject mode, exhausted budgets): 429, or 503 for clients that retry only 5xx (verl) */
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "reject_status");
+    rs = cJSON_IsNull(rs) ? NULL : rs;
+    out->reject_status = defaults != NULL ? defaults->reject_status : 429;
+    if (rs != NULL && (!cJSON_IsNumber(rs) || (rs->valuedouble != 429 && rs->valuedouble != 503)))
+        return sg_cfg_fail(c, "reject_status", rs, "expected 429 or 503");
+    if (rs != NULL)
+        out->reject_status = (int)rs->valuedouble;
     if (sg_cfg_int(c, o, "max_inflight", 0, 100000000, defaults != NULL ? defaults->max_inflight : 0, &v) != 0)
         return -1;
     out->max_inflight = (uint32_t)v;
@@ -125,6 +133,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     sg_cfg_t c = {"clients", err, err_size};
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
+    cfg->clients.defaults.reject_status = 429;
     cfg->clients.max_tracked = 65536;
     if (o == NULL)
         return 0;
@@ -278,7 +287,7 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     if (sg_cfg_double(&c, o, "qps", 0, 1e6, 0, &b->qps) != 0 ||
         sg_cfg_double(&c, o, "burst", 1, 1e6, b->qps > 1 ? b->qps : 1, &b->burst) != 0)
         return -1;
-    if (sg_cfg_int(&c, o, "retries", -1, 10, -1, &v) != 0)
+    if (sg_cfg_int(&c, o, "retries", 0, 10, -1, &v) != 0) /* absent: -1, the plugin's own */
         return -1;
     b->retries = (int32_t)v;
     if (sg_cfg_bool(&c, o, "cache", 1, &b->cache) != 0)

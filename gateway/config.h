@@ -50,6 +50,7 @@ typedef struct st_sg_client_conf_t {
     double burst;          /* queries */
     int mode;              /* SG_RL_QUEUE or SG_RL_REJECT */
     uint32_t max_wait_ms;  /* queue mode: longest wait before 503 */
+    int reject_status;     /* 429 or 503: the status of a reject-mode rate refusal and of an exhausted budget */
     uint32_t max_inflight; /* queries in flight at once for this client; 0 = unlimited */
     uint32_t weight;       /* share of a saturated backend relative to other clients */
     int global;            /* the rate limit is shared by every replica through Redis (fails open) */

@@ -941,6 +941,11 @@ void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_back
         /* the retry budget: the route's `retries` when set, else what the plugin's config asks for */
         int32_t retries = bc->retries >= 0 ? bc->retries : lim.retries >= 0 ? lim.retries : 0;
         b->max_attempts[op] = has ? (uint32_t)retries + 1 : 0;
+        if (op == SG_OP_SEARCH && !has && bc->retries > 0)
+            SG_LOG(SG_LL_WARN, "config",
+                   "backend %s: \"retries\": %d has no effect: plugin %s sends no upstream requests, so the route never "
+                   "retries",
+                   bc->name, (int)bc->retries, vt->name);
     }
 }
 

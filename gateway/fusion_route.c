@@ -82,6 +82,25 @@ struct st_sg_fusion_query_t {
 
 /* ---- start-up ---- */
 
+#define PARTIAL_HELP "Fusion requests answered without a leg, by fusion route, leg and the leg's error type."
+
+/* The error types a leg can fail with: the plugin statuses and the gateway's own refusals. */
+static const char *const leg_reasons[] = {
+    "timeout",   "unavailable", "overloaded",   "upstream_error",   "internal_error",     "out_of_memory", "invalid_request",
+    "too_large", "canceled",    "rate_limited", "budget_exhausted", "budget_unavailable", "error"};
+
+/* searchgate_fusion_partial_total at 0 for every leg and reason, as Prometheus wants counters
+ * whose label values are known in advance (a rate() over an absent series is empty, not 0). */
+static void register_partial(const sg_fusion_conf_t *fc)
+{
+    char l[256];
+    for (uint32_t i = 0; i < fc->n_legs; ++i)
+        for (size_t k = 0; k < sizeof(leg_reasons) / sizeof(leg_reasons[0]); ++k) {
+            snprintf(l, sizeof(l), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[i], leg_reasons[k]);
+            sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, l);
+        }
+}
+
 void sg_fusion_init(const sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
@@ -106,6 +125,7 @@ void sg_fusion_init(const sg_server_t *s)
         r->latency =
             sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
         r->inflight = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
+        register_partial(r->conf);
         SG_LOG(SG_LL_INFO, "fusion", "route %s: %s", name, r->conf->identity);
     }
 }
@@ -372,10 +392,7 @@ static void respond(fusion_req_t *fr)
         sg_buf_appendf(&partial, "%s%s=%s", partial.len != 0 ? ", " : "", fc->leg_names[l], reason);
         char labels[256];
         snprintf(labels, sizeof(labels), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[l], reason);
-        sg_counter_add(sg_metrics_counter("searchgate_fusion_partial_total",
-                                          "Fusion requests answered without a leg, by fusion route, leg and the leg's error type.",
-                                          labels),
-                       1);
+        sg_counter_add(sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, labels), 1);
     }
     finish(fr, 200, NULL);
     sg_blob_t **blobs = sg_mem_alloc(fr->n_queries * sizeof(*blobs));

@@ -14,6 +14,8 @@ static void usage(FILE *fp)
     fprintf(fp, "usage: searchgate-index KIND ARGS...\n"
                 "  bm25   CORPUS.jsonl OUT_DIR           lexical index (see docs/backends/bm25.md)\n"
                 "  dense  --model DIR CORPUS.jsonl OUT    e5 + FAISS Flat IP index (see docs/backends/local.md)\n"
+                "  convert FLAT.index OUT.index --factory STR\n"
+                "                                         Flat index -> IVF/PQ/HNSW with a recall report (docs/backends/local.md)\n"
                 "`searchgate-index KIND --help` shows the options of one builder.\n");
 }
 

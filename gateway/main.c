@@ -3,6 +3,7 @@
  * Start-up either succeeds completely or exits with status 1 and one line saying why.
  */
 #include "server.h"
+#include "retrieve.h"
 #include "fusion_route.h"
 #include "clients.h"
 #include "budget.h"
@@ -169,6 +170,7 @@ static int load_backends(sg_server_t *s)
         snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
         b->cache_misses = sg_metrics_counter("searchgate_cache_misses_total", "Queries the cache could not answer.", l);
     }
+    sg_retrieve_init(s); /* every route's serves_access is known */
     return 0;
 }
 

@@ -115,7 +115,7 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
     uint32_t rtopk = fc != NULL ? fc->topk : t->route->conf->topk;
     sg_jw_obj(w);
     sg_jw_kstr(w, "name", t->name);
-    char title[160], topk_desc[64];
+    char title[160], topk_desc[80];
     sg_buf_t desc = {0}; /* text: the route's name is the only variable part */
     if (!t->is_access) {
         snprintf(title, sizeof(title), "Search %s", rname);
@@ -142,9 +142,9 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
         sg_jw_end(w);
         string_list_property(w, "queries", cfg->limits.max_queries, "Several queries, answered in order (instead of query).");
         schema_open(w, "topk", "integer", NULL);
-        sg_jw_ku64(w, "minimum", 1);
+        sg_jw_ku64(w, "minimum", 0); /* 0, like null or no topk, is the route's default (as on /retrieve) */
         sg_jw_ku64(w, "maximum", cfg->limits.max_topk);
-        snprintf(topk_desc, sizeof(topk_desc), "Documents per query (default %u).", rtopk);
+        snprintf(topk_desc, sizeof(topk_desc), "Documents per query (0 or absent: the default, %u).", rtopk);
         sg_jw_kstr(w, "description", topk_desc);
         sg_jw_end(w);
     } else {
@@ -593,7 +593,9 @@ int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client
     if (!tool->is_access && tk != NULL && !cJSON_IsNull(tk)) {
         double v = cJSON_IsNumber(tk) ? tk->valuedouble : -1;
         if (v < 0 || v != (double)(uint64_t)v || v > cfg->limits.max_topk) {
-            snprintf(err, sizeof(err), "arguments.topk must be an integer in [1, %u] (limits.max_topk)", cfg->limits.max_topk);
+            snprintf(err, sizeof(err),
+                     "arguments.topk must be an integer in [0, %u] (limits.max_topk; 0 or null: the route's topk)",
+                     cfg->limits.max_topk);
             sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, err);
             return 0;
         }

@@ -148,7 +148,8 @@ typedef struct st_incoming_t {
     sg_parsed_t pr;
     char *params; /* the route's canonical search parameters, or NULL */
     sg_client_t *client;
-    int fusion; /* the fusion route named (fusion_route.c), or -1 */
+    int fusion;           /* the fusion route named (fusion_route.c), or -1 */
+    const char *no_pages; /* /access on a route without a page store: the route's name */
 } incoming_t;
 
 static void incoming_free(incoming_t *in)
@@ -212,18 +213,35 @@ static int parse_body(incoming_t *in, int path_named_route)
     /* a fusion route: /retrieve is its own; /access goes to its first leg with a page store */
     if (in->fusion >= 0 && !in->is_access)
         return 0;
-    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->loop->server, in->fusion)) == NULL) {
-        snprintf(err, sizeof(err), "fusion route %s: none of its legs has a page store: /access is not available on it",
-                 cfg->fusions[in->fusion].name);
-        answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
-        return -1;
-    }
-    if (in->is_access && !in->route->serves_access) {
-        snprintf(err, sizeof(err), "backend %s has no page store: /access is not available on it", in->route->conf->name);
-        answer_early(req, in->is_access, in->route, NULL, 404, "not_found", err, 0, in->start_us);
-        return -1;
-    }
+    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->loop->server, in->fusion)) == NULL)
+        in->no_pages = cfg->fusions[in->fusion].name; /* none of its legs has a page store */
+    else if (in->is_access && !in->route->serves_access)
+        in->no_pages = in->route->conf->name;
     return 0;
+}
+
+/* /access on a route without a page store: a null page per URL, with 200, as RLinf's and
+ * ASearcher's own servers answer a page they do not have. Their clients retry any error (a 404
+ * included) ten times ten seconds apart; a null is shown at once as an empty page. The header and
+ * searchgate_access_no_page_store_total say why the pages are missing. */
+static void answer_no_pages(incoming_t *in)
+{
+    h2o_req_t *req = in->req;
+    char name[200];
+    snprintf(name, sizeof(name), "backend=\"%s\"", in->no_pages);
+    sg_counter_add(sg_metrics_counter("searchgate_access_no_page_store_total", SG_ACCESS_NO_PAGES_HELP, name), 1);
+    size_t n = in->pr.n, len = sizeof("{\"result\":[]}") - 1 + (n > 0 ? 5 * n - 1 : 0);
+    char *body = h2o_mem_alloc_pool(&req->pool, len + 1), *p = body;
+    memcpy(p, "{\"result\":[", 11);
+    p += 11;
+    for (size_t i = 0; i < n; ++i) {
+        memcpy(p, i == 0 ? "null" : ",null", i == 0 ? 4 : 5);
+        p += i == 0 ? 4 : 5;
+    }
+    memcpy(p, "]}", 3); /* with its NUL: answer_early takes a C string */
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-no-page-store"), 0, NULL, in->no_pages,
+                          strlen(in->no_pages));
+    answer_early(req, 1, in->route, in->client, 200, NULL, body, in->pr.n, in->start_us);
 }
 
 /* "search_params": validated and canonicalised by the route's backend (ABI 1.1 check_params). */
@@ -301,6 +319,27 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
     free(texts);
 }
 
+void sg_retrieve_init(const sg_server_t *s)
+{
+    const sg_config_t *cfg = s->cfg;
+    char l[200];
+    for (size_t i = 0; i < s->n_routes + cfg->n_fusions; ++i) {
+        int plugin_route = i < s->n_routes;
+        const char *name = plugin_route ? cfg->backends[i].name : cfg->fusions[i - s->n_routes].name;
+        if (plugin_route ? s->routes[i].serves_access : sg_fusion_access_backend(s, (int)(i - s->n_routes)) != NULL)
+            continue;
+        snprintf(l, sizeof(l), "backend=\"%s\"", name);
+        sg_metrics_counter("searchgate_access_no_page_store_total", SG_ACCESS_NO_PAGES_HELP, l);
+    }
+    const sg_route_t *def = &s->routes[cfg->default_backend];
+    if (!def->serves_access)
+        SG_LOG(SG_LL_WARN, "main",
+               "default route %s has no page store: POST /access answers a null page per URL (header "
+               "X-Searchgate-No-Page-Store), which RLinf WideSeek and ASearcher show as an empty page; give it pages "
+               "(docs/clients.md) if a client browses",
+               def->conf->name);
+}
+
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *bname, size_t blen)
 {
     incoming_t in = {.loop = loop, .req = req, .is_access = is_access, .start_us = sg_now_us(), .fusion = -1};
@@ -311,11 +350,15 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         sg_fusion_handle(loop, req, in.fusion, &in.pr, in.start_us);
         goto out;
     }
-    if (check_search_params(&in) != 0)
+    if (in.no_pages == NULL && check_search_params(&in) != 0)
         goto out;
     const char *why = NULL;
     if ((in.client = sg_clients_identify_request(loop->server->clients, req, &why)) == NULL) {
         answer_early(req, is_access, in.route, NULL, 401, "unauthorized", why, 0, in.start_us);
+        goto out;
+    }
+    if (in.no_pages != NULL) {
+        answer_no_pages(&in);
         goto out;
     }
     if (in.pr.n == 0) { /* the Search-R1 loop may post an empty batch */

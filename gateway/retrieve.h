@@ -9,6 +9,16 @@
 #include <h2o.h>
 #include "server.h"
 
+#define SG_ACCESS_NO_PAGES_HELP "POST /access requests answered with a null page per URL because the route has no page store."
+
+/**
+ * Registers searchgate_access_no_page_store_total at 0 for every route without a page store
+ * (plugin and fusion routes) and warns when the default route has none: RLinf WideSeek and
+ * ASearcher call POST /access on it and would show the model empty pages. Main thread, after the
+ * plugin routes are created (fusion routes are read from the config).
+ */
+void sg_retrieve_init(const sg_server_t *s);
+
 /** Handles POST /retrieve[/<backend>] and POST /access. Returns 0 (always handled). */
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *backend_name, size_t backend_name_len);
 

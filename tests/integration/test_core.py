@@ -3,6 +3,7 @@ protocols.md section 4 and Appendix A, error statuses, concurrency, keep-alive, 
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -88,16 +89,28 @@ class Core(unittest.TestCase):
         self.assertEqual(res[0]["contents"], "Hamlet page")
         self.assertIsNone(res[1])
 
-    def test_access_without_page_store_is_404(self):
-        """A backend that implements access() but has no pages configured is a 404 (RLinf and
-        ASearcher retry a 503 ten times ten seconds), and GET / says it has no /access."""
-        for path, body in (("/access/slow", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}),
-                           ("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"], "backend": "nocache"})):
+    def test_access_without_page_store_is_null_pages(self):
+        """A backend without pages answers /access as RLinf's and ASearcher's own servers answer a
+        page they do not have: 200 with a null per URL (their clients retry any error, a 404
+        included, ten times ten seconds apart), with X-Searchgate-No-Page-Store and
+        searchgate_access_no_page_store_total saying why; GET / says it has no /access."""
+        before = self.gw.metric("searchgate_access_no_page_store_total", backend="slow")
+        self.assertIn('searchgate_access_no_page_store_total{backend="nocache"} ',
+                      self.gw.get("/metrics").body.decode())  # exported at 0 from the start
+        urls = ["https://en.wikipedia.org/wiki/Hamlet", "https://example.org/2"]
+        for path, body, name in (("/access/slow", {"urls": urls}, "slow"),
+                                 ("/access", {"urls": urls, "backend": "nocache"}, "nocache")):
             r = self.gw.post(path, body)
-            self.assertEqual(r.status, 404, r)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.headers["content-type"], "application/json")
+            self.assertEqual(r.json(), {"result": [None, None]})
+            self.assertEqual(r.headers.get("x-searchgate-no-page-store"), name)
             self.assertNotIn("retry-after", r.headers)
-            self.assertEqual(r.json()["error"]["type"], "not_found")
-            self.assertIn("has no page store", r.json()["error"]["message"])
+        self.assertEqual(self.gw.metric("searchgate_access_no_page_store_total", backend="slow"), before + 1)
+        self.assertNotIn("x-searchgate-no-page-store", self.gw.post("/access", {"urls": urls}).headers)
+        # still validated: a malformed body is a 422, an unknown route a 404
+        self.assertEqual(self.gw.post("/access/slow", {"urls": "x"}).status, 422)
+        self.assertEqual(self.gw.post("/access/nosuch", {"urls": urls}).status, 404)
         access = {b["name"]: b["access"] for b in self.gw.get("/").json()["backends"]}
         self.assertEqual(access, {"example": True, "slow": False, "broken": False, "bad-upstream": False, "nocache": False})
 
@@ -471,6 +484,44 @@ class DebugLog(unittest.TestCase):
         self.assertNotIn("debug", log)
 
 
+class MetricsAtStart(unittest.TestCase):
+    """Prometheus convention: a counter whose label values are known from the config is exported
+    at 0 from the start (rate() over an absent series is empty, and alerts on it never fire).
+    Every family docs/operations.md describes must be in /metrics before any traffic, for a config
+    that uses every feature but rerank and the local backend (their pages test them)."""
+
+    def test_every_documented_family_is_exported_at_start(self):
+        with open(os.path.join(sgtest.SOURCE_DIR, "docs", "operations.md")) as f:
+            documented = set(re.findall(r"searchgate_[a-z0-9_]+", f.read()))
+        redis = sgtest.Redis()
+        os.environ["SG_TEST_KEY_METRICS"] = "metrics-key"
+        paid = example_backend("paid")
+        paid["metered"] = True
+        gw = Gateway({"backends": [paid, example_backend("paged", pages=[{"url": "https://x.example/", "contents": "x"}]),
+                                   {"name": "hy", "fusion": {"routes": ["paid", "paged"]}}],
+                      "cache": {"redis": {"port": redis.port}},
+                      "clients": {"default": {"rate": 100},
+                                  "keys": [{"id": "job", "key_env": "SG_TEST_KEY_METRICS", "global": True,
+                                            "budget": {"queries": 10, "period": "day"}}]}})
+        try:
+            text = gw.get("/metrics").body.decode()
+        finally:
+            gw.stop()
+            redis.close()
+        exported = set(re.findall(r"^# TYPE (searchgate_\S+)", text, re.M))
+        elsewhere = ("searchgate_rerank_", "searchgate_backend_local_")  # not configured here
+        families = {re.sub(r"_(bucket|sum|count)$", "", m) if re.sub(r"_(bucket|sum|count)$", "", m) in exported else m
+                    for m in documented if not m.endswith("_")}  # "searchgate_backend_<plugin>_..." are templates
+        missing = sorted(m for m in families - exported if not m.startswith(elsewhere))
+        self.assertEqual(missing, [], "documented metrics absent from /metrics at start")
+        # the fusion route's partial answers: every leg and reason, at 0 (was: absent until the first one)
+        partial = re.findall(r'^searchgate_fusion_partial_total\{route="hy",leg="(\w+)",reason="(\w+)"\} (\S+)$', text, re.M)
+        self.assertIn(("paged", "timeout", "0"), partial)
+        self.assertIn(("paid", "unavailable", "0"), partial)
+        self.assertEqual({v for _, _, v in partial}, {"0"})
+        self.assertIn('searchgate_access_no_page_store_total{backend="paid"} 0', text)
+
+
 class Shutdown(unittest.TestCase):
     def test_sigterm_with_requests_in_flight(self):
         gw = Gateway({"backends": [example_backend(hang=True, timeout_ms=60000), example_backend("fast", delay_ms=200)],
@@ -566,7 +617,11 @@ class StartupErrors(unittest.TestCase):
         self.assertIn('no index builder for "nosuchkind"', out.stderr)
         out = subprocess.run([sgtest.binary("searchgate-index"), "--help"], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0)
-        self.assertIn("bm25", out.stdout)
+        # every builder the build ships next to it is in the usage (convert was missing from it)
+        kinds = sorted(f[len("searchgate-index-"):] for f in os.listdir(sgtest.BUILD_DIR) if f.startswith("searchgate-index-"))
+        self.assertIn("bm25", kinds)
+        for kind in kinds:
+            self.assertRegex(out.stdout, r"(?m)^  %s " % kind, "searchgate-index --help does not name %s" % kind)
 
     def test_version_and_help(self):
         out = subprocess.run([sgtest.binary("searchgate"), "--version"], capture_output=True, text=True)

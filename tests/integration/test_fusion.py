@@ -272,9 +272,11 @@ class FusionTest(unittest.TestCase):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json()["result"][0]["contents"], "page zero")
         self.assertIsNone(r.json()["result"][1])
-        r = self.gw.post("/access/hy-nopages", {"urls": ["https://example.org/0"]})
-        self.assertEqual(r.status, 404, r)
-        self.assertIn("none of its legs has a page store", r.json()["error"]["message"])
+        r = self.gw.post("/access/hy-nopages", {"urls": ["https://example.org/0", "https://example.org/1"]})
+        self.assertEqual(r.status, 200, r)  # no leg has pages: a null page per URL, and the header says why
+        self.assertEqual(r.json(), {"result": [None, None]})
+        self.assertEqual(r.headers.get("x-searchgate-no-page-store"), "hy-nopages")
+        self.assertEqual(self.gw.metric("searchgate_access_no_page_store_total", backend="hy-nopages"), 1)
 
     def test_legs_cached_fusion_not(self):
         # the legs keep their caches: a repeated fusion request makes no new plugin call on a cached leg,

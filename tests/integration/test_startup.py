@@ -169,6 +169,27 @@ class Check(unittest.TestCase):
                          "backend b")
         self.both_refuse({"backends": [{"name": "b", "plugin": "nonexistent"}]}, ["--port", "0"], "sg_nonexistent.so")
 
+    def test_retries_bounds_and_routes_that_never_retry(self):
+        """A route's retries is 0 to 10: -1 (once silently "the plugin's own") is refused; set on
+        a route whose plugin makes no upstream requests it has no effect, and a warning says so."""
+        self.both_refuse({"backends": [dict(example_backend(), retries=-1)]}, ["--port", "0"],
+                         "backends[0].retries: expected an integer in [0, 10], got -1")
+        rc, out = self.run_gateway({"backends": [dict(example_backend(), retries=2)]}, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertIn('backend example: "retries": 2 has no effect: plugin example sends no upstream requests', out)
+        rc, out = self.run_gateway({"backends": [dict(example_backend(), retries=0)]}, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("retries", out)
+
+    def test_default_route_without_pages_warns(self):
+        rc, out = self.run_gateway({"backends": [example_backend()]}, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("default route example has no page store: POST /access answers a null page per URL", out)
+        pages = [{"url": "https://example.org/a", "contents": "a"}]
+        rc, out = self.run_gateway({"backends": [example_backend(pages=pages), example_backend("other")]}, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("page store", out)  # only the default route is what /access reaches without a name
+
 
 if __name__ == "__main__":
     sgtest.main()

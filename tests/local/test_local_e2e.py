@@ -152,8 +152,9 @@ class LocalE2E(unittest.TestCase):
 
 
 class LocalAccessWithoutPages(unittest.TestCase):
-    """/access needs a pages file whose rows carry "url": without one it is a 404 (not a 503 that
-    RLinf/ASearcher retry for minutes), and a pages file without any "url" is warned about."""
+    """/access needs a pages file whose rows carry "url": without one every page is null (200, with
+    X-Searchgate-No-Page-Store: RLinf/ASearcher retry any error for minutes), and a pages file
+    without any "url" is warned about."""
 
     def test_no_pages_and_pages_without_urls(self):
         d = tempfile.mkdtemp(prefix="sglocal-nopages-")
@@ -170,9 +171,9 @@ class LocalAccessWithoutPages(unittest.TestCase):
                 {"name": "nourl", "plugin": "local", "config": dict(base, pages=corpus)}]})
             try:
                 r = gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]})
-                self.assertEqual(r.status, 404, r)
-                self.assertNotIn("retry-after", r.headers)
-                self.assertIn("has no page store", r.json()["error"]["message"])
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.json(), {"result": [None]})
+                self.assertEqual(r.headers.get("x-searchgate-no-page-store"), "nopages")
                 access = {b["name"]: b["access"] for b in gw.get("/").json()["backends"]}
                 self.assertEqual(access, {"nopages": False, "nourl": True})
                 r = gw.post("/access/nourl", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]})

@@ -81,6 +81,8 @@ class Protocol(unittest.TestCase):
         s = tools["search"]
         self.assertEqual(set(s["inputSchema"]["properties"]), {"query", "queries", "topk"})
         self.assertEqual(s["inputSchema"]["properties"]["topk"]["maximum"], 1000)
+        # 0 (like null or no topk) is the route's default, as on /retrieve: the schema must allow it
+        self.assertEqual(s["inputSchema"]["properties"]["topk"]["minimum"], 0)
         self.assertIn("result", s["outputSchema"]["required"])
         self.assertEqual(set(tools["access_wiki"]["inputSchema"]["properties"]), {"url", "urls"})
 
@@ -374,7 +376,8 @@ class Tools(unittest.TestCase):
     def test_search_matches_retrieve(self):
         for args, queries, topk in (({"query": "paris"}, ["paris"], 3), ({"queries": ["hamlet", "tokyo", "hamlet"], "topk": 2},
                                                                            ["hamlet", "tokyo", "hamlet"], 2),
-                                    ({"query": "zürich", "topk": None}, ["zürich"], 3)):
+                                    ({"query": "zürich", "topk": None}, ["zürich"], 3),
+                                    ({"query": "tokyo", "topk": 0}, ["tokyo"], 3)):
             res = self.tool("search", args)
             self.assertFalse(res["isError"])
             want = self.gw.retrieve(queries, topk=topk).json()["result"]

@@ -140,14 +140,16 @@ class TestAccess(OnlineBase):
         self.assertNotIn("authorization", self.jina.server.requests[0].headers)
         self.assertEqual(self.metric("serper_reader_keys"), 0)
 
-    def test_without_a_reader_access_is_a_404(self):
-        # no page store: a 404 (clients such as RLinf and ASearcher retry a 5xx for minutes), and
-        # GET / says the route has no access
+    def test_without_a_reader_access_has_no_pages(self):
+        # no page store: a null page per URL with 200 (RLinf and ASearcher retry any error, a 404
+        # included, ten times ten seconds), a header and a metric saying why, and GET / says the
+        # route has no access
         self.gw = gateway(google(self.serper), env=self.env)
         r = self.access(["https://example.org/x"])
-        self.assertEqual(r.status, 404, r)
-        self.assertEqual(r.json()["error"]["type"], "not_found")
-        self.assertIn("no page store", r.json()["error"]["message"])
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json(), {"result": [None]})
+        self.assertEqual(r.headers.get("x-searchgate-no-page-store"), "google")
+        self.assertEqual(self.gw.metric("searchgate_access_no_page_store_total", backend="google"), 1)
         root = self.gw.get("/").json()
         self.assertEqual([b["access"] for b in root["backends"] if b["name"] == "google"], [False])
         # search is unaffected

@@ -92,6 +92,20 @@ static void test_full(void **state)
     assert_int_equal(cfg.clients.keyed[0].mode, SG_RL_REJECT);
     assert_true(cfg.clients.keyed[0].burst == 100); /* burst defaults to one second of the client's own rate */
     assert_true(cfg.clients.defaults.burst == 20);
+    assert_int_equal(cfg.clients.defaults.reject_status, 429); /* the default */
+    assert_int_equal(cfg.clients.keyed[0].reject_status, 429);
+    assert_int_equal(cfg.backends[0].retries, -1); /* absent: the plugin's own */
+    sg_config_free(&cfg);
+    /* reject_status 503 in clients.default is the default of keyed clients, which may set their own */
+    setenv("SG_TEST_KEY_B", "secret-b", 1);
+    json = "{\"clients\":{\"default\":{\"reject_status\":503},\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\"},"
+           "{\"id\":\"b\",\"key_env\":\"SG_TEST_KEY_B\",\"reject_status\":429}]},"
+           "\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"retries\":0}]}";
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_int_equal(cfg.clients.defaults.reject_status, 503);
+    assert_int_equal(cfg.clients.keyed[0].reject_status, 503);
+    assert_int_equal(cfg.clients.keyed[1].reject_status, 429);
+    assert_int_equal(cfg.backends[0].retries, 0);
     sg_config_free(&cfg);
 }
 
@@ -167,6 +181,15 @@ static void test_errors(void **state)
         {"{\"backends\":[" BACKEND "],\"mcp\":{\"enabled\":\"yes\"}}", "mcp.enabled: expected true or false"},
         {"{\"backends\":[" BACKEND "],\"mcp\":{\"text_format\":\"html\"}}", "mcp.text_format: expected one of"},
         {"{\"backends\":[" BACKEND "],\"mcp\":[]}", "mcp: expected a JSON object"},
+        /* retries: 0 to 10 when given; -1 (the internal "unset") is not a value a config may write */
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"retries\":-1}]}",
+         "backends[0].retries: expected an integer in [0, 10], got -1"},
+        {"{\"backends\":[{\"name\":\"ex\",\"plugin\":\"x\",\"retries\":11}]}",
+         "backends[0].retries: expected an integer in [0, 10]"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"reject_status\":500}}}",
+         "clients.default.reject_status: expected 429 or 503, got 500"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"reject_status\":\"503\"}}}",
+         "clients.default.reject_status: expected 429 or 503"},
     };
     unsetenv("SG_TEST_UNSET_VAR");
     setenv("SG_TEST_KEY_A", "secret-a", 1);

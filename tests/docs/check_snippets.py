@@ -1,0 +1,483 @@
+"""Checks every snippet a user may copy from README.md and docs/**/*.md.
+
+Each fenced code block is extracted and checked by what it is:
+
+  json / jsonc   must parse (jsonc: // comments allowed). A gateway config ("backends" at the top)
+                 runs through `searchgate --check` as written, with small stand-ins created at the
+                 paths it names (e5 model, FAISS index, corpus, pages, BM25 index, reranker) and its
+                 *_env variables set; a single route entry ({"name", "plugin"|"fusion"}) the same way
+                 inside a config of its own; {"mcpServers": ...} against verl's MCP client manager.
+  yaml           must parse; verl tool configs (`tools:` list), RLinf configs (`tools.search`) and
+                 Prometheus rules (`groups:`) are checked against what their loaders read
+                 (framework_keys.py, pinned to the commits read).
+  python         must compile; slime's SEARCH_R1_CONFIGS against the keys slime reads.
+  sh / bash      each `curl` command runs against a test gateway (localhost:8000 rewritten to it) and
+                 must get a 2xx; trainer overrides (retriever.*, environment.skyrl_gym.search.*)
+                 and ASearcher address files are checked.
+
+URLs that point at the gateway (127.0.0.1:8000, localhost:8000) in framework configs are sent the
+client's own request on the test gateway, whose only route is the default one: a URL naming a route
+(/retrieve/<name>) must be shown together with a config that defines it, or it is flagged.
+
+A snippet that is deliberately partial (a fragment, an abridged answer) says so in the text and is
+marked, on the line before its fence, with `<!-- snippet NAME: partial (why) -->`; it is skipped by
+that name. `<!-- snippet NAME: KIND -->` names a snippet's kind when the guess is wrong (KIND: data,
+gateway-config, route-entry, shell). Prose is checked too: every *.md file a page names exists, and
+every #anchor of a link to a page exists in it.
+
+Usage: check_snippets.py [--root DIR] [--build DIR] [-v]; exit status 1 when anything fails.
+"""
+import argparse
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import framework_keys as fk
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import sgtest  # noqa: E402
+
+MARKER = re.compile(r"^\s*<!--\s*snippet\s+([\w.-]+)\s*:\s*([\w-]+)\s*(?:\((.*)\))?\s*-->\s*$")
+FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
+GATEWAY_HOSTS = ("127.0.0.1:8000", "localhost:8000")
+
+
+class Snippet:
+    def __init__(self, path, line, lang, body, name=None, kind=None, reason=None):
+        self.path, self.line, self.lang, self.body = path, line, lang, body
+        self.name, self.kind, self.reason = name, kind, reason
+
+    @property
+    def where(self):
+        return "%s:%d%s" % (self.path, self.line, " (%s)" % self.name if self.name else "")
+
+
+def doc_files(root):
+    out = [os.path.join(root, "README.md")] if os.path.exists(os.path.join(root, "README.md")) else []
+    for d, _, files in os.walk(os.path.join(root, "docs")):
+        out += [os.path.join(d, f) for f in files if f.endswith(".md")]
+    return sorted(out)
+
+
+def extract(path, root):
+    """Fenced blocks of a markdown file, with the marker comment before each (if any), and the prose."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    rel = os.path.relpath(path, root)
+    snippets, prose, i = [], [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            prose.append((i + 1, lines[i]))
+            i += 1
+            continue
+        fence, lang = m.group(2), m.group(3).lower()
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        name = kind = reason = None
+        k = i - 1
+        while k >= 0 and lines[k].strip() == "":
+            k -= 1
+        mm = MARKER.match(lines[k]) if k >= 0 else None
+        if mm:
+            name, kind, reason = mm.group(1), mm.group(2), mm.group(3)
+        indent = len(m.group(1))
+        body = "\n".join(l[indent:] if l[:indent].strip() == "" else l for l in lines[i + 1:j])
+        snippets.append(Snippet(rel, i + 1, lang, body, name, kind, reason))
+        i = j + 1
+    return snippets, prose
+
+
+def strip_jsonc(text):
+    """Removes // comments outside strings."""
+    out, i, in_str = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if c == "\\" and i + 1 < len(text):
+                out.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif text.startswith("//", i):
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def shell_commands(body):
+    """Commands of a shell block: continuation lines joined, comments and output lines dropped."""
+    cmds, cur = [], ""
+    for line in body.split("\n"):
+        s = line.rstrip()
+        if not cur and (s.lstrip().startswith("#") or not s.strip()):
+            continue
+        cur += (" " if cur else "") + s.strip().rstrip("\\").rstrip()
+        if not s.endswith("\\"):
+            cmds.append(cur)
+            cur = ""
+    if cur:
+        cmds.append(cur)
+    return [re.sub(r"\s+#\s.*$", "", c) if not c.startswith("curl") else c for c in cmds]
+
+
+class Checker:
+    def __init__(self, root, build, verbose=False):
+        self.root, self.build, self.verbose = root, build, verbose
+        self.failures, self.checked, self.skipped = [], [], []
+        self.tmp = tempfile.mkdtemp(prefix="sgdocs-")
+        self.gateway = None
+        self.fixtures = None
+        with open(os.path.join(root, "docs", "operations.md"), encoding="utf-8") if os.path.exists(
+                os.path.join(root, "docs", "operations.md")) else open(os.devnull) as f:
+            self.documented_metrics = set(re.findall(r"searchgate_[a-z0-9_]+", f.read()))
+
+    def close(self):
+        if self.gateway is not None:
+            self.gateway.stop(check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def fail(self, sn, msg):
+        self.failures.append("%s: %s" % (sn.where, msg))
+
+    # ---- the test gateway (curl examples, framework URLs) ----
+
+    def gw(self):
+        if self.gateway is None:
+            pages = [{"url": "https://en.wikipedia.org/wiki/Hamlet", "contents": "\"Hamlet\"\nHamlet page"}]
+            self.gateway = sgtest.Gateway({"backends": [sgtest.example_backend(pages=pages)]})
+        return self.gateway
+
+    def check_url(self, url, client, where):
+        """Sends `client`'s request to a gateway URL of a framework config (others are not ours)."""
+        u = re.sub(r"^(\w+://)?(localhost|127\.0\.0\.1):8000", "", url)
+        if u == url:
+            return []
+        path = u.split("?")[0] or "/"
+        if client == "mcp":
+            return [] if path in ("/mcp", "/sse") else ["%s: %s is not an MCP endpoint of the gateway (/mcp, /sse)" % (where, url)]
+        body = {"query": "what is a volcano", "topk": 3, "return_scores": True} if client == "skyrl" else \
+            {"queries": ["what is a volcano"], "topk": 3, "return_scores": client in ("verl", "search-r1")}
+        r = self.gw().post(path, body)
+        if r.status != 200:
+            return ["%s: %s answers %d on a gateway with only the default route (%s): name a route a config on this "
+                    "page defines, or use /retrieve" % (where, url, r.status, r.body[:120].decode("utf-8", "replace"))]
+        return []
+
+    # ---- gateway configs ----
+
+    def make_fixtures(self):
+        if self.fixtures is not None:
+            return self.fixtures
+        d = os.path.join(self.tmp, "fixtures")
+        os.makedirs(d)
+        corpus = os.path.join(d, "corpus.jsonl")
+        with open(corpus, "w") as f:
+            for i, (t, x) in enumerate([("Hamlet", "a tragedy by Shakespeare"), ("Paris", "the capital of France"),
+                                        ("Volcano", "a rupture in the crust of a planet"), ("Tokyo", "the capital of Japan")]):
+                f.write(json.dumps({"id": str(i), "contents": "\"%s\"\n%s" % (t, x), "url": "https://x.example/%d" % i}) + "\n")
+        model = os.path.join(sgtest.FIXTURES, "e5-tiny")
+        index = os.path.join(d, "flat.index")
+        bm25 = os.path.join(d, "bm25")
+        for cmd in ([sgtest.binary("searchgate-index-dense"), "--model", model, corpus, index],
+                    [sgtest.binary("searchgate-index-bm25"), corpus, bm25]):
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=sgtest.scaled(120))
+            if p.returncode != 0:
+                raise RuntimeError("building a stand-in failed: %s\n%s" % (cmd, p.stderr))
+        self.fixtures = {"model": model, "index": index, "corpus": corpus, "pages": corpus, "bm25": bm25,
+                         "xenc": os.path.join(sgtest.FIXTURES, "xenc-tiny")}
+        return self.fixtures
+
+    def provide(self, conf_dir, value, kind, problems):
+        """Creates the stand-in of `kind` at the path `value` names (relative to the config)."""
+        if not isinstance(value, str):
+            return
+        if os.path.isabs(value):
+            problems.append("absolute path %s: the check provides stand-ins only at paths relative to the config" % value)
+            return
+        target = os.path.normpath(os.path.join(conf_dir, value))
+        if not target.startswith(self.tmp):
+            problems.append("path %s leaves the check's directory" % value)
+            return
+        if os.path.lexists(target):
+            return
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if kind == "dir":
+            os.makedirs(target)
+        else:
+            os.symlink(self.make_fixtures()[kind], target)
+
+    def stand_ins(self, cfg, conf_dir, problems):
+        for b in cfg.get("backends") or []:
+            if not isinstance(b, dict):
+                continue
+            c = b.get("config") if isinstance(b.get("config"), dict) else {}
+            plugin = b.get("plugin")
+            if plugin == "local":
+                for key, kind in (("model", "model"), ("index", "index"), ("corpus", "corpus"), ("pages", "pages"),
+                                  ("rerank_index", "index"), ("cache_dir", "dir")):
+                    if key in c:
+                        self.provide(conf_dir, c[key], kind, problems)
+            elif plugin == "qdrant" and "model" in c:
+                self.provide(conf_dir, c["model"], "model", problems)
+            elif plugin == "bm25" and "index" in c:
+                self.provide(conf_dir, c["index"], "bm25", problems)
+            if isinstance(b.get("rerank"), dict) and "model" in b["rerank"]:
+                self.provide(conf_dir, b["rerank"]["model"], "xenc", problems)
+
+    def env_for(self, cfg):
+        env, n = {}, [0]
+
+        def walk(o):
+            if isinstance(o, dict):
+                for k, v in o.items():
+                    if k.endswith("_env") and isinstance(v, str):
+                        n[0] += 1
+                        env[v] = "docs-check-secret-%d" % n[0]
+                    walk(v)
+            elif isinstance(o, list):
+                for v in o:
+                    walk(v)
+        walk(cfg)
+        return env
+
+    def check_gateway_config(self, sn, cfg):
+        conf_dir = tempfile.mkdtemp(prefix="conf-", dir=self.tmp)
+        conf_dir = os.path.join(conf_dir, "configs")
+        os.makedirs(conf_dir)
+        problems = []
+        self.stand_ins(cfg, conf_dir, problems)
+        if problems:
+            return self.fail(sn, "; ".join(problems))
+        path = os.path.join(conf_dir, "snippet.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        p = subprocess.run([sgtest.binary("searchgate"), "--check", "--port", "0", "--config", path], capture_output=True,
+                           text=True, timeout=sgtest.scaled(120), env=dict(os.environ, **self.env_for(cfg)))
+        if p.returncode != 0:
+            self.fail(sn, "searchgate --check refuses it: %s" % (p.stderr.strip() or p.stdout.strip())[-600:])
+        return None
+
+    def route_entry_config(self, entry):
+        """A config of its own for a single route entry: stub routes for the routes it names."""
+        names = set()
+        if isinstance(entry.get("fallback"), str):
+            names.add(entry["fallback"])
+        if isinstance(entry.get("fusion"), dict):
+            names.update(r for r in entry["fusion"].get("routes") or [] if isinstance(r, str))
+        names.discard(entry.get("name"))
+        return {"backends": [entry] + [sgtest.example_backend(n) for n in sorted(names)]}
+
+    # ---- per language ----
+
+    def check_json(self, sn):
+        text = strip_jsonc(sn.body) if sn.lang == "jsonc" else sn.body
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            return self.fail(sn, "not valid JSON (%s); a deliberate fragment says so and is marked "
+                                 "`<!-- snippet NAME: partial (why) -->`" % e)
+        kind = sn.kind or ("gateway-config" if isinstance(doc, dict) and "backends" in doc else
+                           "route-entry" if isinstance(doc, dict) and "name" in doc and ("plugin" in doc or "fusion" in doc) else
+                           "verl-mcp-servers" if isinstance(doc, dict) and "mcpServers" in doc else "data")
+        if kind == "gateway-config":
+            self.check_gateway_config(sn, doc)
+        elif kind == "route-entry":
+            self.check_gateway_config(sn, self.route_entry_config(doc))
+        elif kind == "verl-mcp-servers":
+            for e in fk.verl_mcp_servers(doc, self.check_url):
+                self.fail(sn, e)
+        return kind
+
+    def check_yaml(self, sn):
+        import yaml
+        try:
+            doc = yaml.safe_load(sn.body)
+        except yaml.YAMLError as e:
+            return self.fail(sn, "not valid YAML: %s" % e)
+        tools = doc.get("tools") if isinstance(doc, dict) else None
+        if isinstance(tools, list):
+            errs, kind = fk.verl_tools(doc, self.check_url), "verl-tools"
+        elif isinstance(tools, dict):
+            errs, kind = fk.rlinf_config(doc, self.check_url), "rlinf-config"
+        elif isinstance(doc, dict) and "groups" in doc:
+            errs, kind = fk.prometheus_rules(doc, self.documented_metrics), "prometheus-rules"
+        else:
+            errs, kind = [], "data"
+        for e in errs:
+            self.fail(sn, e)
+        return kind
+
+    def check_python(self, sn):
+        try:
+            tree = ast.parse(sn.body)
+        except SyntaxError as e:
+            return self.fail(sn, "not valid Python: %s" % e)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SEARCH_R1_CONFIGS" for t in node.targets):
+                try:
+                    doc = ast.literal_eval(node.value)
+                except ValueError as e:
+                    return self.fail(sn, "SEARCH_R1_CONFIGS is not a literal dict: %s" % e)
+                for e in fk.slime_configs(doc, self.check_url):
+                    self.fail(sn, e)
+                return "slime-config"
+        return "python"
+
+    def run_curl(self, sn, cmd):
+        gw = self.gw()
+        local = cmd
+        for h in GATEWAY_HOSTS:
+            local = local.replace("http://" + h, "http://127.0.0.1:%d" % gw.port).replace(h, "127.0.0.1:%d" % gw.port)
+        if local == cmd:
+            return  # not the gateway
+        try:
+            argv = shlex.split(local)
+        except ValueError as e:
+            return self.fail(sn, "cannot parse the command: %s" % e)
+        argv = argv[:1] + ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", str(int(sgtest.scaled(20)))] + \
+            [a for a in argv[1:] if a not in ("-s", "-si", "-is", "-i", "-v")]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=sgtest.scaled(30))
+        code = p.stdout.strip()[-3:]
+        if p.returncode != 0 or not code.startswith("2"):
+            self.fail(sn, "`%s` gets HTTP %s%s" % (cmd[:100], code or "nothing", (": " + p.stderr.strip()) if p.stderr.strip() else ""))
+
+    def check_shell(self, sn):
+        kinds = set()
+        for cmd in shell_commands(sn.body):
+            if cmd.startswith("curl "):
+                kinds.add("curl")
+                self.run_curl(sn, cmd)
+            if re.search(r"(?:^|\s)(retriever\.|environment\.skyrl_gym\.search\.)[\w.]+=", cmd):
+                kinds.add("overrides")
+                for e in fk.overrides(cmd, self.check_url):
+                    self.fail(sn, e)
+            if "$RAG_SERVER_ADDR_DIR" in cmd:
+                kinds.add("asearcher-address")
+                for e in fk.asearcher_address_file(cmd):
+                    self.fail(sn, e)
+        return "shell:" + ",".join(sorted(kinds)) if kinds else "shell"
+
+    def check_snippet(self, sn):
+        if sn.kind == "partial":
+            if not sn.reason:
+                self.fail(sn, "a partial snippet says why: <!-- snippet NAME: partial (why) -->")
+            self.skipped.append(sn.where)
+            return
+        if sn.lang in ("json", "jsonc"):
+            kind = self.check_json(sn)
+        elif sn.lang in ("yaml", "yml"):
+            kind = self.check_yaml(sn)
+        elif sn.lang in ("python", "py"):
+            kind = self.check_python(sn)
+        elif sn.lang in ("sh", "bash", "shell", "console") or sn.kind == "shell":
+            kind = self.check_shell(sn)
+        else:
+            kind = None
+        if kind:
+            self.checked.append((sn.where, kind))
+
+    # ---- prose: files and anchors named ----
+
+    def check_prose(self, path, prose):
+        rel = os.path.relpath(path, self.root)
+        base = os.path.dirname(path)
+        text = "\n".join(l for _, l in prose)
+        for n, line in prose:
+            for target in re.findall(r"\]\(([^)\s]+)\)", line):
+                if re.match(r"^\w+://|^mailto:", target):
+                    continue
+                file_part, _, anchor = target.partition("#")
+                dest = os.path.normpath(os.path.join(base, file_part)) if file_part else path
+                if not os.path.exists(dest):
+                    self.failures.append("%s:%d: link to %s: no such file in the repository" % (rel, n, target))
+                elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
+                    self.failures.append("%s:%d: link to %s: %s has no heading #%s" % (rel, n, target, file_part or rel, anchor))
+            for name in re.findall(r"(?<![\w/.#-])((?:[\w.-]+/)*[\w-]+\.md)\b", re.sub(r"\[[^\]]*\]\([^)]*\)|\w+://\S+", "", line)):
+                if not any(os.path.exists(os.path.join(d, name)) for d in (base, self.root, os.path.join(self.root, "docs"))):
+                    self.failures.append("%s:%d: names %s, which is not in the repository" % (rel, n, name))
+            if re.search(r"(?<![\w.])/work/|(?<![\w/])shared/\w+\.md", line):
+                self.failures.append("%s:%d: names a path outside the repository" % (rel, n))
+        return text
+
+    def run(self):
+        for path in doc_files(self.root):
+            snippets, prose = extract(path, self.root)
+            self.check_prose(path, prose)
+            for sn in snippets:
+                try:
+                    self.check_snippet(sn)
+                except Exception as e:  # noqa: BLE001 - a checker bug is a failure too, with the snippet named
+                    self.fail(sn, "checker error: %r" % e)
+        return not self.failures
+
+
+_anchor_cache = {}
+
+
+def anchors(path):
+    """GitHub's heading anchors of a markdown file."""
+    if path not in _anchor_cache:
+        out, seen, in_fence = set(), {}, False
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for line in text.split("\n"):
+            if FENCE.match(line):
+                in_fence = not in_fence
+            if in_fence:
+                continue
+            m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                a = re.sub(r"[^\w\- ]", "", m.group(1).lower().replace("`", "")).replace(" ", "-")
+                k = seen.get(a, 0)
+                seen[a] = k + 1
+                out.add(a if k == 0 else "%s-%d" % (a, k))
+        _anchor_cache[path] = out
+    return _anchor_cache[path]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=sgtest.SOURCE_DIR)
+    ap.add_argument("--build", default=sgtest.BUILD_DIR)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    os.environ["SG_BUILD_DIR"] = a.build
+    sgtest.BUILD_DIR = a.build
+    c = Checker(a.root, a.build, a.verbose)
+    t0 = time.time()
+    try:
+        ok = c.run()
+    finally:
+        c.close()
+    if a.verbose:
+        for where, kind in c.checked:
+            print("checked %-45s %s" % (where, kind))
+    for s in c.skipped:
+        print("skipped %s" % s)
+    for f in c.failures:
+        print("FAIL %s" % f)
+    print("%d snippets checked, %d skipped as partial, %d problems (%.1f s)" % (len(c.checked), len(c.skipped),
+                                                                                  len(c.failures), time.time() - t0))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
