@@ -300,6 +300,63 @@ class RedisStateLog(unittest.TestCase):
             redis.close()
 
 
+def corrupt(value, how):
+    """A cache value with its frame intact ("SG1 <n> <off> <len>...\\n" and documents where the header
+    says) but content a client cannot read."""
+    head, frag = value.split(b"\n", 1)
+    nums = [int(x) for x in head.split()[1:]]
+    spans = list(zip(nums[1::2], nums[2::2]))
+    if how == "xxxxx":  # the issue's {"result":[[xxxxx]]}
+        for off, n in spans:
+            frag = frag[:off] + b"x" * n + frag[off + n:]
+    elif how == "utf8":  # a byte that is not UTF-8 inside the first document's first key
+        off = spans[0][0] + 2
+        frag = frag[:off] + b"\xff" + frag[off + 1:]
+    elif how == "score":  # the last score (no offset moves)
+        at = frag.rindex(b'"score":') + len(b'"score":')
+        frag = frag[:at] + b"NaN}]"
+    return head + b"\n" + frag
+
+
+class InvalidValues(unittest.TestCase):
+    def test_corrupt_values_are_misses(self):
+        """Values whose frame is valid but whose content is not (damaged, foreign): each is a miss
+        that the backend answers, byte-identical to an uncached answer, counted, logged once and
+        replaced in Redis by the fresh result."""
+        redis = Redis()
+        plain = Gateway({"backends": [example_backend("example", cache=False)]})
+        gw = Gateway(cfg(redis.port))
+        queries = ["who wrote hamlet", "capital of france", "tokyo"]
+        try:
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            self.assertEqual(gw.retrieve(queries).status, 200)
+            self.assertTrue(wait_for(lambda: len(redis.command("KEYS", "sg:r1:*")) == 3))
+            gw.stop()
+            keys = sorted(redis.command("KEYS", "sg:r1:*"))
+            good = {k: redis.command("GET", k) for k in keys}
+            for k, how in zip(keys, ("xxxxx", "utf8", "score")):
+                redis.command("SET", k, corrupt(good[k], how))
+            gw = Gateway(cfg(redis.port))  # a fresh process: nothing in L1
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up"))
+            for rs in (True, False):
+                want = plain.retrieve(queries, return_scores=rs)
+                got = gw.retrieve(queries, return_scores=rs)
+                self.assertEqual(got.status, 200)
+                self.assertEqual(got.body, want.body)
+                got.json()
+            self.assertEqual(gw.metric("searchgate_cache_invalid_values_total"), 3)
+            self.assertEqual(gw.metric("searchgate_backend_example_calls_total", backend="example"), 1)  # one call of 3
+            self.assertEqual(gw.metric("searchgate_cache_hits_total", backend="example", layer="redis"), 0)
+            lines = [l for l in gw.read_log().splitlines() if "not a valid cache entry" in l]
+            self.assertEqual(len(lines), 1, lines)  # rate-limited: one line per 10 s
+            # the fresh results replaced the damaged values
+            self.assertTrue(wait_for(lambda: {k: redis.command("GET", k) for k in keys} == good))
+        finally:
+            gw.stop()
+            plain.stop()
+            redis.close()
+
+
 class GlobalRateLimit(unittest.TestCase):
     def test_limit_shared_by_two_replicas(self):
         redis = Redis()
