@@ -154,9 +154,15 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
             cfg->clients.n_keyed = i + 1;
             if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis_host != NULL) != 0)
                 return -1;
-            for (size_t j = 0; j < i; ++j)
+            for (size_t j = 0; j < i; ++j) {
                 if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)
                     return sg_cfg_fail(&ck, "id", cJSON_GetObjectItem(it, "id"), "duplicate client id");
+                /* a key identifies one client: with two, one client's limits would silently never apply */
+                if (strcmp(cfg->clients.keyed[j].key, cfg->clients.keyed[i].key) == 0)
+                    return sg_cfg_fail(&ck, "key_env", cJSON_GetObjectItemCaseSensitive(it, "key_env"),
+                                       "holds the same key as clients.keys[%zu] (\"%s\"): every client needs a key of its own", j,
+                                       cfg->clients.keyed[j].id);
+            }
         }
     }
     if (cfg->clients.require_key && cfg->clients.n_keyed == 0)
@@ -427,14 +433,10 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     memset(cfg, 0, sizeof(*cfg));
     cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
     cfg->default_backend = -1;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    if (root == NULL) {
-        size_t off = end != NULL && end >= json ? (size_t)(end - json) : 0;
-        snprintf(err, err_size, "not valid JSON (near byte %zu)", off);
-        return -1;
-    }
     sg_cfg_t c = {"", err, err_size};
+    cJSON *root = sg_cfg_parse(&c, json, len); /* strict: one document, no duplicate key anywhere */
+    if (root == NULL)
+        return -1;
     int ret = sg_cfg_check_keys(&c, root, keys) != 0 || parse_server(cfg, root, err, err_size) != 0 ||
                       parse_limits(cfg, cJSON_GetObjectItemCaseSensitive(root, "limits"), err, err_size) != 0 ||
                       parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0 ||
