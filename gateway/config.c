@@ -120,12 +120,13 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
 
 static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys",
-                                       "max_tracked", "admin_key_env",          NULL};
+    static const char *const keys[] = {"require_key", "trust_client_id_header", "default",         "keys",
+                                       "max_tracked", "admin_key_env",          "global_replicas", NULL};
     sg_cfg_t c = {"clients", err, err_size};
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
     cfg->clients.max_tracked = 65536;
+    cfg->clients.global_replicas = 1;
     if (o == NULL)
         return 0;
     if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_bool(&c, o, "require_key", 0, &cfg->clients.require_key) != 0 ||
@@ -135,6 +136,9 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     if (sg_cfg_int(&c, o, "max_tracked", 16, 100000000, 65536, &v) != 0)
         return -1;
     cfg->clients.max_tracked = (size_t)v;
+    if (sg_cfg_int(&c, o, "global_replicas", 1, 10000, 1, &v) != 0)
+        return -1;
+    cfg->clients.global_replicas = (uint32_t)v;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
