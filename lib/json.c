@@ -14,7 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(SG_JSON_PORTABLE)
 #include <emmintrin.h>
 #endif
 
@@ -275,10 +275,11 @@ static int hexdigit(unsigned char c)
  * character (< 0x20) or a byte >= 0x80 (UTF-8 to check) -- or, near the end, where the scan gave
  * up (the caller goes on byte by byte from there). Most of a document's text is plain bytes, so
  * they are skipped 16 at a time (SSE2, every x86-64) or 8 at a time (word-at-a-time zero-byte
- * tests, exact for "is there such a byte" but not for which one: the caller then steps). */
+ * tests, exact for "is there such a byte" but not for which one: the caller then steps; the unit
+ * test unit_json_portable builds this path with SG_JSON_PORTABLE on x86-64 too). */
 static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *end)
 {
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(SG_JSON_PORTABLE)
     const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1f);
     while (end - p >= 16) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);

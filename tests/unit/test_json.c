@@ -296,6 +296,58 @@ static void test_cache_value_content(void **state)
     sg_buf_free(&enc);
 }
 
+/* Strings are scanned 16 bytes at a time (8 without SSE2): a byte that needs a look of its own
+ * must be found wherever it falls in a chunk, near the end of the text included, with the same
+ * verdict and offset as the byte-by-byte walk. One special byte at every position of strings of
+ * every length up to 70. */
+static void test_validate_string_chunks(void **state)
+{
+    (void)state;
+    static const struct {
+        unsigned char b;
+        int ok;
+    } special[] = {{'"', 0},  {'\\', 0}, {0x00, 0}, {0x1f, 0}, {'\n', 0}, {0x20, 1},
+                   {0x7f, 1}, {0x80, 0}, {0xc3, 0}, {0xff, 0}, {'a', 1}};
+    char buf[80];
+    for (size_t len = 0; len <= 70; ++len) {
+        for (size_t at = 0; at < len; ++at) {
+            for (size_t k = 0; k < sizeof(special) / sizeof(special[0]); ++k) {
+                buf[0] = '"';
+                memset(buf + 1, 'x', len);
+                buf[1 + at] = (char)special[k].b;
+                buf[1 + len] = '"';
+                size_t bad_at = 0;
+                const char *why = NULL;
+                long r = sg_json_validate(buf, len + 2, &bad_at, &why);
+                if (special[k].ok ? r != 0 : r != -1)
+                    fail_msg("byte 0x%02x at %zu of %zu: %ld (%s)", special[k].b, at, len, r, why != NULL ? why : "");
+                /* a quote ends the string early (the offender is what follows it); a backslash
+                 * escapes the next byte (a bad escape, or the closing quote: unterminated) */
+                size_t want = 1 + at;
+                if (special[k].b == '"')
+                    want = 2 + at;
+                else if (special[k].b == '\\' && at + 1 == len)
+                    want = len + 2;
+                if (!special[k].ok && bad_at != want)
+                    fail_msg("byte 0x%02x at %zu of %zu: reported at %zu, not %zu (%s)", special[k].b, at, len, bad_at, want, why);
+            }
+        }
+        /* valid UTF-8 straddling every chunk boundary */
+        if (len >= 3) {
+            for (size_t at = 0; at + 3 <= len; ++at) {
+                buf[0] = '"';
+                memset(buf + 1, 'x', len);
+                memcpy(buf + 1 + at, "\xe6\x9d\xb1", 3);
+                buf[1 + len] = '"';
+                size_t bad_at;
+                const char *why;
+                if (sg_json_validate(buf, len + 2, &bad_at, &why) != 0)
+                    fail_msg("U+6771 at %zu of %zu refused: %s", at, len, why);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_escape),
@@ -304,6 +356,7 @@ int main(void)
                                        cmocka_unit_test(test_error_body),
                                        cmocka_unit_test(test_blob_shapes),
                                        cmocka_unit_test(test_cache_value_docs_bounded),
-                                       cmocka_unit_test(test_cache_value_content)};
+                                       cmocka_unit_test(test_cache_value_content),
+                                       cmocka_unit_test(test_validate_string_chunks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
