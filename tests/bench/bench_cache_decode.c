@@ -9,7 +9,8 @@
  * instructions that the machine's load cannot skew:
  *   valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect=sg_cache_decode \
  *       build/bench_cache_decode 3 600 1000
- * and divide the "Collected" Ir by ROUNDS (1000). Run it alone on a quiet machine for the timings.
+ * and divide the "Collected" Ir by the number of decodes, 5 x ROUNDS + 1 (5001). Run it alone on
+ * a quiet machine for the timings.
  */
 #include "cache.h"
 #include "json.h"
