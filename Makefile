@@ -6,6 +6,8 @@ ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
+FUZZ_RSS_MB  ?= 512
+FUZZ_MALLOC_MB ?= 64
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 JOBS       ?= $(shell nproc)
 CONFIG     ?= configs/default.json
@@ -50,6 +52,10 @@ build-cuda: deps-test
 
 # libFuzzer (clang): each target FUZZ_SECONDS, starting from its committed seed corpus (copied:
 # new inputs stay out of the tree). target:corpus pairs; tests/fuzz/CMakeLists.txt says what each covers.
+# Each run is held to FUZZ_RSS_MB of resident memory and FUZZ_MALLOC_MB per allocation (libFuzzer's
+# -rss_limit_mb and -malloc_limit_mb, 2048 by default), with ASan's quarantine of freed memory
+# kept to 64 MiB (256 by default) so that it does not fill the budget: an input of at most 4 KiB
+# that makes a parser use memory out of proportion to its size is a finding, like a crash.
 FUZZ_TARGETS = serper_reply:tests/remote/fuzz/corpus/serper qdrant_reply:tests/remote/fuzz/corpus/qdrant \
                upstream_reply:tests/remote/fuzz/corpus/upstream reader_reply:tests/remote/fuzz/corpus/reader \
                request:tests/fuzz/corpus/request \
@@ -61,7 +67,9 @@ fuzz-smoke: deps-test
 	for tc in $(FUZZ_TARGETS); do \
 	  t=$${tc%%:*}; c=$${tc#*:}; \
 	  rm -rf $(FUZZ_BUILD)/corpus-$$t && cp -r $$c $(FUZZ_BUILD)/corpus-$$t && \
-	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_BUILD)/corpus-$$t || exit 1; \
+	  ASAN_OPTIONS=$${ASAN_OPTIONS:+$$ASAN_OPTIONS:}quarantine_size_mb=64 \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=$(FUZZ_RSS_MB) -malloc_limit_mb=$(FUZZ_MALLOC_MB) \
+	    -print_final_stats=1 $(FUZZ_BUILD)/corpus-$$t || exit 1; \
 	done
 
 format:

@@ -6,13 +6,17 @@
 #include "metrics.h"
 
 #include <openssl/sha.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 static sg_l1_t *l1; /* NULL when cache.l1_bytes is 0 */
 static size_t l1_max_bytes;
 static char *prefix; /* of every Redis key */
-static sg_counter_t *m_redis_bypass, *m_redis_lookups;
+static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_invalid_values;
+/* the "invalid value" log line: at most one per INVALID_LOG_MS, with the count of those not logged */
+#define INVALID_LOG_MS 10000
+static _Atomic uint64_t invalid_logged_ms, invalid_unlogged;
 
 void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len)
 {
@@ -70,19 +74,75 @@ static int read_u32(const char **p, const char *end, uint32_t *v)
     return 0;
 }
 
-sg_blob_t *sg_cache_decode(const char *p, size_t len)
+/* Nesting of a cached document: far beyond any real document, and well inside the limit of every
+ * JSON parser a client reads the reply with (cJSON's and Python's are 1000), the reply's own four
+ * levels included. */
+#define DOC_MAX_DEPTH 512
+
+static int bad_value(const char **why, const char *msg)
 {
-    const char *end = p + len, *s = p;
+    *why = msg;
+    return -1;
+}
+
+/* The fragment must be exactly what sg_blob_from_hits() writes, [{"document":DOC,"score":S},...],
+ * with DOC a JSON object (RFC 8259, lib/json.c) at the offset and of the length the header gives,
+ * and S a number or null. Both reply shapes are spliced from these bytes without parsing, so a
+ * value that is anything else (damaged, foreign, written by a buggy replica) would be served as
+ * invalid JSON. Walking the documents in the header's order also keeps them inside the brackets,
+ * in order and apart: the flat reply, spliced from them, is never larger than the value. */
+static int fragment_ok(const sg_blob_t *b, const char *json, const char **why)
+{
+    static const char doc_key[] = "{\"document\":", score_key[] = ",\"score\":";
+    const char *s = json + 1, *end = json + b->json_len - 1; /* inside the brackets (checked) */
+    size_t bad_at;
+    for (uint32_t i = 0; i < b->n_hits; ++i) {
+        if (i != 0 && (s >= end || *s++ != ','))
+            return bad_value(why, "hits not separated by ','");
+        if ((size_t)(end - s) < sizeof(doc_key) - 1 || memcmp(s, doc_key, sizeof(doc_key) - 1) != 0)
+            return bad_value(why, "a hit is not {\"document\":...");
+        s += sizeof(doc_key) - 1;
+        if ((size_t)(s - json) != b->docs[i].off || b->docs[i].len > (size_t)(end - s))
+            return bad_value(why, "a document is not where the header says");
+        if (*s != '{' || sg_json_value_len(s, b->docs[i].len, DOC_MAX_DEPTH, &bad_at, why) != (long)b->docs[i].len)
+            return bad_value(why, "a document is not one valid JSON object");
+        s += b->docs[i].len;
+        if ((size_t)(end - s) < sizeof(score_key) - 1 || memcmp(s, score_key, sizeof(score_key) - 1) != 0)
+            return bad_value(why, "a document is not followed by its score");
+        s += sizeof(score_key) - 1;
+        long n = s < end && (*s == '-' || (*s >= '0' && *s <= '9') || *s == 'n')
+                     ? sg_json_value_len(s, (size_t)(end - s), 1, &bad_at, why)
+                     : -1;
+        if (n < 0)
+            return bad_value(why, "a score is not a number or null");
+        s += n;
+        if (s >= end || *s++ != '}')
+            return bad_value(why, "a hit has more than a document and a score");
+    }
+    return s == end ? 0 : bad_value(why, "data after the last hit");
+}
+
+sg_blob_t *sg_cache_decode(const char *p, size_t len, const char **why)
+{
+    const char *end = p + len, *s = p, *unused;
     uint32_t n;
-    if (len < 6 || memcmp(s, "SG1", 3) != 0)
+    why = why != NULL ? why : &unused;
+    if (len < 6 || memcmp(s, "SG1", 3) != 0) {
+        *why = "not an SG1 value";
         return NULL;
+    }
     s += 3;
-    if (read_u32(&s, end, &n) != 0 || n > 100000)
+    /* each hit takes at least 4 bytes of header (" 1 2"): a count the value cannot hold is refused
+     * before the offsets are allocated */
+    if (read_u32(&s, end, &n) != 0 || n > 100000 || n > len / 4) {
+        *why = "bad hit count";
         return NULL;
+    }
     sg_blob_t *b = sg_mem_calloc(1, sizeof(*b));
     atomic_init(&b->refs, 1);
     b->n_hits = n;
     b->docs = n != 0 ? sg_mem_alloc(n * sizeof(*b->docs)) : NULL;
+    *why = "bad header";
     for (uint32_t i = 0; i < n; ++i)
         if (read_u32(&s, end, &b->docs[i].off) != 0 || read_u32(&s, end, &b->docs[i].len) != 0)
             goto bad;
@@ -90,17 +150,12 @@ sg_blob_t *sg_cache_decode(const char *p, size_t len)
         goto bad;
     ++s;
     b->json_len = (size_t)(end - s);
-    if (b->json_len < 2 || s[0] != '[' || s[b->json_len - 1] != ']')
+    if (b->json_len < 2 || s[0] != '[' || s[b->json_len - 1] != ']') {
+        *why = "the fragment is not a JSON array";
         goto bad;
-    /* documents inside the brackets, in order, never overlapping: the flat reply is spliced from
-     * them, and is then never larger than the value (a value naming one span many times would
-     * make a reply many times its size) */
-    uint64_t next = 1;
-    for (uint32_t i = 0; i < n; ++i) {
-        if (b->docs[i].len < 2 || b->docs[i].off < next || (uint64_t)b->docs[i].off + b->docs[i].len > b->json_len - 1)
-            goto bad;
-        next = (uint64_t)b->docs[i].off + b->docs[i].len;
     }
+    if (fragment_ok(b, s, why) != 0)
+        goto bad;
     b->json = sg_strndup(s, b->json_len);
     return b;
 bad:
@@ -119,6 +174,9 @@ void sg_cache_init(size_t l1_bytes, const char *redis_prefix)
         sg_metrics_counter("searchgate_cache_redis_bypass_total",
                            "Lookups that skipped Redis because no connection was up (the request went on without it).", "");
     m_redis_lookups = sg_metrics_counter("searchgate_cache_redis_lookups_total", "Pipelined MGET lookups sent to Redis.", "");
+    m_invalid_values = sg_metrics_counter(
+        "searchgate_cache_invalid_values_total",
+        "Values read from Redis that were not valid cache entries (damaged or foreign): treated as misses, and replaced.", "");
 }
 
 void sg_cache_dispose(void)
@@ -160,6 +218,23 @@ static void mget_finish(mget_t *m)
     free(m);
 }
 
+/* A value that is not a valid entry is a miss: the backend answers and the fresh result replaces
+ * it in Redis. One log line per INVALID_LOG_MS (any loop thread), saying how many were not logged. */
+static void invalid_value(const char *why)
+{
+    sg_counter_add(m_invalid_values, 1);
+    uint64_t now = sg_now_ms(), last = atomic_load_explicit(&invalid_logged_ms, memory_order_relaxed);
+    if ((last != 0 && now < last + INVALID_LOG_MS) ||
+        !atomic_compare_exchange_strong_explicit(&invalid_logged_ms, &last, now, memory_order_relaxed, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&invalid_unlogged, 1, memory_order_relaxed);
+        return;
+    }
+    SG_LOG(SG_LL_WARN, "cache",
+           "a value read from Redis is not a valid cache entry (%s); treated as a miss and replaced (%llu more since the "
+           "last such line)",
+           why, (unsigned long long)atomic_exchange_explicit(&invalid_unlogged, 0, memory_order_relaxed));
+}
+
 static void on_mget(void *arg, redisReply *reply)
 {
     mget_t *m = arg;
@@ -169,9 +244,12 @@ static void on_mget(void *arg, redisReply *reply)
             redisReply *e = reply->element[i];
             if (e->type != REDIS_REPLY_STRING)
                 continue;
-            sg_blob_t *b = sg_cache_decode(e->str, e->len);
-            if (b == NULL)
+            const char *why;
+            sg_blob_t *b = sg_cache_decode(e->str, e->len, &why);
+            if (b == NULL) {
+                invalid_value(why);
                 continue;
+            }
             m->blobs[m->idx[i]] = b;
             m->tier[m->idx[i]] = SG_CACHE_REDIS;
             if (l1 != NULL) /* promote: the next hit is served from memory */

@@ -37,8 +37,15 @@ void sg_l1_usage(sg_l1_t *c, size_t *bytes, size_t *entries);
 void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len);
 /** Serialises a blob for Redis: "SG1 <n> <off> <len>...\n" + the scored fragment. */
 void sg_cache_encode(sg_buf_t *out, const sg_blob_t *blob);
-/** Parses what sg_cache_encode wrote (NULL when malformed: treated as a miss). */
-sg_blob_t *sg_cache_decode(const char *p, size_t len);
+/**
+ * Parses what sg_cache_encode wrote. Returns a blob (one reference) only when the value is exactly
+ * such an entry: the header's documents lie at their offsets, one after another, inside a fragment
+ * `[{"document":DOC,"score":S},...]` where each DOC is a valid JSON object (RFC 8259: strings of
+ * valid UTF-8, no raw control characters) and each S a number or null, so both reply shapes
+ * spliced from it are valid JSON no larger than the value. Otherwise NULL (a miss), with a static
+ * reason in `*why` when `why` is not NULL. Thread-safe.
+ */
+sg_blob_t *sg_cache_decode(const char *p, size_t len, const char **why);
 
 /** Creates the shared L1 (none when `l1_bytes` is 0) and the cache's metrics. Main thread, once. */
 void sg_cache_init(size_t l1_bytes, const char *redis_prefix);

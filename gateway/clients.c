@@ -371,3 +371,17 @@ int sg_clients_ratelimit(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t n
     pthread_mutex_unlock(&t->mu);
     return r;
 }
+
+int sg_clients_ratelimit_fallback(sg_clients_t *t, sg_client_t *c, uint32_t share_div, uint64_t n, uint64_t now_us,
+                                  uint64_t max_wait_us, uint64_t *wait_us)
+{
+    if (c->conf == NULL || c->conf->rate <= 0) {
+        *wait_us = 0;
+        return SG_RL_ALLOW;
+    }
+    double div = share_div != 0 ? (double)share_div : 1, burst = c->conf->burst / div;
+    pthread_mutex_lock(&t->mu);
+    int r = sg_gcra(&c->fallback_tat_us, c->conf->rate / div, burst > 1 ? burst : 1, n, now_us, max_wait_us, wait_us);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}

@@ -21,8 +21,9 @@ struct st_sg_client_t {
     char *id;
     const sg_client_conf_t *conf;
     int keyed;
-    /* GCRA state, guarded by the client table mutex */
-    uint64_t tat_us;
+    /* GCRA state, guarded by the client table mutex; fallback_tat_us is the bucket that stands in
+     * for a global client's shared limit while Redis cannot decide (ratelimit_global.c) */
+    uint64_t tat_us, fallback_tat_us;
     /* queries in flight for this client (all backends); atomic */
     _Atomic uint64_t inflight;
     /* LRU links for anonymous clients */
@@ -95,5 +96,13 @@ int sg_gcra(uint64_t *tat_us, double rate, double burst, uint64_t n, uint64_t no
 
 /** Applies the client's own limit (thread-safe). Same return values as sg_gcra(). */
 int sg_clients_ratelimit(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t now_us, uint64_t max_wait_us, uint64_t *wait_us);
+/**
+ * The stand-in for a global client's shared limit while Redis cannot decide: the client's own
+ * fallback bucket, a GCRA at its rate and burst divided by `share_div` (the burst at least 1), so
+ * that `share_div` replicas together admit about the shared rate. Same return values as sg_gcra().
+ * Thread-safe.
+ */
+int sg_clients_ratelimit_fallback(sg_clients_t *t, sg_client_t *c, uint32_t share_div, uint64_t n, uint64_t now_us,
+                                  uint64_t max_wait_us, uint64_t *wait_us);
 
 #endif

@@ -128,13 +128,14 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
 
 static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"require_key", "trust_client_id_header", "default", "keys",
-                                       "max_tracked", "admin_key_env",          NULL};
+    static const char *const keys[] = {"require_key", "trust_client_id_header", "default",         "keys",
+                                       "max_tracked", "admin_key_env",          "global_replicas", NULL};
     sg_cfg_t c = {"clients", err, err_size};
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
     cfg->clients.defaults.reject_status = 429;
     cfg->clients.max_tracked = 65536;
+    cfg->clients.global_replicas = 1;
     if (o == NULL)
         return 0;
     if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_bool(&c, o, "require_key", 0, &cfg->clients.require_key) != 0 ||
@@ -144,6 +145,9 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     if (sg_cfg_int(&c, o, "max_tracked", 16, 100000000, 65536, &v) != 0)
         return -1;
     cfg->clients.max_tracked = (size_t)v;
+    if (sg_cfg_int(&c, o, "global_replicas", 1, 10000, 1, &v) != 0)
+        return -1;
+    cfg->clients.global_replicas = (uint32_t)v;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
@@ -163,9 +167,15 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
             cfg->clients.n_keyed = i + 1;
             if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis_host != NULL) != 0)
                 return -1;
-            for (size_t j = 0; j < i; ++j)
+            for (size_t j = 0; j < i; ++j) {
                 if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)
                     return sg_cfg_fail(&ck, "id", cJSON_GetObjectItem(it, "id"), "duplicate client id");
+                /* a key identifies one client: with two, one client's limits would silently never apply */
+                if (strcmp(cfg->clients.keyed[j].key, cfg->clients.keyed[i].key) == 0)
+                    return sg_cfg_fail(&ck, "key_env", cJSON_GetObjectItemCaseSensitive(it, "key_env"),
+                                       "holds the same key as clients.keys[%zu] (\"%s\"): every client needs a key of its own", j,
+                                       cfg->clients.keyed[j].id);
+            }
         }
     }
     if (cfg->clients.require_key && cfg->clients.n_keyed == 0)
@@ -436,14 +446,10 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     memset(cfg, 0, sizeof(*cfg));
     cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
     cfg->default_backend = -1;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    if (root == NULL) {
-        size_t off = end != NULL && end >= json ? (size_t)(end - json) : 0;
-        snprintf(err, err_size, "not valid JSON (near byte %zu)", off);
-        return -1;
-    }
     sg_cfg_t c = {"", err, err_size};
+    cJSON *root = sg_cfg_parse(&c, json, len); /* strict: one document, no duplicate key anywhere */
+    if (root == NULL)
+        return -1;
     int ret = sg_cfg_check_keys(&c, root, keys) != 0 || parse_server(cfg, root, err, err_size) != 0 ||
                       parse_limits(cfg, cJSON_GetObjectItemCaseSensitive(root, "limits"), err, err_size) != 0 ||
                       parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0 ||

@@ -53,7 +53,7 @@ typedef struct st_sg_client_conf_t {
     int reject_status;     /* 429 or 503: the status of a reject-mode rate refusal and of an exhausted budget */
     uint32_t max_inflight; /* queries in flight at once for this client; 0 = unlimited */
     uint32_t weight;       /* share of a saturated backend relative to other clients */
-    int global;            /* the rate limit is shared by every replica through Redis (fails open) */
+    int global;            /* the rate limit is shared by every replica through Redis (else a 1/global_replicas share) */
 
     /* backend calls on metered routes (budget.c); in clients.default: one budget that the
      * anonymous clients share, and the default of keyed ones */
@@ -93,6 +93,9 @@ typedef struct st_sg_config_t {
         size_t n_keyed;
         size_t max_tracked; /* distinct anonymous client ids kept (LRU) */
         char *admin_key;    /* guards /, /metrics, /stats (read from admin_key_env); NULL = none */
+        /* the replicas sharing the global rate limits: while Redis cannot decide, each enforces
+         * 1/global_replicas of every global client's rate and burst on its own */
+        uint32_t global_replicas;
     } clients;
     /* result cache */
     struct {

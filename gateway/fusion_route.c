@@ -558,15 +558,17 @@ static void charge_rate_limit(fusion_req_t *fr)
     if (max_wait_us > fr->deadline_us - fr->start_us)
         max_wait_us = fr->deadline_us - fr->start_us;
     fr->max_wait_us = max_wait_us;
+    uint64_t wait_us = 0;
+    int rl;
     if (cc->rate > 0 && cc->global) {
         ++fr->refs; /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, client, fr->n_queries, max_wait_us, on_global_decision, fr) == 0)
-            return; /* Redis decides; when it cannot, the batch goes on (fail open) */
+        if (sg_ratelimit_global(loop->redis, loop->server->clients, client, fr->n_queries, max_wait_us, on_global_decision, fr, &rl,
+                                &wait_us) != 0)
+            return; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
         --fr->refs;
+    } else {
+        rl = sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
     }
-    uint64_t wait_us = 0;
-    int rl = cc->global ? SG_RL_ALLOW
-                        : sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
     on_rate_decision(fr, rl, wait_us);
 }
 

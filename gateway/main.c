@@ -380,7 +380,7 @@ int main(int argc, char **argv)
     }
     s->clients = sg_clients_create(&cfg);
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
-    sg_ratelimit_global_init();
+    sg_ratelimit_global_init(cfg.clients.global_replicas);
     sg_budget_init(s);
     sg_mcp_init(s);
     if (sg_server_start(s, err, sizeof(err)) != 0) {

@@ -262,7 +262,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
     fail(q, http, sg_plugin_status_name(status), msg, http == 503 && retry_after_s == 0 ? 1 : retry_after_s);
 }
 
-/* Acts on a rate-limit decision: -1 (no answer: fail open) and SG_RL_ALLOW go on at once. */
+/* Acts on a rate-limit decision: SG_RL_ALLOW goes on at once. */
 static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
 {
     sg_client_t *client = q->client;
@@ -283,7 +283,7 @@ static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
     start_lookup(q);
 }
 
-/* Redis decided on the shared rate limit (or could not: fail open). */
+/* Redis decided on the shared rate limit (or, when it could not, the replica's fallback bucket). */
 static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
 {
     sg_query_t *q = ctx;
@@ -394,15 +394,17 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
         start_lookup(q);
         goto started;
     }
+    uint64_t wait_us = 0;
+    int rl;
     if (cc->rate > 0 && cc->global) {
         sg__query_ref(q); /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, client, q->n_queries, max_wait_us, on_global_decision, q) == 0)
-            goto started; /* Redis decides; when it cannot, the query goes on (fail open) */
+        if (sg_ratelimit_global(loop->redis, loop->server->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
+                                &wait_us) != 0)
+            goto started; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
         sg__query_unref(q);
+    } else {
+        rl = sg_clients_ratelimit(loop->server->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
     }
-    uint64_t wait_us = 0;
-    int rl = cc->global ? SG_RL_ALLOW
-                        : sg_clients_ratelimit(loop->server->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
     if (rl != SG_RL_ALLOW)
         on_rate_decision(q, rl, wait_us);
     else

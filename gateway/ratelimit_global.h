@@ -8,18 +8,22 @@
 #include "clients.h"
 #include "../cache/redis.h"
 
-/** Registers the metric. Main thread, once. */
-void sg_ratelimit_global_init(void);
+/** Registers the metrics; `replicas` is clients.global_replicas (the fallback's divisor). Main thread, once. */
+void sg_ratelimit_global_init(uint32_t replicas);
 
-/** The decision (SG_RL_*, or -1 when Redis did not answer: fail open) and the wait it implies. */
+/** The decision (SG_RL_*) and the wait it implies. */
 typedef void (*sg_ratelimit_global_cb)(void *ctx, int decision, uint64_t wait_us);
 
 /**
- * Asks Redis whether client `c` may run `n` queries now. Returns 0 and later calls `cb` exactly
- * once on this loop thread, or -1 without calling it when Redis is off or not connected (the
- * caller goes on: fail open). Loop thread of `redis`.
+ * Whether global client `c` (of table `t`) may run `n` queries now, waiting at most `max_wait_us`.
+ * Redis decides when it can: returns 1 and calls `cb` exactly once later, on this loop thread.
+ * When Redis is off, down or the command cannot be sent, this replica's fallback bucket (the
+ * client's rate and burst / clients.global_replicas) decides at once: returns 0 with the decision
+ * in `*rl` and the wait in `*wait_us`, and never calls `cb`. A round trip that fails (no reply in
+ * time, a disconnection, an unexpected reply) is decided by the fallback too, in `cb`. Either way
+ * the limit holds: nothing is admitted without a decision. Loop thread of `redis`.
  */
-int sg_ratelimit_global(sg_redis_t *redis, const sg_client_t *c, uint64_t n, uint64_t max_wait_us, sg_ratelimit_global_cb cb,
-                        void *ctx);
+int sg_ratelimit_global(sg_redis_t *redis, sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t max_wait_us,
+                        sg_ratelimit_global_cb cb, void *ctx, int *rl, uint64_t *wait_us);
 
 #endif

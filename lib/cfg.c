@@ -3,6 +3,7 @@
  * nginx way ("invalid value ... in ..."), so a start-up failure says exactly what to fix.
  */
 #include "cfg.h"
+#include "json.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -275,4 +276,118 @@ int sg_cfg_read(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t
         if (read_entry(c, obj, &table[i], base_dir, dst) != 0)
             return -1;
     return 0;
+}
+
+/* ---- strict parsing ---- */
+
+/* The key path of a member while walking the tree: "a.b[2].c", joined to the sg_cfg_t's path. */
+typedef struct st_keypath_t {
+    char buf[512];
+    size_t len;
+} keypath_t;
+
+static size_t keypath_push(keypath_t *p, const char *key, size_t index)
+{
+    size_t was = p->len;
+    int n = key != NULL ? snprintf(p->buf + p->len, sizeof(p->buf) - p->len, "%s%s", p->len != 0 ? "." : "", key)
+                        : snprintf(p->buf + p->len, sizeof(p->buf) - p->len, "[%zu]", index);
+    if (n > 0)
+        p->len = p->len + (size_t)n < sizeof(p->buf) ? p->len + (size_t)n : sizeof(p->buf) - 1;
+    return was;
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* The first key of object `o` that appears twice (NULL when none): pairwise for small objects, by
+ * sorting for large ones, so a hostile file with many keys costs n log n. */
+static const char *duplicate_key(const cJSON *o)
+{
+    size_t n = 0;
+    for (const cJSON *it = o->child; it != NULL; it = it->next)
+        ++n;
+    if (n <= 16) {
+        for (const cJSON *a = o->child; a != NULL; a = a->next)
+            for (const cJSON *b = a->next; b != NULL; b = b->next)
+                if (strcmp(a->string, b->string) == 0)
+                    return a->string;
+        return NULL;
+    }
+    const cJSON **v = malloc(n * sizeof(*v));
+    if (v == NULL)
+        abort();
+    n = 0;
+    for (const cJSON *it = o->child; it != NULL; it = it->next)
+        v[n++] = it;
+    qsort(v, n, sizeof(*v), cmp_keys);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && dup == NULL; ++i)
+        if (strcmp(v[i - 1]->string, v[i]->string) == 0)
+            dup = v[i]->string;
+    free(v);
+    return dup;
+}
+
+static int check_duplicates(sg_cfg_t *c, const cJSON *v, keypath_t *p)
+{
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return 0;
+    const char *dup = cJSON_IsObject(v) ? duplicate_key(v) : NULL;
+    if (dup != NULL) {
+        char path[768];
+        const char *base = c->path != NULL ? c->path : "";
+        snprintf(path, sizeof(path), "%s%s%.*s", base, base[0] != '\0' && p->len != 0 ? "." : "", (int)p->len, p->buf);
+        sg_cfg_t at = {path, c->err, c->err_size};
+        return sg_cfg_fail(&at, dup, NULL, "duplicate key: given more than once in the same object (each key may appear once)");
+    }
+    size_t i = 0;
+    for (const cJSON *it = v->child; it != NULL; it = it->next, ++i) {
+        size_t was = keypath_push(p, cJSON_IsObject(v) ? it->string : NULL, i);
+        int r = check_duplicates(c, it, p);
+        p->len = was;
+        p->buf[was] = '\0';
+        if (r != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void syntax_error(sg_cfg_t *c, const char *json, size_t bad_at, const char *why)
+{
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < bad_at; ++i, ++col)
+        if (json[i] == '\n') {
+            ++line;
+            col = 0;
+        }
+    const char *path = c->path != NULL ? c->path : "";
+    if (strcmp(why, "unexpected data after the JSON value") == 0)
+        why = "data after the end of the document (trailing garbage, or a second JSON document)";
+    snprintf(c->err, c->err_size, "%s%snot valid JSON at line %zu, column %zu (byte %zu): %s", path, path[0] != '\0' ? ": " : "",
+             line, col, bad_at, why);
+}
+
+cJSON *sg_cfg_parse(sg_cfg_t *c, const char *json, size_t len)
+{
+    size_t bad_at = 0;
+    const char *why = NULL;
+    long start = sg_json_validate(json, len, &bad_at, &why);
+    if (start < 0) {
+        syntax_error(c, json, bad_at, why);
+        return NULL;
+    }
+    cJSON *root = cJSON_ParseWithLength(json + start, len - (size_t)start);
+    if (root == NULL) { /* valid JSON that cJSON cannot hold (out of memory) */
+        snprintf(c->err, c->err_size, "%s%scannot parse the JSON", c->path != NULL ? c->path : "",
+                 c->path != NULL && c->path[0] != '\0' ? ": " : "");
+        return NULL;
+    }
+    keypath_t p = {{0}, 0};
+    if (check_duplicates(c, root, &p) != 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
 }

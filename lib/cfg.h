@@ -17,6 +17,15 @@ typedef struct st_sg_cfg_t {
     size_t err_size;
 } sg_cfg_t;
 
+/**
+ * Parses a config document strictly: exactly one JSON value as RFC 8259 defines it
+ * (sg_json_validate: no trailing garbage, no second document after the first, no invalid UTF-8)
+ * in which no object has the same key twice, at any depth (cJSON would silently read the first).
+ * Returns the tree (the caller deletes it), or NULL with the error in c->err: the line, column and
+ * byte of a syntax error, or the key path of a duplicate ("<c->path>.backends[1].config.index:
+ * duplicate key ..."). c->path prefixes every message ("" at the top level).
+ */
+cJSON *sg_cfg_parse(sg_cfg_t *c, const char *json, size_t len);
 /** Fails when `obj` is not an object or has a key outside the NULL-terminated `allowed` list. */
 int sg_cfg_check_keys(sg_cfg_t *c, const cJSON *obj, const char *const *allowed);
 int sg_cfg_int(sg_cfg_t *c, const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t def, int64_t *out);

@@ -6,13 +6,17 @@
  * cJSON (1.7.15) is lenient where Python's json module, which every peer server uses, is not: it
  * takes raw control bytes and invalid UTF-8 inside strings, stops a string at a raw NUL (so
  * "ham<NUL>let" silently became "ham"), and ignores data after the value. sg_json_validate() walks
- * the body once against the RFC 8259 grammar before cJSON sees it.
+ * the body once against the RFC 8259 grammar before cJSON sees it; sg_json_value_len() is the same
+ * walk over one value inside a larger text (the documents of a cached result, cache/cache.c).
  */
 #include "json.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__SSE2__) && !defined(SG_JSON_PORTABLE)
+#include <emmintrin.h>
+#endif
 
 void sg_json_append_double(sg_buf_t *b, double v)
 {
@@ -267,10 +271,44 @@ static int hexdigit(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+/* The first byte of [p, end) that needs a look of its own inside a string -- '"', '\\', a control
+ * character (< 0x20) or a byte >= 0x80 (UTF-8 to check) -- or, near the end, where the scan gave
+ * up (the caller goes on byte by byte from there). Most of a document's text is plain bytes, so
+ * they are skipped 16 at a time (SSE2, every x86-64) or 8 at a time (word-at-a-time zero-byte
+ * tests, exact for "is there such a byte" but not for which one: the caller then steps; the unit
+ * test unit_json_portable builds this path with SG_JSON_PORTABLE on x86-64 too). */
+static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *end)
+{
+#if defined(__SSE2__) && !defined(SG_JSON_PORTABLE)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1f);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                   _mm_cmpeq_epi8(_mm_min_epu8(x, ctl), x));    /* x <= 0x1f */
+        unsigned m = (unsigned)(_mm_movemask_epi8(hit) | _mm_movemask_epi8(x)); /* | the bytes >= 0x80 */
+        if (m != 0)
+            return p + __builtin_ctz(m);
+        p += 16;
+    }
+#else
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    while (end - p >= 8) {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        uint64_t q = x ^ (ones * '"'), bs = x ^ (ones * '\\');
+        if ((((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((bs - ones) & ~bs) | x) & high)
+            return p;
+        p += 8;
+    }
+#endif
+    return p;
+}
+
 static int vstring(vctx_t *v)
 {
     ++v->p; /* the opening quote */
     for (;;) {
+        v->p = skip_plain(v->p, v->end);
         if (v->p >= v->end)
             return vfail(v, v->p, "unterminated string");
         unsigned char c = *v->p;
@@ -422,6 +460,20 @@ long sg_json_validate(const char *p, size_t len, size_t *bad_at, const char **wh
             return (long)(value - v.start);
         vfail(&v, v.p, "unexpected data after the JSON value");
     }
+    *bad_at = (size_t)(v.bad - v.start);
+    *why = v.why;
+    return -1;
+}
+
+long sg_json_value_len(const char *p, size_t len, int max_depth, size_t *bad_at, const char **why)
+{
+    vctx_t v = {(const unsigned char *)p, (const unsigned char *)p + len, (const unsigned char *)p, NULL, NULL};
+    if (max_depth > MAX_DEPTH)
+        max_depth = MAX_DEPTH;
+    if (len != 0 && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        vfail(&v, v.p, "whitespace before the value");
+    else if (vvalue(&v, MAX_DEPTH - max_depth) == 0)
+        return (long)(v.p - v.start);
     *bad_at = (size_t)(v.bad - v.start);
     *why = v.why;
     return -1;

@@ -84,4 +84,13 @@ void sg_json_error_body(sg_buf_t *b, int status, const char *type, const char *m
  */
 long sg_json_validate(const char *p, size_t len, size_t *bad_at, const char **why);
 
+/**
+ * Checks that [p, p + len) starts with one JSON value, under the rules of sg_json_validate but
+ * with nothing before it (no whitespace, no byte order mark) and objects and arrays nested at most
+ * `max_depth` deep (1000 at most), and returns its length in bytes: what follows the value is left
+ * to the caller. Returns -1 with `*bad_at` and `*why` as sg_json_validate does when no valid value
+ * starts at `p`. Thread-safe, no allocation.
+ */
+long sg_json_value_len(const char *p, size_t len, int max_depth, size_t *bad_at, const char **why);
+
 #endif

@@ -395,7 +395,7 @@ static sg_status bm_create(const sg_host_api *host, const char *instance, const 
                            size_t config_len, sg_backend **out, char *err, size_t err_size)
 {
     sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
+    cJSON *root = sg_cfg_parse(&c, config_json, config_len); /* strict: no duplicate key */
     sg_backend *self = calloc(1, sizeof(*self));
     if (self == NULL) {
         cJSON_Delete(root);
@@ -408,10 +408,8 @@ static sg_status bm_create(const sg_host_api *host, const char *instance, const 
     bm_conf_t conf = {0};
     int64_t v;
     sg_status st = SG_EINVAL;
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
+    if (root == NULL) /* sg_cfg_parse() said why */
         goto fail;
-    }
     if (sg_cfg_read(&c, root, bm_config, SG_CFG_N(bm_config), base_dir, &conf) != 0)
         goto fail;
     const char *dir = conf.dir;

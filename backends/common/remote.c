@@ -14,11 +14,9 @@
 cJSON *sg_remote_conf_read(sg_cfg_t *c, const char *json, size_t len, const sg_cfg_key_t *table, size_t n, const char *base_dir,
                            void *dst, sg_http_conf_t *conf)
 {
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (root == NULL) {
-        snprintf(c->err, c->err_size, "config: not valid JSON");
+    cJSON *root = sg_cfg_parse(c, json, len); /* strict: no duplicate key */
+    if (root == NULL)
         return NULL;
-    }
     if (sg_cfg_read(c, root, table, n, base_dir, dst) != 0 || sg_http_conf_check(c, root, conf) != 0) {
         cJSON_Delete(root);
         return NULL;

@@ -441,7 +441,7 @@ static sg_status ex_create(const sg_host_api *host, const char *instance, const 
 {
     static const char *const ekeys[] = {"status", "message", NULL};
     sg_cfg_t c = {"config", err, err_size};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
+    cJSON *root = sg_cfg_parse(&c, config_json, config_len); /* strict: no duplicate key */
     sg_backend *self = calloc(1, sizeof(*self));
     if (self == NULL)
         return SG_ENOMEM;
@@ -450,10 +450,8 @@ static sg_status ex_create(const sg_host_api *host, const char *instance, const 
     pthread_mutex_init(&self->mu, NULL);
     pthread_cond_init(&self->cv, NULL);
     sg_status st = SG_EINVAL;
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
+    if (root == NULL) /* sg_cfg_parse() said why */
         goto fail;
-    }
     /* every key is checked and the plain ones read here; documents, pages and error below */
     if (sg_cfg_read(&c, root, example_config, sizeof(example_config) / sizeof(example_config[0]), base_dir, self) != 0)
         goto fail;

@@ -1417,7 +1417,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     static const char anchor = 0; /* an address inside this plugin: the CUDA module is looked for beside it */
     sg_cfg_t c = {"config", err, err_size};
     local_conf_t cf = {0};
-    cJSON *root = cJSON_ParseWithLength(config_json, config_len);
+    cJSON *root = sg_cfg_parse(&c, config_json, config_len); /* strict: no duplicate key */
     struct sg_backend *self = calloc(1, sizeof(*self));
     if (self == NULL) {
         cJSON_Delete(root);
@@ -1432,10 +1432,8 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     sg_status st = SG_EINVAL;
     uint64_t t0 = host->now_ms(), tc = 0;
     int gpu_index = 0;
-    if (root == NULL) {
-        snprintf(err, err_size, "config: not valid JSON");
+    if (root == NULL) /* sg_cfg_parse() said why */
         goto fail;
-    }
     if (read_config(&c, root, base_dir, &cf) != 0)
         goto fail;
     self->prefix = cf.prefix;

@@ -293,9 +293,17 @@ static sg_status up_search(sg_backend *self, const sg_search *s, sg_done_fn done
 
 static sg_status up_access(sg_backend *self, const sg_search *s, sg_done_fn done, void *cb_data)
 {
-    if (self->access_path == NULL)
+    if (self->access_path == NULL) /* not reached through the gateway: has_access() is 0 */
         return SG_EINVAL;
     return start(self, s, done, cb_data, 1);
+}
+
+/* "access_path": null turns POST /access off on the route: saying so here is what makes the
+ * gateway answer 404 not_found, show "access": false in GET / and leave the route out of a fusion
+ * route's access legs and the MCP access tools, as for a plugin without access(). */
+static int up_has_access(sg_backend *self)
+{
+    return self->access_path != NULL;
 }
 
 static void up_cancel(sg_backend *self, void *cb_data)
@@ -570,6 +578,7 @@ static const sg_backend_vtable vtable = {
     .stats = up_stats,
     .identity = up_identity,
     .access = up_access,
+    .has_access = up_has_access,
     .limits = up_limits,
 };
 

@@ -5,13 +5,41 @@
  * message; a success holds every cross-key rule of configuration.md: at least one backend, names
  * unique and made of [A-Za-z0-9_-], default_backend and fallbacks name other configured backends,
  * topk within limits.max_topk, timeouts within limits.max_deadline_ms, require_key needs a keyed
- * client, client ids unique and keys present, a rate needs a burst >= 1, every backend's config
- * is a serialised JSON object.
+ * client, client ids unique and keys present and distinct, a rate needs a burst >= 1, every
+ * backend's config is a serialised JSON object; and the file itself was one strict JSON document
+ * (RFC 8259, nothing after it) with no key given twice in any object.
  */
 #include "config.h"
+#include "json.h"
 #include "fuzz_util.h"
 
 #include <cJSON.h>
+
+/* 1 when some object in `v` has a key twice (a plain pairwise look: inputs are small). */
+static int has_duplicate_key(const cJSON *v)
+{
+    for (const cJSON *a = v->child; a != NULL; a = a->next) {
+        if (cJSON_IsObject(v))
+            for (const cJSON *b = a->next; b != NULL; b = b->next)
+                if (strcmp(a->string, b->string) == 0)
+                    return 1;
+        if (has_duplicate_key(a))
+            return 1;
+    }
+    return 0;
+}
+
+/* What the loader accepted was one strict document, without duplicate keys. */
+static void check_document(const char *json, size_t len)
+{
+    size_t bad_at;
+    const char *why;
+    long start = sg_json_validate(json, len, &bad_at, &why);
+    FUZZ_CHECK(start >= 0);
+    cJSON *root = cJSON_ParseWithLength(json + start, len - (size_t)start);
+    FUZZ_CHECK(root != NULL && !has_duplicate_key(root));
+    cJSON_Delete(root);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -63,8 +91,10 @@ static void check_config(const sg_config_t *cfg)
     FUZZ_CHECK(!cfg->clients.require_key || cfg->clients.n_keyed >= 1);
     for (size_t i = 0; i < cfg->clients.n_keyed; ++i) {
         check_client(&cfg->clients.keyed[i], 1);
-        for (size_t j = 0; j < i; ++j)
+        for (size_t j = 0; j < i; ++j) {
             FUZZ_CHECK(strcmp(cfg->clients.keyed[i].id, cfg->clients.keyed[j].id) != 0);
+            FUZZ_CHECK(strcmp(cfg->clients.keyed[i].key, cfg->clients.keyed[j].key) != 0);
+        }
     }
     FUZZ_CHECK(cfg->clients.max_tracked >= 16);
     if (cfg->cache.redis_host != NULL)
@@ -78,9 +108,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sg_config_t cfg;
     char err[1024];
     err[0] = '\0';
-    if (sg_config_parse(&cfg, json, size, "/nonexistent/fuzz", err, sizeof(err)) == 0)
+    if (sg_config_parse(&cfg, json, size, "/nonexistent/fuzz", err, sizeof(err)) == 0) {
+        check_document(json, size);
         check_config(&cfg);
-    else
+    } else
         FUZZ_CHECK(err[0] != '\0');
     sg_config_free(&cfg);
     free(json);

@@ -116,9 +116,10 @@ class Check(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def run_gateway(self, cfg, *args):
+        """`cfg` is a dict, or the file's text as it is."""
         path = os.path.join(self.dir, "gw.json")
         with open(path, "w") as f:
-            json.dump(cfg, f)
+            f.write(cfg if isinstance(cfg, str) else json.dumps(cfg))
         p = subprocess.run([sgtest.binary("searchgate"), "--config", path] + list(args), capture_output=True, text=True,
                            timeout=sgtest.scaled(60))
         return p.returncode, p.stdout + p.stderr
@@ -161,6 +162,28 @@ class Check(unittest.TestCase):
         self.both_refuse(cfg, ["--port", "0"], "clients.keys[0].global: needs cache.redis")
         cfg["cache"] = {"redis": {"port": free_port()}}
         rc, out = self.run_gateway(cfg, "--check", "--port", "0")
+        self.assertEqual(rc, 0, out)
+
+    def test_strict_document(self):
+        """The file is one strict JSON document: trailing garbage, a second document and a key given
+        twice (anywhere, plugin configs included: cJSON read the first) are refused with where; so
+        are two clients holding the same key (the first client's limits would never apply)."""
+        cfg = {"backends": [example_backend()]}
+        text = json.dumps(cfg)
+        self.both_refuse(text + "\n}", ["--port", "0"], "not valid JSON at line 2, column 1 (byte %d): data after the end" % (len(text) + 1))
+        self.both_refuse(text + "\n" + text, ["--port", "0"], "data after the end of the document (trailing garbage, or a second")
+        self.both_refuse('{"threads": 1, ' + text[1:-1] + ', "threads": 2}', ["--port", "0"], "threads: duplicate key")
+        dup_doc = text.replace('"documents": [', '"documents": [], "documents": [', 1)
+        self.assertNotEqual(dup_doc, text)
+        self.both_refuse(dup_doc, ["--port", "0"], "backends[0].config.documents: duplicate key")
+        os.environ["SG_TEST_KEY_SAME_A"] = os.environ["SG_TEST_KEY_SAME_B"] = "the-same-key"
+        twins = dict(cfg, clients={"keys": [{"id": "job-a", "key_env": "SG_TEST_KEY_SAME_A", "rate": 1},
+                                            {"id": "job-b", "key_env": "SG_TEST_KEY_SAME_B", "rate": 1000}]})
+        self.both_refuse(twins, ["--port", "0"], 'clients.keys[1].key_env: holds the same key as clients.keys[0] ("job-a")')
+        rc, out = self.run_gateway(twins, "--check", "--port", "0")
+        self.assertNotIn("the-same-key", out)
+        os.environ["SG_TEST_KEY_SAME_B"] = "another-key"
+        rc, out = self.run_gateway(twins, "--check", "--port", "0")
         self.assertEqual(rc, 0, out)
 
     def test_plugin_config_errors(self):

@@ -83,6 +83,35 @@ class TestPassthrough(UpBase):
         self.assertEqual(r.json()["result"], [{"url": "https://en.wikipedia.org/wiki/Hamlet", "contents": "Hamlet page"}, None])
         self.assertEqual(f.server.requests[-1].path, "/access")
 
+    def test_access_path_null_disables_access(self):
+        """"access_path": null turns the route's page store off (docs/backends/upstream.md): /access
+        answers a null page per URL like any route without pages (200 + X-Searchgate-No-Page-Store,
+        docs/api.md), "access": false in GET /, nothing sent upstream; a fusion route over such legs
+        has no page store either, and one with another leg that has pages answers /access through
+        that leg."""
+        f, g = self.fake(name="nopages"), self.fake(name="pages")
+        self.gw = gateway(backend("a", "upstream", up_cfg(f, access_path=None)),
+                          backend("b", "upstream", up_cfg(f, access_path=None)),
+                          backend("c", "upstream", up_cfg(g)),
+                          {"name": "ab", "fusion": {"routes": ["a", "b"]}},
+                          {"name": "ac", "fusion": {"routes": ["a", "c"]}})
+        urls = {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}
+        for path, name in (("/access/a", "a"), ("/access/ab", "ab")):
+            r = self.gw.post(path, urls)
+            self.assertEqual(r.status, 200, (path, r))
+            self.assertEqual(r.json()["result"], [None], (path, r))
+            self.assertEqual(r.headers.get("x-searchgate-no-page-store"), name, (path, r))
+        self.assertEqual([q for q in f.server.requests if q.path == "/access"], [])
+        r = self.gw.post("/access/ac", urls)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["result"], [{"url": "https://en.wikipedia.org/wiki/Hamlet", "contents": "Hamlet page"}])
+        self.assertEqual(g.server.requests[-1].path, "/access")
+        routes = {b["name"]: b for b in self.gw.get("/").json()["backends"]}
+        self.assertEqual({n: routes[n]["access"] for n in routes}, {"a": False, "b": False, "c": True, "ab": False, "ac": True})
+        self.assertNotIn("access_via", routes["ab"])
+        self.assertEqual(routes["ac"]["access_via"], "c")
+        self.assertEqual(self.gw.retrieve(["hamlet"], path="/retrieve/a", topk=1).status, 200)  # /retrieve is untouched
+
     def test_empty_batch_and_topk_cap(self):
         f = self.fake()
         self.gw = gateway(backend("lab", "upstream", up_cfg(f)))

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cfg.h"
@@ -154,9 +155,57 @@ static void test_present(void **state)
     cJSON_Delete(root);
 }
 
+/* sg_cfg_parse: what the gateway and every plugin read their config with. One strict document,
+ * no key twice in any object (cJSON alone took the first of two), errors prefixed with the path
+ * of the object being read. */
+static void test_parse_strict(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"a\":1} x", "config: not valid JSON at line 1, column 9 (byte 8): data after the end of the document"},
+        {"{\"a\":1}\n{\"a\":2}", "config: not valid JSON at line 2, column 1 (byte 8): data after the end"},
+        {"{\"a\":1,\"a\":2}", "config.a: duplicate key"},
+        {"{\"docs\":[{\"id\":1},{\"id\":1,\"id\":2}]}", "config.docs[1].id: duplicate key"},
+        {"{\"a\":{\"b\":{\"c\":[[{\"x\":0,\"x\":0}]]}}}", "config.a.b.c[0][0].x: duplicate key"},
+        {"{\"a\":\"\xc3\"}", "invalid UTF-8"},
+        {"", "unexpected end"},
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        sg_cfg_t c = {"config", err, sizeof(err)};
+        err[0] = '\0';
+        cJSON *root = sg_cfg_parse(&c, bad[i].json, strlen(bad[i].json));
+        if (root != NULL || strstr(err, bad[i].want) == NULL)
+            fail_msg("case %zu: got \"%s\", want \"%s\"", i, err, bad[i].want);
+    }
+    /* a large object (sorted, not pairwise): the duplicate is still found, and distinct keys pass */
+    char big[4096];
+    size_t n = 0;
+    n += (size_t)snprintf(big + n, sizeof(big) - n, "{");
+    for (int i = 0; i < 200; ++i)
+        n += (size_t)snprintf(big + n, sizeof(big) - n, "%s\"k%d\":%d", i != 0 ? "," : "", i, i);
+    snprintf(big + n, sizeof(big) - n, "}");
+    sg_cfg_t c = {"", err, sizeof(err)};
+    cJSON *root = sg_cfg_parse(&c, big, strlen(big));
+    assert_non_null(root);
+    cJSON_Delete(root);
+    snprintf(big + n, sizeof(big) - n, ",\"k117\":0}");
+    assert_null(sg_cfg_parse(&c, big, strlen(big)));
+    assert_string_equal(err, "k117: duplicate key: given more than once in the same object (each key may appear once)");
+    /* the same key in different objects, whitespace and a byte order mark are fine */
+    const char *ok = "\xEF\xBB\xBF {\"a\":{\"id\":1},\"b\":{\"id\":1},\"c\":[{\"id\":1},{\"id\":2}]}\n";
+    root = sg_cfg_parse(&c, ok, strlen(ok));
+    assert_non_null(root);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "b"), "id")->valueint, 1);
+    cJSON_Delete(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults), cmocka_unit_test(test_values),
-                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_present)};
+                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_present),
+                                       cmocka_unit_test(test_parse_strict)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

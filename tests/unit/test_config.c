@@ -203,6 +203,57 @@ static void test_errors(void **state)
     }
 }
 
+/* The file is one strict JSON document: cJSON alone accepted trailing garbage, a second document
+ * after the first (only the first was read) and a key given twice in an object (the first won,
+ * the opposite of the request rule); each is refused, naming where. Two clients holding the same
+ * key are refused too: the key identified only one of them, whose limits then applied to both. */
+static void test_strict_document(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        const char *needle;
+    } cases[] = {
+        {"{\"backends\":[" BACKEND "]} x", "not valid JSON at line 1, column 49 (byte 48): data after the end of the document"},
+        {"{\"backends\":[" BACKEND "]}\n{\"backends\":[]}", "line 2, column 1 (byte 48): data after the end of the document"},
+        {"{\"backends\":[" BACKEND "]}}", "data after the end of the document"},
+        {"{\"threads\":1,\"backends\":[" BACKEND "],\"threads\":2}", "threads: duplicate key"},
+        {"{\"backends\":[" BACKEND "],\"limits\":{\"max_topk\":5,\"max_topk\":500}}", "limits.max_topk: duplicate key"},
+        {"{\"backends\":[" BACKEND ",{\"name\":\"b\",\"plugin\":\"x\",\"config\":{\"docs\":[{\"id\":1,\"id\":2}]}}]}",
+         "backends[1].config.docs[0].id: duplicate key"},
+        {"{\"backends\":[{\"name\":\"a\",\"name\":\"b\",\"plugin\":\"x\"}]}", "backends[0].name: duplicate key"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\"},{\"id\":\"b\","
+         "\"key_env\":\"SG_TEST_KEY_A2\"}]}}",
+         "clients.keys[1].key_env: holds the same key as clients.keys[0] (\"a\"): every client needs a key of its own, got "
+         "\"SG_TEST_KEY_A2\""},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\"},{\"id\":\"b\","
+         "\"key_env\":\"SG_TEST_KEY_A\"}]}}",
+         "clients.keys[1].key_env: holds the same key as clients.keys[0]"},
+        {"{\"backends\":[" BACKEND "],\"x\":\"\xff\"}", "invalid UTF-8"},
+    };
+    setenv("SG_TEST_KEY_A", "secret-a", 1);
+    setenv("SG_TEST_KEY_A2", "secret-a", 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        sg_config_t cfg;
+        char err[512] = "";
+        int r = parse(cases[i].json, &cfg, err);
+        sg_config_free(&cfg);
+        if (r == 0 || strstr(err, cases[i].needle) == NULL)
+            fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, err, cases[i].needle);
+        if (strstr(err, "secret-a") != NULL)
+            fail_msg("case %zu: the error shows a key: %s", i, err);
+    }
+    /* whitespace around the document, a byte order mark and the same key in different objects are fine */
+    sg_config_t cfg;
+    char err[512];
+    const char *ok = "\xEF\xBB\xBF \n{\"backends\":[{\"name\":\"a\",\"plugin\":\"x\",\"config\":{\"name\":1}},"
+                     "{\"name\":\"b\",\"plugin\":\"x\"}]}\n\n";
+    if (parse(ok, &cfg, err) != 0)
+        fail_msg("refused: %s", err);
+    assert_int_equal(cfg.n_backends, 2);
+    sg_config_free(&cfg);
+}
+
 /* Spend budgets: keyed clients inherit clients.default's budget as their own, null removes it, a
  * route budget makes the route metered; and the errors name the key. */
 static void test_budgets(void **state)
@@ -210,11 +261,12 @@ static void test_budgets(void **state)
     (void)state;
     setenv("SG_TEST_KEY_A", "secret-a", 1);
     setenv("SG_TEST_KEY_B", "secret-b", 1);
+    setenv("SG_TEST_KEY_C", "secret-c", 1);
     sg_config_t cfg;
     char err[512];
     const char *json = "{\"clients\":{\"default\":{\"budget\":{\"queries\":100,\"period\":\"week\",\"fail\":\"open\"}},"
                        "\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_KEY_A\"},{\"id\":\"b\",\"key_env\":\"SG_TEST_KEY_B\","
-                       "\"budget\":null},{\"id\":\"c\",\"key_env\":\"SG_TEST_KEY_B\",\"budget\":{\"queries\":0}}]},"
+                       "\"budget\":null},{\"id\":\"c\",\"key_env\":\"SG_TEST_KEY_C\",\"budget\":{\"queries\":0}}]},"
                        "\"backends\":[" BACKEND ",{\"name\":\"g\",\"plugin\":\"x\",\"budget\":{\"queries\":5000,"
                        "\"period\":\"month\"}},{\"name\":\"h\",\"plugin\":\"x\",\"metered\":true}]}";
     assert_int_equal(parse(json, &cfg, err), 0);
@@ -300,12 +352,9 @@ static void test_load_file(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_minimal_defaults),
-                                       cmocka_unit_test(test_full),
-                                       cmocka_unit_test(test_defaults_within_limits),
-                                       cmocka_unit_test(test_errors),
-                                       cmocka_unit_test(test_budgets),
-                                       cmocka_unit_test(test_load_file),
-                                       cmocka_unit_test(test_mcp)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),    cmocka_unit_test(test_defaults_within_limits),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_budgets), cmocka_unit_test(test_strict_document),
+        cmocka_unit_test(test_load_file),        cmocka_unit_test(test_mcp)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,10 +100,48 @@ static void test_unlimited_and_clock_skew(void **state)
     assert_int_equal(wait, 100);
 }
 
+/* The bucket that stands in for a global client's shared limit while Redis cannot decide: its own
+ * state (the client's tat is untouched), at the client's rate and burst / the replicas, the burst
+ * at least 1. */
+static void test_global_fallback_share(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.clients.max_tracked = 16;
+    sg_clients_t *t = sg_clients_create(&cfg);
+    sg_client_conf_t cc = {.rate = 40, .burst = 20, .global = 1, .weight = 1};
+    sg_client_t c;
+    memset(&c, 0, sizeof(c));
+    c.conf = &cc;
+    uint64_t wait, now = 1000000000ull, admitted = 0;
+    for (int i = 0; i < 11; ++i)
+        admitted += sg_clients_ratelimit_fallback(t, &c, 2, 1, now, 0, &wait) == SG_RL_ALLOW;
+    assert_int_equal(admitted, 10); /* burst 20 / 2 replicas */
+    assert_int_equal(c.tat_us, 0);
+    admitted = 0;
+    for (uint64_t at = now + 1000000; at < now + 11000000; at += 5000) /* 200 offered per second for 10 s */
+        admitted += sg_clients_ratelimit_fallback(t, &c, 2, 1, at, 0, &wait) == SG_RL_ALLOW;
+    assert_true(admitted >= 195 && admitted <= 225); /* rate 40 / 2 replicas, plus what refilled in the first second */
+    /* more replicas than the burst: one query at once, never none */
+    sg_client_t d;
+    memset(&d, 0, sizeof(d));
+    d.conf = &cc;
+    assert_int_equal(sg_clients_ratelimit_fallback(t, &d, 100, 1, now, 0, &wait), SG_RL_ALLOW);
+    assert_int_equal(sg_clients_ratelimit_fallback(t, &d, 100, 1, now, 0, &wait), SG_RL_DENY);
+    assert_int_equal(wait, 2500000); /* 100 / 40 s */
+    /* queue mode reserves in the fallback bucket too */
+    assert_int_equal(sg_clients_ratelimit_fallback(t, &d, 100, 1, now, 5000000, &wait), SG_RL_WAIT);
+    sg_clients_destroy(t);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_accuracy), cmocka_unit_test(test_burst),
-                                       cmocka_unit_test(test_large_batch_pays_debt), cmocka_unit_test(test_queue_mode_reserves),
-                                       cmocka_unit_test(test_unlimited_and_clock_skew)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_accuracy),
+                                       cmocka_unit_test(test_burst),
+                                       cmocka_unit_test(test_large_batch_pays_debt),
+                                       cmocka_unit_test(test_queue_mode_reserves),
+                                       cmocka_unit_test(test_unlimited_and_clock_skew),
+                                       cmocka_unit_test(test_global_fallback_share)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

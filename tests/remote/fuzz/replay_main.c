@@ -4,13 +4,31 @@
  * (built with gcc, sanitizers as configured) to replay the committed seed corpora on every build.
  * Fails when an argument is missing or a directory holds no input. A harness's
  * LLVMFuzzerInitialize, when it has one, runs first, as under libFuzzer.
+ *
+ * Arguments starting with '-' are libFuzzer options; the one this program honours is
+ * -rss_limit_mb=N, as libFuzzer does: after each input the process's peak resident set
+ * (getrusage) must stay within N MiB, or the replay fails naming the input. So an input that
+ * makes a parser use memory out of proportion to its size (an amplification) is a failure on
+ * every build, not only under libFuzzer. The others are ignored.
  */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+static unsigned long rss_limit_mb; /* 0: no limit */
+
+/* Peak resident set of the process so far, in MiB. */
+static unsigned long peak_rss_mb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (unsigned long)ru.ru_maxrss / 1024; /* kilobytes on Linux */
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
@@ -47,6 +65,12 @@ static int run_file(const char *path)
     free(buf);
     LLVMFuzzerTestOneInput(exact, len);
     free(exact);
+    unsigned long peak = peak_rss_mb();
+    if (rss_limit_mb != 0 && peak > rss_limit_mb) {
+        fprintf(stderr, "replay: %s (%zu bytes) took the peak RSS to %lu MiB, over -rss_limit_mb=%lu\n", path, len, peak,
+                rss_limit_mb);
+        return -1;
+    }
     return 0;
 }
 
@@ -56,6 +80,18 @@ int main(int argc, char **argv)
     if (LLVMFuzzerInitialize != NULL)
         LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; ++i) {
+        if (strncmp(argv[i], "-rss_limit_mb=", 14) == 0) {
+            char *end;
+            rss_limit_mb = strtoul(argv[i] + 14, &end, 10);
+            if (*end != '\0') {
+                fprintf(stderr, "replay: bad %s\n", argv[i]);
+                return 1;
+            }
+        }
+    }
+    for (int i = 1; i < argc; ++i) {
+        if (argv[i][0] == '-')
+            continue; /* a libFuzzer option */
         struct stat st;
         if (stat(argv[i], &st) != 0) {
             fprintf(stderr, "replay: %s does not exist\n", argv[i]);
@@ -89,6 +125,9 @@ int main(int argc, char **argv)
         }
         total += n;
     }
-    printf("replayed %zu inputs\n", total);
+    if (rss_limit_mb != 0)
+        printf("replayed %zu inputs, peak RSS %lu MiB (limit %lu MiB)\n", total, peak_rss_mb(), rss_limit_mb);
+    else
+        printf("replayed %zu inputs\n", total);
     return 0;
 }
