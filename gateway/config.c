@@ -248,11 +248,46 @@ static int parse_mcp(sg_config_t *cfg, const cJSON *o, char *err, size_t err_siz
     return sg_cfg_enum(&c, o, "text_format", formats, SG_MCP_TEXT_SEARCH_R1, &cfg->mcp.text_format);
 }
 
+/* A route's pace: qps/burst, retries, and the floor a call's remaining deadline must clear. */
+static int parse_route_pacing(sg_cfg_t *c, const cJSON *o, sg_backend_conf_t *b)
+{
+    static const char *const quantiles[] = {"none", "p50", "p90", NULL};
+    int64_t v;
+    if (sg_cfg_double(c, o, "qps", 0, 1e6, 0, &b->qps) != 0 ||
+        sg_cfg_double(c, o, "burst", 1, 1e6, b->qps > 1 ? b->qps : 1, &b->burst) != 0)
+        return -1;
+    if (sg_cfg_int(c, o, "retries", 0, 10, -1, &v) != 0) /* absent: -1, the plugin's own */
+        return -1;
+    b->retries = (int32_t)v;
+    if (sg_cfg_int(c, o, "min_remaining_ms", 0, 3600000, 10, &v) != 0 ||
+        sg_cfg_enum(c, o, "min_remaining_quantile", quantiles, SG_FLOOR_NONE, &b->min_remaining_quantile) != 0)
+        return -1;
+    b->min_remaining_ms = (uint32_t)v;
+    return 0;
+}
+
 static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"name",      "plugin", "config", "topk",        "timeout_ms", "max_inflight",
-                                       "max_queue", "chunk",  "cache",  "cache_ttl_s", "fallback",   "rerank",
-                                       "metered",   "budget", "qps",    "burst",       "retries",    NULL};
+    static const char *const keys[] = {"name",
+                                       "plugin",
+                                       "config",
+                                       "topk",
+                                       "timeout_ms",
+                                       "max_inflight",
+                                       "max_queue",
+                                       "chunk",
+                                       "cache",
+                                       "cache_ttl_s",
+                                       "fallback",
+                                       "rerank",
+                                       "metered",
+                                       "budget",
+                                       "qps",
+                                       "burst",
+                                       "retries",
+                                       "min_remaining_ms",
+                                       "min_remaining_quantile",
+                                       NULL};
     char path[64];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     sg_cfg_t c = {path, err, err_size};
@@ -294,13 +329,7 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     if (sg_cfg_int(&c, o, "chunk", 1, 1000000, 64, &v) != 0)
         return -1;
     b->chunk = (uint32_t)v;
-    if (sg_cfg_double(&c, o, "qps", 0, 1e6, 0, &b->qps) != 0 ||
-        sg_cfg_double(&c, o, "burst", 1, 1e6, b->qps > 1 ? b->qps : 1, &b->burst) != 0)
-        return -1;
-    if (sg_cfg_int(&c, o, "retries", 0, 10, -1, &v) != 0) /* absent: -1, the plugin's own */
-        return -1;
-    b->retries = (int32_t)v;
-    if (sg_cfg_bool(&c, o, "cache", 1, &b->cache) != 0)
+    if (parse_route_pacing(&c, o, b) != 0 || sg_cfg_bool(&c, o, "cache", 1, &b->cache) != 0)
         return -1;
     if (sg_cfg_int(&c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)
         return -1;
@@ -337,10 +366,44 @@ static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t e
     return sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir);
 }
 
+/* The bounds of answers: bytes per answer, bytes held by the process, the wait for room, the
+ * write timeout (docs/operations.md, "Limits and abuse"). */
+static int parse_response_limits(sg_config_t *cfg, const cJSON *lim, sg_cfg_t *cm)
+{
+    int64_t v;
+    if (sg_cfg_int(cm, lim, "max_response_bytes", 1024, (int64_t)1 << 40, (int64_t)32 << 20, &v) != 0)
+        return -1;
+    cfg->limits.max_response_bytes = (uint64_t)v;
+    int64_t def = (int64_t)512 << 20;
+    if (def < v)
+        def = v;
+    if (sg_cfg_int(cm, lim, "max_response_bytes_inflight", 1024, (int64_t)1 << 42, def, &v) != 0)
+        return -1;
+    if ((uint64_t)v < cfg->limits.max_response_bytes)
+        return sg_cfg_fail(cm, "max_response_bytes_inflight", cJSON_GetObjectItemCaseSensitive(lim, "max_response_bytes_inflight"),
+                           "must be at least limits.max_response_bytes");
+    cfg->limits.max_response_bytes_inflight = (uint64_t)v;
+    if (sg_cfg_int(cm, lim, "response_wait_ms", 0, 600000, 2000, &v) != 0)
+        return -1;
+    cfg->limits.response_wait_ms = (uint32_t)v;
+    if (sg_cfg_int(cm, lim, "write_timeout_ms", 1, 3600000, 30000, &v) != 0)
+        return -1;
+    cfg->limits.write_timeout_ms = (uint32_t)v;
+    return 0;
+}
+
 static int parse_limits(sg_config_t *cfg, const cJSON *lim, char *err, size_t err_size)
 {
-    static const char *const limit_keys[] = {"max_body_bytes", "max_queries",     "max_query_bytes",
-                                             "max_topk",       "max_deadline_ms", NULL};
+    static const char *const limit_keys[] = {"max_body_bytes",
+                                             "max_queries",
+                                             "max_query_bytes",
+                                             "max_topk",
+                                             "max_deadline_ms",
+                                             "max_response_bytes",
+                                             "max_response_bytes_inflight",
+                                             "response_wait_ms",
+                                             "write_timeout_ms",
+                                             NULL};
     sg_cfg_t cm = {"limits", err, err_size};
     int64_t v;
     if (lim != NULL && sg_cfg_check_keys(&cm, lim, limit_keys) != 0)
@@ -360,7 +423,7 @@ static int parse_limits(sg_config_t *cfg, const cJSON *lim, char *err, size_t er
     if (sg_cfg_int(&cm, lim, "max_deadline_ms", 1, 3600000, 600000, &v) != 0)
         return -1;
     cfg->limits.max_deadline_ms = (uint32_t)v;
-    return 0;
+    return parse_response_limits(cfg, lim, &cm);
 }
 
 /* backends, their fallbacks (names, resolved once all backends are known) and default_backend */

@@ -16,6 +16,7 @@ typedef struct st_sg_budget_conf_t {
     int fail;         /* SG_BUDGET_FAIL_*: when Redis is configured but does not answer */
 } sg_budget_conf_t;
 
+enum { SG_FLOOR_NONE = 0, SG_FLOOR_P50 = 1, SG_FLOOR_P90 = 2 };
 enum { SG_PERIOD_HOUR = 0, SG_PERIOD_DAY = 1, SG_PERIOD_WEEK = 2, SG_PERIOD_MONTH = 3 };
 enum { SG_BUDGET_FAIL_CLOSED = 0, SG_BUDGET_FAIL_OPEN = 1 };
 
@@ -26,13 +27,15 @@ typedef struct st_sg_backend_conf_t {
     char *config_json; /* the backend's "config" object, serialised ("{}" when absent) */
     uint32_t topk;     /* default topk for this route */
     uint32_t timeout_ms;
-    uint32_t max_inflight; /* queries handed to the plugin at once; 0 = unlimited */
-    uint32_t max_queue;    /* queries waiting for admission; beyond that 503 */
-    uint32_t chunk;        /* a request's queries reach the plugin in calls of at most this many */
-    double qps;            /* queries started per second on this route (token bucket); 0 = unlimited */
-    double burst;          /* depth of that bucket, in queries */
-    int32_t retries;       /* retries per upstream request the route allows; -1 = the plugin's own setting */
-    int cache;             /* result cache on/off for this route */
+    uint32_t max_inflight;      /* queries handed to the plugin at once; 0 = unlimited */
+    uint32_t max_queue;         /* queries waiting for admission; beyond that 503 */
+    uint32_t chunk;             /* a request's queries reach the plugin in calls of at most this many */
+    double qps;                 /* queries started per second on this route (token bucket); 0 = unlimited */
+    double burst;               /* depth of that bucket, in queries */
+    int32_t retries;            /* retries per upstream request the route allows; -1 = the plugin's own setting */
+    uint32_t min_remaining_ms;  /* a call is not started with less of its deadline left (504 at once) */
+    int min_remaining_quantile; /* SG_FLOOR_*: the floor is at least this quantile of recent call durations */
+    int cache;                  /* result cache on/off for this route */
     uint32_t cache_ttl_s;
     int fallback;                       /* index of the fallback backend, -1 = none */
     struct st_sg_rerank_conf_t *rerank; /* the route's rerank stage (rerank.h), or NULL */
@@ -78,6 +81,10 @@ typedef struct st_sg_config_t {
         uint32_t max_query_bytes;
         uint32_t max_topk;
         uint32_t max_deadline_ms;
+        uint64_t max_response_bytes;          /* body of one /retrieve or /access answer (413 beyond) */
+        uint64_t max_response_bytes_inflight; /* response memory held by the whole process (503 beyond) */
+        uint32_t response_wait_ms;            /* longest wait for room in that budget before 503 */
+        uint32_t write_timeout_ms;            /* a reader that takes no bytes this long is disconnected */
     } limits;
     sg_backend_conf_t *backends; /* plugin routes */
     size_t n_backends;

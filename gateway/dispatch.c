@@ -36,6 +36,7 @@
 #include "hmap.h"
 #include "clients.h"
 #include "budget.h"
+#include "respond.h"
 #include "../cache/cache.h"
 
 #include <math.h>
@@ -313,6 +314,53 @@ static int backend_fits(const sg_route_t *b, size_t n)
     return b->conf->max_inflight == 0 || b->admit_inflight == 0 || b->admit_inflight + n <= b->conf->max_inflight;
 }
 
+/* ---- the floor: a call needs this much of its deadline left to start (min_remaining_ms) ---- */
+
+static uint32_t route_floor_ms(const sg_route_t *b)
+{
+    uint32_t f = b->conf->min_remaining_ms;
+    if (b->conf->min_remaining_quantile != SG_FLOOR_NONE) {
+        uint32_t o = atomic_load_explicit(&b->floor_observed_ms, memory_order_relaxed);
+        if (o > f)
+            f = o;
+    }
+    return f;
+}
+
+/* Whether call `c` has too little of its deadline left to start. */
+static int call_too_late(const sg_call_t *c, uint64_t now_ms)
+{
+    uint64_t d = c->search.deadline_ms;
+    return d != 0 && now_ms + route_floor_ms(c->backend) >= d;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A successful call of `ms` on route `b` (admit_mutex held): the window of recent durations,
+ * and every 8 calls the floor's quantile of it. */
+static void floor_observe_locked(sg_route_t *b, uint64_t ms)
+{
+    if (b->conf->min_remaining_quantile == SG_FLOOR_NONE)
+        return;
+    size_t cap = sizeof(b->floor_ring) / sizeof(b->floor_ring[0]);
+    b->floor_ring[b->floor_at] = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    b->floor_at = (uint32_t)((b->floor_at + 1) % cap);
+    if (b->floor_n < cap)
+        ++b->floor_n;
+    if (b->floor_n < 8 || b->floor_at % 8 != 0)
+        return; /* too few to say, or not yet time to recompute */
+    uint32_t tmp[sizeof(b->floor_ring) / sizeof(b->floor_ring[0])];
+    memcpy(tmp, b->floor_ring, b->floor_n * sizeof(tmp[0]));
+    qsort(tmp, b->floor_n, sizeof(tmp[0]), cmp_u32);
+    size_t at = b->conf->min_remaining_quantile == SG_FLOOR_P50 ? (b->floor_n - 1) / 2 : (b->floor_n * 9 - 1) / 10;
+    atomic_store_explicit(&b->floor_observed_ms, tmp[at], memory_order_relaxed);
+    sg_gauge_set(b->floor_ms, route_floor_ms(b));
+}
+
 /* ---- caps: the route's rate and the plugin's limits (route.h) ---- */
 
 static uint64_t cap_units(const sg_admit_cap_t *k, const sg_call_t *c)
@@ -501,7 +549,7 @@ static sg_call_t *queue_pop(sg_admit_queue_t *q)
 
 static int call_is_dead(sg_call_t *c, uint64_t now_ms)
 {
-    return (atomic_load(&c->live) & CANCEL_BIT) != 0 || (c->search.deadline_ms != 0 && now_ms >= c->search.deadline_ms);
+    return (atomic_load(&c->live) & CANCEL_BIT) != 0 || call_too_late(c, now_ms);
 }
 
 /* Takes runnable calls off the backend's queues (DRR across clients) while capacity allows.
@@ -580,14 +628,21 @@ static void run_lists(sg_call_t *run, sg_call_t *dead)
         rev = run;
         run = next;
     }
+    uint64_t now = sg_now_ms();
     while (dead != NULL) {
         sg_call_t *next = dead->q_next;
         int canceled = (atomic_load(&dead->live) & CANCEL_BIT) != 0;
         sg_counter_add(dead->backend->expired, 1);
         if (dead->client != NULL)
             sg_counter_add(dead->client->m_timeouts, 1);
-        sg_result res = {canceled ? SG_ECANCELED : SG_ETIMEDOUT,
-                         canceled ? "every waiting request went away" : "deadline passed while queued for the backend", NULL, 0, 0};
+        char msg[200] = "deadline passed while queued for the backend";
+        if (!canceled && now < dead->search.deadline_ms) {
+            sg_counter_add(dead->backend->floor_refused, 1);
+            snprintf(msg, sizeof(msg),
+                     "only %llu ms of the deadline left after waiting in the queue, under the route's floor of %u ms",
+                     (unsigned long long)(dead->search.deadline_ms - now), route_floor_ms(dead->backend));
+        }
+        sg_result res = {canceled ? SG_ECANCELED : SG_ETIMEDOUT, canceled ? "every waiting request went away" : msg, NULL, 0, 0};
         atomic_store(&dead->state, CALL_DONE);
         call_complete(dead, &res);
         dead = next;
@@ -631,12 +686,34 @@ static void on_admit_timer(sg_timer_t *t)
         pump(&loop->server->routes[i], loop);
 }
 
+/* A call with less of its deadline left than the route's floor is not started: 504 at once. */
+static int refuse_too_late(sg_call_t *c)
+{
+    uint64_t now = sg_now_ms();
+    if (!call_too_late(c, now))
+        return 0;
+    sg_route_t *b = c->backend;
+    sg_counter_add(b->floor_refused, 1);
+    char msg[240];
+    uint64_t left = c->search.deadline_ms > now ? c->search.deadline_ms - now : 0;
+    snprintf(msg, sizeof(msg),
+             "only %llu ms of the deadline left, under the route's floor of %u ms (min_remaining_ms%s): not started",
+             (unsigned long long)left, route_floor_ms(b),
+             b->conf->min_remaining_quantile != SG_FLOOR_NONE ? ", or the route's recent call durations" : "");
+    sg_result res = {SG_ETIMEDOUT, msg, NULL, 0, 0};
+    atomic_store(&c->state, CALL_DONE);
+    call_complete(c, &res);
+    return 1;
+}
+
 static void admit_submit(sg_call_t *c)
 {
     sg_route_t *b = c->backend;
     sg_call_t *run = NULL, *dead = NULL;
     const char *full = NULL;
     uint64_t wake = 0;
+    if (refuse_too_late(c))
+        return;
     pthread_mutex_lock(&b->admit_mutex);
     if (b->admit_queues == NULL && client_fits(c->client, c->n) && route_allows(b, c, sg_now_ms(), &wake)) {
         take_locked(b, c);
@@ -733,6 +810,8 @@ static void call_start(sg_call_t *c)
 {
     sg_route_t *b = c->backend;
     c->start_us = sg_now_us();
+    uint64_t d = c->search.deadline_ms, floor = route_floor_ms(b);
+    c->search.start_by_ms = d == 0 ? 0 : d > floor ? d - floor : 1;
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
     sg__budget_started(&c->budget);
@@ -756,13 +835,18 @@ static void call_complete(sg_call_t *c, const sg_result *res)
         detail = "the backend returned a result for the wrong number of queries";
     }
     if (st == SG_OK) {
+        uint64_t doc_bytes = 0, n_docs = 0;
         for (size_t i = 0; i < c->n; ++i) {
             const sg_hits *h = &res->queries[i];
             sg_hits capped = *h;
             if (capped.n_hits > c->search.topk)
                 capped.n_hits = c->search.topk;
             c->blobs[i] = sg_blob_from_hits(&capped);
+            for (size_t j = 0; j < capped.n_hits; ++j)
+                doc_bytes += capped.hits[j].doc_len;
+            n_docs += capped.n_hits;
         }
+        sg_respond_observe(c->backend, c->is_access, doc_bytes, n_docs);
     } else {
         if (detail == NULL || detail[0] == '\0')
             detail = sg_plugin_status_name(st);
@@ -829,6 +913,8 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             b->admit_inflight -= c->n;
             for (int j = 0; j < 2; ++j)
                 k[j]->inflight -= cap_units(k[j], c);
+            if (c->status == SG_OK)
+                floor_observe_locked(b, (sg_now_us() - c->start_us) / 1000);
             sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
             pthread_mutex_unlock(&b->admit_mutex);
             if (c->client != NULL)
@@ -931,6 +1017,8 @@ void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_back
         sg_limits lim;
         sg_admit_cap_t *k = &b->caps[op == SG_OP_SEARCH ? SG_CAP_SEARCH : SG_CAP_ACCESS];
         int has = plugin_limits(vt, inst, op, &lim);
+        if (has && lim.doc_bytes != 0)
+            atomic_store_explicit(&b->doc_bytes[op != 0], lim.doc_bytes, memory_order_relaxed);
         if (op == SG_OP_ACCESS && has && lim.share_search) {
             b->access_shares_search = 1;
             k = &b->caps[SG_CAP_SEARCH]; /* set up with search: only the chunk and the budget below */
@@ -947,6 +1035,93 @@ void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_back
                    "retries",
                    bc->name, (int)bc->retries, vt->name);
     }
+}
+
+/* ---- what a route can ever admit of one request (item: requests that can never be served) ---- */
+
+/* How admit_submit() treats the calls of one request of `n` misses on an idle route `b` (nothing
+ * running or queued, full buckets): the first calls start while every in-flight cap and bucket
+ * allows, the rest must all wait in the queues at once. Returns 0 when they fit, 1 when the
+ * route's max_queue refuses one, 2 when a plugin cap's max_queue does; `*need_queue` (when not
+ * NULL) is the route queue the request needs. */
+static int admit_simulate(sg_route_t *b, int is_access, uint64_t n, uint64_t *need_queue)
+{
+    uint32_t chunk = b->chunk[is_access ? 1 : 0] != 0 ? b->chunk[is_access ? 1 : 0] : b->conf->chunk;
+    const sg_admit_cap_t *k[2] = {&b->caps[SG_CAP_ROUTE], plugin_cap(b, is_access)};
+    uint64_t inflight = 0, queued = 0, cap_inflight[2] = {0, 0}, cap_queued[2] = {0, 0};
+    double tokens[2] = {k[0]->burst, k[1]->burst};
+    int queuing = 0, verdict = 0;
+    for (uint64_t at = 0; at < n;) {
+        uint64_t c = n - at < chunk ? n - at : chunk;
+        at += c;
+        int runs = !queuing && (b->conf->max_inflight == 0 || inflight == 0 || inflight + c <= b->conf->max_inflight);
+        for (int i = 0; i < 2; ++i) {
+            uint64_t u = k[i]->per_call ? 1 : c;
+            if (k[i]->max_inflight != 0 && cap_inflight[i] != 0 && cap_inflight[i] + u > k[i]->max_inflight)
+                runs = 0;
+            if (k[i]->qps > 0 && tokens[i] < ((double)u < k[i]->burst ? (double)u : k[i]->burst))
+                runs = 0;
+        }
+        for (int i = 0; i < 2; ++i) {
+            uint64_t u = k[i]->per_call ? 1 : c;
+            if (runs) {
+                cap_inflight[i] += u;
+                tokens[i] -= (double)u;
+            } else if (k[i]->max_queue != 0 && (cap_queued[i] += u) > k[i]->max_queue && verdict == 0) {
+                verdict = 2;
+            }
+        }
+        if (runs) {
+            inflight += c;
+            continue;
+        }
+        queuing = 1;
+        if ((queued += c) > b->conf->max_queue && verdict == 0)
+            verdict = 1;
+    }
+    if (need_queue != NULL)
+        *need_queue = queued;
+    return verdict;
+}
+
+uint32_t sg_dispatch_capacity(sg_route_t *b, int is_access, uint32_t max)
+{
+    if (admit_simulate(b, is_access, max, NULL) == 0)
+        return max;
+    uint32_t lo = 0, hi = max; /* admit_simulate(lo) fits, (hi) does not: more queries never fit better */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (admit_simulate(b, is_access, mid, NULL) == 0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int sg_dispatch_describe_capacity(sg_route_t *b, int is_access, uint32_t n, char *msg, size_t size)
+{
+    uint64_t need = 0;
+    int verdict = admit_simulate(b, is_access, n, &need);
+    if (verdict == 0)
+        return 0;
+    uint32_t cap = sg_dispatch_capacity(b, is_access, n);
+    const sg_admit_cap_t *pk = plugin_cap(b, is_access);
+    char plugin[96] = "";
+    if (pk->max_inflight != 0 || pk->max_queue != 0)
+        snprintf(plugin, sizeof(plugin), "; the plugin's max_inflight %u, max_queue %u%s", pk->max_inflight, pk->max_queue,
+                 pk->per_call ? " calls" : " queries");
+    snprintf(msg, size,
+             "backend %s can never admit %u queries of one request: at most %u (max_inflight %u, max_queue %u, calls of %u "
+             "queries%s); send at most %u queries per request%s",
+             b->conf->name, n, cap, b->conf->max_inflight, b->conf->max_queue,
+             b->chunk[is_access ? 1 : 0] != 0 ? b->chunk[is_access ? 1 : 0] : b->conf->chunk, plugin, cap,
+             verdict == 1 ? "" : " (the plugin's max_queue is the bound)");
+    if (verdict == 1) {
+        size_t l = strlen(msg);
+        snprintf(msg + l, size - l, ", or raise the route's max_queue to %llu", (unsigned long long)need);
+    }
+    return -1;
 }
 
 void sg_dispatch_init_loop(sg_loop_t *loop)
@@ -1077,6 +1252,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
         u->waiter = NULL;
         u->blob = late;
         --r->n_pending;
+        sg__query_took_blob(r, u);
         ++r->hits_l1;
         if (r->misses > 0)
             --r->misses;

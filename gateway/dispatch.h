@@ -30,6 +30,16 @@ void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_back
  * `admission` is the call (sg_search.admission). Any thread; never blocks (a short mutex hold).
  */
 uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms);
+/**
+ * The most queries of one request route `b` could ever admit at once for search (is_access 0)
+ * or access: on an idle route, its calls of `chunk` queries start while the in-flight caps allow
+ * and the rest must fit the queues (max_queue of the route and of its plugin's caps). At most
+ * `max`. After sg_dispatch_setup_route(); any thread (reads configuration only).
+ */
+uint32_t sg_dispatch_capacity(sg_route_t *b, int is_access, uint32_t max);
+/** 0 when `n` queries fit sg_dispatch_capacity(), else -1 with a message naming the bounds, the
+ * capacity and the change that would make them fit. */
+int sg_dispatch_describe_capacity(sg_route_t *b, int is_access, uint32_t n, char *msg, size_t size);
 /** Number of flights in the table (for tests and /stats). */
 size_t sg_dispatch_flights(void);
 

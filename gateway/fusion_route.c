@@ -29,6 +29,7 @@
 #include "query.h"
 #include "ratelimit_global.h"
 #include "request.h"
+#include "respond.h"
 #include "retrieve.h"
 
 #include <math.h>
@@ -77,6 +78,8 @@ struct st_sg_fusion_query_t {
     sg_timer_t timer; /* the rate-limit wait */
     uint32_t legs_pending;
     int answered;
+    int shape; /* the bounds of the answer (sg_fusion_spec_t) */
+    uint64_t max_response_bytes, envelope_bytes;
     leg_t legs[SG_FUSION_MAX_LEGS];
 };
 
@@ -376,12 +379,61 @@ static sg_blob_t *fuse_one(fusion_req_t *fr, uint32_t u)
     return blob;
 }
 
+/* The fused answer fits limits.max_response_bytes (0), or the request was answered 413 (-1). */
+static int check_size(fusion_req_t *fr, sg_blob_t **fused)
+{
+    if (fr->max_response_bytes == 0)
+        return 0;
+    uint64_t size = fr->envelope_bytes;
+    for (uint32_t i = 0; i < fr->n_queries; ++i)
+        size += sg_blob_shape_len(fused[fr->slot_uniq[i]], fr->shape);
+    if (size <= fr->max_response_bytes)
+        return 0;
+    sg_counter_add(fr->loop->server->responses.m_too_large_exact, 1);
+    char msg[300];
+    snprintf(msg, sizeof(msg),
+             "fusion route %s: the answer is %llu bytes, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller "
+             "topk",
+             fr->route->conf->name, (unsigned long long)size, (unsigned long long)fr->max_response_bytes);
+    fail(fr, 413, "too_large", msg, 0);
+    return -1;
+}
+
+/* Before any work: the fused answer estimated from the legs' mean DOC size (halved, as the
+ * query pipeline does) fits limits.max_response_bytes (0), or the request was answered 413. */
+static int check_estimate(fusion_req_t *fr)
+{
+    const sg_fusion_conf_t *fc = fr->route->conf;
+    uint32_t doc = 0;
+    for (uint32_t l = 0; l < fc->n_legs; ++l) {
+        uint32_t d = sg_respond_doc_bytes(&fr->loop->server->routes[fc->legs[l]], SG_OP_SEARCH);
+        doc = d > doc ? d : doc;
+    }
+    uint64_t low = fr->envelope_bytes + (uint64_t)fr->n_queries * fr->topk * (doc / 2);
+    if (fr->max_response_bytes == 0 || doc == 0 || low <= fr->max_response_bytes)
+        return 0;
+    sg_counter_add(fr->loop->server->responses.m_too_large_estimate, 1);
+    char msg[400];
+    snprintf(msg, sizeof(msg),
+             "fusion route %s: the answer would be at least about %llu bytes (%u queries x topk %u x ~%u bytes per document), over "
+             "limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
+             fc->name, (unsigned long long)low, fr->n_queries, fr->topk, doc / 2, (unsigned long long)fr->max_response_bytes);
+    fail(fr, 413, "too_large", msg, 0);
+    return -1;
+}
+
 static void respond(fusion_req_t *fr)
 {
     const sg_fusion_conf_t *fc = fr->route->conf;
     sg_blob_t **fused = sg_mem_alloc(fr->n_uniq * sizeof(*fused));
     for (uint32_t u = 0; u < fr->n_uniq; ++u)
         fused[u] = fuse_one(fr, u);
+    if (check_size(fr, fused) != 0) {
+        for (uint32_t u = 0; u < fr->n_uniq; ++u)
+            sg_blob_release(fused[u]);
+        free(fused);
+        return;
+    }
     /* the legs that failed: a header for the client, a metric for the operator */
     sg_buf_t partial = {0};
     for (uint32_t l = 0; l < fc->n_legs; ++l) {
@@ -592,10 +644,14 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
         deadline_us = spec->deadline_us > fr->start_us ? spec->deadline_us : fr->start_us;
     fr->deadline_us = deadline_us;
+    fr->shape = spec->shape;
+    fr->max_response_bytes = spec->max_response_bytes;
+    fr->envelope_bytes = spec->envelope_bytes;
     sg_gauge_add(r->inflight, 1);
     dedup_queries(fr, spec);
     ++fr->refs; /* the caller's handle stays valid through what follows */
-    charge_rate_limit(fr);
+    if (check_estimate(fr) == 0)
+        charge_rate_limit(fr);
     int answered = fr->answered;
     fusion_req_unref(fr);
     return answered ? NULL : fr;
@@ -619,33 +675,13 @@ static void on_http_done(void *ctx, const sg_query_result_t *res, const char *pa
         sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
         return;
     }
-    size_t total = sizeof("{\"result\":[]}") - 1 + (res->n > 0 ? res->n - 1 : 0);
-    for (uint32_t i = 0; i < res->n; ++i)
-        total += sg_blob_fragment_len(res->blobs[i], hf->return_scores);
-    char *body = h2o_mem_alloc_pool(&req->pool, total), *p = body;
-    memcpy(p, "{\"result\":[", 11);
-    p += 11;
-    for (uint32_t i = 0; i < res->n; ++i) {
-        if (i != 0)
-            *p++ = ',';
-        p = sg_blob_write_fragment(res->blobs[i], hf->return_scores, p);
-    }
-    memcpy(p, "]}", 2);
-    p += 2;
-    static h2o_generator_t generator = {NULL, NULL};
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->res.content_length = (size_t)(p - body);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
     if (partial != NULL) {
         size_t n = strlen(partial);
         char *v = h2o_mem_alloc_pool(&req->pool, n);
         memcpy(v, partial, n);
         h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v, n);
     }
-    h2o_iovec_t buf = h2o_iovec_init(body, (size_t)(p - body));
-    h2o_start_response(req, &generator);
-    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
+    sg_respond_blobs(req, res->blobs, res->n, hf->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT);
 }
 
 /* The HTTP request is being freed: if its fusion query still runs, the client went away first. */
@@ -722,7 +758,10 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
                              .n = pr->n,
                              .topk = pr->topk,
                              .start_us = start_us,
-                             .deadline_us = deadline_us};
+                             .deadline_us = deadline_us,
+                             .shape = pr->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT,
+                             .max_response_bytes = loop->server->cfg->limits.max_response_bytes,
+                             .envelope_bytes = sg_respond_envelope(pr->n)};
     http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
     *hf = (http_fusion_t){req, NULL, pr->return_scores};
     sg_fusion_query_t *q = sg_fusion_start(loop, &spec, on_http_done, hf);

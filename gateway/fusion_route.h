@@ -27,6 +27,10 @@ typedef struct st_sg_fusion_spec_t {
     uint32_t topk;            /* 0 = the route's default */
     uint64_t start_us;        /* arrival (sg_now_us() clock); 0 = now */
     uint64_t deadline_us;     /* absolute; 0 = start + the route's timeout_ms; may only shorten it */
+    /* the bounds of the fused answer, as in sg_query_spec_t (respond.h): 0 = none */
+    int shape;
+    uint64_t max_response_bytes;
+    uint64_t envelope_bytes;
 } sg_fusion_spec_t;
 
 /**

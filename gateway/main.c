@@ -12,6 +12,7 @@
 #include "ratelimit_global.h"
 #include "rerank.h"
 #include "mcp.h"
+#include "respond.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -169,9 +170,36 @@ static int load_backends(sg_server_t *s)
         b->cache_hits_redis = sg_metrics_counter("searchgate_cache_hits_total", "Queries answered by the cache, by layer.", l);
         snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
         b->cache_misses = sg_metrics_counter("searchgate_cache_misses_total", "Queries the cache could not answer.", l);
+        b->floor_refused = sg_metrics_counter(
+            "searchgate_backend_floor_refused_total",
+            "Calls not started because less of their deadline was left than the route's floor (min_remaining_ms).", l);
+        b->floor_ms = sg_metrics_gauge("searchgate_backend_floor_ms",
+                                       "The route's floor: the least of a deadline a call needs left to start (ms).", l);
+        sg_gauge_set(b->floor_ms, bc->min_remaining_ms);
     }
     sg_retrieve_init(s); /* every route's serves_access is known */
     return 0;
+}
+
+/* Routes that could never admit a request of limits.max_queries queries (sg_dispatch_capacity):
+ * such requests get 413. A warning on stdout (--check) or in the log, with the numbers. */
+static void warn_capacity(const sg_server_t *s, int to_stdout)
+{
+    uint32_t max = s->cfg->limits.max_queries;
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *b = &s->routes[i];
+        char msg[600];
+        for (int op = 0; op < 2; ++op) {
+            if ((op == 1 && !b->serves_access) || sg_dispatch_describe_capacity(b, op, max, msg, sizeof(msg)) == 0)
+                continue;
+            if (to_stdout)
+                printf("searchgate: warning: %s %s: %s; limits.max_queries is %u\n", op ? "/access" : "/retrieve", b->conf->name,
+                       msg, max);
+            else
+                SG_LOG(SG_LL_WARN, "main", "%s %s: %s; limits.max_queries is %u: larger requests are answered 413",
+                       op ? "/access" : "/retrieve", b->conf->name, msg, max);
+        }
+    }
 }
 
 static void destroy_backends(sg_server_t *s)
@@ -295,6 +323,7 @@ static int apply_overrides(sg_config_t *cfg, const cmdline_t *cl)
 static void log_started(const sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
+    warn_capacity(s, 0);
     SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
            cfg->host, s->bound_port, s->n_loops, s->n_routes, cfg->backends[cfg->default_backend].name);
     SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg->host, s->bound_port);
@@ -306,14 +335,19 @@ static void log_started(const sg_server_t *s)
         SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, no Redis", cfg->cache.l1_bytes >> 20);
 }
 
-/* --check: the config is valid, the address free and every backend loaded. */
-static void report_check(const char *config, const sg_config_t *cfg, size_t n_backends)
+static void warn_capacity(const sg_server_t *s, int to_stdout);
+
+/* --check: the config is valid, the address free and every backend loaded (and what cannot fit). */
+static void report_check(const char *config, const sg_server_t *s)
 {
+    const sg_config_t *cfg = s->cfg;
+    size_t n_backends = s->n_routes;
     if (cfg->port != 0)
         printf("searchgate: config %s is valid; %s:%u is free; %zu backend(s) loaded\n", config, cfg->host, cfg->port, n_backends);
     else
         printf("searchgate: config %s is valid; %s resolves (port 0: any free port); %zu backend(s) loaded\n", config, cfg->host,
                n_backends);
+    warn_capacity(s, 1);
 }
 
 /* plugin_dir, or plugins/ beside the executable. */
@@ -374,7 +408,7 @@ int main(int argc, char **argv)
         goto out;
     sg_fusion_init(s);
     if (cl.check) {
-        report_check(cl.config, &cfg, s->n_routes);
+        report_check(cl.config, s);
         rc = 0;
         goto out;
     }

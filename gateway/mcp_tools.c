@@ -39,7 +39,8 @@ typedef struct st_mcp_call_t {
     sg_fusion_query_t *fq; /* a fusion route's search runs through sg_fusion_start() instead */
     const mcp_tool_t *tool;
     uint32_t n;
-    char **texts; /* the queries (URLs), kept for the access text */
+    char **texts;       /* the queries (URLs), kept for the access text */
+    uint64_t max_bytes; /* limits.max_response_bytes: the tool result is refused beyond it */
 } mcp_call_t;
 
 const char *sg__mcp_tools_list(size_t *len)
@@ -397,8 +398,9 @@ static void result_init(result_t *r)
     sg_jw_arr(&r->structured);
 }
 
-/* Sends {"content":[...],"structuredContent":{"result":[...]},"isError":false}; frees `r`'s buffers. */
-static void send_result(sg_mcp_item_t *item, result_t *r)
+/* Sends {"content":[...],"structuredContent":{"result":[...]},"isError":false} -- or a tool error
+ * when it is over `max_bytes` (limits.max_response_bytes) -- and frees `r`'s buffers. */
+static void send_result(sg_mcp_item_t *item, result_t *r, uint64_t max_bytes)
 {
     sg_jw_end(&r->content);
     sg_jw_end(&r->structured);
@@ -415,10 +417,20 @@ static void send_result(sg_mcp_item_t *item, result_t *r)
     sg_jw_end(&w);
     sg_jw_kbool(&w, "isError", 0);
     sg_jw_end(&w);
-    sg__mcp_item_result(item, b.base, b.len);
-    sg_buf_free(&b);
     sg_buf_free(&r->content_buf);
     sg_buf_free(&r->structured_buf);
+    if (max_bytes != 0 && b.len > max_bytes) {
+        char msg[300];
+        snprintf(
+            msg, sizeof(msg),
+            "too_large: the result is %zu bytes, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
+            b.len, (unsigned long long)max_bytes);
+        sg_buf_free(&b);
+        tool_error(item, msg);
+        return;
+    }
+    sg__mcp_item_result(item, b.base, b.len);
+    sg_buf_free(&b);
 }
 
 static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
@@ -440,7 +452,7 @@ static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
         cJSON_Delete(hits);
         text_item(&r.content, text.base, text.len);
     }
-    send_result(c->item, &r);
+    send_result(c->item, &r, c->max_bytes);
     sg_buf_free(&frag);
     sg_buf_free(&text);
 }
@@ -479,7 +491,7 @@ static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
         }
         cJSON_Delete(pj);
     }
-    send_result(c->item, &r);
+    send_result(c->item, &r, c->max_bytes);
     sg_buf_free(&page);
 }
 
@@ -565,6 +577,46 @@ fail:
     return -1;
 }
 
+/* Runs tools/call `c` through the pipeline (or a fusion route's); its done() answers the item. */
+static void start_call(mcp_call_t *c, sg_loop_t *loop, sg_client_t *client, uint32_t topk)
+{
+    const mcp_tool_t *tool = c->tool;
+    char **texts = c->texts;
+    uint32_t n = c->n;
+    uint32_t *lens = sg_mem_alloc(n * sizeof(*lens));
+    for (uint32_t i = 0; i < n; ++i)
+        lens[i] = (uint32_t)strlen(texts[i]);
+    if (tool->fusion >= 0 && !tool->is_access) {
+        /* the tool result carries the scored fragments, and more */
+        sg_fusion_spec_t fs = {.route = tool->fusion,
+                               .client = client,
+                               .texts = (const char *const *)texts,
+                               .lens = lens,
+                               .n = n,
+                               .topk = topk,
+                               .shape = SG_SHAPE_SCORED,
+                               .max_response_bytes = c->max_bytes};
+        sg_fusion_query_t *fq = sg_fusion_start(loop, &fs, on_fusion_done, c);
+        free(lens);
+        if (fq != NULL) /* else done() already ran and freed the call */
+            c->fq = fq;
+        return;
+    }
+    sg_query_spec_t spec = {.route = tool->route,
+                            .client = client,
+                            .texts = (const char *const *)texts,
+                            .lens = lens,
+                            .n = n,
+                            .topk = topk,
+                            .is_access = tool->is_access,
+                            .shape = tool->is_access ? SG_SHAPE_PAGE : SG_SHAPE_SCORED, /* carried in the result, and more */
+                            .max_response_bytes = c->max_bytes};
+    sg_query_t *q = sg_query_start(loop, &spec, on_query_done, c);
+    free(lens);
+    if (q != NULL) /* else done() already ran and freed the call */
+        c->q = q;
+}
+
 int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params)
 {
     const sg_config_t *cfg = loop->server->cfg;
@@ -613,36 +665,9 @@ int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client
     c->tool = tool;
     c->n = n;
     c->texts = texts;
-    uint32_t *lens = sg_mem_alloc(n * sizeof(*lens));
-    for (uint32_t i = 0; i < n; ++i)
-        lens[i] = (uint32_t)strlen(texts[i]);
+    c->max_bytes = cfg->limits.max_response_bytes;
     item->call = c;
-    if (tool->fusion >= 0 && !tool->is_access) {
-        sg_fusion_spec_t fs = {0};
-        fs.route = tool->fusion;
-        fs.client = client;
-        fs.texts = (const char *const *)texts;
-        fs.lens = lens;
-        fs.n = n;
-        fs.topk = topk;
-        sg_fusion_query_t *fq = sg_fusion_start(loop, &fs, on_fusion_done, c);
-        free(lens);
-        if (fq != NULL) /* else done() already ran and freed the call */
-            c->fq = fq;
-        return 1;
-    }
-    sg_query_spec_t spec = {0};
-    spec.route = tool->route;
-    spec.client = client;
-    spec.texts = (const char *const *)texts;
-    spec.lens = lens;
-    spec.n = n;
-    spec.topk = topk;
-    spec.is_access = tool->is_access;
-    sg_query_t *q = sg_query_start(loop, &spec, on_query_done, c);
-    free(lens);
-    if (q != NULL) /* else done() already ran and freed the call */
-        c->q = q;
+    start_call(c, loop, client, topk);
     return 1;
 }
 

@@ -19,6 +19,7 @@
 #include "budget.h"
 #include "hmap.h"
 #include "ratelimit_global.h"
+#include "respond.h"
 #include "../cache/cache.h"
 
 #include <stdio.h>
@@ -28,6 +29,7 @@ static void query_free(sg_query_t *q)
 {
     for (uint32_t i = 0; i < q->n_uniq; ++i)
         sg_blob_release(q->uniq[i].blob);
+    sg_respond_release(q->loop->server, q->held); /* its blobs are gone now */
     sg_clients_release(q->client);
     free(q->slot_uniq);
     free(q->uniq);
@@ -106,8 +108,12 @@ static void fail(sg_query_t *q, int status, const char *type, const char *msg, u
     sg__query_unref(q);
 }
 
+static int check_bounds(sg_query_t *q);
+
 static void answer(sg_query_t *q)
 {
+    if (check_bounds(q) != 0)
+        return;
     finish(q, 200, NULL);
     sg_blob_t *one, **blobs = q->n_queries == 1 ? &one : sg_mem_alloc(q->n_queries * sizeof(*blobs));
     for (uint32_t i = 0; i < q->n_queries; ++i)
@@ -119,15 +125,100 @@ static void answer(sg_query_t *q)
     sg__query_unref(q);
 }
 
+/* ---- the bounds of the answer (respond.h) ---- */
+
+void sg__query_took_blob(sg_query_t *q, sg_uq_t *u)
+{
+    q->result_bytes += (uint64_t)u->mult * sg_blob_shape_len(u->blob, q->shape);
+    q->blob_bytes += sg_blob_footprint(u->blob);
+}
+
+static void fail_too_large(sg_query_t *q, const char *how, uint64_t bytes, const char *detail)
+{
+    char msg[400];
+    snprintf(
+        msg, sizeof(msg),
+        "backend %s: the answer %s %llu bytes%s, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
+        q->backend->conf->name, how, (unsigned long long)bytes, detail, (unsigned long long)q->max_response_bytes);
+    fail(q, 413, "too_large", msg, 0);
+}
+
+/* The answer so far fits limits.max_response_bytes, and the blobs the query holds are charged
+ * to the process's response budget (503 when a bounded query outgrows it). 0, or -1: answered. */
+static int check_bounds(sg_query_t *q)
+{
+    sg_server_t *s = q->loop->server;
+    if (q->max_response_bytes != 0 && q->envelope_bytes + q->result_bytes > q->max_response_bytes) {
+        sg_counter_add(s->responses.m_too_large_exact, 1);
+        char detail[96] = "";
+        if (q->n_pending != 0)
+            snprintf(detail, sizeof(detail), " with %u of %u distinct queries still to come", q->n_pending, q->n_uniq);
+        fail_too_large(q, q->n_pending != 0 ? "is already" : "is", q->envelope_bytes + q->result_bytes, detail);
+        return -1;
+    }
+    if (q->blob_bytes <= q->held)
+        return 0;
+    uint64_t more = q->blob_bytes - q->held;
+    if (q->max_response_bytes == 0) {
+        sg_respond_grow(s, more);
+    } else if (sg_respond_reserve(s, q->held, more) != 0) {
+        sg_counter_add(s->responses.m_refused, 1);
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "the gateway holds %llu bytes of answers, its limit (limits.max_response_bytes_inflight) is %llu: retry shortly",
+                 (unsigned long long)atomic_load(&s->responses.held), (unsigned long long)s->responses.limit);
+        fail(q, 503, "overloaded", msg, 1);
+        return -1;
+    }
+    q->held += more;
+    return 0;
+}
+
+/* Before any work: the estimate of the answer (the route's mean DOC size, halved to stay on the
+ * safe side, for every query and its topk) must fit limits.max_response_bytes; the memory its
+ * distinct results will take is what the query reserves in the budget. 0, or -1: answered. */
+static int check_estimate(sg_query_t *q)
+{
+    uint32_t doc = sg_respond_doc_bytes(q->backend, q->is_access);
+    if (q->max_response_bytes == 0 || doc == 0)
+        return 0;
+    uint64_t per = q->is_access ? 1 : q->topk;
+    uint64_t low = q->envelope_bytes + (uint64_t)q->n_queries * per * (doc / 2);
+    if (low > q->max_response_bytes) {
+        sg_counter_add(q->loop->server->responses.m_too_large_estimate, 1);
+        char detail[200];
+        snprintf(detail, sizeof(detail), " (%u queries x %s %llu x ~%u bytes per document, half the route's mean)", q->n_queries,
+                 q->is_access ? "pages" : "topk", (unsigned long long)per, doc / 2);
+        fail_too_large(q, "would be at least about", low, detail);
+        return -1;
+    }
+    uint64_t mem = (uint64_t)q->n_uniq * per * ((uint64_t)doc + 32);
+    q->reserve = mem < q->max_response_bytes ? mem : q->max_response_bytes;
+    return 0;
+}
+
+/* The misses must fit what the serving route can ever admit at once (413 otherwise: retrying
+ * would meet the same bound). 0, or -1: answered. */
+static int check_admissible(sg_query_t *q)
+{
+    char msg[400];
+    if (sg_dispatch_describe_capacity(q->serving, q->is_access, q->n_pending, msg, sizeof(msg)) == 0)
+        return 0;
+    fail(q, 413, "too_large", msg, 0);
+    return -1;
+}
+
 void sg__query_after_cache(sg_query_t *q)
 {
-    if (q->responded)
+    if (q->responded || check_bounds(q) != 0)
         return;
     q->misses = q->n_pending;
     if (q->n_pending == 0) {
         answer(q);
         return;
     }
+    if (check_admissible(q) != 0)
+        return;
     sg__budget_dispatch(q, fail); /* spend budgets, then sg__dispatch_misses() */
 }
 
@@ -156,6 +247,7 @@ static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t
         }
         u->blob = b;
         --q->n_pending;
+        sg__query_took_blob(q, u);
         if (t == SG_CACHE_L1) {
             ++q->hits_l1;
             sg_counter_add(q->serving->cache_hits_l1, 1);
@@ -203,11 +295,53 @@ void sg__query_lookup(sg_query_t *q)
 }
 
 static void on_timer(sg_timer_t *t);
+static void on_deadline(sg_query_t *q);
+
+/* Room in the process's response budget for the query's estimate: taken at once, or waited for
+ * (polling; limits.response_wait_ms, within the deadline), else 503. 0: go on; -1: waiting or
+ * answered. */
+static int reserve_response(sg_query_t *q)
+{
+    sg_server_t *s = q->loop->server;
+    if (q->reserve == 0 || q->held != 0)
+        return 0;
+    if (sg_respond_reserve(s, 0, q->reserve) == 0) {
+        q->held = q->reserve;
+        return 0;
+    }
+    uint64_t now = sg_now_ms();
+    if (q->budget_wait_end_ms == 0) {
+        uint64_t end = now + s->cfg->limits.response_wait_ms;
+        q->budget_wait_end_ms = end < q->deadline_ms ? end : q->deadline_ms;
+        sg_counter_add(s->responses.m_waited, 1);
+    }
+    if (now >= q->budget_wait_end_ms) {
+        if (now >= q->deadline_ms) {
+            on_deadline(q);
+            return -1;
+        }
+        sg_counter_add(s->responses.m_refused, 1);
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "the gateway holds %llu bytes of answers and this one needs about %llu more, over its limit "
+                 "(limits.max_response_bytes_inflight %llu): retry shortly",
+                 (unsigned long long)atomic_load(&s->responses.held), (unsigned long long)q->reserve,
+                 (unsigned long long)s->responses.limit);
+        fail(q, 503, "overloaded", msg, 1);
+        return -1;
+    }
+    uint64_t at = now + 20 < q->budget_wait_end_ms ? now + 20 : q->budget_wait_end_ms;
+    q->timer_kind = SG__QT_BUDGET;
+    sg_timer_start(&q->loop->timers, &q->timer, at, on_timer);
+    return -1;
+}
 
 static void start_lookup(sg_query_t *q)
 {
+    if (reserve_response(q) != 0)
+        return;
     sg_timer_start(&q->loop->timers, &q->timer, q->deadline_ms, on_timer);
-    q->timer_is_ratelimit = 0;
+    q->timer_kind = SG__QT_DEADLINE;
     sg__query_lookup(q);
 }
 
@@ -222,7 +356,7 @@ static void on_deadline(sg_query_t *q)
 static void on_timer(sg_timer_t *t)
 {
     sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, timer, t);
-    if (q->timer_is_ratelimit) {
+    if (q->timer_kind != SG__QT_DEADLINE) { /* the rate limit or the response budget: try again */
         start_lookup(q);
         return;
     }
@@ -237,7 +371,9 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
     if (status == SG_OK) {
         if (u->blob == NULL) {
             u->blob = sg_blob_ref(blob);
-            if (--q->n_pending == 0)
+            --q->n_pending;
+            sg__query_took_blob(q, u);
+            if (check_bounds(q) == 0 && q->n_pending == 0)
                 answer(q);
         }
         return;
@@ -253,7 +389,8 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
                    detail != NULL ? detail : sg_plugin_status_name(status), q->loop->server->routes[rc->fallback].conf->name);
         }
         q->serving = &q->loop->server->routes[rc->fallback];
-        sg__budget_dispatch(q, fail);
+        if (check_admissible(q) == 0)
+            sg__budget_dispatch(q, fail);
         return;
     }
     int http = sg_plugin_status_http(status);
@@ -276,7 +413,7 @@ static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
     if (rl == SG_RL_WAIT) {
         sg_counter_add(client->m_queued, 1);
         sg_hist_observe_us(client->m_wait, wait_us);
-        q->timer_is_ratelimit = 1;
+        q->timer_kind = SG__QT_RATELIMIT;
         sg_timer_start(&q->loop->timers, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
         return;
     }
@@ -332,6 +469,7 @@ static void index_distinct(sg_query_t *q, const uint32_t *off, const uint32_t *l
             ++q->n_uniq;
         else
             *u = (sg_uq_t){0};
+        ++got->mult;
         q->slot_uniq[i] = (uint32_t)(got - q->uniq);
     }
     sg_hmap_dispose(&distinct);
@@ -355,6 +493,9 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     q->leg = spec->leg;
     q->topk = spec->is_access ? 1 : spec->topk != 0 ? spec->topk : spec->route->conf->topk;
     q->params = spec->params != NULL && spec->params[0] != '\0' ? sg_strdup(spec->params) : NULL;
+    q->shape = spec->shape;
+    q->max_response_bytes = spec->max_response_bytes;
+    q->envelope_bytes = spec->envelope_bytes;
     q->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
     q->n_queries = spec->n;
     size_t total = 0;
@@ -390,6 +531,8 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
         max_wait_us = deadline_us - q->start_us;
     q->max_wait_us = max_wait_us;
     sg__query_ref(q); /* the caller's handle stays valid through what follows */
+    if (check_estimate(q) != 0)
+        goto started; /* 413 before any work, the rate limit not charged */
     if (spec->leg) {  /* a fusion leg: the fusion request was charged the client's rate limit */
         start_lookup(q);
         goto started;

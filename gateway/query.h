@@ -45,6 +45,14 @@ typedef struct st_sg_query_spec_t {
                                * Never later than that: a caller may only shorten it. */
     int leg;                  /* a leg of a fusion route (fusion_route.c), which charged the client's
                                * rate limit and counts the client's request itself: skip both */
+    /* the bounds of the answer (respond.h): the entry point writes each result blob in `shape`
+     * (SG_SHAPE_*) plus `envelope_bytes` around them, and that may not exceed
+     * `max_response_bytes` (0 = no bound, no share of the response budget reserved: a fusion
+     * leg). Refused with 413 before any backend work when the route's mean DOC size says it
+     * would not fit, else as soon as the results that arrived exceed it. */
+    int shape;
+    uint64_t max_response_bytes;
+    uint64_t envelope_bytes;
 } sg_query_spec_t;
 
 /** The outcome, passed to done(). Every pointer is borrowed for the duration of the callback. */

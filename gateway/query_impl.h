@@ -17,6 +17,7 @@ typedef struct st_sg_uq_t {
     uint32_t len;
     sg_blob_t *blob;     /* set once answered */
     sg_waiter_t *waiter; /* while waiting on a flight */
+    uint32_t mult;       /* queries of the batch with this text: the answer repeats its blob this often */
     uint8_t fallback_tried;
 } sg_uq_t;
 
@@ -34,8 +35,8 @@ struct st_sg_query_t {
     int is_access; /* POST /access: no cache, no flights */
     uint64_t start_us;
     uint64_t deadline_ms;
-    sg_timer_t timer; /* deadline, or the rate-limit wake-up */
-    int timer_is_ratelimit;
+    sg_timer_t timer;     /* deadline, the rate-limit wake-up, or the response-budget wait */
+    int timer_kind;       /* SG__QT_* */
     uint64_t max_wait_us; /* longest rate-limit wait this query accepts */
     uint32_t n_queries, n_uniq;
     uint32_t *slot_uniq;
@@ -51,7 +52,19 @@ struct st_sg_query_t {
 
     /* budget.c: the reservation dispatch draws from, while sg__dispatch_misses() runs */
     struct st_sg_budget_charge_t *budget;
+
+    /* the bounds of the answer (respond.h); max_response_bytes 0 = none (a fusion leg) */
+    int shape;                   /* SG_SHAPE_* the blobs appear in */
+    uint64_t max_response_bytes; /* the whole answer, envelope_bytes included */
+    uint64_t envelope_bytes;     /* what the entry point adds around the pieces */
+    uint64_t result_bytes;       /* pieces of the answered queries (repeats included) */
+    uint64_t blob_bytes;         /* the distinct blobs it holds */
+    uint64_t held;               /* charged to the process's response budget */
+    uint64_t reserve;            /* to reserve before the cache step (the estimate) */
+    uint64_t budget_wait_end_ms; /* while waiting for room in the budget */
 };
+
+enum { SG__QT_DEADLINE = 0, SG__QT_RATELIMIT = 1, SG__QT_BUDGET = 2 };
 
 /** The search parameters of the backend answering now: the route's request parameters apply to
  * the route's own backend only, never to its fallback. */
@@ -60,6 +73,9 @@ static inline const char *sg__query_params(const sg_query_t *q)
     return q->serving == q->backend ? q->params : NULL;
 }
 
+/** Distinct query `u` of `q` just got its blob: counts its bytes in the answer's size and the
+ * memory the query holds (the bounds are checked at the next step, sg__query_check_bounds). */
+void sg__query_took_blob(sg_query_t *q, sg_uq_t *u);
 /** A waiter finished (result or failure) for `q`; continues the query. */
 void sg__query_on_result(sg_query_t *q, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
                          uint32_t retry_after_s);

@@ -4,7 +4,7 @@
  *
  *   route (path, "backend" field, default) -> parse + validate the body -> search_params
  *   (the route's check_params) -> identify the client -> X-Timeout-Ms -> sg_query_start() ->
- *   splice the per-query fragments into {"result": [...]} and respond
+ *   stream {"result": [...]} spliced from the per-query fragments (respond.h)
  *
  * What precedes a query (unknown route, malformed body, unauthorised, an empty batch) is answered
  * here. Everything after it -- rate limits, cache, singleflight, admission, deadline, metrics --
@@ -18,6 +18,7 @@
 #include "query.h"
 #include "retrieve.h"
 #include "request.h"
+#include "respond.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,7 @@
 typedef struct st_http_query_t {
     h2o_req_t *req;
     sg_query_t *q; /* NULL once answered */
-    int is_access;
-    int return_scores;
+    int shape;     /* SG_SHAPE_*: how each result appears in the answer */
 } http_query_t;
 
 /* log_level debug: one line per /retrieve or /access answered before it became a query. */
@@ -39,51 +39,12 @@ static void log_early(int is_access, const sg_route_t *b, const sg_client_t *cli
            type != NULL ? " error=" : "", type != NULL ? type : "", n_queries, (double)(sg_now_us() - start_us) / 1000.0);
 }
 
-static void respond_ok(h2o_req_t *req, const http_query_t *hq, const sg_query_result_t *res)
-{
-    size_t total = sizeof("{\"result\":[]}") - 1 + (res->n > 0 ? res->n - 1 : 0);
-    for (uint32_t i = 0; i < res->n; ++i) {
-        const sg_blob_t *b = res->blobs[i];
-        if (hq->is_access)
-            total += b->n_hits > 0 ? b->docs[0].len : 4;
-        else
-            total += sg_blob_fragment_len(b, hq->return_scores);
-    }
-    char *body = h2o_mem_alloc_pool(&req->pool, total), *p = body;
-    memcpy(p, "{\"result\":[", 11);
-    p += 11;
-    for (uint32_t i = 0; i < res->n; ++i) {
-        const sg_blob_t *b = res->blobs[i];
-        if (i != 0)
-            *p++ = ',';
-        if (!hq->is_access) {
-            p = sg_blob_write_fragment(b, hq->return_scores, p);
-        } else if (b->n_hits > 0) {
-            memcpy(p, b->json + b->docs[0].off, b->docs[0].len);
-            p += b->docs[0].len;
-        } else {
-            memcpy(p, "null", 4);
-            p += 4;
-        }
-    }
-    memcpy(p, "]}", 2);
-    p += 2;
-    static h2o_generator_t generator = {NULL, NULL};
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->res.content_length = (size_t)(p - body);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
-    h2o_iovec_t buf = h2o_iovec_init(body, (size_t)(p - body));
-    h2o_start_response(req, &generator);
-    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
-}
-
 static void on_query_done(void *ctx, const sg_query_result_t *res)
 {
     http_query_t *hq = ctx;
     hq->q = NULL;
-    if (res->status == 200)
-        respond_ok(hq->req, hq, res);
+    if (res->status == 200) /* streamed from the blobs, window by window (respond.h) */
+        sg_respond_blobs(hq->req, res->blobs, res->n, hq->shape);
     else
         sg_send_error(hq->req, res->status, res->type, res->message, res->retry_after_s);
 }
@@ -310,9 +271,14 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
                             .is_access = in->is_access,
                             .params = in->params,
                             .start_us = in->start_us,
-                            .deadline_us = deadline_us};
+                            .deadline_us = deadline_us,
+                            .shape = in->is_access       ? SG_SHAPE_PAGE
+                                     : pr->return_scores ? SG_SHAPE_SCORED
+                                                         : SG_SHAPE_FLAT,
+                            .max_response_bytes = in->loop->server->cfg->limits.max_response_bytes,
+                            .envelope_bytes = sg_respond_envelope(pr->n)};
     http_query_t *hq = h2o_mem_alloc_shared(&in->req->pool, sizeof(*hq), on_req_dispose);
-    *hq = (http_query_t){in->req, NULL, in->is_access, pr->return_scores};
+    *hq = (http_query_t){in->req, NULL, spec.shape};
     sg_query_t *q = sg_query_start(in->loop, &spec, on_query_done, hq);
     if (q != NULL) /* else done() already ran, and the request may be gone */
         hq->q = q;

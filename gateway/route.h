@@ -82,6 +82,16 @@ struct st_sg_route_t {
     sg_counter_t *coalesced;     /* queries that joined an identical in-flight query */
     sg_counter_t *fallbacks;     /* requests answered by the fallback backend */
     sg_counter_t *cache_hits_l1, *cache_hits_redis, *cache_misses;
+    sg_counter_t *floor_refused; /* calls not started: less than the route's floor of their deadline was left */
+    sg_gauge_t *floor_ms;        /* the floor in force (min_remaining_ms, or the observed quantile) */
+    /* the mean bytes of one DOC for search and access (respond.h): the plugin's figure
+     * (sg_limits.doc_bytes) until calls measured it; 0 = unknown. Any thread, relaxed. */
+    _Atomic uint32_t doc_bytes[2];
+    /* the floor (min_remaining_quantile): durations of the last SG_FLOOR_WINDOW successful calls,
+     * under admit_mutex, and the quantile of them last computed (ms; any thread, relaxed) */
+    uint32_t floor_ring[64];
+    uint32_t floor_n, floor_at;
+    _Atomic uint32_t floor_observed_ms;
     /* admission: guarded by admit_mutex */
     pthread_mutex_t admit_mutex;
     uint64_t admit_inflight;        /* queries */

@@ -7,6 +7,7 @@
  * h2o_evloop_run()'s max_wait.
  */
 #include "server.h"
+#include "respond.h"
 #include "fusion_route.h"
 #include "clients.h"
 #include "budget.h"
@@ -681,6 +682,7 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     }
     s->bound_port = port;
     s->n_loops = n_loops;
+    sg_respond_init(s); /* the response budget, before any request */
     s->loops = sg_mem_calloc((size_t)n_loops, sizeof(*s->loops));
     for (int i = 0; i < n_loops; ++i) {
         s->loops[i].id = i;

@@ -51,6 +51,18 @@ struct st_sg_loop_t {
     sg_mcp_loop_t *mcp; /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
 };
 
+/*
+ * The process's budget of response memory (respond.h): bytes of result blobs pinned by queries
+ * and answers in progress, plus the answers' output windows, against
+ * limits.max_response_bytes_inflight. Shared by every loop (atomic).
+ */
+typedef struct st_sg_response_budget_t {
+    _Atomic uint64_t held; /* bytes */
+    uint64_t limit;
+    sg_gauge_t *m_held;
+    sg_counter_t *m_refused, *m_waited, *m_too_large_estimate, *m_too_large_exact, *m_write_timeouts, *m_streamed;
+} sg_response_budget_t;
+
 struct st_sg_server_t {
     sg_config_t *cfg;
     sg_route_t *routes;
@@ -66,6 +78,7 @@ struct st_sg_server_t {
     struct st_sg_clients_t *clients;
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
     sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
+    sg_response_budget_t responses;               /* response memory held by the process (respond.h) */
 };
 
 /* There is no global server: main() owns the one instance. A request reaches it through the loop

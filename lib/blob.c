@@ -54,3 +54,52 @@ void sg_blob_append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *ou
     sg_buf_reserve(out, n);
     out->len = (size_t)(sg_blob_write_fragment(b, return_scores, out->base + out->len) - out->base);
 }
+
+size_t sg_blob_shape_len(const sg_blob_t *b, int shape)
+{
+    if (shape == SG_SHAPE_PAGE)
+        return b->n_hits > 0 ? b->docs[0].len : 4;
+    return sg_blob_fragment_len(b, shape == SG_SHAPE_SCORED);
+}
+
+int sg_blob_piece(const sg_blob_t *b, int shape, uint32_t part, const char **p, size_t *len)
+{
+    if (shape == SG_SHAPE_SCORED || shape == SG_SHAPE_PAGE) {
+        if (part != 0)
+            return 0;
+        if (shape == SG_SHAPE_SCORED) {
+            *p = b->json;
+            *len = b->json_len;
+        } else if (b->n_hits > 0) {
+            *p = b->json + b->docs[0].off;
+            *len = b->docs[0].len;
+        } else {
+            *p = "null";
+            *len = 4;
+        }
+        return 1;
+    }
+    /* flat: "[" DOC0 "," DOC1 ... "]" */
+    uint64_t n = b->n_hits, k = part;
+    if (k == 0) {
+        *p = "[";
+        *len = 1;
+        return 1;
+    }
+    k -= 1; /* DOC i is piece 2i, the separator after it 2i + 1 (the last one "]") */
+    if (n == 0 && k == 0) {
+        *p = "]";
+        *len = 1;
+        return 1;
+    }
+    if (k >= 2 * n)
+        return 0;
+    if (k % 2 == 0) {
+        *p = b->json + b->docs[k / 2].off;
+        *len = b->docs[k / 2].len;
+    } else {
+        *p = k / 2 + 1 < n ? "," : "]";
+        *len = 1;
+    }
+    return 1;
+}

@@ -38,6 +38,18 @@ size_t sg_blob_fragment_len(const sg_blob_t *b, int return_scores);
 char *sg_blob_write_fragment(const sg_blob_t *b, int return_scores, char *dst);
 /** Appends the fragment for the given return_scores flag to `out` (MCP builds its content from it). */
 void sg_blob_append_fragment(const sg_blob_t *b, int return_scores, sg_buf_t *out);
+/** How a blob appears in an answer: the flat list of DOCs (`return_scores` false), the scored
+ * fragment (true), or a page of POST /access (its first DOC, or null). */
+enum { SG_SHAPE_FLAT = 0, SG_SHAPE_SCORED = 1, SG_SHAPE_PAGE = 2 };
+/** Size in bytes of the blob in `shape`. */
+size_t sg_blob_shape_len(const sg_blob_t *b, int shape);
+/**
+ * The `part`-th piece (0-based) of the blob's bytes in `shape`: `*p`/`*len` point into the blob
+ * or at static text. Returns 0 past the last piece. The pieces in order are exactly what
+ * sg_blob_write_fragment() writes (and "null" or the first DOC for SG_SHAPE_PAGE), so an answer
+ * can be written piece by piece without building it.
+ */
+int sg_blob_piece(const sg_blob_t *b, int shape, uint32_t part, const char **p, size_t *len);
 /** Approximate memory held by the blob (for the L1 byte budget). */
 size_t sg_blob_footprint(const sg_blob_t *b);
 

@@ -95,6 +95,12 @@ static void run_job(worker_t *w, job_t *j)
         finish(j, SG_ECANCELED, "cancelled");
         return;
     }
+    uint64_t start_by = SG_SEARCH_START_BY(s);
+    if (start_by != 0 && self->host->now_ms() >= start_by) { /* waited too long in the queue to be of use */
+        atomic_fetch_add(&self->timeouts, 1);
+        finish(j, SG_ETIMEDOUT, "too little of the deadline left when a worker took the search");
+        return;
+    }
     uint64_t t0 = mono_us();
     size_t need = s->n_queries * (size_t)s->topk;
     if (need > w->out_cap) {
@@ -453,6 +459,16 @@ fail:
     return st;
 }
 
+/* No admission limits of its own; the mean DOC size of the corpus (ABI 1.3), from which the
+ * gateway estimates an answer's size before searching. */
+static void bm_limits(sg_backend *self, int op, sg_limits *out)
+{
+    if (op == SG_OP_SEARCH && SG_LIMITS_HAS_DOC_BYTES(out) && self->ix.meta.n_docs != 0) {
+        uint64_t mean = self->ix.docs_len / self->ix.meta.n_docs;
+        out->doc_bytes = mean > UINT32_MAX ? UINT32_MAX : (uint32_t)mean;
+    }
+}
+
 static const sg_backend_vtable vtable = {
     SG_BACKEND_HEADER("bm25", "1.0.0"),
     .create = bm_create,
@@ -462,6 +478,7 @@ static const sg_backend_vtable vtable = {
     .health = bm_health,
     .stats = bm_stats,
     .identity = bm_identity,
+    .limits = bm_limits,
 };
 
 SG_BACKEND_EXPORT const sg_backend_vtable *sg_backend_entry(void)

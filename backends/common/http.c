@@ -240,6 +240,8 @@ void sg_http_conf_free(sg_http_conf_t *conf)
     conf->ca_file = conf->proxy = NULL;
 }
 
+const char *const sg_http_on_cancel_names[] = {"drain", "close", NULL};
+
 /* ---- engine ---- */
 
 enum { IN_NONE, IN_INBOX, IN_DELAYED, IN_READY, IN_RUNNING };
@@ -253,8 +255,8 @@ struct st_xfer_t {
     struct curl_slist *headers;
     char *body;
     size_t body_len;
-    int is_post, capped_by_deadline;
-    uint64_t deadline_ms, not_before_ms, tag, started_ms;
+    int is_post, capped_by_deadline, draining;
+    uint64_t deadline_ms, not_before_ms, start_by_ms, tag, started_ms;
     uint32_t timeout_ms;
     sg_http_cb cb;
     void *ud;
@@ -291,7 +293,7 @@ struct st_sg_http_t {
     CURL *idle[IDLE_EASY_MAX];
     size_t n_idle;
     /* counters */
-    atomic_uint_fast64_t started, completed, failed, canceled, connections, bytes_in, errs[8];
+    atomic_uint_fast64_t started, completed, failed, canceled, drained, connections, bytes_in, errs[8];
     atomic_uint_fast64_t g_inflight, g_queued;
 };
 
@@ -566,7 +568,8 @@ static int start_xfer(sg_http_t *h, xfer_t *x, uint64_t now)
     }
     uint64_t total = x->timeout_ms != 0 ? x->timeout_ms : h->conf.timeout_ms;
     x->capped_by_deadline = 0;
-    if (x->deadline_ms != 0) {
+    /* draining, the answer is read past the caller's deadline (http.h): only timeout_ms bounds it */
+    if (x->deadline_ms != 0 && h->conf.on_cancel == SG_HTTP_CLOSE) {
         uint64_t left = x->deadline_ms > now ? x->deadline_ms - now : 1;
         if (left < total) {
             total = left;
@@ -611,7 +614,11 @@ static void cancel_tag(sg_http_t *h, uint64_t tag)
         xfer_t *x = lists[i]->head;
         while (x != NULL) {
             xfer_t *next = x->next;
-            if (x->tag == tag) {
+            if (x->tag == tag && x->where == IN_RUNNING && h->conf.on_cancel == SG_HTTP_DRAIN) {
+                if (!x->draining) /* sent: read to its end, it completes as usual */
+                    atomic_fetch_add(&h->drained, 1);
+                x->draining = 1;
+            } else if (x->tag == tag) {
                 if (x->where == IN_RUNNING) {
                     stop_running(h, x);
                 } else {
@@ -637,7 +644,8 @@ static void expire_queued(sg_http_t *h, uint64_t now)
         xfer_t *x = lists[i]->head;
         while (x != NULL) {
             xfer_t *nx = x->next;
-            if (x->deadline_ms != 0 && x->deadline_ms <= now) {
+            uint64_t by = x->start_by_ms;
+            if (by != 0 && by <= now) {
                 xlist_remove(lists[i], x);
                 xfer_complete_ex(h, x, SG_HTTP_ETIMEDOUT, 0,
                                  i == 0 ? "deadline passed while waiting to retry" : "deadline passed before the request started",
@@ -645,8 +653,8 @@ static void expire_queued(sg_http_t *h, uint64_t now)
                 x = lists[i]->head; /* callbacks may have changed the list */
                 continue;
             }
-            if (x->deadline_ms != 0 && (next == 0 || x->deadline_ms < next))
-                next = x->deadline_ms;
+            if (by != 0 && (next == 0 || by < next))
+                next = by;
             x = nx;
         }
     }
@@ -655,8 +663,8 @@ static void expire_queued(sg_http_t *h, uint64_t now)
 
 static void note_deadline(sg_http_t *h, xfer_t *x)
 {
-    if (x->deadline_ms != 0 && (h->next_queued_deadline == 0 || x->deadline_ms < h->next_queued_deadline))
-        h->next_queued_deadline = x->deadline_ms;
+    if (x->start_by_ms != 0 && (h->next_queued_deadline == 0 || x->start_by_ms < h->next_queued_deadline))
+        h->next_queued_deadline = x->start_by_ms;
 }
 
 /* Starts every due transfer. */
@@ -884,6 +892,9 @@ int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why
         x->headers = build_headers(r->headers, x->is_post);
         x->body_len = r->body_len;
         x->deadline_ms = r->deadline_ms;
+        /* a queued transfer must start by then: the caller's start_by, never past its deadline */
+        x->start_by_ms =
+            r->start_by_ms != 0 && (r->deadline_ms == 0 || r->start_by_ms < r->deadline_ms) ? r->start_by_ms : r->deadline_ms;
         x->timeout_ms = r->timeout_ms;
         x->not_before_ms = r->not_before_ms;
         x->tag = r->tag;
@@ -951,6 +962,7 @@ void sg_http_stats(sg_http_t *h, sg_http_stats_t *o)
     o->completed = atomic_load(&h->completed);
     o->failed = atomic_load(&h->failed);
     o->canceled = atomic_load(&h->canceled);
+    o->drained = atomic_load(&h->drained);
     o->connections = atomic_load(&h->connections);
     o->bytes_in = atomic_load(&h->bytes_in);
     for (size_t i = 0; i < 8; ++i)
@@ -981,6 +993,9 @@ void sg_http_report(sg_http_t *h, const sg_host_api *host, void *sink, const cha
     }
     EMIT("http_canceled_total", "Outbound transfers canceled (client gone, deadline, shutdown).", SG_METRIC_COUNTER, NULL,
          s.canceled);
+    EMIT("http_drained_total",
+         "Transfers whose caller gave up while they ran, read to their end (on_cancel \"drain\"): the upstream was still working.",
+         SG_METRIC_COUNTER, NULL, s.drained);
     EMIT("http_connections_total", "New upstream connections opened (the other transfers reused a kept-alive one).",
          SG_METRIC_COUNTER, NULL, s.connections);
     EMIT("http_bytes_in_total", "Response body bytes received from the upstream.", SG_METRIC_COUNTER, NULL, s.bytes_in);

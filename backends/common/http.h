@@ -55,9 +55,22 @@ typedef struct st_sg_http_conf_t {
     double burst;             /* token bucket depth for qps (>= 1) */
     uint32_t max_queue;       /* requests waiting for an in-flight/qps slot before the gateway answers 503; 0 = no bound */
     uint32_t max_connections; /* per-host connection cap (CURLMOPT_MAX_HOST_CONNECTIONS); 0 = none */
+    int on_cancel;            /* SG_HTTP_DRAIN (read a running transfer to its end) or SG_HTTP_CLOSE */
     uint64_t (*now_ms)(void); /* the clock deadlines are expressed in (host->now_ms) */
     const char *name;         /* for the thread name */
 } sg_http_conf_t;
+
+/**
+ * What sg_http_cancel() does to a transfer already sent (config key "on_cancel"). A caller that
+ * gave up on its answer (deadline passed, clients gone) does not stop an upstream that keeps
+ * working after the client hangs up -- the Search-R1 Python servers do -- so by default the
+ * transfer is read to its end (bounded by timeout_ms) and completes as usual: the plugin calls
+ * done() only then, and the gateway's in-flight slot for the call stays taken while the
+ * upstream really works. SG_HTTP_CLOSE closes the connection at once (for upstreams that stop
+ * on a hang-up). Transfers not yet sent are canceled either way.
+ */
+enum { SG_HTTP_DRAIN = 0, SG_HTTP_CLOSE = 1 };
+extern const char *const sg_http_on_cancel_names[]; /* "drain", "close" */
 
 /** Outcome class of a transfer. SG_HTTP_OK means an HTTP response arrived (any status). */
 typedef enum sg_http_err {
@@ -96,6 +109,7 @@ typedef struct st_sg_http_req_t {
     uint64_t deadline_ms;   /* absolute, in conf.now_ms() time; 0 = none */
     uint32_t timeout_ms;    /* 0 = conf.timeout_ms */
     uint64_t not_before_ms; /* do not start before this time (retry backoff); 0 = at once */
+    uint64_t start_by_ms;   /* not started by then (waiting for not_before_ms): SG_HTTP_ETIMEDOUT; 0 = deadline_ms */
     uint64_t tag;           /* sg_http_cancel() cancels every transfer with this tag */
     sg_http_cb cb;
     void *ud;
@@ -108,6 +122,7 @@ typedef struct st_sg_http_stats_t {
     uint64_t bytes_in;
     uint64_t err[8];           /* by sg_http_err */
     uint64_t inflight, queued; /* running; waiting for a retry time */
+    uint64_t drained;          /* canceled while running and read to their end (SG_HTTP_DRAIN) */
 } sg_http_stats_t;
 
 /** Calls curl_global_init() once per process image; main thread, before any engine starts. */
@@ -136,7 +151,8 @@ int sg_http_submit(sg_http_t *h, sg_http_req_t *reqs, size_t n, const char **why
  */
 int sg_http_submit_copy(sg_http_t *h, const sg_http_req_t *req);
 
-/** Cancels every queued or running transfer carrying `tag` (asynchronously). Any thread. */
+/** Cancels every queued transfer carrying `tag`, and every running one too under SG_HTTP_CLOSE;
+ * under SG_HTTP_DRAIN a running one completes when its answer arrives (asynchronously). Any thread. */
 void sg_http_cancel(sg_http_t *h, uint64_t tag);
 
 void sg_http_stats(sg_http_t *h, sg_http_stats_t *out);
@@ -145,7 +161,7 @@ void sg_http_stats(sg_http_t *h, sg_http_stats_t *out);
  * Emits the engine counters through host->metric() inside a plugin's stats(): names start with
  * `prefix` (e.g. "serper"), followed by _http_started_total, _http_responses_total,
  * _http_errors_total{kind=...}, _http_canceled_total, _http_connections_total,
- * _http_bytes_in_total, _http_inflight and _http_queued (the gateway adds _http_qps_delayed_total:
+ * _http_bytes_in_total, _http_drained_total, _http_inflight and _http_queued (the gateway adds _http_qps_delayed_total:
  * sg_limits.metric_prefix).
  */
 void sg_http_report(sg_http_t *h, const sg_host_api *host, void *sink, const char *prefix);
@@ -174,7 +190,8 @@ void sg_http_fetch_sync(const sg_http_conf_t *conf, const char *method, const ch
         SG_CFG_STRING(T, f.proxy, "proxy", 0, NULL), SG_CFG_BOOL(T, f.http2, "http2", http2_def),                                  \
         SG_CFG_INT(T, f.max_inflight, "max_inflight", 0, 1000000, inflight_def), SG_CFG_DOUBLE(T, f.qps, "qps", 0, 1e6, qps_def),  \
         SG_CFG_CUSTOM_KEY("burst"), SG_CFG_INT(T, f.max_queue, "max_queue", 0, 10000000, queue_def),                               \
-        SG_CFG_INT(T, f.max_connections, "max_connections", 0, 100000, conns_def)
+        SG_CFG_INT(T, f.max_connections, "max_connections", 0, 100000, conns_def),                                                 \
+        SG_CFG_ENUM(T, f.on_cancel, "on_cancel", sg_http_on_cancel_names, SG_HTTP_DRAIN)
 
 /**
  * What the table of SG_HTTP_CONF_KEYS cannot say, once it was read into `conf`: burst (default:

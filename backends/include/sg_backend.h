@@ -25,6 +25,10 @@
  *        them in its dispatch; sg_search.max_attempts is the number of attempts per upstream request
  *        the gateway allows the call (0 from an older host: the plugin's own setting), and
  *        host->retry_at() charges each retry to the route's qps caps (sg_search.admission).
+ *   1.3  bounds: sg_search.start_by_ms, the last moment to start upstream work for the call (its
+ *        deadline less the route's floor); sg_limits.doc_bytes, the typical size of one DOC, from
+ *        which the gateway estimates a response before any backend work. The gateway keeps a
+ *        call's admission slot until done(): done() says the upstream work has really ended.
  *
  * Threading contract (see docs/plugins.md for the long form)
  *   - create() and destroy() run on the main thread, before the loops start / after they stop.
@@ -38,7 +42,10 @@
  *     done() returns; the gateway copies what it keeps.
  *   - cancel() asks the plugin to finish a search early (the deadline passed or every client
  *     waiting for it went away). It is only a hint: done() must still be called exactly once,
- *     with results or with SG_ECANCELED.
+ *     with results or with SG_ECANCELED. The call keeps its admission slot (max_inflight) until
+ *     done(), so a plugin calls done() only once the work it started has really ended: a batch
+ *     being computed has finished, an upstream request has been answered (or its connection
+ *     closed, for an upstream that stops working when its client hangs up).
  *   - destroy() completes every pending search with SG_ECANCELED before it returns.
  */
 #ifndef SG_BACKEND_H
@@ -52,7 +59,7 @@ extern "C" {
 #endif
 
 #define SG_BACKEND_ABI_MAJOR 1
-#define SG_BACKEND_ABI_MINOR 2
+#define SG_BACKEND_ABI_MINOR 3
 #define SG_BACKEND_ENTRY_NAME "sg_backend_entry"
 
 #if defined(__GNUC__)
@@ -148,10 +155,23 @@ typedef struct sg_search {
     uint32_t max_attempts;
     /** Opaque: the call's admission state, for host->retry_at() while the call runs (until done()). */
     void *admission;
+    /* --- 1.3: read only when struct_size covers it (SG_SEARCH_START_BY) --- */
+    /**
+     * Absolute (host->now_ms() time); 0 = none. No new upstream work for this call may start
+     * after it -- a batch still queued in the plugin, a retry -- because too little of the
+     * deadline would be left to use its answer: the deadline less the route's floor
+     * (min_remaining_ms). Such a call ends with SG_ETIMEDOUT. Work already running is not
+     * affected. Never later than deadline_ms.
+     */
+    uint64_t start_by_ms;
 } sg_search;
 
 /** True when the host's sg_search carries the 1.1 member `params`. */
 #define SG_SEARCH_HAS_PARAMS(s) ((s)->struct_size >= offsetof(sg_search, params) + sizeof(const char *))
+/** The 1.3 member start_by_ms, or deadline_ms from an older host (0 = none). */
+#define SG_SEARCH_START_BY(s)                                                                                                      \
+    ((s)->struct_size >= offsetof(sg_search, start_by_ms) + sizeof(uint64_t) && (s)->start_by_ms != 0 ? (s)->start_by_ms           \
+                                                                                                      : (s)->deadline_ms)
 /** The 1.2 member max_attempts, or `def` (the plugin's own retries + 1) from an older host. */
 #define SG_SEARCH_MAX_ATTEMPTS(s, def)                                                                                             \
     ((s)->struct_size >= offsetof(sg_search, max_attempts) + sizeof(uint32_t) && (s)->max_attempts != 0 ? (s)->max_attempts : (def))
@@ -219,7 +239,18 @@ typedef struct sg_limits {
     /** SG_OP_ACCESS only: 1 = access() calls draw on the very caps of search() (one upstream behind
      * both); max_inflight, max_queue, qps and burst of this answer are then not read. */
     uint32_t share_search;
+    /* --- 1.3: written only when struct_size covers it (SG_LIMITS_HAS_DOC_BYTES) --- */
+    /**
+     * The mean size in bytes of one DOC this operation returns (a corpus row, a page), when the
+     * plugin knows it from its data; 0 = unknown. The gateway estimates a response from it
+     * before any backend work (limits.max_response_bytes) until it has measured the route's
+     * answers itself.
+     */
+    uint32_t doc_bytes;
 } sg_limits;
+
+/** True when the host's sg_limits has the 1.3 member doc_bytes. */
+#define SG_LIMITS_HAS_DOC_BYTES(l) ((l)->struct_size >= offsetof(sg_limits, doc_bytes) + sizeof(uint32_t))
 
 typedef struct sg_backend_vtable {
     /* --- header: layout frozen forever --- */
@@ -291,7 +322,7 @@ typedef struct sg_backend_vtable {
      * sg_search.max_attempts.
      */
     void (*limits)(sg_backend *self, int op, sg_limits *out);
-    /* --- 1.3+ members go below; the host checks struct_size first --- */
+    /* --- 1.4+ members go below; the host checks struct_size first --- */
 } sg_backend_vtable;
 
 /** Fills the frozen header; use as the first initializer of the plugin's vtable. */

@@ -335,10 +335,11 @@ static size_t take_batch(struct sg_backend *self, worker_t *w, uint64_t now, siz
     size_t n = 0;
     while (self->fifo_head != NULL && n < limit) {
         job_t *j = self->fifo_head;
-        if (j->s->deadline_ms != 0 && now >= j->s->deadline_ms && j->fail == SG_OK) {
+        uint64_t start_by = SG_SEARCH_START_BY(j->s); /* the deadline less the route's floor */
+        if (start_by != 0 && now >= start_by && j->fail == SG_OK) {
             j->fail = SG_ETIMEDOUT;
-            snprintf(j->fail_msg, sizeof(j->fail_msg), "the deadline passed while %zu queries waited in the local backend's queue",
-                     j->n - j->taken);
+            snprintf(j->fail_msg, sizeof(j->fail_msg), "%s while %zu queries waited in the local backend's queue",
+                     now >= j->s->deadline_ms ? "the deadline passed" : "too little of the deadline was left", j->n - j->taken);
             atomic_fetch_add(&self->timed_out, 1);
             retire_if_idle(self, j);
             continue;
@@ -1466,6 +1467,17 @@ fail:
     return st;
 }
 
+/* No admission limits of its own (the gateway's route keys and max_queue here bound it); the mean
+ * DOC size of the corpus and of the pages (ABI 1.3), from which the gateway estimates answers. */
+static void local_limits(struct sg_backend *self, int op, sg_limits *out)
+{
+    const sg_jsonl_t *j = op == SG_OP_SEARCH ? &self->corpus : self->have_pages ? &self->pages : NULL;
+    if (j == NULL || j->n_rows == 0 || !SG_LIMITS_HAS_DOC_BYTES(out))
+        return;
+    uint64_t mean = (uint64_t)j->size / j->n_rows;
+    out->doc_bytes = mean > UINT32_MAX ? UINT32_MAX : (uint32_t)mean;
+}
+
 /* Without a pages file /access is a 404 (a client error: RLinf and ASearcher retry a 503 for
  * minutes), as on a backend without access() at all. */
 static int local_has_access(struct sg_backend *self)
@@ -1485,6 +1497,7 @@ static const sg_backend_vtable vtable = {
     .access = local_access,
     .has_access = local_has_access,
     .check_params = local_check_params,
+    .limits = local_limits,
 };
 
 const sg_backend_vtable *sg__local_vtable(void)

@@ -31,6 +31,7 @@ struct st_job_t {
     job_t *qnext;       /* encoder queue */
     struct sg_backend *self;
     uint64_t deadline_ms;
+    uint64_t start_by_ms;             /* no new attempt starts after it (sg_search.start_by_ms) */
     uint32_t topk, attempts, retries; /* retries: the gateway's budget for this call */
     void *admission;                  /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n;
@@ -107,6 +108,7 @@ static int submit_attempt(job_t *j, uint64_t not_before)
                          .body = j->body,
                          .body_len = j->body_len,
                          .deadline_ms = j->deadline_ms,
+                         .start_by_ms = j->start_by_ms,
                          .not_before_ms = not_before,
                          .tag = j->base.tag,
                          .cb = on_response,
@@ -298,8 +300,10 @@ static void *worker_main(void *arg)
             if (atomic_load(&j->base.canceled)) {
                 fail(j, SG_ECANCELED, 0, "canceled before encoding");
                 job_end(j);
-            } else if (j->deadline_ms != 0 && now >= j->deadline_ms) {
-                fail(j, SG_ETIMEDOUT, 0, "deadline passed while waiting for the query encoder");
+            } else if (j->start_by_ms != 0 && now >= j->start_by_ms) {
+                fail(j, SG_ETIMEDOUT, 0,
+                     now >= j->deadline_ms ? "deadline passed while waiting for the query encoder"
+                                           : "too little of the deadline left after waiting for the query encoder");
                 job_end(j);
             } else {
                 *ltail = j;
@@ -353,6 +357,7 @@ static sg_status qd_search(sg_backend *self, const sg_search *s, sg_done_fn done
         return SG_ENOMEM;
     j->self = self;
     j->deadline_ms = s->deadline_ms;
+    j->start_by_ms = SG_SEARCH_START_BY(s);
     j->retries = sg_remote_call_retries(s, self->retries);
     j->admission = sg_remote_call_admission(s);
     j->topk = s->topk;

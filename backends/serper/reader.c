@@ -50,8 +50,9 @@ struct st_rjob_t {
     sg_http_job_t base; /* first: the registry links jobs through it */
     sg_reader_t *rd;
     uint64_t deadline_ms;
-    uint32_t retries; /* the gateway's budget for this call */
-    void *admission;  /* the call's, for retry_at() (sg_remote_retry_at) */
+    uint64_t start_by_ms; /* no new attempt starts after it (sg_search.start_by_ms) */
+    uint32_t retries;     /* the gateway's budget for this call */
+    void *admission;      /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n, n_left, outstanding;
     char request_id[40];
     sg_http_docs_t *pages; /* per URL: no DOC (null) or the PAGE */
@@ -164,6 +165,7 @@ static int resubmit_locked(rpage_t *p, int key, uint64_t not_before)
                          .url = p->target,
                          .headers = headers,
                          .deadline_ms = j->deadline_ms,
+                         .start_by_ms = j->start_by_ms,
                          .not_before_ms = not_before,
                          .tag = j->base.tag,
                          .cb = on_response,
@@ -364,6 +366,7 @@ sg_status sg_reader_access(sg_reader_t *rd, const sg_search *s, sg_done_fn done,
         return SG_ENOMEM;
     j->rd = rd;
     j->deadline_ms = s->deadline_ms;
+    j->start_by_ms = SG_SEARCH_START_BY(s);
     j->retries = sg_remote_call_retries(s, rd->retries);
     j->admission = sg_remote_call_admission(s);
     j->n = s->n_queries;
@@ -429,6 +432,7 @@ sg_status sg_reader_access(sg_reader_t *rd, const sg_search *s, sg_done_fn done,
                                     .url = p->target,
                                     .headers = headers[m - 1],
                                     .deadline_ms = j->deadline_ms,
+                                    .start_by_ms = j->start_by_ms,
                                     .cb = on_response,
                                     .ud = p};
     }

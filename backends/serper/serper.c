@@ -50,6 +50,7 @@ struct st_job_t {
     sg_http_job_t base; /* first: the registry links jobs through it */
     sg_backend *self;
     uint64_t deadline_ms;
+    uint64_t start_by_ms;   /* no new attempt starts after it (sg_search.start_by_ms) */
     uint32_t topk, retries; /* retries: the gateway's budget for this call */
     void *admission;        /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n, n_ok, outstanding;
@@ -165,6 +166,7 @@ static int submit_attempt(query_t *q, int key, uint64_t not_before)
                          .body = q->body,
                          .body_len = q->body_len,
                          .deadline_ms = j->deadline_ms,
+                         .start_by_ms = j->start_by_ms,
                          .not_before_ms = not_before,
                          .tag = j->base.tag,
                          .cb = on_response,
@@ -350,6 +352,7 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
         return SG_ENOMEM;
     j->self = self;
     j->deadline_ms = s->deadline_ms;
+    j->start_by_ms = SG_SEARCH_START_BY(s);
     j->retries = sg_remote_call_retries(s, self->retries);
     j->admission = sg_remote_call_admission(s);
     j->topk = s->topk;
@@ -409,6 +412,7 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
                                   .body = copy,
                                   .body_len = b.len,
                                   .deadline_ms = s->deadline_ms,
+                                  .start_by_ms = SG_SEARCH_START_BY(s),
                                   .cb = on_response,
                                   .ud = q};
     }

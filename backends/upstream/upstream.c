@@ -37,6 +37,7 @@ typedef struct st_job_t {
     struct sg_backend *self;
     int is_access;
     uint64_t deadline_ms;
+    uint64_t start_by_ms;             /* no new attempt starts after it (sg_search.start_by_ms) */
     uint32_t topk, attempts, retries; /* retries: the gateway's budget for this call */
     void *admission;                  /* the call's, for retry_at() (sg_remote_retry_at) */
     size_t n;
@@ -138,6 +139,7 @@ static int submit_attempt(job_t *j, server_t *s, uint64_t not_before)
                          .body = j->body,
                          .body_len = j->body_len,
                          .deadline_ms = j->deadline_ms,
+                         .start_by_ms = j->start_by_ms,
                          .not_before_ms = not_before,
                          .tag = j->base.tag,
                          .cb = on_response,
@@ -249,6 +251,7 @@ static sg_status start(sg_backend *self, const sg_search *s, sg_done_fn done, vo
     j->self = self;
     j->is_access = is_access;
     j->deadline_ms = s->deadline_ms;
+    j->start_by_ms = SG_SEARCH_START_BY(s);
     j->retries = sg_remote_call_retries(s, self->retries);
     j->admission = sg_remote_call_admission(s);
     j->topk = s->topk;

@@ -154,7 +154,8 @@ class SearchTest(unittest.TestCase):
             def stopped_early():
                 return (gw.metric("searchgate_backend_bm25_timeouts_total") +
                         gw.metric("searchgate_backend_bm25_cancelled_total") +
-                        gw.metric("searchgate_backend_expired_total"))
+                        gw.metric("searchgate_backend_expired_total") +
+                        gw.metric("searchgate_backend_floor_refused_total"))
             deadline = time.time() + sgtest.scaled(10)
             while not stopped_early() and time.time() < deadline:
                 time.sleep(0.05)

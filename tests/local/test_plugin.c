@@ -455,9 +455,30 @@ static void test_overload_cancel_deadline(void **state)
     assert_true(call_wait(&d, 5000));
     assert_int_equal(d.status, SG_ETIMEDOUT);
     assert_non_null(strstr(d.detail, "deadline"));
+    /* ABI 1.3: past start_by (the deadline less the route's floor) a queued call is not taken,
+     * long before its deadline (issue 19, item 5) */
+    call_t f;
+    call_init(&f, qs, 2, 3);
+    uint64_t t1 = host_now_ms();
+    f.s.deadline_ms = t1 + 10000;
+    f.s.start_by_ms = t1 + 50;
+    assert_int_equal(vt->search(b, &f.s, on_done, &f), SG_OK);
+    assert_true(call_wait(&f, 5000));
+    assert_int_equal(f.status, SG_ETIMEDOUT);
+    assert_non_null(strstr(f.detail, "too little of the deadline was left"));
+    assert_true(host_now_ms() - t1 < 5000);
+    /* the mean DOC size the gateway estimates answers from; no pages file, no page size */
+    sg_limits lim = {.struct_size = sizeof(lim), .retries = -1};
+    vt->limits(b, SG_OP_SEARCH, &lim);
+    assert_true(lim.doc_bytes > 10 && lim.doc_bytes < 10000);
+    assert_int_equal(lim.max_inflight, 0);
+    sg_limits acc = {.struct_size = sizeof(acc), .retries = -1};
+    vt->limits(b, SG_OP_ACCESS, &acc);
+    assert_int_equal(acc.doc_bytes, 0);
     call_free(&a);
     call_free(&o);
     call_free(&d);
+    call_free(&f);
     vt->destroy(b);
 }
 

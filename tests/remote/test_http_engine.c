@@ -366,6 +366,7 @@ static void test_queue_deadline_and_delay(void **state)
 {
     (void)state;
     sg_http_conf_t c = conf();
+    c.on_cancel = SG_HTTP_CLOSE; /* a canceled transfer ends now (test_drain: the default) */
     sg_http_t *h = sg_http_new(&c, NULL, 0);
     /* a transfer waiting for its retry time (not_before) whose deadline passes expires unsent */
     sg_http_req_t slow = {.method = "GET", .url = u("/slow?ms=3000"), .tag = 42, .cb = on_done, .ud = &dones[0]};
@@ -396,11 +397,56 @@ static void test_queue_deadline_and_delay(void **state)
     sg_http_free(h);
 }
 
+/* on_cancel "drain" (the default): a canceled or late transfer that was sent is read to its end
+ * and completes with its answer, because the upstream works on it anyway (issue 19, item 5); one
+ * not yet sent is canceled, and start_by bounds when a queued one may still start. */
+static void test_drain(void **state)
+{
+    (void)state;
+    sg_http_conf_t c = conf();
+    sg_http_t *h = sg_http_new(&c, NULL, 0);
+    uint64_t t0 = now_ms();
+    sg_http_req_t rs[3] = {
+        {.method = "GET", .url = u("/slow?ms=400"), .tag = 7, .cb = on_done, .ud = &dones[0]},
+        {.method = "GET", .url = u("/slow?ms=400"), .deadline_ms = t0 + 100, .cb = on_done, .ud = &dones[1]},
+        {.method = "GET", .url = u("/ok"), .tag = 7, .not_before_ms = t0 + 2000, .cb = on_done, .ud = &dones[2]}};
+    assert_int_equal(sg_http_submit(h, rs, 3, NULL), 0);
+    usleep(100 * 1000);
+    sg_http_cancel(h, 7);
+    assert_int_equal(wait_done(1, 3000), 1);
+    assert_int_equal(dones[2].err, SG_HTTP_ECANCELED); /* not sent yet: dropped at once */
+    assert_int_equal(wait_done(3, 3000), 3);
+    assert_int_equal(dones[0].err, SG_HTTP_OK); /* sent: its answer was read */
+    assert_int_equal(dones[0].status, 200);
+    assert_int_equal(dones[1].err, SG_HTTP_OK); /* past its deadline: read all the same */
+    assert_true(dones[0].at_ms - t0 >= 390 && dones[1].at_ms - t0 >= 390);
+    sg_http_stats_t st;
+    sg_http_stats(h, &st);
+    assert_int_equal(st.drained, 1);
+    assert_int_equal(st.started, 2);
+    /* a transfer waiting for its retry time may start only until start_by */
+    t0 = now_ms();
+    sg_http_req_t late = {.method = "GET",
+                          .url = u("/ok"),
+                          .deadline_ms = t0 + 5000,
+                          .start_by_ms = t0 + 150,
+                          .not_before_ms = t0 + 1000,
+                          .cb = on_done,
+                          .ud = &dones[3]};
+    assert_int_equal(sg_http_submit(h, &late, 1, NULL), 0);
+    assert_int_equal(wait_done(4, 3000), 4);
+    assert_int_equal(dones[3].err, SG_HTTP_ETIMEDOUT);
+    assert_true(dones[3].at_ms - t0 >= 140 && dones[3].at_ms - t0 < 900);
+    assert_int_equal(atomic_load(&srv.requests), 2);
+    sg_http_free(h);
+}
+
 static void test_failures(void **state)
 {
     (void)state;
     sg_http_conf_t c = conf();
     c.max_response_bytes = 10000;
+    c.on_cancel = SG_HTTP_CLOSE; /* the deadline cuts a running transfer (test_drain: the default) */
     sg_http_t *h = sg_http_new(&c, NULL, 0);
     uint64_t t0 = now_ms();
     static const char *const paths[] = {"/big", "/slow?ms=3000", "/slow?ms=3000", "/close", "/busy"};
@@ -523,6 +569,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_roundtrip_and_keepalive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrency_and_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_deadline_and_delay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_submit_from_callback_and_shutdown, setup, teardown),
         cmocka_unit_test(test_job_registry),

@@ -169,12 +169,32 @@ class TestGatewayAdmission(SerperBase):
     def test_plugin_max_queue_is_503_with_retry_after(self):
         gw = self.start(max_inflight=1, max_queue=1)
         self.fake.default_script = [{"delay": 0.5}]
-        # chunk 1 (max_inflight 1): one query runs, one waits, the third finds the queue full
-        r = gw.retrieve(["full one", "full two", "full three"], topk=1)
+        # chunk 1 (max_inflight 1): while another request's query runs, one query of this one
+        # waits and the second finds the queue full -- momentary: 503 + Retry-After
+        first = {}
+        t = threading.Thread(target=lambda: first.update(r=gw.retrieve(["busy one"], topk=1)))
+        t.start()
+        self.assertTrue(wait_for(lambda: len(self.fake.search_requests()) == 1))
+        r = gw.retrieve(["full one", "full two"], topk=1)
+        t.join()
+        self.assertEqual(first["r"].status, 200, first["r"])
         self.assertEqual(r.status, 503, r)
         self.assertEqual(r.headers.get("retry-after"), "1")
         self.assertIn("max_queue 1", r.body.decode())
         self.assertGreaterEqual(gw.metric("searchgate_backend_shed_total", backend="google"), 1)
+
+    def test_request_over_the_plugin_caps_is_413(self):
+        # one query runs, one may wait: three queries of one request can never be admitted (a
+        # retry would meet the same caps), so the answer is final (issue 19, item 6)
+        gw = self.start(max_inflight=1, max_queue=1)
+        r = gw.retrieve(["full one", "full two", "full three"], topk=1)
+        self.assertEqual(r.status, 413, r)
+        self.assertNotIn("retry-after", r.headers)
+        msg = r.json()["error"]["message"]
+        self.assertIn("can never admit 3 queries", msg)
+        self.assertIn("at most 2", msg)
+        self.assertIn("the plugin's max_inflight 1, max_queue 1 queries", msg)
+        self.assertEqual(len(self.fake.search_requests()), 0)
 
     def test_waiting_for_a_qps_token_past_the_deadline_is_504(self):
         gw = self.start(route={"timeout_ms": 300}, qps=1, burst=1)
@@ -289,7 +309,8 @@ class TestFailures(SerperBase):
         r = gw.retrieve(["slow sibling", "broken"], topk=3)
         self.assertEqual(r.status, 502, r)
         self.assertLess(time.time() - t0, scaled(1.5), "the failure waited for the slow sibling")
-        self.assertTrue(wait_for(lambda: gw.metric("searchgate_backend_serper_http_canceled_total") >= 1))
+        # the sibling already sent is read to its end (on_cancel "drain"), not abandoned mid-flight
+        self.assertTrue(wait_for(lambda: gw.metric("searchgate_backend_serper_http_drained_total") >= 1))
 
     def test_connection_refused_is_503(self):
         self.fake.url = "http://127.0.0.1:%d" % rtest.closed_port()
@@ -306,8 +327,20 @@ class TestFailures(SerperBase):
         r = gw.retrieve(["hangs"], topk=3)
         self.assertEqual(r.status, 504, r)
         self.assertLess(time.time() - t0, scaled(2.0))
+        # sent: read to its end (on_cancel "drain"), its admission slot held meanwhile
+        self.assertTrue(wait_for(lambda: gw.metric("searchgate_backend_serper_http_drained_total") >= 1))
+        self.assertEqual(gw.metric("searchgate_backend_inflight_queries", backend="google"), 1)
+
+    def test_deadline_closes_the_upstream_call_with_on_cancel_close(self):
+        gw = self.start(route={"timeout_ms": 400}, retries=0, timeout_ms=10000, on_cancel="close")
+        self.fake.script["hangs"] = [{"delay": 5.0}]
+        t0 = time.time()
+        r = gw.retrieve(["hangs"], topk=3)
+        self.assertEqual(r.status, 504, r)
+        self.assertLess(time.time() - t0, scaled(2.0))
         self.assertTrue(wait_for(lambda: gw.metric("searchgate_backend_serper_http_canceled_total") +
                                  gw.metric("searchgate_backend_serper_http_errors_total", kind="timeout") >= 1))
+        self.assertTrue(wait_for(lambda: gw.metric("searchgate_backend_inflight_queries", backend="google") == 0))
 
     def test_shutdown_with_searches_in_flight(self):
         gw = self.start(retries=0)

@@ -116,6 +116,8 @@ static int setup(void **state)
     backend.calls = &m_calls;
     backend.coalesced = &m_coalesced;
     backend.cache_hits_l1 = &m_hits_l1;
+    backend.floor_refused = &dummy_c;
+    backend.floor_ms = &dummy_g;
     backend.cache_misses = &m_misses;
     client_conf.weight = 1;
     client.id = "test";

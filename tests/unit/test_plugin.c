@@ -108,7 +108,7 @@ static void test_example_plugin(void **state)
     char detail[64];
     assert_int_equal(vt->health(b, detail, sizeof(detail)), SG_OK);
     sg_query q[2] = {{"capital of france", 17}, {"norway", 6}};
-    sg_search s = {sizeof(sg_search), 1, q, 2, 0, "test-1", NULL, 0, NULL};
+    sg_search s = {sizeof(sg_search), 1, q, 2, 0, "test-1", NULL, 0, NULL, 0};
     waiter_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0};
     assert_int_equal(vt->search(b, &s, on_done, &w), SG_OK);
     wait_done(&w);
@@ -133,7 +133,7 @@ static void test_destroy_cancels_pending(void **state)
     const char *cfg = "{\"documents\":[{\"contents\":\"x\"}],\"hang\":true}";
     assert_int_equal(p.vt->create(sg_plugin_host_api(), "t", ".", cfg, strlen(cfg), &b, err, sizeof(err)), SG_OK);
     sg_query q = {"x", 1};
-    sg_search s = {sizeof(sg_search), 1, &q, 1, 0, "test-2", NULL, 0, NULL};
+    sg_search s = {sizeof(sg_search), 1, &q, 1, 0, "test-2", NULL, 0, NULL, 0};
     waiter_t w1 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0};
     waiter_t w2 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0};
     assert_int_equal(p.vt->search(b, &s, on_done, &w1), SG_OK);

@@ -122,6 +122,8 @@ static int setup(void **state)
     backend.expired = &m_expired;
     backend.calls = &m_calls;
     backend.cache_hits_l1 = &m_hits_l1;
+    backend.floor_refused = &dummy_c;
+    backend.floor_ms = &dummy_g;
     client_conf.weight = 1;
     init_client(&client, "test", &client_conf);
     limited_conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};

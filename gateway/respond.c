@@ -1,0 +1,352 @@
+/*
+ * respond.c -- the bounds of answers (respond.h): the process's response budget, the mean DOC
+ * size per route that the pipeline estimates answers from, and the streaming writer.
+ *
+ * Why stream: an answer is a splice of result blobs ({"result":[` blob `,` blob ... `]}), and
+ * the same blob may appear many times (a batch that repeats one query). Building the body whole
+ * costs its full size in memory for as long as the client takes to read it; the writer instead
+ * keeps references on the blobs (charged once each to the budget) and one window of
+ * SG_RESPOND_WINDOW bytes, refilled each time h2o's generator is asked to proceed. The output is
+ * byte for byte what building it whole gave, and its Content-Length is known before the first
+ * byte (sg_respond_size).
+ *
+ * Slow readers: h2o 2.2.5 has no timeout while a response is being written (HTTP/1 clears its
+ * request timer once the request is read; HTTP/2 arms its idle timer only without open streams).
+ * The writer keeps one of its own on the loop's timer heap, from its first window until the
+ * request is disposed. Progress is a proceed (a window taken) or, between two, the socket's send
+ * queue shrinking (TIOCOUTQ: the reader took bytes of it), checked four times per
+ * limits.write_timeout_ms -- so a reader slower than a window per timeout is not cut, one that takes
+ * nothing is. When nothing moved for the whole timeout the writer shuts the connection's socket
+ * down, and h2o's own error path then closes the connection and disposes the request, which frees
+ * the writer.
+ */
+#include "respond.h"
+
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+void sg_respond_init(sg_server_t *s)
+{
+    sg_response_budget_t *rb = &s->responses;
+    atomic_init(&rb->held, 0);
+    rb->limit = s->cfg->limits.max_response_bytes_inflight;
+    rb->m_held = sg_metrics_gauge("searchgate_response_bytes_held",
+                                  "Response memory held by queries and answers in progress (result blobs and output windows).", "");
+    sg_gauge_set(sg_metrics_gauge("searchgate_response_bytes_limit", "limits.max_response_bytes_inflight.", ""),
+                 (int64_t)rb->limit);
+    rb->m_refused = sg_metrics_counter("searchgate_response_budget_refused_total",
+                                       "Requests answered 503 because the response memory budget stayed full.", "");
+    rb->m_waited = sg_metrics_counter("searchgate_response_budget_waits_total",
+                                      "Requests that waited for room in the response memory budget.", "");
+    rb->m_too_large_estimate =
+        sg_metrics_counter("searchgate_response_too_large_total",
+                           "Requests answered 413 because their answer exceeds limits.max_response_bytes.", "stage=\"estimate\"");
+    rb->m_too_large_exact =
+        sg_metrics_counter("searchgate_response_too_large_total",
+                           "Requests answered 413 because their answer exceeds limits.max_response_bytes.", "stage=\"exact\"");
+    rb->m_write_timeouts =
+        sg_metrics_counter("searchgate_response_write_timeouts_total",
+                           "Connections closed because the reader took no bytes for limits.write_timeout_ms.", "");
+    rb->m_streamed = sg_metrics_counter("searchgate_response_streamed_total", "Answers written in more than one window.", "");
+}
+
+int sg_respond_reserve(sg_server_t *s, uint64_t own, uint64_t bytes)
+{
+    sg_response_budget_t *rb = &s->responses;
+    uint64_t cur = atomic_load_explicit(&rb->held, memory_order_relaxed);
+    do {
+        if (cur > own && cur + bytes > rb->limit)
+            return -1;
+    } while (!atomic_compare_exchange_weak_explicit(&rb->held, &cur, cur + bytes, memory_order_relaxed, memory_order_relaxed));
+    if (rb->m_held != NULL)
+        sg_gauge_add(rb->m_held, (int64_t)bytes);
+    return 0;
+}
+
+void sg_respond_grow(sg_server_t *s, uint64_t bytes)
+{
+    atomic_fetch_add_explicit(&s->responses.held, bytes, memory_order_relaxed);
+    if (s->responses.m_held != NULL) /* NULL in unit tests that build a server by hand */
+        sg_gauge_add(s->responses.m_held, (int64_t)bytes);
+}
+
+void sg_respond_release(sg_server_t *s, uint64_t bytes)
+{
+    if (bytes == 0)
+        return;
+    atomic_fetch_sub_explicit(&s->responses.held, bytes, memory_order_relaxed);
+    if (s->responses.m_held != NULL)
+        sg_gauge_add(s->responses.m_held, -(int64_t)bytes);
+}
+
+uint32_t sg_respond_doc_bytes(const sg_route_t *b, int op)
+{
+    return atomic_load_explicit(&b->doc_bytes[op != 0], memory_order_relaxed);
+}
+
+void sg_respond_observe(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_docs)
+{
+    if (n_docs == 0)
+        return;
+    uint64_t x = doc_bytes / n_docs;
+    if (x > UINT32_MAX)
+        x = UINT32_MAX;
+    if (x == 0)
+        x = 1;
+    /* a moving mean (1/8 per call); racing updates lose one sample, which is harmless */
+    uint64_t old = atomic_load_explicit(&b->doc_bytes[op != 0], memory_order_relaxed);
+    uint64_t next = old == 0 ? x : (old * 7 + x + 4) / 8;
+    atomic_store_explicit(&b->doc_bytes[op != 0], (uint32_t)(next != 0 ? next : 1), memory_order_relaxed);
+}
+
+uint64_t sg_respond_size(sg_blob_t *const *blobs, uint32_t n, int shape)
+{
+    uint64_t total = sg_respond_envelope(n);
+    for (uint32_t i = 0; i < n; ++i)
+        total += sg_blob_shape_len(blobs[i], shape);
+    return total;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (sg_blob_t *const *)a, y = (uintptr_t) * (sg_blob_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n)
+{
+    if (n == 0)
+        return 0;
+    sg_blob_t **sorted = sg_mem_alloc(n * sizeof(*sorted));
+    memcpy(sorted, blobs, n * sizeof(*sorted));
+    qsort(sorted, n, sizeof(*sorted), cmp_ptr);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; ++i)
+        if (i == 0 || sorted[i] != sorted[i - 1])
+            total += sg_blob_footprint(sorted[i]);
+    free(sorted);
+    return total;
+}
+
+/* ---- the writer ---- */
+
+typedef struct st_stream_t {
+    h2o_generator_t gen;
+    h2o_req_t *req;
+    sg_loop_t *loop;
+    sg_blob_t **blobs; /* referenced until the last piece was copied out; then NULL */
+    uint32_t n;
+    int shape;
+    /* the cursor: stage 0 is the prefix, 1 the pieces of blob `slot` (part 0 is its separator,
+     * part p its blob's piece p - 1), 2 the suffix, 3 the end; `off` bytes of the current piece
+     * are out already */
+    int stage;
+    uint32_t slot, part;
+    size_t off;
+    char *window;
+    size_t cap;
+    uint64_t total, sent;
+    uint64_t blob_charge, window_charge; /* what the writer holds of the budget */
+    sg_timer_t timer;                    /* the write timeout's check */
+    uint64_t progress_ms;                /* the last time the reader took bytes */
+    int64_t outq;                        /* the socket's send queue at the last check; -1 = unknown */
+    int sending, again, timed_out;
+} stream_t;
+
+/* The piece under the cursor; 0 when blob `slot` has no piece `part` (its end). */
+static int current_piece(const stream_t *st, const char **p, size_t *len)
+{
+    switch (st->stage) {
+    case 0:
+        *p = "{\"result\":[";
+        *len = 11;
+        return 1;
+    case 1:
+        if (st->part == 0) {
+            *p = ",";
+            *len = st->slot != 0;
+            return 1;
+        }
+        return sg_blob_piece(st->blobs[st->slot], st->shape, st->part - 1, p, len);
+    case 2:
+        *p = "]}";
+        *len = 2;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Moves the cursor past the current piece (`ended`: there was none: the blob is over). */
+static void advance(stream_t *st, int ended)
+{
+    st->off = 0;
+    if (st->stage == 1 && !ended) {
+        ++st->part;
+    } else if (st->stage == 1) {
+        st->part = 0;
+        if (++st->slot == st->n)
+            st->stage = 2;
+    } else {
+        st->stage = st->stage == 0 && st->n > 0 ? 1 : st->stage == 0 ? 2 : 3;
+    }
+}
+
+/* Fills the window from the cursor; returns the bytes written. */
+static size_t fill(stream_t *st)
+{
+    size_t used = 0;
+    while (used < st->cap && st->stage != 3) {
+        const char *p;
+        size_t len;
+        if (!current_piece(st, &p, &len)) {
+            advance(st, 1);
+            continue;
+        }
+        size_t take = len - st->off < st->cap - used ? len - st->off : st->cap - used;
+        memcpy(st->window + used, p + st->off, take);
+        used += take;
+        st->off += take;
+        if (st->off == len)
+            advance(st, 0);
+    }
+    return used;
+}
+
+static void release_blobs(stream_t *st)
+{
+    if (st->blobs == NULL)
+        return;
+    for (uint32_t i = 0; i < st->n; ++i)
+        sg_blob_release(st->blobs[i]);
+    free(st->blobs);
+    st->blobs = NULL;
+    sg_respond_release(st->loop->server, st->blob_charge);
+    st->blob_charge = 0;
+}
+
+static h2o_socket_t *socket_of(stream_t *st)
+{
+    h2o_conn_t *conn = st->req->conn;
+    return conn->callbacks->get_socket != NULL ? conn->callbacks->get_socket(conn) : NULL;
+}
+
+static void on_write_check(sg_timer_t *t);
+
+static void arm_check(stream_t *st, uint64_t now)
+{
+    uint32_t timeout = st->loop->server->cfg->limits.write_timeout_ms;
+    sg_timer_start(&st->loop->timers, &st->timer, now + (timeout >= 4 ? timeout / 4 : 1), on_write_check);
+}
+
+static void on_write_check(sg_timer_t *t)
+{
+    stream_t *st = H2O_STRUCT_FROM_MEMBER(stream_t, timer, t);
+    uint64_t now = sg_now_ms();
+    uint32_t timeout = st->loop->server->cfg->limits.write_timeout_ms;
+    h2o_socket_t *sock = socket_of(st);
+    int queued = 0;
+    if (sock != NULL && ioctl(h2o_socket_get_fd(sock), TIOCOUTQ, &queued) == 0) {
+        if (st->outq >= 0 && queued < st->outq)
+            st->progress_ms = now; /* the reader took bytes of what the kernel holds */
+        st->outq = queued;
+    }
+    if (now - st->progress_ms < timeout || st->timed_out) {
+        if (!st->timed_out)
+            arm_check(st, now);
+        return;
+    }
+    st->timed_out = 1;
+    sg_counter_add(st->loop->server->responses.m_write_timeouts, 1);
+    SG_LOG(SG_LL_WARN, "http", "closing a connection whose reader took no bytes for %u ms (%llu of %llu bytes of an answer sent)",
+           timeout, (unsigned long long)st->sent, (unsigned long long)st->total);
+    /* h2o finds the socket broken at its next read or write and closes the connection itself */
+    if (sock != NULL)
+        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+}
+
+/* A window was taken (or is about to be handed over): progress, and the next check. */
+static void arm_timeout(stream_t *st)
+{
+    uint64_t now = sg_now_ms();
+    st->progress_ms = now;
+    st->outq = -1;
+    arm_check(st, now);
+}
+
+/* Hands h2o the next window (the last one with FINAL). h2o may ask for more from inside
+ * h2o_send(): the loop, not recursion, answers that. */
+static void send_next(stream_t *st)
+{
+    if (st->sending) {
+        st->again = 1;
+        return;
+    }
+    st->sending = 1;
+    do {
+        st->again = 0;
+        size_t n = fill(st);
+        st->sent += n;
+        int final = st->stage == 3;
+        if (final)
+            release_blobs(st); /* copied out: the window is all that is left */
+        arm_timeout(st);       /* until proceed (or, after the last window, the request's end) */
+        h2o_iovec_t buf = h2o_iovec_init(st->window, n);
+        h2o_send(st->req, &buf, 1, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+        if (final)
+            break;
+    } while (st->again);
+    st->sending = 0;
+}
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    (void)req;
+    send_next(H2O_STRUCT_FROM_MEMBER(stream_t, gen, gen));
+}
+
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    (void)gen, (void)req; /* the client went away: the request's disposal frees the writer */
+}
+
+/* The request is being freed (answer written, client gone, or connection closed). */
+static void on_dispose(void *p)
+{
+    stream_t *st = p;
+    sg_timer_stop(&st->loop->timers, &st->timer);
+    release_blobs(st);
+    free(st->window);
+    sg_respond_release(st->loop->server, st->window_charge);
+}
+
+void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int shape)
+{
+    sg_loop_t *loop = sg_loop_of(req);
+    stream_t *st = h2o_mem_alloc_shared(&req->pool, sizeof(*st), on_dispose);
+    memset(st, 0, sizeof(*st));
+    st->gen.proceed = on_proceed;
+    st->gen.stop = on_stop;
+    st->req = req;
+    st->loop = loop;
+    st->n = n;
+    st->shape = shape;
+    st->total = sg_respond_size(blobs, n, shape);
+    st->cap = st->total < SG_RESPOND_WINDOW ? (size_t)st->total : SG_RESPOND_WINDOW;
+    st->window = sg_mem_alloc(st->cap);
+    st->blobs = sg_mem_alloc((n != 0 ? n : 1) * sizeof(*st->blobs));
+    for (uint32_t i = 0; i < n; ++i)
+        st->blobs[i] = sg_blob_ref(blobs[i]);
+    st->blob_charge = sg_respond_blob_bytes(blobs, n);
+    st->window_charge = st->cap;
+    sg_respond_grow(loop->server, st->blob_charge + st->window_charge);
+    if (st->total > st->cap)
+        sg_counter_add(loop->server->responses.m_streamed, 1);
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->res.content_length = (size_t)st->total;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    h2o_start_response(req, &st->gen);
+    send_next(st);
+}

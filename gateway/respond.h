@@ -1,0 +1,66 @@
+/*
+ * respond.h -- the bounds of answers and the writer of large ones.
+ *
+ *   - bytes per answer: limits.max_response_bytes, checked by the query pipeline before any
+ *     backend work (an estimate from the route's mean DOC size) and exactly as results arrive;
+ *   - response memory held by the process: limits.max_response_bytes_inflight, a budget every
+ *     query and answer in progress charges with the bytes of the result blobs it pins and its
+ *     output window (sg_response_budget_t in server.h);
+ *   - the writer: a 200 answer {"result":[...]} spliced from result blobs and handed to h2o one
+ *     window at a time as h2o asks for more, so an answer in progress holds its blobs and one
+ *     window, never a copy of its body; a reader that takes no bytes for
+ *     limits.write_timeout_ms is disconnected.
+ *
+ * Loop thread, except where a function says "any thread".
+ */
+#ifndef SG_GATEWAY_RESPOND_H
+#define SG_GATEWAY_RESPOND_H
+
+#include <stdint.h>
+#include "server.h"
+#include "route.h"
+#include "blob.h"
+
+/** Bytes of an answer's output window (the most a streamed answer holds beside its blobs). */
+#define SG_RESPOND_WINDOW (64 * 1024)
+
+/** Sets the budget's limit and registers its metrics. Main thread, before the loops start. */
+void sg_respond_init(sg_server_t *s);
+
+/** Takes `bytes` more of the process's response budget for a holder that has `own` bytes of it
+ * already, if they fit or when nobody else holds any (one answer larger than the budget still
+ * runs alone). Returns 0, or -1 without taking anything. Any thread. */
+int sg_respond_reserve(sg_server_t *s, uint64_t own, uint64_t bytes);
+/** Charges `bytes` whether they fit or not (memory already in use). Any thread. */
+void sg_respond_grow(sg_server_t *s, uint64_t bytes);
+/** Gives back `bytes` taken by sg_respond_reserve() or sg_respond_grow(). Any thread. */
+void sg_respond_release(sg_server_t *s, uint64_t bytes);
+
+/** The mean size of one DOC of route `b` for `op` (SG_OP_SEARCH or SG_OP_ACCESS); 0 = unknown.
+ * Any thread. */
+uint32_t sg_respond_doc_bytes(const sg_route_t *b, int op);
+/** Folds `n_docs` DOCs of `doc_bytes` bytes in all, as a call of route `b` returned them, into
+ * the route's mean. Any thread. */
+void sg_respond_observe(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_docs);
+
+/** Bytes around the pieces of an answer of `n` queries: {"result":[ ]} and n - 1 commas. */
+static inline uint64_t sg_respond_envelope(uint32_t n)
+{
+    return 13 + (n > 0 ? (uint64_t)n - 1 : 0);
+}
+/** The exact size of the answer {"result":[P0,...]} where Pi is blobs[i] in `shape` (blob.h). */
+uint64_t sg_respond_size(sg_blob_t *const *blobs, uint32_t n, int shape);
+/** The bytes of the distinct blobs among `blobs` (a repeated query shares its blob). */
+uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n);
+
+/**
+ * Answers 200 with {"result":[P0,P1,...]}, Pi being blobs[i] in `shape`, with the exact
+ * Content-Length, written window by window as h2o asks for more (HTTP/1.1 and HTTP/2 alike).
+ * The writer takes its own references on the blobs and charges them and its window to the
+ * process's budget until it has written their last byte; the caller keeps its own references.
+ * A reader that takes no bytes for limits.write_timeout_ms is disconnected and everything freed.
+ * The caller may add headers (req->res.headers) before the call. Loop thread.
+ */
+void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int shape);
+
+#endif
