@@ -15,6 +15,7 @@
 #include "clients.h"
 #include "fusion_route.h"
 #include "json.h"
+#include "provenance.h"
 #include "query.h"
 #include "retrieve.h"
 #include "request.h"
@@ -28,6 +29,7 @@ typedef struct st_http_query_t {
     sg_query_t *q; /* NULL once answered */
     int is_access;
     int return_scores;
+    const sg_route_t *route; /* for X-Searchgate-Provenance */
 } http_query_t;
 
 /* log_level debug: one line per /retrieve or /access answered before it became a query. */
@@ -73,6 +75,7 @@ static void respond_ok(h2o_req_t *req, const http_query_t *hq, const sg_query_re
     req->res.reason = "OK";
     req->res.content_length = (size_t)(p - body);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    sg_provenance_add_header(req, &hq->route->prov, res);
     h2o_iovec_t buf = h2o_iovec_init(body, (size_t)(p - body));
     h2o_start_response(req, &generator);
     h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
@@ -82,10 +85,12 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
 {
     http_query_t *hq = ctx;
     hq->q = NULL;
-    if (res->status == 200)
+    if (res->status == 200) {
         respond_ok(hq->req, hq, res);
-    else
+    } else {
+        sg_provenance_add_header(hq->req, &hq->route->prov, res);
         sg_send_error(hq->req, res->status, res->type, res->message, res->retry_after_s);
+    }
 }
 
 /* The HTTP request is being freed: if its query still runs, the client went away first. */
@@ -121,6 +126,8 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
     }
     if (status == 401)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    if (b != NULL)
+        sg_provenance_add_header(req, &b->prov, NULL);
     if (status == 200)
         sg_send_json(req, 200, msg, strlen(msg));
     else
@@ -294,7 +301,7 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
                             .start_us = in->start_us,
                             .deadline_us = deadline_us};
     http_query_t *hq = h2o_mem_alloc_shared(&in->req->pool, sizeof(*hq), on_req_dispose);
-    *hq = (http_query_t){in->req, NULL, in->is_access, pr->return_scores};
+    *hq = (http_query_t){in->req, NULL, in->is_access, pr->return_scores, in->route};
     sg_query_t *q = sg_query_start(in->loop, &spec, on_query_done, hq);
     if (q != NULL) /* else done() already ran, and the request may be gone */
         hq->q = q;
