@@ -926,7 +926,7 @@ int sg_trace_start(sg_config_t *cfg, int check_only, char *err, size_t err_size)
             return -1;
         }
         t->sink = s;
-        SG_LOG(SG_LL_INFO, "trace", "%s: tracing %.4g of the requests to %s", t->where, t->sample, t->path);
+        SG_LOG(SG_LL_INFO, "trace", "%s: tracing %.4g%% of the requests to %s", t->where, 100.0 * t->sample, t->path);
     }
     atomic_store(&trace_writer.stop, 0);
     pthread_create(&trace_writer.tid, NULL, writer_main, NULL);
