@@ -4,6 +4,7 @@ pinned here), a larger topk extends the same list, a document is the same whiche
 -- and its testing knobs: hits, empty_rate, blank_rate, latency_ms, error_rate/error_status, pages."""
 import json
 import os
+import subprocess
 import time
 import unittest
 
@@ -146,6 +147,27 @@ class Knobs(unittest.TestCase):
         self.assertNotEqual(data["hits"], data["fast"])
         self.assertNotEqual(data["empty"], data["fast"])
         self.assertIn("mock1:seed=0:corpus=1000000:hits=2", self.root["hits"]["provenance"]["identity"])
+
+
+class ShippedConfig(unittest.TestCase):
+    """configs/mock.json (docs/clients.md, CI without a retriever) as shipped, but for the port."""
+
+    def test_mock_config(self):
+        path = os.path.join(sgtest.SOURCE_DIR, "configs", "mock.json")
+        check = subprocess.run([sgtest.binary("searchgate"), "--check", "--port", "0", "--config", path], capture_output=True,
+                               text=True, timeout=sgtest.scaled(30))
+        self.assertEqual(check.returncode, 0, check.stderr)
+        with open(path) as f:
+            cfg = json.load(f)
+        gw = Gateway(cfg)
+        try:
+            r = gw.retrieve(["who wrote hamlet"], topk=1, return_scores=False)
+            self.assertEqual(r.json()["result"][0][0]["id"], "mock-558816")
+            statuses = [gw.retrieve(["flaky %d" % i], path="/retrieve/mock-flaky").status for i in range(60)]
+            self.assertEqual(set(statuses), {200, 503})
+            self.assertEqual(gw.post("/access", {"urls": ["https://en.wikipedia.org/wiki/Hamlet"]}).status, 200)
+        finally:
+            gw.stop()
 
 
 class Config(unittest.TestCase):
