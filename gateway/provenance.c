@@ -119,6 +119,22 @@ static char *copy_param_text(char *dst, const char *s, size_t n)
     return dst;
 }
 
+static char *append(char *dst, const char *s, size_t n)
+{
+    memcpy(dst, s, n);
+    return dst + n;
+}
+
+static char *append_u32(char *dst, uint32_t v)
+{
+    char tmp[12], *p = tmp + sizeof(tmp);
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return append(dst, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
 void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const sg_query_result_t *res)
 {
     if (p == NULL || p->header == NULL)
@@ -131,19 +147,27 @@ void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const sg
     char *v = h2o_mem_alloc_pool(&req->pool, cap), *end = v + p->header_len;
     memcpy(v, p->header, p->header_len);
     if (res != NULL && res->status == 200) {
-        const char *state = !res->cache_on                     ? "off"
-                            : res->n_cached == 0               ? "none"
-                            : res->n_cached >= res->n_distinct ? "all"
-                                                               : "partial";
-        end += snprintf(end, 24, "; cache=%s", state);
-        if (res->cache_on)
-            end += snprintf(end, 40, "; cached=%u/%u", res->n_cached, res->n_distinct);
+        const char *state = !res->cache_on                     ? "; cache=off"
+                            : res->n_cached == 0               ? "; cache=none"
+                            : res->n_cached >= res->n_distinct ? "; cache=all"
+                                                               : "; cache=partial";
+        end = append(end, state, strlen(state));
+        if (res->cache_on) {
+            end = append(end, "; cached=", 9);
+            end = append_u32(end, res->n_cached);
+            *end++ = '/';
+            end = append_u32(end, res->n_distinct);
+        }
     }
     if (plen != 0) {
         memcpy(end, "; params=", 9);
         end = copy_param_text(end + 9, res->params, plen);
     }
-    if (fb != NULL)
-        end += snprintf(end, strlen(fb->route) + 32, "; fallback=%s:%s", fb->route, fb->data);
+    if (fb != NULL) {
+        end = append(end, "; fallback=", 11);
+        end = append(end, fb->route, strlen(fb->route));
+        *end++ = ':';
+        end = append(end, fb->data, 16);
+    }
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-provenance"), 0, NULL, v, (size_t)(end - v));
 }

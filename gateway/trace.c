@@ -173,7 +173,7 @@ typedef struct st_rec_t {
     struct st_rec_t *next;
     uint64_t bytes; /* counted against the file's buffer_bytes: the record and the blobs it holds */
     uint32_t fields;
-    double wall_s; /* arrival */
+    uint64_t start_us; /* arrival (sg_now_us() clock); the writer makes it wall-clock time */
     uint64_t latency_us;
     int status;
     int is_access;
@@ -235,7 +235,7 @@ static char *put_str(char **at, const char *s)
 }
 
 /* The record of `ev` for a trace writing `fields`: what those fields need and nothing else. */
-static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields, double wall_s)
+static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields)
 {
     int texts = (fields & (SG_TRACE_F_QUERY | SG_TRACE_F_QUERY_HASH)) != 0;
     int answers = (fields & (SG_TRACE_F_HITS | SG_TRACE_F_IDS | SG_TRACE_F_SCORES | SG_TRACE_F_EMPTY | SG_TRACE_F_DOCS)) != 0;
@@ -250,7 +250,7 @@ static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields, double wall_s
     rec_t *r = sg_mem_alloc(size);
     *r = (rec_t){.bytes = size,
                  .fields = fields,
-                 .wall_s = wall_s,
+                 .start_us = ev->start_us,
                  .latency_us = ev->latency_us,
                  .status = ev->status,
                  .is_access = ev->is_access,
@@ -259,7 +259,9 @@ static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields, double wall_s
                  .n_distinct = ev->n_distinct,
                  .route = ev->route,
                  .fallback = ev->fallback};
-    snprintf(r->request_id, sizeof(r->request_id), "%s", ev->request_id);
+    size_t idl = strnlen(ev->request_id, sizeof(r->request_id) - 1);
+    memcpy(r->request_id, ev->request_id, idl);
+    r->request_id[idl] = '\0';
     r->q = (rec_query_t *)(r + 1);
     r->slot = (uint32_t *)(r->q + ev->n_distinct);
     memcpy(r->slot, ev->slot, ev->n * sizeof(uint32_t));
@@ -339,15 +341,58 @@ void sg_trace_request(const sg_trace_conf_t *rt, const sg_trace_conf_t *ct, cons
     int a = sampled(rt), b = sampled(ct);
     if (!a && !b)
         return;
-    double wall_s = sg_wall_time() - (double)(sg_now_us() - ev->start_us) / 1e6;
     if (a && b && rt->sink == ct->sink) {
-        enqueue(rt->sink, rec_new(ev, rt->fields | ct->fields, wall_s));
+        enqueue(rt->sink, rec_new(ev, rt->fields | ct->fields));
         return;
     }
     if (a)
-        enqueue(rt->sink, rec_new(ev, rt->fields, wall_s));
+        enqueue(rt->sink, rec_new(ev, rt->fields));
     if (b)
-        enqueue(ct->sink, rec_new(ev, ct->fields, wall_s));
+        enqueue(ct->sink, rec_new(ev, ct->fields));
+}
+
+/* The writer formats every line itself, into buffers it reserves once per piece: no printf, and
+ * few calls per member (a line is written for every query of a traced request). */
+
+/* Room for `n` more bytes (and the NUL) at the end of `b`; the caller writes them and calls done(). */
+static char *room(sg_buf_t *b, size_t n)
+{
+    if (b->base == NULL || b->len + n + 1 > b->cap)
+        sg_buf_reserve(b, n);
+    return b->base + b->len;
+}
+
+/* Whether `s` can go into a JSON string as it is (printable ASCII without quote or backslash). */
+static int plain(const char *s)
+{
+    for (; *s != '\0'; ++s)
+        if (*s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
+            return 0;
+    return 1;
+}
+
+static void done(sg_buf_t *b, char *end)
+{
+    b->len = (size_t)(end - b->base);
+    *end = '\0';
+}
+
+static char *put(char *p, const void *s, size_t n)
+{
+    if (n != 0) /* s may be NULL then (an empty buffer) */
+        memcpy(p, s, n);
+    return p + n;
+}
+
+/* Decimal digits of `v`. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20], *t = tmp + sizeof(tmp);
+    do {
+        *--t = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return put(p, t, (size_t)(tmp + sizeof(tmp) - t));
 }
 
 /* ---- reading documents out of a result blob (the writer's) ---- */
@@ -359,25 +404,44 @@ static const char *skip_ws(const char *p, const char *end)
     return p;
 }
 
+/* The end of the JSON string at `p` (its opening quote), or NULL. Keys and ids are short: a byte
+ * loop; past 24 bytes, memchr to each quote, which ends the string unless an odd number of
+ * backslashes precede it. */
+static const char *skip_string(const char *p, const char *end)
+{
+    const char *start = ++p, *stop = end - p > 24 ? p + 24 : end;
+    for (; p < stop; ++p) {
+        if (*p == '"')
+            return p + 1;
+        if (*p == '\\' && ++p >= end)
+            return NULL;
+    }
+    while (p < end) {
+        const char *q = memchr(p, '"', (size_t)(end - p));
+        if (q == NULL)
+            return NULL;
+        size_t k = 0;
+        while (q - k > start && q[-1 - (ptrdiff_t)k] == '\\')
+            ++k;
+        if (k % 2 == 0)
+            return q + 1;
+        p = q + 1;
+    }
+    return NULL;
+}
+
 /* The end of the JSON value at `p` (valid JSON: the plugins' documents are), or NULL. */
 static const char *skip_value(const char *p, const char *end)
 {
     if (p >= end)
         return NULL;
-    if (*p == '"') {
-        for (++p; p < end; ++p) {
-            if (*p == '\\')
-                ++p;
-            else if (*p == '"')
-                return p + 1;
-        }
-        return NULL;
-    }
+    if (*p == '"')
+        return skip_string(p, end);
     if (*p == '{' || *p == '[') {
         int depth = 0;
         while (p < end) {
             if (*p == '"') {
-                if ((p = skip_value(p, end)) == NULL)
+                if ((p = skip_string(p, end)) == NULL)
                     return NULL;
                 continue;
             }
@@ -394,120 +458,155 @@ static const char *skip_value(const char *p, const char *end)
     return p;
 }
 
-/* The raw text of the top-level member `key` of the JSON object [doc, doc + len): 1, or 0 when absent. */
-static int doc_member(const char *doc, size_t len, const char *key, const char **val, size_t *vlen)
+/* What a trace reads of a document: the raw values of its top-level "id", "url" and "contents"
+ * (NULL when absent), found in one pass that stops once it has them all. */
+typedef struct st_doc_view_t {
+    const char *id, *url, *contents;
+    size_t id_len, url_len, contents_len;
+} doc_view_t;
+
+/* An "id" that identifies the document: present, not null, not "". */
+static int usable_id(const doc_view_t *v)
 {
-    const char *p = skip_ws(doc, doc + len), *end = doc + len;
-    size_t klen = strlen(key);
-    if (p >= end || *p != '{')
-        return 0;
-    for (p = skip_ws(p + 1, end); p < end && *p == '"';) {
-        const char *k = p + 1, *kend = skip_value(p, end);
-        if (kend == NULL)
-            return 0;
-        int match = (size_t)(kend - 1 - k) == klen && memcmp(k, key, klen) == 0;
-        p = skip_ws(kend, end);
-        if (p >= end || *p != ':')
-            return 0;
-        const char *v = skip_ws(p + 1, end), *vend = skip_value(v, end);
-        if (vend == NULL)
-            return 0;
-        if (match) {
-            *val = v;
-            *vlen = (size_t)(vend - v);
-            return 1;
-        }
-        p = skip_ws(vend, end);
-        if (p >= end || *p != ',')
-            return 0;
-        p = skip_ws(p + 1, end);
-    }
-    return 0;
+    return v->id != NULL && !(v->id_len == 4 && memcmp(v->id, "null", 4) == 0) && !(v->id_len == 2 && v->id[0] == '"');
 }
 
-/* Whether a raw JSON string value holds no text: only quotes, whitespace and their escapes (the
- * contents of a passage without title and text is "\"\"\n"). */
+static void view_doc(const char *doc, size_t len, doc_view_t *v)
+{
+    const char *end = doc + len, *p = skip_ws(doc, end);
+    memset(v, 0, sizeof(*v));
+    if (p >= end || *p != '{')
+        return;
+    for (p = skip_ws(p + 1, end); p < end && *p == '"';) {
+        const char *k = p + 1, *kend = skip_string(p, end);
+        if (kend == NULL)
+            return;
+        size_t klen = (size_t)(kend - 1 - k);
+        p = skip_ws(kend, end);
+        if (p >= end || *p != ':')
+            return;
+        const char *val = skip_ws(p + 1, end);
+        if (klen == 8 && memcmp(k, "contents", 8) == 0 && v->contents == NULL) {
+            v->contents = val; /* its text is only looked at from the start: no need to find its end */
+            v->contents_len = (size_t)(end - val);
+            if (v->url != NULL || usable_id(v))
+                return; /* all that is needed: a (possibly long) passage is never scanned */
+        }
+        const char *vend = skip_value(val, end);
+        if (vend == NULL)
+            return;
+        if (klen == 2 && memcmp(k, "id", 2) == 0 && v->id == NULL)
+            v->id = val, v->id_len = (size_t)(vend - val);
+        else if (klen == 3 && memcmp(k, "url", 3) == 0 && v->url == NULL)
+            v->url = val, v->url_len = (size_t)(vend - val);
+        if (v->contents != NULL && (v->url != NULL || usable_id(v)))
+            return;
+        p = skip_ws(vend, end);
+        if (p >= end || *p != ',')
+            return;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* Whether the raw JSON string at `v` (up to `n` bytes, its end not known) holds no text: only
+ * quotes, whitespace and their escapes up to its closing quote (the contents of a passage without
+ * title and text is "\"\"\n"). Stops at the first character of text. */
 static int blank_string(const char *v, size_t n)
 {
     if (n < 2 || v[0] != '"')
         return 0;
-    for (size_t i = 1; i + 1 < n; ++i) {
-        if (v[i] == '\\' && i + 2 < n && strchr("nrt\"", v[i + 1]) != NULL)
+    for (size_t i = 1; i < n; ++i) {
+        if (v[i] == '"')
+            return 1;
+        if (v[i] == '\\' && i + 1 < n && (v[i + 1] == 'n' || v[i + 1] == 'r' || v[i + 1] == 't' || v[i + 1] == '"'))
             ++i;
         else if (v[i] != ' ')
             return 0;
     }
-    return 1;
+    return 0;
 }
 
-/* Appends the hit's id: its "id" (unless null or ""), else its "url" (unless ""), else null. */
-static void append_id(sg_buf_t *out, const char *doc, size_t len)
+/* The hit's id: its "id" (unless null or ""), else its "url" (unless ""), else null. */
+static void append_id(sg_buf_t *out, const doc_view_t *v, int comma)
 {
-    const char *v;
-    size_t n;
-    if (doc_member(doc, len, "id", &v, &n) && !(n == 4 && memcmp(v, "null", 4) == 0) && !(n == 2 && v[0] == '"')) {
-        sg_buf_append(out, v, n);
-        return;
-    }
-    if (doc_member(doc, len, "url", &v, &n) && n > 2 && v[0] == '"') {
-        sg_buf_append(out, v, n);
-        return;
-    }
-    sg_buf_appends(out, "null");
+    const char *id = "null";
+    size_t n = 4;
+    if (usable_id(v))
+        id = v->id, n = v->id_len;
+    else if (v->url != NULL && v->url_len > 2 && v->url[0] == '"')
+        id = v->url, n = v->url_len;
+    char *p = room(out, n + 1);
+    if (comma)
+        *p++ = ',';
+    done(out, put(p, id, n));
 }
 
-/* Appends the raw score written after hit `i` of a scored fragment (`,"score":S}`), or null. */
-static void append_score(sg_buf_t *out, const sg_blob_t *b, uint32_t i)
+/* The raw score written after hit `i` of a scored fragment (`,"score":S}`), or null. */
+static void append_score(sg_buf_t *out, const sg_blob_t *b, uint32_t i, int comma)
 {
     static const char prefix[] = ",\"score\":";
-    size_t at = (size_t)b->docs[i].off + b->docs[i].len, n = 0;
+    const char *v = "null";
+    size_t n = 4, at = (size_t)b->docs[i].off + b->docs[i].len;
     if (at + sizeof(prefix) - 1 < b->json_len && memcmp(b->json + at, prefix, sizeof(prefix) - 1) == 0) {
-        const char *p = b->json + at + sizeof(prefix) - 1;
-        while (p + n < b->json + b->json_len && p[n] != '}')
-            ++n;
-        if (n > 0) {
-            sg_buf_append(out, p, n);
-            return;
-        }
+        const char *p = b->json + at + sizeof(prefix) - 1, *e = memchr(p, '}', b->json_len - (size_t)(p - b->json));
+        if (e != NULL && e > p)
+            v = p, n = (size_t)(e - p);
     }
-    sg_buf_appends(out, "null");
+    char *p = room(out, n + 1);
+    if (comma)
+        *p++ = ',';
+    done(out, put(p, v, n));
+}
+
+/* `key` (a literal with its quotes and colon) and a number. */
+#define APPEND_KV_U64(out, key, v) append_kv_u64((out), (key), sizeof(key) - 1, (v))
+static void append_kv_u64(sg_buf_t *out, const char *key, size_t klen, uint64_t v)
+{
+    done(out, put_u64(put(room(out, klen + 20), key, klen), v));
+}
+
+/* `key` and a string known to need no escaping (route names, request ids, static names). */
+#define APPEND_KV_PLAIN(out, key, v) append_kv_plain((out), (key), sizeof(key) - 1, (v))
+static void append_kv_plain(sg_buf_t *out, const char *key, size_t klen, const char *v)
+{
+    size_t n = strlen(v);
+    char *p = put(room(out, klen + n + 2), key, klen);
+    *p++ = '"';
+    p = put(p, v, n);
+    *p++ = '"';
+    done(out, p);
 }
 
 /* "hits", "ids", "scores", "empty", "docs" of one answered query. */
 static void append_answer(sg_buf_t *out, uint32_t fields, const sg_blob_t *b)
 {
     if (fields & SG_TRACE_F_HITS)
-        sg_buf_appendf(out, ",\"hits\":%u", b->n_hits);
-    if (fields & SG_TRACE_F_IDS) {
-        sg_buf_appends(out, ",\"ids\":[");
+        APPEND_KV_U64(out, ",\"hits\":", b->n_hits);
+    int empty = b->n_hits > 0;
+    if (fields & (SG_TRACE_F_IDS | SG_TRACE_F_EMPTY)) {
+        if (fields & SG_TRACE_F_IDS)
+            sg_buf_append(out, ",\"ids\":[", 8);
         for (uint32_t i = 0; i < b->n_hits; ++i) {
-            if (i != 0)
-                sg_buf_appendc(out, ',');
-            append_id(out, b->json + b->docs[i].off, b->docs[i].len);
+            doc_view_t v;
+            view_doc(b->json + b->docs[i].off, b->docs[i].len, &v);
+            if (empty && v.contents != NULL && !blank_string(v.contents, v.contents_len))
+                empty = 0;
+            if (fields & SG_TRACE_F_IDS)
+                append_id(out, &v, i != 0);
         }
-        sg_buf_appendc(out, ']');
+        if (fields & SG_TRACE_F_IDS)
+            sg_buf_appendc(out, ']');
     }
     if (fields & SG_TRACE_F_SCORES) {
-        sg_buf_appends(out, ",\"scores\":[");
-        for (uint32_t i = 0; i < b->n_hits; ++i) {
-            if (i != 0)
-                sg_buf_appendc(out, ',');
-            append_score(out, b, i);
-        }
+        sg_buf_append(out, ",\"scores\":[", 11);
+        for (uint32_t i = 0; i < b->n_hits; ++i)
+            append_score(out, b, i, i != 0);
         sg_buf_appendc(out, ']');
     }
-    if (fields & SG_TRACE_F_EMPTY) {
-        int empty = b->n_hits > 0;
-        for (uint32_t i = 0; empty && i < b->n_hits; ++i) {
-            const char *v;
-            size_t n;
-            if (doc_member(b->json + b->docs[i].off, b->docs[i].len, "contents", &v, &n) && !blank_string(v, n))
-                empty = 0;
-        }
+    if (fields & SG_TRACE_F_EMPTY)
         sg_buf_appends(out, empty ? ",\"empty\":true" : ",\"empty\":false");
-    }
     if (fields & SG_TRACE_F_DOCS) {
-        sg_buf_appends(out, ",\"docs\":[");
+        sg_buf_append(out, ",\"docs\":[", 9);
         for (uint32_t i = 0; i < b->n_hits; ++i) {
             if (i != 0)
                 sg_buf_appendc(out, ',');
@@ -527,88 +626,144 @@ static void append_query(sg_buf_t *out, uint32_t fields, const rec_query_t *q)
     if (fields & SG_TRACE_F_QUERY_HASH) {
         unsigned char d[SHA256_DIGEST_LENGTH];
         SHA256((const unsigned char *)q->text, q->len, d);
+        static const char hex[] = "0123456789abcdef";
+        char h[16];
+        for (int i = 0; i < 8; ++i) {
+            h[2 * i] = hex[d[i] >> 4];
+            h[2 * i + 1] = hex[d[i] & 15];
+        }
         sg_buf_appends(out, ",\"query_hash\":\"");
-        for (int i = 0; i < 8; ++i)
-            sg_buf_appendf(out, "%02x", d[i]);
+        sg_buf_append(out, h, sizeof(h));
         sg_buf_appendc(out, '"');
     }
 }
 
-/* The fields every line of a request shares, up to "topk"/"params". */
-static void append_request(sg_buf_t *out, const rec_t *r, uint32_t i, const char *when)
+/* The arrival time of a record as ISO 8601 UTC with milliseconds. `offset_us` turns the monotonic
+ * clock into wall-clock time (taken once per writer pass); the date and time of day are formatted
+ * once per second. */
+static const char *iso_time(uint64_t start_us, int64_t offset_us)
+{
+    static char when[40];
+    static int64_t when_sec = -1;
+    int64_t wall_us = (int64_t)start_us + offset_us, sec = wall_us / 1000000;
+    int ms = (int)(wall_us % 1000000 / 1000);
+    if (sec != when_sec) {
+        time_t t = (time_t)sec;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+        when_sec = sec;
+    }
+    size_t n = strlen(when);
+    when[n - 4] = (char)('0' + ms / 100);
+    when[n - 3] = (char)('0' + ms / 10 % 10);
+    when[n - 2] = (char)('0' + ms % 10);
+    return when;
+}
+
+/* The parts of a record's lines, each a run of ",key:value" members: what precedes "i", what
+ * follows it up to the query, and what ends every line. Formatted once per record. */
+typedef struct st_parts_t {
+    sg_buf_t head, mid, tail;
+} parts_t;
+
+static void format_parts(parts_t *pp, const rec_t *r, int64_t offset_us)
 {
     uint32_t f = r->fields;
+    pp->head.len = pp->mid.len = pp->tail.len = 0;
     if (f & SG_TRACE_F_TIME)
-        sg_buf_appendf(out, ",\"time\":\"%s\"", when);
-    if (f & SG_TRACE_F_REQUEST)
-        sg_buf_appendf(out, ",\"request\":\"%s\",\"i\":%u,\"n\":%u", r->request_id, i, r->n);
-    if (f & SG_TRACE_F_CLIENT) {
-        sg_buf_appends(out, ",\"client\":");
-        sg_buf_append_json_string(out, r->client, strlen(r->client));
+        APPEND_KV_PLAIN(&pp->head, ",\"time\":", iso_time(r->start_us, offset_us));
+    if (f & SG_TRACE_F_REQUEST) {
+        APPEND_KV_PLAIN(&pp->head, ",\"request\":", r->request_id);
+        APPEND_KV_U64(&pp->mid, ",\"n\":", r->n);
+    }
+    if ((f & SG_TRACE_F_CLIENT) && plain(r->client)) {
+        APPEND_KV_PLAIN(&pp->mid, ",\"client\":", r->client);
+    } else if (f & SG_TRACE_F_CLIENT) {
+        sg_buf_appends(&pp->mid, ",\"client\":");
+        sg_buf_append_json_string(&pp->mid, r->client, strlen(r->client));
     }
     if (f & SG_TRACE_F_ROUTE)
-        sg_buf_appendf(out, ",\"route\":\"%s\"", r->route); /* route names are [A-Za-z0-9_-] */
+        APPEND_KV_PLAIN(&pp->mid, ",\"route\":", r->route); /* route names are [A-Za-z0-9_-] */
     if (f & SG_TRACE_F_OP)
-        sg_buf_appends(out, r->is_access ? ",\"op\":\"access\"" : ",\"op\":\"retrieve\"");
+        sg_buf_appends(&pp->mid, r->is_access ? ",\"op\":\"access\"" : ",\"op\":\"retrieve\"");
     if (f & SG_TRACE_F_TOPK)
-        sg_buf_appendf(out, ",\"topk\":%u", r->topk);
+        APPEND_KV_U64(&pp->mid, ",\"topk\":", r->topk);
     if ((f & SG_TRACE_F_PARAMS) && r->params != NULL) {
-        sg_buf_appends(out, ",\"params\":");
-        sg_buf_append_json_string(out, r->params, strlen(r->params));
-    }
-}
-
-/* One line: query i of the request (distinct query d; `repeat` when an earlier query of the batch
- * had the same text, which answered it). The leading ',' of the first member is replaced by '{'. */
-static void format_line(sg_buf_t *out, const rec_t *r, uint32_t i, int repeat, const char *when)
-{
-    const rec_query_t *q = &r->q[r->slot[i]];
-    uint32_t f = r->fields;
-    size_t start = out->len;
-    append_request(out, r, i, when);
-    if (q->text != NULL)
-        append_query(out, f, q);
-    if (q->blob != NULL)
-        append_answer(out, f, q->blob);
-    if (f & SG_TRACE_F_CACHE) {
-        sg_buf_appendf(out, ",\"cache\":\"%s\"", repeat ? "batch" : source_names[q->source < SG_SRC_COUNT ? q->source : 0]);
-        if (q->source == SG_SRC_FALLBACK && r->fallback != NULL)
-            sg_buf_appendf(out, ",\"fallback\":\"%s\"", r->fallback);
+        sg_buf_appends(&pp->mid, ",\"params\":");
+        sg_buf_append_json_string(&pp->mid, r->params, strlen(r->params));
     }
     if (f & SG_TRACE_F_STATUS) {
-        sg_buf_appendf(out, ",\"status\":%d", r->status);
+        APPEND_KV_U64(&pp->tail, ",\"status\":", (uint64_t)r->status);
         if (r->error != NULL) {
-            sg_buf_appends(out, ",\"error\":");
-            sg_buf_append_json_string(out, r->error, strlen(r->error));
+            sg_buf_appends(&pp->tail, ",\"error\":");
+            sg_buf_append_json_string(&pp->tail, r->error, strlen(r->error));
         }
     }
-    if (f & SG_TRACE_F_MS)
-        sg_buf_appendf(out, ",\"ms\":%.3f", (double)r->latency_us / 1000.0);
-    if (out->len == start)
-        sg_buf_appendc(out, ',');
-    out->base[start] = '{';
-    sg_buf_appends(out, "}\n");
+    if (f & SG_TRACE_F_MS) { /* milliseconds with 3 decimals */
+        char frac[4] = {'.', (char)('0' + r->latency_us / 100 % 10), (char)('0' + r->latency_us / 10 % 10),
+                        (char)('0' + r->latency_us % 10)};
+        APPEND_KV_U64(&pp->tail, ",\"ms\":", r->latency_us / 1000);
+        sg_buf_append(&pp->tail, frac, sizeof(frac));
+    }
 }
 
-/* All lines of a record, in the request's order. Distinct queries are numbered in the order of
- * their first occurrence, so a query whose distinct number is not the next new one repeats one. */
-static void format_record(sg_buf_t *out, const rec_t *r)
+/* The members of distinct query `q` that every line asking it shares: the query and its answer. */
+static void format_query(sg_buf_t *out, const rec_t *r, const rec_query_t *q)
 {
-    char when[40] = "";
-    if (r->fields & SG_TRACE_F_TIME) {
-        time_t sec = (time_t)r->wall_s;
-        struct tm tm;
-        gmtime_r(&sec, &tm);
-        size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-        int ms = (int)((r->wall_s - (double)sec) * 1000.0);
-        snprintf(when + n, sizeof(when) - n, ".%03dZ", ms < 0 ? 0 : ms > 999 ? 999 : ms);
-    }
+    if (q->text != NULL)
+        append_query(out, r->fields, q);
+    if (q->blob != NULL)
+        append_answer(out, r->fields, q->blob);
+}
+
+/* All lines of a record, in the request's order: the parts around "i", the query's members (made
+ * once per distinct query), "cache" (a text repeated in the batch was answered by its first
+ * occurrence: "batch"), the tail. Distinct queries are numbered in the order of their first
+ * occurrence, so a query whose number is not the next new one repeats one. */
+static void format_record(sg_buf_t *out, const rec_t *r, int64_t offset_us)
+{
+    static parts_t pp;         /* the writer thread's scratch space */
+    static sg_buf_t qs;        /* each distinct query's members, back to back */
+    static size_t *qoff, qcap; /* where each starts in qs (n_distinct + 1 entries) */
+    format_parts(&pp, r, offset_us);
+    if (qcap < (size_t)r->n_distinct + 1)
+        qoff = sg_mem_realloc(qoff, (qcap = (size_t)r->n_distinct + 1) * sizeof(*qoff));
+    qs.len = 0;
     uint32_t next_new = 0;
     for (uint32_t i = 0; i < r->n; ++i) {
-        int repeat = r->slot[i] != next_new;
-        if (!repeat)
-            ++next_new;
-        format_line(out, r, i, repeat, when);
+        uint32_t d = r->slot[i];
+        int repeat = d != next_new;
+        if (!repeat) {
+            qoff[d] = qs.len;
+            format_query(&qs, r, &r->q[d]);
+            qoff[++next_new] = qs.len;
+        }
+        const rec_query_t *q = &r->q[d];
+        const char *cache = repeat ? "batch" : source_names[q->source < SG_SRC_COUNT ? q->source : 0];
+        int fb = q->source == SG_SRC_FALLBACK && r->fallback != NULL;
+        size_t qlen = qoff[d + 1] - qoff[d];
+        char *p = room(out, pp.head.len + pp.mid.len + pp.tail.len + qlen + 64 + (fb ? strlen(r->fallback) : 0)), *start = p;
+        p = put(p, pp.head.base, pp.head.len);
+        if (r->fields & SG_TRACE_F_REQUEST)
+            p = put_u64(put(p, ",\"i\":", 5), i);
+        p = put(p, pp.mid.base, pp.mid.len);
+        p = put(p, qs.base + qoff[d], qlen);
+        if (r->fields & SG_TRACE_F_CACHE) {
+            p = put(p, ",\"cache\":\"", 10);
+            p = put(p, cache, strlen(cache));
+            *p++ = '"';
+            if (fb) {
+                p = put(p, ",\"fallback\":\"", 13);
+                p = put(p, r->fallback, strlen(r->fallback));
+                *p++ = '"';
+            }
+        }
+        p = put(p, pp.tail.base, pp.tail.len);
+        if (p == start)
+            *p++ = ',';
+        *start = '{';
+        done(out, put(p, "}\n", 2));
     }
 }
 
@@ -793,9 +948,10 @@ static int drain(sg_trace_sink_t *s)
     pthread_mutex_unlock(&s->mu);
     sg_gauge_set(s->m_buffered, (int64_t)taken);
     int any = r != NULL;
+    int64_t offset_us = (int64_t)(sg_wall_time() * 1e6) - (int64_t)sg_now_us();
     while (r != NULL) {
         rec_t *next = r->next;
-        format_record(&s->out, r);
+        format_record(&s->out, r, offset_us);
         s->out_lines += r->n;
         rec_free(r);
         r = next;
@@ -930,6 +1086,7 @@ int sg_trace_start(sg_config_t *cfg, int check_only, char *err, size_t err_size)
     }
     atomic_store(&trace_writer.stop, 0);
     pthread_create(&trace_writer.tid, NULL, writer_main, NULL);
+    pthread_setname_np(trace_writer.tid, "sg-trace");
     trace_writer.running = 1;
     return 0;
 }
