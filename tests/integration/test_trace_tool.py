@@ -5,6 +5,7 @@ comparison reports, batching, rate, failures and bad usage."""
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -235,6 +236,54 @@ class Replay(unittest.TestCase):
             got = [json.loads(l) for l in f]
         self.assertEqual(len(got), len(self.recorded))
         self.assertTrue(all(l["status"] == 0 and l["error"].startswith("connection: ") for l in got), got[0])
+
+
+class WorkedExample(unittest.TestCase):
+    """docs/traces.md's worked example as written: configs/trace-demo.json on the BM25 demo, the
+    run script from the page, summary, replay against the fusion route and the route itself, and
+    the figures the page shows."""
+
+    def test_docs_example(self):
+        prep = subprocess.run([sgtest.binary("prepare-default")], capture_output=True, text=True, timeout=sgtest.scaled(300))
+        self.assertEqual(prep.returncode, 0, prep.stdout + prep.stderr)
+        with open(os.path.join(sgtest.SOURCE_DIR, "docs", "traces.md")) as f:
+            page = f.read()
+        script = re.search(r"/usr/bin/python3 - <<'EOF'\n(.*?)\nEOF", page, re.S).group(1)
+        with open(os.path.join(sgtest.SOURCE_DIR, "configs", "trace-demo.json")) as f:
+            cfg = json.load(f)
+        shown = re.search(r"`configs/trace-demo.json`.*?```json\n(.*?)```", page, re.S).group(1)
+        self.assertEqual(json.loads(shown), cfg)  # the page shows the shipped file
+        d = tempfile.mkdtemp(prefix="sgtool-")
+        for b in cfg["backends"][:2]:
+            b["config"]["index"] = os.path.join(sgtest.BUILD_DIR, "demo", "bm25")
+        cfg["backends"][0]["trace"]["path"] = d + "/"
+        gw = Gateway(cfg)
+        try:
+            url = "http://127.0.0.1:%d/retrieve" % gw.port
+            run = subprocess.run(["/usr/bin/python3", "-"], input=script.replace("http://127.0.0.1:8000/retrieve", url), text=True,
+                                 capture_output=True, timeout=sgtest.scaled(120))
+            self.assertEqual(run.returncode, 0, run.stderr)
+            trace = os.path.join(d, "bm25.jsonl")
+            deadline = time.time() + sgtest.scaled(10)
+            while gw.metric("searchgate_trace_lines_total", trace=trace) < 240 and time.time() < deadline:
+                time.sleep(0.02)
+            snapshot = os.path.join(d, "recorded.jsonl")
+            shutil.copyfile(trace, snapshot)
+            a = summary(snapshot)["traces"][0]["all"]
+            self.assertEqual((a["queries"], a["requests"], a["distinct"]), (240, 6, 16))
+            self.assertEqual((round(a["repeat_rate"], 3), a["zero_hit_share"], a["empty"]), (0.933, 0.125, 0))
+            self.assertEqual(a["cache"], {"batch": 192, "l1": 32, "backend": 16})
+            self.assertEqual(a["top_queries"][0], {"query": "map maker", "count": 20})
+            for route in ("hybrid", "bm25"):
+                tool("replay", snapshot, "--url", url, "--route", route, "--out", os.path.join(d, route + ".out"))
+        finally:
+            gw.stop()
+        c = summary(snapshot, os.path.join(d, "hybrid.out"), os.path.join(d, "bm25.out"))["comparisons"]
+        self.assertEqual((c[0]["compared"], c[0]["identical"], round(c[0]["recall_at_k"], 3), c[0]["top1_changed"]), (16, 7, 0.81, 2))
+        self.assertEqual([e["query"] for e in c[0]["examples"]], ["lava", "what is the capital of a country"])
+        self.assertEqual((c[1]["identical_share"], c[1]["recall_at_k"], c[1]["top1_changed"]), (1, 1, 0))
+        self.assertIn("identical top-k 43.8%  recall@k 0.810  top-1 changed 12.5% (2)", page)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
