@@ -748,7 +748,8 @@ static void format_record(sg_buf_t *out, const rec_t *r, int64_t offset_us)
         if (r->fields & SG_TRACE_F_REQUEST)
             p = put_u64(put(p, ",\"i\":", 5), i);
         p = put(p, pp.mid.base, pp.mid.len);
-        p = put(p, qs.base + qoff[d], qlen);
+        if (qlen != 0)
+            p = put(p, qs.base + qoff[d], qlen);
         if (r->fields & SG_TRACE_F_CACHE) {
             p = put(p, ",\"cache\":\"", 10);
             p = put(p, cache, strlen(cache));
