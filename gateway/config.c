@@ -7,6 +7,7 @@
 #include "cfg.h"
 #include "fusion.h"
 #include "rerank.h"
+#include "trace.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -75,13 +76,37 @@ static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def
     return 0;
 }
 
-static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults, int keyed,
-                        int have_redis)
+int sg__config_trace(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, const char *name, struct st_sg_trace_conf_t **out)
 {
-    static const char *const keyed_keys[] = {"id",           "key_env", "rate",   "burst",  "mode",          "max_wait_ms",
-                                             "max_inflight", "weight",  "global", "budget", "reject_status", NULL};
-    static const char *const default_keys[] = {"rate",   "burst",  "mode",          "max_wait_ms", "max_inflight",
-                                               "weight", "global", "reject_status", "budget",      NULL};
+    int r = sg_trace_conf_parse(c, o, cfg->base_dir, name, out);
+    if (*out != NULL) {
+        cfg->traces = sg_mem_realloc(cfg->traces, (cfg->n_traces + 1) * sizeof(*cfg->traces));
+        cfg->traces[cfg->n_traces++] = *out;
+    }
+    return r;
+}
+
+/* A client's "trace": its own, or (absent in a keyed client) clients.default's; null: none. */
+static int parse_client_trace(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out,
+                              const sg_client_conf_t *defaults)
+{
+    if (defaults != NULL && cJSON_GetObjectItemCaseSensitive(o, "trace") == NULL) {
+        out->trace = defaults->trace;
+        return 0;
+    }
+    char name[200];
+    snprintf(name, sizeof(name), out->id != NULL ? "client-%s" : "clients", out->id);
+    return sg__config_trace(cfg, c, o, name, &out->trace);
+}
+
+static int parse_client(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults,
+                        int keyed)
+{
+    static const char *const keyed_keys[] = {"id",     "key_env", "rate",   "burst",         "mode",  "max_wait_ms", "max_inflight",
+                                             "weight", "global",  "budget", "reject_status", "trace", NULL};
+    static const char *const default_keys[] = {
+        "rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", "global", "reject_status", "budget", "trace", NULL};
+    int have_redis = cfg->cache.redis_host != NULL;
     static const char *const modes[] = {"queue", "reject", NULL};
     if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
         return -1;
@@ -123,6 +148,8 @@ static int parse_client(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, cons
     if (out->global && !have_redis) /* clients.default is checked first, so the value is always here */
         return sg_cfg_fail(c, "global", cJSON_GetObjectItemCaseSensitive(o, "global"),
                            "needs cache.redis (the shared rate limit is kept in Redis)");
+    if (parse_client_trace(cfg, c, o, out, defaults) != 0)
+        return -1;
     return parse_budget(c, o, defaults != NULL ? &defaults->budget : NULL, &out->budget);
 }
 
@@ -151,7 +178,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
-        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0, cfg->cache.redis_host != NULL) != 0)
+        if (parse_client(cfg, &cd, d, &cfg->clients.defaults, NULL, 0) != 0)
             return -1;
     }
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(o, "keys");
@@ -165,7 +192,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
             snprintf(path, sizeof(path), "clients.keys[%zu]", i);
             sg_cfg_t ck = {path, err, err_size};
             cfg->clients.n_keyed = i + 1;
-            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis_host != NULL) != 0)
+            if (parse_client(cfg, &ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1) != 0)
                 return -1;
             for (size_t j = 0; j < i; ++j) {
                 if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)
@@ -287,6 +314,7 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
                                        "retries",
                                        "min_remaining_ms",
                                        "min_remaining_quantile",
+                                       "trace",
                                        NULL};
     char path[64];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
@@ -338,6 +366,8 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
         return -1;
     if (b->budget.enabled && !b->metered) /* a route budget counts this route's calls: it is metered by definition */
         return sg_cfg_fail(&c, "metered", cJSON_GetObjectItem(o, "metered"), "cannot be false on a route with a budget");
+    if (sg__config_trace(cfg, &c, o, b->name, &b->trace) != 0)
+        return -1;
     return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
@@ -518,7 +548,8 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
                       parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0 ||
                       parse_clients(cfg, cJSON_GetObjectItemCaseSensitive(root, "clients"), err, err_size) != 0 ||
                       parse_mcp(cfg, cJSON_GetObjectItemCaseSensitive(root, "mcp"), err, err_size) != 0 ||
-                      parse_backends(cfg, root, err, err_size) != 0
+                      parse_backends(cfg, root, err, err_size) != 0 ||
+                      sg_trace_conf_check_shared(cfg->traces, cfg->n_traces, err, err_size) != 0
                   ? -1
                   : 0;
     cJSON_Delete(root);
@@ -585,6 +616,9 @@ void sg_config_free(sg_config_t *cfg)
         memset(cfg->clients.admin_key, 0, strlen(cfg->clients.admin_key));
         free(cfg->clients.admin_key);
     }
+    for (size_t i = 0; i < cfg->n_traces; ++i)
+        sg_trace_conf_free(cfg->traces[i]);
+    free(cfg->traces);
     free(cfg->cache.redis_host);
     free(cfg->cache.redis_prefix);
     free(cfg->path);

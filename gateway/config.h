@@ -44,6 +44,7 @@ typedef struct st_sg_backend_conf_t {
      * budget meters its route); the route's own budget counts every client's calls */
     int metered;
     sg_budget_conf_t budget;
+    struct st_sg_trace_conf_t *trace; /* the route's query trace (trace.h), or NULL; owned by the config's traces */
 } sg_backend_conf_t;
 
 typedef struct st_sg_client_conf_t {
@@ -61,6 +62,9 @@ typedef struct st_sg_client_conf_t {
     /* backend calls on metered routes (budget.c); in clients.default: one budget that the
      * anonymous clients share, and the default of keyed ones */
     sg_budget_conf_t budget;
+    /* the client's query trace (trace.h), or NULL; owned by the config's traces. Keyed clients
+     * without "trace" share clients.default's */
+    struct st_sg_trace_conf_t *trace;
 } sg_client_conf_t;
 
 enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };
@@ -124,6 +128,9 @@ typedef struct st_sg_config_t {
         int require_session;      /* POST /mcp other than initialize needs Mcp-Session-Id */
         int text_format;          /* SG_MCP_TEXT_SEARCH_R1 or SG_MCP_TEXT_RESULTS_JSON */
     } mcp;
+    /* every "trace" object of routes and clients (trace.h); the confs point into this list */
+    struct st_sg_trace_conf_t **traces;
+    size_t n_traces;
 } sg_config_t;
 
 /** Reads and validates `path`. On failure returns -1 with a message naming the key and value in `err`. */
@@ -131,6 +138,14 @@ int sg_config_load(sg_config_t *cfg, const char *path, char *err, size_t err_siz
 /** Same, from a string (for tests); `base_dir` resolves relative paths. */
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size);
 void sg_config_free(sg_config_t *cfg);
+/**
+ * Internal (config.c, fusion.c): reads `o`'s "trace" into `*out` (NULL when absent or null) and
+ * keeps it in cfg->traces. `name` names the file when the path is a directory.
+ */
+struct st_sg_cfg_t;
+struct cJSON;
+int sg__config_trace(sg_config_t *cfg, struct st_sg_cfg_t *c, const struct cJSON *o, const char *name,
+                     struct st_sg_trace_conf_t **out);
 /** Index of the backend called `name` (length `len`), or -1. */
 int sg_config_find_backend(const sg_config_t *cfg, const char *name, size_t len);
 

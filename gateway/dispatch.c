@@ -1240,6 +1240,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
     if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
         waiter_link(f, w);
         pthread_mutex_unlock(&s->mu);
+        u->source = SG_SRC_JOINED;
         sg_counter_add(b->coalesced, 1);
         return;
     }
@@ -1251,6 +1252,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
         free(w);
         u->waiter = NULL;
         u->blob = late;
+        u->source = SG_SRC_L1;
         --r->n_pending;
         sg__query_took_blob(r, u);
         ++r->hits_l1;
@@ -1261,6 +1263,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
     }
     if (f != NULL)
         shard_remove(s, f); /* its call was cancelled: start afresh */
+    u->source = SG_SRC_BACKEND;
     flight_start(nc, r, u, w, s, h, op);
     pthread_mutex_unlock(&s->mu);
 }

@@ -66,9 +66,9 @@ static void build_identity(sg_fusion_conf_t *fc)
 
 /* The keys a fusion route shares with plugin routes: name, topk, timeout_ms. The keys only plugin
  * routes have would be silently meaningless here, so they are refused with the reason. */
-static int parse_route_keys(sg_cfg_t *c, const sg_config_t *cfg, const cJSON *o, sg_fusion_conf_t *fc)
+static int parse_route_keys(sg_cfg_t *c, sg_config_t *cfg, const cJSON *o, sg_fusion_conf_t *fc)
 {
-    static const char *const keys[] = {"name", "fusion", "topk", "timeout_ms", NULL};
+    static const char *const keys[] = {"name", "fusion", "topk", "timeout_ms", "trace", NULL};
     static const char *const plugin_only[] = {"plugin", "config",      "max_inflight", "max_queue", "chunk",
                                               "cache",  "cache_ttl_s", "fallback",     NULL};
     int64_t v;
@@ -91,7 +91,7 @@ static int parse_route_keys(sg_cfg_t *c, const sg_config_t *cfg, const cJSON *o,
     if (sg_cfg_int(c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, def_timeout, &v) != 0)
         return -1;
     fc->timeout_ms = (uint32_t)v;
-    return 0;
+    return sg__config_trace(cfg, c, o, fc->name, &fc->trace);
 }
 
 /* fusion.routes: 2 to SG_FUSION_MAX_LEGS distinct names, kept as names until

@@ -35,11 +35,12 @@ typedef struct st_sg_fusion_conf_t {
     double k;            /* RRF constant */
     uint32_t n_legs;
     char **leg_names;
-    int *legs;        /* indexes into cfg->backends (plugin routes only) */
-    double *weights;  /* per leg; 1 when not given */
-    int *normalize;   /* per leg, weighted only: SG_NORM_* */
-    char *identity;   /* canonical text of the settings ("rrf k=60 legs=a,b w=1,1"): logs, GET / */
-    size_t cfg_index; /* position in the config's backends[] (for messages) */
+    int *legs;                        /* indexes into cfg->backends (plugin routes only) */
+    double *weights;                  /* per leg; 1 when not given */
+    int *normalize;                   /* per leg, weighted only: SG_NORM_* */
+    char *identity;                   /* canonical text of the settings ("rrf k=60 legs=a,b w=1,1"): logs, GET / */
+    size_t cfg_index;                 /* position in the config's backends[] (for messages) */
+    struct st_sg_trace_conf_t *trace; /* the route's query trace (trace.h), or NULL; owned by the config */
 } sg_fusion_conf_t;
 
 /* ---- configuration (called by config.c) ---- */

@@ -26,11 +26,13 @@
 #include "fusion_route.h"
 #include "hmap.h"
 #include "json.h"
+#include "provenance.h"
 #include "query.h"
 #include "ratelimit_global.h"
 #include "request.h"
 #include "respond.h"
 #include "retrieve.h"
+#include "trace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +45,7 @@ typedef struct st_fusion_route_t {
     sg_counter_t *queries[SG_NUM_CODES];
     sg_hist_t *latency;
     sg_gauge_t *inflight;
+    sg_provenance_t prov; /* its settings and its legs' data fingerprints */
 } fusion_route_t;
 
 static fusion_route_t *routes;
@@ -57,7 +60,8 @@ typedef struct st_leg_t {
     int status;    /* 0 while running */
     char *type, *message;
     uint32_t retry_after;
-    sg_blob_t **blobs; /* on 200: one per distinct query */
+    sg_blob_t **blobs;           /* on 200: one per distinct query */
+    uint32_t n_cached, cache_on; /* on 200: its cache outcome (provenance) */
 } leg_t;
 
 struct st_sg_fusion_query_t {
@@ -80,6 +84,7 @@ struct st_sg_fusion_query_t {
     int answered;
     int shape; /* the bounds of the answer (sg_fusion_spec_t) */
     uint64_t max_response_bytes, envelope_bytes;
+    sg_blob_t **fused; /* on 200, while answering: one per distinct query (for the trace) */
     leg_t legs[SG_FUSION_MAX_LEGS];
 };
 
@@ -102,6 +107,18 @@ static void register_partial(const sg_fusion_conf_t *fc)
             snprintf(l, sizeof(l), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[i], leg_reasons[k]);
             sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, l);
         }
+}
+
+/* The route's provenance: its settings and each leg's data fingerprint. */
+static void describe(const sg_server_t *s, fusion_route_t *r)
+{
+    const sg_fusion_conf_t *fc = r->conf;
+    sg_buf_t legs = {0};
+    for (uint32_t l = 0; l < fc->n_legs; ++l)
+        sg_buf_appendf(&legs, "%s%s:%s", l != 0 ? "," : "", fc->leg_names[l], s->routes[fc->legs[l]].prov.data);
+    sg_provenance_init(&r->prov, fc->name, "fusion", "fusion", SG_VERSION, fc->identity, legs.base);
+    sg_provenance_register_metric(&r->prov, "fusion", SG_VERSION);
+    sg_buf_free(&legs);
 }
 
 void sg_fusion_init(const sg_server_t *s)
@@ -129,12 +146,15 @@ void sg_fusion_init(const sg_server_t *s)
             sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
         r->inflight = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
         register_partial(r->conf);
+        describe(s, r);
         SG_LOG(SG_LL_INFO, "fusion", "route %s: %s", name, r->conf->identity);
     }
 }
 
 void sg_fusion_dispose(void)
 {
+    for (size_t i = 0; i < n_routes; ++i)
+        sg_provenance_dispose(&routes[i].prov);
     free(routes);
     routes = NULL;
     n_routes = 0;
@@ -201,6 +221,7 @@ void sg_fusion_append_root(const sg_server_t *s, sg_jw_t *w)
             sg_jw_end(w);
         }
         sg_jw_end(w);
+        sg_provenance_json(w, &routes[i].prov);
         sg_jw_end(w);
     }
 }
@@ -232,12 +253,42 @@ static void fusion_req_unref(fusion_req_t *fr)
         fusion_req_free(fr);
 }
 
-/* Counts the outcome once: on the fusion route and, as one request, on the client. */
+static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
+{
+    const fusion_req_t *fr = ctx;
+    sg_blob_t *b = fr->fused != NULL ? fr->fused[d] : NULL;
+    *out = (sg_trace_item_t){fr->uniq_text[d], fr->uniq_len[d], b, b != NULL ? SG_SRC_FUSION : SG_SRC_NONE};
+}
+
+/* The fusion route's or the client's query trace (trace.h), when either traces this request. */
+static void trace(const fusion_req_t *fr, int status, const char *type, uint64_t lat)
+{
+    const sg_trace_conf_t *rt = fr->route->conf->trace, *ct = fr->client->conf->trace;
+    if (rt == NULL && ct == NULL)
+        return;
+    sg_trace_event_t ev = {.request_id = fr->request_id,
+                           .route = fr->route->conf->name,
+                           .client = fr->client->id,
+                           .topk = fr->topk,
+                           .n = fr->n_queries,
+                           .slot = fr->slot_uniq,
+                           .n_distinct = fr->n_uniq,
+                           .status = status,
+                           .error = type,
+                           .start_us = fr->start_us,
+                           .latency_us = lat,
+                           .item = trace_item,
+                           .ctx = fr};
+    sg_trace_request(rt, ct, &ev);
+}
+
+/* Counts the outcome once: on the fusion route and, as one request, on the client; and traces it. */
 static void record(fusion_req_t *fr, int status, const char *type)
 {
     fusion_route_t *r = fr->route;
     int ci = sg_code_index(status);
     uint64_t lat = sg_now_us() - fr->start_us;
+    trace(fr, status, type, lat);
     sg_counter_add(r->requests[ci], 1);
     sg_counter_add(r->queries[ci], fr->n_queries);
     sg_hist_observe_us(r->latency, lat);
@@ -270,7 +321,8 @@ static void fail(fusion_req_t *fr, int status, const char *type, const char *msg
     if (fr->answered)
         return;
     finish(fr, status, type);
-    sg_query_result_t res = {status, type, msg, retry_after, 0, NULL, fr->request_id};
+    sg_query_result_t res = {
+        .status = status, .type = type, .message = msg, .retry_after_s = retry_after, .request_id = fr->request_id};
     fr->done(fr->ctx, &res, NULL);
     fusion_req_unref(fr);
 }
@@ -446,11 +498,19 @@ static void respond(fusion_req_t *fr)
         snprintf(labels, sizeof(labels), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[l], reason);
         sg_counter_add(sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, labels), 1);
     }
+    fr->fused = fused;
     finish(fr, 200, NULL);
+    fr->fused = NULL;
     sg_blob_t **blobs = sg_mem_alloc(fr->n_queries * sizeof(*blobs));
     for (uint32_t i = 0; i < fr->n_queries; ++i)
         blobs[i] = fused[fr->slot_uniq[i]];
-    sg_query_result_t res = {200, NULL, NULL, 0, fr->n_queries, blobs, fr->request_id};
+    sg_query_result_t res = {.status = 200, .n = fr->n_queries, .blobs = blobs, .request_id = fr->request_id};
+    for (uint32_t l = 0; l < fc->n_legs; ++l) { /* the cache outcome over the legs that answered */
+        const leg_t *leg = &fr->legs[l];
+        res.n_distinct += leg->status == 200 ? fr->n_uniq : 0;
+        res.n_cached += leg->status == 200 ? leg->n_cached : 0;
+        res.cache_on |= leg->status == 200 && leg->cache_on;
+    }
     if (partial.len != 0)
         sg_buf_appendc(&partial, '\0');
     fr->done(fr->ctx, &res, partial.len != 0 ? partial.base : NULL);
@@ -484,6 +544,8 @@ static void on_leg_done(void *ctx, const sg_query_result_t *res)
         leg->blobs = sg_mem_alloc(fr->n_uniq * sizeof(*leg->blobs));
         for (uint32_t u = 0; u < fr->n_uniq; ++u)
             leg->blobs[u] = sg_blob_ref(res->blobs[u]);
+        leg->n_cached = res->n_cached;
+        leg->cache_on = (uint32_t)res->cache_on;
     } else {
         leg->type = sg_strdup(res->type != NULL ? res->type : "error");
         leg->message = sg_strdup(res->message != NULL ? res->message : "failed");
@@ -664,6 +726,7 @@ typedef struct st_http_fusion_t {
     h2o_req_t *req;
     sg_fusion_query_t *q; /* NULL once answered */
     int return_scores;
+    const fusion_route_t *route; /* for X-Searchgate-Provenance */
 } http_fusion_t;
 
 static void on_http_done(void *ctx, const sg_query_result_t *res, const char *partial)
@@ -671,6 +734,7 @@ static void on_http_done(void *ctx, const sg_query_result_t *res, const char *pa
     http_fusion_t *hf = ctx;
     hf->q = NULL;
     h2o_req_t *req = hf->req;
+    sg_provenance_add_header(req, &hf->route->prov, res);
     if (res->status != 200) {
         sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
         return;
@@ -710,6 +774,7 @@ static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client,
     }
     if (status == 401)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    sg_provenance_add_header(req, &r->prov, NULL);
     if (status == 200)
         sg_send_json(req, 200, msg, strlen(msg));
     else
@@ -763,7 +828,7 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
                              .max_response_bytes = loop->server->cfg->limits.max_response_bytes,
                              .envelope_bytes = sg_respond_envelope(pr->n)};
     http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
-    *hf = (http_fusion_t){req, NULL, pr->return_scores};
+    *hf = (http_fusion_t){req, NULL, pr->return_scores, r};
     sg_fusion_query_t *q = sg_fusion_start(loop, &spec, on_http_done, hf);
     if (q != NULL) /* else done() already ran, and the request may be gone */
         hf->q = q;

@@ -13,6 +13,7 @@
 #include "rerank.h"
 #include "mcp.h"
 #include "respond.h"
+#include "trace.h"
 #include "../cache/cache.h"
 
 #include <getopt.h>
@@ -202,6 +203,20 @@ static void warn_capacity(const sg_server_t *s, int to_stdout)
     }
 }
 
+/* Each route's provenance (provenance.h): its data fingerprint, from the identity its plugin gives
+ * the cache (a rerank stage's included), and its info metric. */
+static void describe_routes(sg_server_t *s)
+{
+    for (size_t i = 0; i < s->n_routes; ++i) {
+        sg_route_t *b = &s->routes[i];
+        const sg_backend_vtable *vt = b->plugin.vt;
+        const char *ident = vt->identity != NULL ? vt->identity(b->inst) : NULL;
+        sg_provenance_init(&b->prov, b->conf->name, b->conf->rerank != NULL ? "rerank" : "plugin", vt->name, vt->version, ident,
+                           NULL);
+        sg_provenance_register_metric(&b->prov, vt->name, vt->version);
+    }
+}
+
 static void destroy_backends(sg_server_t *s)
 {
     for (size_t i = 0; i < s->n_routes; ++i) {
@@ -218,6 +233,7 @@ static void free_backends(sg_server_t *s)
         sg_route_t *b = &s->routes[i];
         sg_plugin_unload(&b->plugin);
         free(b->identity);
+        sg_provenance_dispose(&b->prov);
         pthread_mutex_destroy(&b->admit_mutex);
     }
     free(s->routes);
@@ -350,6 +366,21 @@ static void report_check(const char *config, const sg_server_t *s)
     warn_capacity(s, 1);
 }
 
+/* Waits for SIGINT or SIGTERM; SIGUSR1 meanwhile reopens the trace files (after logrotate moved them). */
+static void wait_for_stop(const sigset_t *set)
+{
+    for (;;) {
+        int sig = 0;
+        sigwait(set, &sig);
+        if (sig != SIGUSR1) {
+            SG_LOG(SG_LL_INFO, "main", "signal %d: shutting down", sig);
+            return;
+        }
+        SG_LOG(SG_LL_INFO, "main", "SIGUSR1: reopening the trace files");
+        sg_trace_reopen();
+    }
+}
+
 /* plugin_dir, or plugins/ beside the executable. */
 static void plugin_dir_of(const sg_config_t *cfg, char *dir, size_t size)
 {
@@ -360,6 +391,21 @@ static void plugin_dir_of(const sg_config_t *cfg, char *dir, size_t size)
         exe_dir(exe, sizeof(exe));
         snprintf(dir, size, "%s/plugins", exe);
     }
+}
+
+/* The plugins and routes, their provenance, and the query traces (opened, or only checked with --check). */
+static int set_up_routes(sg_server_t *s, const char *dir, char **argv, const cmdline_t *cl)
+{
+    char err[1024];
+    if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
+        return -1;
+    describe_routes(s);
+    sg_fusion_init(s);
+    if (sg_trace_start(s->cfg, cl->check, err, sizeof(err)) != 0) {
+        fprintf(stderr, "searchgate: config %s: %s\n", cl->config, err);
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -378,6 +424,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1); /* reopen the trace files (logrotate) */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
     static sg_config_t cfg;
@@ -404,9 +451,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
     }
-    if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
+    if (set_up_routes(s, dir, argv, &cl) != 0)
         goto out;
-    sg_fusion_init(s);
     if (cl.check) {
         report_check(cl.config, s);
         rc = 0;
@@ -422,15 +468,14 @@ int main(int argc, char **argv)
         goto out;
     }
     log_started(s);
-    int sig = 0;
-    sigwait(&set, &sig);
-    SG_LOG(SG_LL_INFO, "main", "signal %d: shutting down", sig);
+    wait_for_stop(&set);
     sg_server_stop(s);
     destroy_backends(s);
     sg_server_dispose(s);
     rc = 0;
 out:
     destroy_backends(s);
+    sg_trace_stop(); /* after the loops: the last answers are traced too */
     sg_cache_dispose();
     sg_budget_dispose();
     sg_clients_destroy(s->clients);

@@ -61,7 +61,40 @@ static void log_query(const sg_query_t *q, int status, const char *type)
            q->fallback_used ? q->serving->conf->name : "", (double)(sg_now_us() - q->start_us) / 1000.0);
 }
 
-/* Records the outcome in every metric; called exactly once per query. */
+static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
+{
+    const sg_query_t *q = ctx;
+    const sg_uq_t *u = &q->uniq[d];
+    *out = (sg_trace_item_t){u->text, u->len, u->blob, u->fallback_tried && u->blob != NULL ? SG_SRC_FALLBACK : u->source};
+}
+
+/* The route's or the client's query trace (trace.h), when either traces this request. A fusion
+ * leg is not traced: the fusion request is. */
+static void trace(const sg_query_t *q, int status, const char *type, uint64_t lat)
+{
+    const sg_trace_conf_t *rt = q->backend->conf->trace, *ct = q->client->conf->trace;
+    if ((rt == NULL && ct == NULL) || q->leg)
+        return;
+    sg_trace_event_t ev = {.request_id = q->request_id,
+                           .route = q->backend->conf->name,
+                           .fallback = q->fallback_used ? q->serving->conf->name : NULL,
+                           .client = q->client->id,
+                           .is_access = q->is_access,
+                           .topk = q->topk,
+                           .params = q->params,
+                           .n = q->n_queries,
+                           .slot = q->slot_uniq,
+                           .n_distinct = q->n_uniq,
+                           .status = status,
+                           .error = type,
+                           .start_us = q->start_us,
+                           .latency_us = lat,
+                           .item = trace_item,
+                           .ctx = q};
+    sg_trace_request(rt, ct, &ev);
+}
+
+/* Records the outcome in every metric and the traces; called exactly once per query. */
 static void record(sg_query_t *q, int status, const char *type)
 {
     if (sg_log_level >= SG_LL_DEBUG)
@@ -69,6 +102,7 @@ static void record(sg_query_t *q, int status, const char *type)
     sg_route_t *b = q->backend;
     int ci = sg_code_index(status);
     uint64_t lat = sg_now_us() - q->start_us;
+    trace(q, status, type, lat);
     sg_counter_add(b->requests[ci], 1);
     sg_counter_add(b->queries[ci], q->n_queries);
     sg_hist_observe_us(b->latency, lat);
@@ -103,7 +137,8 @@ static void fail(sg_query_t *q, int status, const char *type, const char *msg, u
     if (q->responded)
         return;
     finish(q, status, type);
-    sg_query_result_t res = {status, type, msg, retry_after, 0, NULL, q->request_id};
+    sg_query_result_t res = {
+        .status = status, .type = type, .message = msg, .retry_after_s = retry_after, .request_id = q->request_id};
     q->done(q->ctx, &res);
     sg__query_unref(q);
 }
@@ -118,7 +153,15 @@ static void answer(sg_query_t *q)
     sg_blob_t *one, **blobs = q->n_queries == 1 ? &one : sg_mem_alloc(q->n_queries * sizeof(*blobs));
     for (uint32_t i = 0; i < q->n_queries; ++i)
         blobs[i] = q->uniq[q->slot_uniq[i]].blob;
-    sg_query_result_t res = {200, NULL, NULL, 0, q->n_queries, blobs, q->request_id};
+    sg_query_result_t res = {.status = 200,
+                             .n = q->n_queries,
+                             .blobs = blobs,
+                             .request_id = q->request_id,
+                             .n_distinct = q->n_uniq,
+                             .n_cached = q->hits_l1 + q->hits_redis,
+                             .cache_on = q->backend->conf->cache && !q->is_access,
+                             .params = q->params,
+                             .fallback = q->fallback_used ? q->serving : NULL};
     q->done(q->ctx, &res);
     if (blobs != &one)
         free(blobs);
@@ -246,6 +289,7 @@ static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t
             continue;
         }
         u->blob = b;
+        u->source = t == SG_CACHE_L1 ? SG_SRC_L1 : SG_SRC_REDIS;
         --q->n_pending;
         sg__query_took_blob(q, u);
         if (t == SG_CACHE_L1) {

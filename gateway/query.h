@@ -65,6 +65,12 @@ typedef struct st_sg_query_result_t {
     sg_blob_t *const *blobs; /* on 200: one result per spec text, in spec order (repeated texts
                               * share a blob); sg_blob_ref() one to keep it */
     const char *request_id;  /* the id the query logs under */
+    /* on 200, where the answers came from (X-Searchgate-Provenance, provenance.h): */
+    uint32_t n_distinct;                  /* distinct texts of the batch (on a fusion route: summed over the legs that answered) */
+    uint32_t n_cached;                    /* of them answered by the cache (L1 or Redis) */
+    int cache_on;                         /* the answers went through the cache (the route caches; never /access) */
+    const char *params;                   /* the canonical search parameters the route's backend was given, or NULL */
+    const struct st_sg_route_t *fallback; /* the route's fallback answered some of the queries, or NULL */
 } sg_query_result_t;
 
 /** Called exactly once per query that was not cancelled, on the query's loop thread. */

@@ -9,6 +9,7 @@
 #include "query.h"
 #include "route.h"
 #include "clients.h"
+#include "trace.h"
 
 typedef struct st_sg_waiter_t sg_waiter_t;
 
@@ -19,6 +20,7 @@ typedef struct st_sg_uq_t {
     sg_waiter_t *waiter; /* while waiting on a flight */
     uint32_t mult;       /* queries of the batch with this text: the answer repeats its blob this often */
     uint8_t fallback_tried;
+    uint8_t source; /* where its answer came from: SG_SRC_* (trace.h) */
 } sg_uq_t;
 
 struct st_sg_query_t {

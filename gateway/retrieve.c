@@ -15,6 +15,7 @@
 #include "clients.h"
 #include "fusion_route.h"
 #include "json.h"
+#include "provenance.h"
 #include "query.h"
 #include "retrieve.h"
 #include "request.h"
@@ -26,8 +27,9 @@
 /* Lives in the HTTP request's pool: the link between the request and its query. */
 typedef struct st_http_query_t {
     h2o_req_t *req;
-    sg_query_t *q; /* NULL once answered */
-    int shape;     /* SG_SHAPE_*: how each result appears in the answer */
+    sg_query_t *q;           /* NULL once answered */
+    int shape;               /* SG_SHAPE_*: how each result appears in the answer */
+    const sg_route_t *route; /* for X-Searchgate-Provenance */
 } http_query_t;
 
 /* log_level debug: one line per /retrieve or /access answered before it became a query. */
@@ -43,10 +45,12 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
 {
     http_query_t *hq = ctx;
     hq->q = NULL;
-    if (res->status == 200) /* streamed from the blobs, window by window (respond.h) */
+    sg_provenance_add_header(hq->req, &hq->route->prov, res);
+    if (res->status == 200) { /* streamed from the blobs, window by window (respond.h) */
         sg_respond_blobs(hq->req, res->blobs, res->n, hq->shape);
-    else
+    } else {
         sg_send_error(hq->req, res->status, res->type, res->message, res->retry_after_s);
+    }
 }
 
 /* The HTTP request is being freed: if its query still runs, the client went away first. */
@@ -82,6 +86,8 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
     }
     if (status == 401)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    if (b != NULL)
+        sg_provenance_add_header(req, &b->prov, NULL);
     if (status == 200)
         sg_send_json(req, 200, msg, strlen(msg));
     else
@@ -278,7 +284,7 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
                             .max_response_bytes = in->loop->server->cfg->limits.max_response_bytes,
                             .envelope_bytes = sg_respond_envelope(pr->n)};
     http_query_t *hq = h2o_mem_alloc_shared(&in->req->pool, sizeof(*hq), on_req_dispose);
-    *hq = (http_query_t){in->req, NULL, spec.shape};
+    *hq = (http_query_t){in->req, NULL, spec.shape, in->route};
     sg_query_t *q = sg_query_start(in->loop, &spec, on_query_done, hq);
     if (q != NULL) /* else done() already ran, and the request may be gone */
         hq->q = q;

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "metrics.h"
 #include "plugin.h"
+#include "provenance.h"
 
 typedef struct st_sg_route_t sg_route_t;
 typedef struct st_sg_admit_queue_t sg_admit_queue_t;
@@ -102,6 +103,7 @@ struct st_sg_route_t {
     /* set up once at start-up (sg_dispatch_setup_route), read-only afterwards */
     uint32_t chunk[2];        /* queries per call for search and access: the route's chunk within the caps' bursts */
     uint32_t max_attempts[2]; /* sg_search.max_attempts for search and access; 0 = the plugin decides */
+    sg_provenance_t prov;     /* what produced its answers (provenance.h); built at start-up, read-only */
 };
 
 #endif

@@ -14,6 +14,7 @@
 #include "json.h"
 #include "listen.h"
 #include "mcp.h"
+#include "provenance.h"
 #include "query.h"
 #include "dispatch.h"
 #include "retrieve.h"
@@ -147,6 +148,7 @@ static void on_root(h2o_req_t *req)
         sg_jw_ku64(&w, "topk", be->conf->topk);
         sg_jw_kstr(&w, "retrieve", path);
         sg_jw_kbool(&w, "access", be->serves_access);
+        sg_provenance_json(&w, &be->prov);
         sg_jw_end(&w);
     }
     sg_fusion_append_root(s, &w); /* fusion routes (fusion_route.c) */

@@ -241,6 +241,18 @@ class Checker:
                 self.provide(conf_dir, c["index"], "bm25", problems)
             if isinstance(b.get("rerank"), dict) and "model" in b["rerank"]:
                 self.provide(conf_dir, b["rerank"]["model"], "xenc", problems)
+        self.trace_dirs(cfg, conf_dir, problems)
+
+    def trace_dirs(self, cfg, conf_dir, problems):
+        """A query trace (docs/traces.md) writes into a directory that must exist: the one its
+        path names ("dir/") or the one its file lies in."""
+        clients = cfg.get("clients") if isinstance(cfg.get("clients"), dict) else {}
+        owners = list(cfg.get("backends") or []) + [clients.get("default")] + list(clients.get("keys") or [])
+        for o in owners:
+            t = o.get("trace") if isinstance(o, dict) else None
+            path = t.get("path") if isinstance(t, dict) else None
+            if isinstance(path, str):
+                self.provide(conf_dir, path if path.endswith("/") else os.path.dirname(path) or ".", "dir", problems)
 
     def env_for(self, cfg):
         env, n = {}, [0]

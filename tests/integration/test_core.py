@@ -497,6 +497,8 @@ class MetricsAtStart(unittest.TestCase):
         os.environ["SG_TEST_KEY_METRICS"] = "metrics-key"
         paid = example_backend("paid")
         paid["metered"] = True
+        tdir = tempfile.mkdtemp(prefix="sgtrace-")
+        paid["trace"] = {"path": tdir + "/"}  # the searchgate_trace_* families exist per trace file
         gw = Gateway({"backends": [paid, example_backend("paged", pages=[{"url": "https://x.example/", "contents": "x"}]),
                                    {"name": "hy", "fusion": {"routes": ["paid", "paged"]}}],
                       "cache": {"redis": {"port": redis.port}},
@@ -508,6 +510,7 @@ class MetricsAtStart(unittest.TestCase):
         finally:
             gw.stop()
             redis.close()
+            shutil.rmtree(tdir, ignore_errors=True)
         exported = set(re.findall(r"^# TYPE (searchgate_\S+)", text, re.M))
         elsewhere = ("searchgate_rerank_", "searchgate_backend_local_")  # not configured here
         families = {re.sub(r"_(bucket|sum|count)$", "", m) if re.sub(r"_(bucket|sum|count)$", "", m) in exported else m

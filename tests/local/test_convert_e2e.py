@@ -231,6 +231,23 @@ class ConvertE2E(unittest.TestCase):
             for h in hits:
                 self.assertAlmostEqual(h["score"], s[int(h["document"]["id"])], places=5)
 
+    def test_provenance_names_the_index_and_search_params(self):
+        """X-Searchgate-Provenance (docs/api.md): the route's data fingerprint from GET /, and the
+        request's search parameters as the backend canonicalised them."""
+        p = {b["name"]: b for b in self.gw.get("/").json()["backends"]}["ivf"]["provenance"]
+        self.assertEqual(p["type"], "plugin")
+        self.assertTrue(p["plugin"].startswith("local/"), p)
+        self.assertIn("|ix:", p["identity"])
+        nprobe = 7 if self.ivf_meta["recommended"]["nprobe"] == 8 else 8  # not the route's own value
+        r = self.gw.retrieve(["provenance river"], topk=3, path="/retrieve/ivf", search_params={"nprobe": nprobe})
+        self.assertEqual(r.status, 200, r)
+        h = dict(kv.split("=", 1) for kv in r.headers["x-searchgate-provenance"].split("; "))
+        self.assertEqual((h["route"], h["data"], h["params"]), ("ivf", p["data"], "nprobe=%d" % nprobe))
+        r = self.gw.retrieve(["provenance river"], topk=3, path="/retrieve/ivf")
+        h = dict(kv.split("=", 1) for kv in r.headers["x-searchgate-provenance"].split("; "))
+        self.assertNotIn("params", h)
+        self.assertEqual(h["data"], p["data"])
+
     def test_search_params_validation(self):
         def err(route, params, status, needle):
             r = self.gw.retrieve(["q"], path="/retrieve/" + route, search_params=params)

@@ -1,0 +1,173 @@
+/*
+ * provenance.c -- the provenance of a route's answers (provenance.h): a fingerprint of the data
+ * behind the route, computed once at start-up from the identity its plugin already gives the
+ * result cache, and the X-Searchgate-Provenance header built from it.
+ *
+ * The fingerprint leaves the route's name out (two gateways serving the same index under other
+ * names report the same data) and covers the plugin kind and version and its identity(): the
+ * index and corpus fingerprints, the model and its precision, the route's search settings
+ * (nprobe, efSearch, ...), a rerank stage's model and settings. A fusion route's covers its
+ * method, weights and depth and each leg's fingerprint. The hot path copies the precomputed part
+ * and appends the answer's cache outcome: no hashing, no formatting of identities per request.
+ */
+#include "provenance.h"
+#include "common.h"
+#include "json.h"
+#include "metrics.h"
+#include "query.h"
+
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A copy of `s` that a header value (and a Prometheus label) can carry: printable ASCII without
+ * the separators of the header's grammar (';' ',' '"' '\\'); anything else becomes '_'. */
+static char *header_safe(const char *s)
+{
+    char *out = sg_strdup(s);
+    for (char *p = out; *p != '\0'; ++p)
+        if (*p < 0x21 || *p > 0x7e || *p == ';' || *p == ',' || *p == '"' || *p == '\\')
+            *p = '_';
+    return out;
+}
+
+void sg_provenance_init(sg_provenance_t *p, const char *route, const char *type, const char *plugin_kind,
+                        const char *plugin_version, const char *identity, const char *legs)
+{
+    sg_buf_t b = {0};
+    char *kind = header_safe(plugin_kind), *version = header_safe(plugin_version);
+    p->route = sg_strdup(route);
+    p->type = type;
+    sg_buf_appendf(&b, "%s/%s", kind, version);
+    p->plugin = b.base;
+    b = (sg_buf_t){0};
+    sg_buf_appendf(&b, "%s/%s|%s", plugin_kind, plugin_version, identity != NULL ? identity : "");
+    if (legs != NULL)
+        sg_buf_appendf(&b, "|leg_data=%s", legs);
+    p->identity = b.base;
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)p->identity, strlen(p->identity), d);
+    for (int i = 0; i < 8; ++i)
+        snprintf(p->data + 2 * i, 3, "%02x", d[i]);
+    b = (sg_buf_t){0};
+    sg_buf_appendf(&b, "route=%s; type=%s; plugin=%s; data=%s", route, type, p->plugin, p->data);
+    if (legs != NULL)
+        sg_buf_appendf(&b, "; legs=%s", legs);
+    p->header = b.base;
+    p->header_len = b.len;
+    free(kind);
+    free(version);
+}
+
+void sg_provenance_dispose(sg_provenance_t *p)
+{
+    free(p->route);
+    free(p->plugin);
+    free(p->identity);
+    free(p->header);
+    memset(p, 0, sizeof(*p));
+}
+
+/* Appends `s` as a Prometheus label value (backslash, quote and newline escaped). */
+static void append_label(sg_buf_t *b, const char *name, const char *s)
+{
+    sg_buf_appendf(b, "%s%s=\"", b->len != 0 ? "," : "", name);
+    for (; *s != '\0'; ++s) {
+        if (*s == '\\' || *s == '"')
+            sg_buf_appendc(b, '\\');
+        if (*s == '\n')
+            sg_buf_appends(b, "\\n");
+        else
+            sg_buf_appendc(b, *s);
+    }
+    sg_buf_appendc(b, '"');
+}
+
+void sg_provenance_register_metric(const sg_provenance_t *p, const char *plugin_kind, const char *plugin_version)
+{
+    sg_buf_t l = {0};
+    append_label(&l, "route", p->route);
+    append_label(&l, "type", p->type);
+    append_label(&l, "plugin", plugin_kind);
+    append_label(&l, "version", plugin_version);
+    append_label(&l, "data", p->data);
+    append_label(&l, "identity", p->identity);
+    sg_gauge_set(sg_metrics_gauge("searchgate_route_info",
+                                  "What serves each route (value 1): type, plugin, version and the fingerprint of its data "
+                                  "(the X-Searchgate-Provenance header's data=), with the identity it is taken of.",
+                                  l.base),
+                 1);
+    sg_buf_free(&l);
+}
+
+void sg_provenance_json(sg_jw_t *w, const sg_provenance_t *p)
+{
+    sg_jw_key(w, "provenance");
+    sg_jw_obj(w);
+    sg_jw_kstr(w, "type", p->type);
+    sg_jw_kstr(w, "plugin", p->plugin);
+    sg_jw_kstr(w, "data", p->data);
+    sg_jw_kstr(w, "identity", p->identity);
+    sg_jw_end(w);
+}
+
+/* Copies `s` (at most `n` bytes) to `dst` as header_safe() would, but keeps ','; returns the end. */
+static char *copy_param_text(char *dst, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n && s[i] != '\0'; ++i)
+        *dst++ = s[i] < 0x21 || s[i] > 0x7e || s[i] == ';' || s[i] == '"' || s[i] == '\\' ? '_' : s[i];
+    return dst;
+}
+
+static char *append(char *dst, const char *s, size_t n)
+{
+    memcpy(dst, s, n);
+    return dst + n;
+}
+
+static char *append_u32(char *dst, uint32_t v)
+{
+    char tmp[12], *p = tmp + sizeof(tmp);
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return append(dst, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const sg_query_result_t *res)
+{
+    if (p == NULL || p->header == NULL)
+        return;
+    const sg_provenance_t *fb = res != NULL && res->fallback != NULL ? &res->fallback->prov : NULL;
+    size_t plen = res != NULL && res->params != NULL ? strlen(res->params) : 0;
+    if (plen > 256)
+        plen = 256;
+    size_t cap = p->header_len + 64 + (plen != 0 ? plen + 10 : 0) + (fb != NULL ? strlen(fb->route) + 32 : 0);
+    char *v = h2o_mem_alloc_pool(&req->pool, cap), *end = v + p->header_len;
+    memcpy(v, p->header, p->header_len);
+    if (res != NULL && res->status == 200) {
+        const char *state = !res->cache_on                     ? "; cache=off"
+                            : res->n_cached == 0               ? "; cache=none"
+                            : res->n_cached >= res->n_distinct ? "; cache=all"
+                                                               : "; cache=partial";
+        end = append(end, state, strlen(state));
+        if (res->cache_on) {
+            end = append(end, "; cached=", 9);
+            end = append_u32(end, res->n_cached);
+            *end++ = '/';
+            end = append_u32(end, res->n_distinct);
+        }
+    }
+    if (plen != 0) {
+        memcpy(end, "; params=", 9);
+        end = copy_param_text(end + 9, res->params, plen);
+    }
+    if (fb != NULL) {
+        end = append(end, "; fallback=", 11);
+        end = append(end, fb->route, strlen(fb->route));
+        *end++ = ':';
+        end = append(end, fb->data, 16);
+    }
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-provenance"), 0, NULL, v, (size_t)(end - v));
+}

@@ -1,0 +1,138 @@
+/*
+ * trace.h -- query traces (docs/traces.md): one JSON line per query of the requests a route or a
+ * client traces (sampled per request, so a batch stays whole), with the time, the client, the
+ * route, the query text, the returned ids and scores, where each answer came from (cache tier,
+ * singleflight, backend), the latency and the status.
+ *
+ * Off the hot path: a request's loop thread only takes its sampling decision and queues one record
+ * (the texts copied, the result blobs referenced, nothing formatted) in the bounded buffer of the
+ * trace's file; one writer thread formats and writes the lines. A full buffer drops the record and
+ * counts its lines (searchgate_trace_dropped_lines_total): a loop never waits for the disk. Files
+ * rotate by size and age and are reopened on sg_trace_reopen() (SIGUSR1, logrotate-style).
+ *
+ * Process-wide state: the trace files (sinks) and the writer thread (trace.c), shared by every
+ * loop; set up at start-up by sg_trace_start() and torn down by sg_trace_stop().
+ */
+#ifndef SG_GATEWAY_TRACE_H
+#define SG_GATEWAY_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "blob.h"
+#include "cfg.h"
+
+struct st_sg_config_t;
+typedef struct st_sg_trace_sink_t sg_trace_sink_t;
+
+/* The fields a trace may write (config "fields"; docs/traces.md describes each). */
+enum {
+    SG_TRACE_F_TIME = 1u << 0,       /* "time": arrival, ISO 8601 UTC with milliseconds */
+    SG_TRACE_F_REQUEST = 1u << 1,    /* "request", "i", "n": request id, position in the batch, batch size */
+    SG_TRACE_F_CLIENT = 1u << 2,     /* "client": the client id (never a key) */
+    SG_TRACE_F_ROUTE = 1u << 3,      /* "route" */
+    SG_TRACE_F_OP = 1u << 4,         /* "op": "retrieve" or "access" */
+    SG_TRACE_F_TOPK = 1u << 5,       /* "topk" */
+    SG_TRACE_F_PARAMS = 1u << 6,     /* "params": canonical search parameters, when the request had any */
+    SG_TRACE_F_QUERY = 1u << 7,      /* "query": the text */
+    SG_TRACE_F_QUERY_HASH = 1u << 8, /* "query_hash": 16 hex digits of SHA-256(text) */
+    SG_TRACE_F_HITS = 1u << 9,       /* "hits": number of results */
+    SG_TRACE_F_IDS = 1u << 10,       /* "ids": each result's "id" (else its "url", else null) */
+    SG_TRACE_F_SCORES = 1u << 11,    /* "scores" */
+    SG_TRACE_F_EMPTY = 1u << 12,     /* "empty": results, but no text in any of them */
+    SG_TRACE_F_DOCS = 1u << 13,      /* "docs": the documents themselves */
+    SG_TRACE_F_CACHE = 1u << 14,     /* "cache": where the answer came from (+ "fallback") */
+    SG_TRACE_F_STATUS = 1u << 15,    /* "status" (+ "error": the error type) */
+    SG_TRACE_F_MS = 1u << 16,        /* "ms": the request's latency */
+};
+/** Every field but "docs" and "query_hash": the default. */
+#define SG_TRACE_F_DEFAULT (((SG_TRACE_F_MS << 1) - 1) & ~(uint32_t)(SG_TRACE_F_DOCS | SG_TRACE_F_QUERY_HASH))
+
+/* Where one distinct query's answer came from ("cache" field). */
+enum {
+    SG_SRC_NONE = 0, /* not answered (the request failed first) */
+    SG_SRC_L1,       /* the in-process cache */
+    SG_SRC_REDIS,    /* Redis */
+    SG_SRC_JOINED,   /* an identical query already in flight (singleflight) */
+    SG_SRC_BACKEND,  /* a backend call of its own */
+    SG_SRC_FALLBACK, /* the route's fallback backend */
+    SG_SRC_FUSION,   /* merged from a fusion route's legs */
+    SG_SRC_COUNT
+};
+
+/** One "trace" object of the config (a route's or a client's). Read-only once the gateway serves. */
+typedef struct st_sg_trace_conf_t {
+    char *path;            /* the file written (a directory in the config: <dir>/<name>.jsonl) */
+    char *where;           /* the config location, for messages ("backends[0].trace") */
+    double sample;         /* share of requests traced, 0..1 */
+    uint32_t fields;       /* SG_TRACE_F_* */
+    uint64_t rotate_bytes; /* rotate before a file grows past this; 0 = never */
+    uint32_t rotate_s;     /* rotate a file this old; 0 = never */
+    uint32_t keep;         /* rotated files kept; 0 = all */
+    uint64_t buffer_bytes; /* bound of the file's buffer (records waiting for the writer) */
+    sg_trace_sink_t *sink; /* the file, set by sg_trace_start() */
+} sg_trace_conf_t;
+
+/**
+ * Reads `parent`'s "trace" key (absent or null: `*out` stays NULL) into a new conf. `name` makes
+ * the file name when the path is a directory (ends with '/' or is one): <dir>/<name>.jsonl.
+ * Errors name the key and value (config.c's convention).
+ */
+int sg_trace_conf_parse(sg_cfg_t *c, const cJSON *parent, const char *base_dir, const char *name, sg_trace_conf_t **out);
+/** Traces that name the same file share it: they must agree on rotation, keep and buffer. */
+int sg_trace_conf_check_shared(sg_trace_conf_t *const *all, size_t n, char *err, size_t err_size);
+void sg_trace_conf_free(sg_trace_conf_t *t);
+
+/**
+ * Opens every trace file of `cfg` (created mode 0600 when missing, appended to), registers the
+ * metrics and starts the writer thread; with `check_only` it only checks that each file can be
+ * written (`searchgate --check`), creating nothing. Main thread, start-up. Returns 0, or -1 with
+ * the file and the reason in `err`.
+ */
+int sg_trace_start(struct st_sg_config_t *cfg, int check_only, char *err, size_t err_size);
+/** Writes what is buffered, closes the files and joins the writer. Main thread, after the loops stopped. */
+void sg_trace_stop(void);
+/**
+ * Closes and reopens every trace file by its path (after logrotate moved it away), in the writer
+ * thread, soon. Any thread, async: main.c calls it on SIGUSR1; a SIGHUP reload calls it too.
+ */
+void sg_trace_reopen(void);
+
+/* ---- the hot path ---- */
+
+/** One distinct query of a traced request, as the caller hands it over (sg_trace_event_t.item). */
+typedef struct st_sg_trace_item_t {
+    const char *text;
+    uint32_t len;
+    sg_blob_t *blob; /* the answer, or NULL; the trace takes its own reference */
+    int source;      /* SG_SRC_* */
+} sg_trace_item_t;
+
+/** A finished request, borrowed for the duration of sg_trace_request(). */
+typedef struct st_sg_trace_event_t {
+    const char *request_id;
+    const char *route;    /* the route's name (lives as long as the config) */
+    const char *fallback; /* the fallback route's name when it answered, or NULL (lives as long as the config) */
+    const char *client;   /* the client's id */
+    int is_access;
+    uint32_t topk;
+    const char *params;   /* canonical search parameters, or NULL */
+    uint32_t n;           /* queries of the request, in order */
+    const uint32_t *slot; /* query i -> its distinct query (n entries) */
+    uint32_t n_distinct;  /* distinct queries */
+    int status;           /* HTTP status of the request */
+    const char *error;    /* the error type when status != 200, or NULL */
+    uint64_t start_us;    /* arrival, sg_now_us() clock */
+    uint64_t latency_us;  /* arrival to answer */
+    /** Describes distinct query `d` (0 <= d < n_distinct). */
+    void (*item)(const void *ctx, uint32_t d, sg_trace_item_t *out);
+    const void *ctx;
+} sg_trace_event_t;
+
+/**
+ * The request ended: for each of `route_trace` and `client_trace` (either may be NULL) that samples
+ * it, queues a record for its file (once when both name the same file). Never blocks: a full
+ * buffer drops the record and counts its lines. Any loop thread.
+ */
+void sg_trace_request(const sg_trace_conf_t *route_trace, const sg_trace_conf_t *client_trace, const sg_trace_event_t *ev);
+
+#endif
