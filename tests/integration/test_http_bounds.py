@@ -298,7 +298,7 @@ class AllowedLists(unittest.TestCase):
 
         def st(host, origin=None):
             extra = "Origin: %s\r\n" % origin if origin else ""
-            return raw(gw.port, b"POST /retrieve HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\n\r\n%s"
+            return raw(gw.port, b"POST /retrieve HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\nContent-Length: %d\r\n\r\n%s"
                        % (host.encode(), extra.encode(), len(body), body))[0]
 
         try:
@@ -323,7 +323,7 @@ class AllowedLists(unittest.TestCase):
 
         def st(host, origin=None):
             extra = "Origin: %s\r\n" % origin if origin else ""
-            return raw(gw.port, b"POST /retrieve HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\n\r\n%s"
+            return raw(gw.port, b"POST /retrieve HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\nContent-Length: %d\r\n\r\n%s"
                        % (host.encode(), extra.encode(), len(body), body))[0]
 
         try:
