@@ -698,13 +698,28 @@ void sg_gate_stop_loop(sg_loop_t *l)
     gl->stopped = 1;
     sg_timer_stop(&l->timers, &gl->resume);
     h2o_socket_read_stop(l->listener);
-    while (!h2o_linklist_is_empty(&gl->conns))
-        conn_close(H2O_STRUCT_FROM_MEMBER(gate_conn_t, link, gl->conns.next));
+    /* a connection still waiting for its first request is idle: it closes, as h2o closes idle
+     * keep-alive connections; a body being read or a refusal being written finishes (its timer
+     * bounds it) */
+    for (h2o_linklist_t *n = gl->conns.next, *next; n != &gl->conns; n = next) {
+        next = n->next;
+        gate_conn_t *g = H2O_STRUCT_FROM_MEMBER(gate_conn_t, link, n);
+        if (g->state == G_HEAD)
+            conn_close(g);
+    }
+}
+
+int sg_gate_busy(sg_loop_t *l)
+{
+    return !h2o_linklist_is_empty(&l->gate->conns);
 }
 
 void sg_gate_dispose_loop(sg_loop_t *l)
 {
-    free(l->gate);
+    sg_gate_loop_t *gl = l->gate;
+    while (!h2o_linklist_is_empty(&gl->conns))
+        conn_close(H2O_STRUCT_FROM_MEMBER(gate_conn_t, link, gl->conns.next));
+    free(gl);
     l->gate = NULL;
 }
 

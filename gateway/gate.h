@@ -28,12 +28,14 @@ typedef struct st_sg_gate_loop_t sg_gate_loop_t;
 void sg_gate_init(sg_server_t *s, const sg_listen_addr_t *addr);
 /** Starts accepting on the loop's listener (loop thread). */
 void sg_gate_start_loop(sg_loop_t *l);
-/** Stops accepting (the caller closes the listener afterwards) and closes the connections the
- * gate still holds: nothing of theirs has reached a handler. */
+/** Stops accepting (the caller closes the listener afterwards) and closes the connections that
+ * have not sent a request head yet; a body being read or a refusal being written goes on. */
 void sg_gate_stop_loop(sg_loop_t *l);
-/** 1 while the gate holds connections of this loop (refusals being written or drained). */
+/** 1 while the gate holds connections of this loop (a first request being read, a refusal being
+ * written or drained). */
 int sg_gate_busy(sg_loop_t *l);
-/** Frees the loop's gate state (after sg_gate_stop_loop). */
+/** Closes what the gate still holds and frees its state: after the loop stopped serving, while
+ * its evloop still exists. */
 void sg_gate_dispose_loop(sg_loop_t *l);
 /**
  * The handler's first step: Host, Origin and (with clients.require_key) the API key of `req`,

@@ -593,7 +593,7 @@ static void on_setup_response(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t 
 
 static int has_connections(sg_loop_t *l)
 {
-    return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns);
+    return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns) || sg_gate_busy(l);
 }
 
 static void drain(sg_loop_t *l)
@@ -669,6 +669,7 @@ static void *loop_main(void *arg)
         h2o_evloop_run(l->loop, sg_timers_next_wait(&l->timers, grace_end != 0 ? 50 : 500));
         sg_timers_run(&l->timers);
     }
+    sg_gate_dispose_loop(l);           /* what the gate still holds (the grace ran out) */
     pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
     drain(l);                          /* their cancellations */
@@ -685,7 +686,6 @@ static void *loop_main(void *arg)
         free(queue);
         h2o_evloop_destroy(l->loop);
     }
-    sg_gate_dispose_loop(l);
     sg_timers_dispose(&l->timers);
     return NULL;
 }
@@ -761,7 +761,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
             else
                 snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
             s->http_requests[r][c] =
-                sg_metrics_counter("searchgate_http_requests_total", "Requests to routes other than /retrieve.", labels);
+                sg_metrics_counter("searchgate_http_requests_total",
+                                   "Requests to routes other than /retrieve, and requests refused before routing.", labels);
         }
     sg_metrics_add_collector(backend_stats_collector, s);
 

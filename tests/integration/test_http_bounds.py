@@ -464,14 +464,24 @@ class ProtocolDetails(unittest.TestCase):
     def test_connection_close_while_stopping(self):
         gw = Gateway({"backends": [example_backend(directives=True)], "shutdown_grace_ms": 5000})
         body = json.dumps({"queries": ["@delay=1500 paris"], "topk": 1}).encode()
+        late = json.dumps({"queries": ["paris"], "topk": 1}).encode()
         try:
-            with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as s:
+            with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as s, \
+                    socket.create_connection(("127.0.0.1", gw.port), timeout=30) as half:
                 s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                # a request whose body is still arriving when the shutdown begins is served too
+                half.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(late), late[:10]))
                 time.sleep(scaled(0.4))
                 gw.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.2)
+                half.sendall(late[10:])
                 st, headers, got = read_response(s)
+                st2, headers2, got2 = read_response(half)
             self.assertEqual(st, 200, got)
             self.assertEqual(headers["connection"], "close")
+            self.assertEqual(st2, 200, got2)
+            self.assertEqual(headers2["connection"], "close")
         finally:
             gw.stop()
 
