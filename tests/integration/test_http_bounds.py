@@ -463,8 +463,8 @@ class ProtocolDetails(unittest.TestCase):
         self.assertIn(b"Paris", got)
 
     def test_connection_close_while_stopping(self):
-        gw = Gateway({"backends": [example_backend(directives=True)], "shutdown_grace_ms": 5000})
-        body = json.dumps({"queries": ["@delay=1500 paris"], "topk": 1}).encode()
+        gw = Gateway({"backends": [example_backend(directives=True)], "shutdown_grace_ms": 10000})
+        body = json.dumps({"queries": ["@delay=3000 paris"], "topk": 1}).encode()  # still running at the SIGTERM
         late = json.dumps({"queries": ["paris"], "topk": 1}).encode()
         try:
             with socket.create_connection(("127.0.0.1", gw.port), timeout=30) as s, \
@@ -473,7 +473,7 @@ class ProtocolDetails(unittest.TestCase):
                 # a request whose body is still arriving when the shutdown begins is served too
                 half.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s"
                              % (len(late), late[:10]))
-                time.sleep(scaled(0.4))
+                time.sleep(0.5)
                 gw.proc.send_signal(signal.SIGTERM)
                 time.sleep(0.2)
                 half.sendall(late[10:])
