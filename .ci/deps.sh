@@ -35,12 +35,13 @@ if [ -n "$missing" ]; then
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
-# the official MCP TypeScript SDK at the version package-lock.json pins, for the mcp_sdk test (which
-# is skipped, saying why, when npm cannot reach its registry)
+# the official MCP TypeScript SDK and conformance suite at the versions package-lock.json pins, for
+# the mcp_sdk and mcp_conformance tests (skipped, saying why, when npm cannot reach its registry)
 if [ "$what" != run ]; then
   node_dir="$(dirname "$0")/../tests/mcp/node"
-  if [ ! -f "$node_dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+  if [ ! -f "$node_dir/node_modules/@modelcontextprotocol/sdk/package.json" ] ||
+     [ ! -f "$node_dir/node_modules/@modelcontextprotocol/conformance/package.json" ]; then
     echo "searchgate: installing the MCP test client's Node modules (npm ci in tests/mcp/node)"
-    (cd "$node_dir" && npm ci --no-audit --no-fund) || echo "searchgate: npm ci failed: the mcp_sdk test will be skipped" >&2
+    (cd "$node_dir" && npm ci --no-audit --no-fund) || echo "searchgate: npm ci failed: the mcp_sdk and mcp_conformance tests will be skipped" >&2
   fi
 fi

@@ -244,28 +244,35 @@ int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_
     return 503;
 }
 
+int sg_clients_key_header(const char *name, size_t name_len, h2o_iovec_t value, h2o_iovec_t *key, const char **why)
+{
+    h2o_iovec_t k;
+    if (h2o_lcstris(name, name_len, H2O_STRLIT("authorization"))) {
+        h2o_iovec_t v = trim(value);
+        if (v.len < 7 || strncasecmp(v.base, "Bearer ", 7) != 0)
+            return 0; /* another scheme (Basic ...): not an API key */
+        k = trim(h2o_iovec_init(v.base + 7, v.len - 7));
+    } else if (h2o_lcstris(name, name_len, H2O_STRLIT("x-api-key"))) {
+        k = trim(value);
+    } else {
+        return 0;
+    }
+    if (key->base == NULL) {
+        *key = k;
+    } else if (key->len != k.len || memcmp(key->base, k.base, k.len) != 0) {
+        *why = "the request presents two different API keys (Authorization: Bearer and X-API-Key must agree)";
+        return -1;
+    }
+    return 0;
+}
+
 int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why)
 {
     *key = h2o_iovec_init(NULL, 0);
     for (size_t i = 0; i < req->headers.size; ++i) {
         const h2o_header_t *h = &req->headers.entries[i];
-        h2o_iovec_t k = {NULL, 0};
-        if (h->name == &H2O_TOKEN_AUTHORIZATION->buf) {
-            h2o_iovec_t v = trim(h->value);
-            if (v.len < 7 || strncasecmp(v.base, "Bearer ", 7) != 0)
-                continue; /* another scheme (Basic ...): not an API key */
-            k = trim(h2o_iovec_init(v.base + 7, v.len - 7));
-        } else if (h2o_memis(h->name->base, h->name->len, H2O_STRLIT("x-api-key"))) {
-            k = trim(h->value);
-        } else {
-            continue;
-        }
-        if (key->base == NULL) {
-            *key = k;
-        } else if (key->len != k.len || memcmp(key->base, k.base, k.len) != 0) {
-            *why = "the request presents two different API keys (Authorization: Bearer and X-API-Key must agree)";
+        if (sg_clients_key_header(h->name->base, h->name->len, h->value, key, why) != 0)
             return -1;
-        }
     }
     return 0;
 }
@@ -281,6 +288,23 @@ static size_t find_key(sg_clients_t *t, const char *key, size_t key_len)
         match = eq ? i : match;
     }
     return match;
+}
+
+int sg_clients_key_valid(sg_clients_t *t, const char *key, size_t key_len, const char **why)
+{
+    if (key == NULL) {
+        *why = "an API key is required (Authorization: Bearer <key> or X-API-Key: <key>)";
+        return 0;
+    }
+    int valid = find_key(t, key, key_len) != SIZE_MAX;
+    if (t->has_admin) { /* compared whatever the client keys said: the same work for every key */
+        unsigned char d[SHA256_DIGEST_LENGTH];
+        SHA256((const unsigned char *)key, key_len, d);
+        valid |= CRYPTO_memcmp(d, t->admin_digest, sizeof(d)) == 0;
+    }
+    if (!valid)
+        *why = "invalid API key";
+    return valid;
 }
 
 int sg_clients_admin_allowed(sg_clients_t *t, const char *key, size_t key_len, const char **why)

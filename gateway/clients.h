@@ -57,6 +57,19 @@ sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_le
  */
 int sg_clients_presented_key(h2o_req_t *req, h2o_iovec_t *key, const char **why);
 /**
+ * Folds one request header into the API key presented so far (`*key`, base NULL while none):
+ * `Authorization: Bearer <key>` and `X-API-Key: <key>` count (names compared case-insensitively),
+ * other headers are ignored. Returns -1 with a 401 message in `*why` when the header presents a key
+ * other than the one already seen. Works on raw heads (the connection gate) and h2o requests alike.
+ */
+int sg_clients_key_header(const char *name, size_t name_len, h2o_iovec_t value, h2o_iovec_t *key, const char **why);
+/**
+ * Whether `key` (NULL: none presented) is a configured client key or the admin key: the check
+ * clients.require_key makes before anything else of a request is looked at. Returns 1, or 0 with a
+ * 401 message in `*why`. Constant time in the keys. Any thread.
+ */
+int sg_clients_key_valid(sg_clients_t *t, const char *key, size_t key_len, const char **why);
+/**
  * The client of an HTTP request: its presented key (sg_clients_presented_key), else its
  * X-Client-Id header, else its peer address (sg_clients_identify). Returns a reference, or NULL
  * with a 401 message in `*why`. Loop thread.

@@ -11,9 +11,11 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static char *read_file(const char *path, size_t *len, char *err, size_t err_size)
 {
@@ -371,20 +373,104 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
-/* listen, threads, log_level, shutdown_grace_ms, plugin_dir */
-static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
+/* No whitespace, path, query, fragment or user part. */
+static int plain_authority(const char *v)
 {
-    static const char *const listen_keys[] = {"host", "port", NULL};
-    static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
-    sg_cfg_t c = {"", err, err_size};
-    int64_t v;
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "listen");
+    return *v != '\0' && strcspn(v, " \t\r\n/?#@") == strlen(v);
+}
+
+/* An entry of listen.allowed_hosts: a host name or address without a port, "*.suffix" or "*"; an
+ * IPv6 address in brackets. */
+static int valid_host_entry(const char *v)
+{
+    size_t n = strlen(v);
+    if (strcmp(v, "*") == 0)
+        return 1;
+    if (!plain_authority(v) || n >= 256)
+        return 0;
+    if (v[0] == '[')
+        return n > 2 && v[n - 1] == ']' && strchr(v, '*') == NULL;
+    if (strchr(v, ':') != NULL)
+        return 0;
+    const char *star = strchr(v, '*');
+    return star == NULL || (star == v && v[1] == '.' && v[2] != '\0' && strchr(v + 1, '*') == NULL);
+}
+
+/* An entry of listen.allowed_origins: "http(s)://host[:port]" without a path, "null" or "*". */
+static int valid_origin_entry(const char *v)
+{
+    if (strcmp(v, "*") == 0 || strcmp(v, "null") == 0)
+        return 1;
+    const char *rest = strncasecmp(v, "http://", 7) == 0 ? v + 7 : strncasecmp(v, "https://", 8) == 0 ? v + 8 : NULL;
+    return rest != NULL && strlen(v) < 256 && plain_authority(rest);
+}
+
+static int check_allowed(sg_cfg_t *c, const char *key, const cJSON *item, int origins)
+{
+    if (origins && !valid_origin_entry(item->valuestring))
+        return sg_cfg_fail(c, key, item,
+                           "expected origins like \"http://localhost:6274\" (scheme://host[:port], no path), \"null\" or \"*\"");
+    if (!origins && !valid_host_entry(item->valuestring))
+        return sg_cfg_fail(c, key, item,
+                           "expected host names or addresses without a port, like \"gw.example.org\", \"*.example.org\", "
+                           "\"10.0.0.5\" or \"[fd00::5]\" (\"*\": any)");
+    return 0;
+}
+
+/* An array of strings (absent: empty), each checked and stored in lower case. */
+static int parse_allowed(sg_cfg_t *c, const cJSON *l, const char *key, int origins, char ***out, size_t *n)
+{
+    const cJSON *a = l != NULL ? cJSON_GetObjectItemCaseSensitive(l, key) : NULL;
+    if (a == NULL)
+        return 0;
+    if (!cJSON_IsArray(a))
+        return sg_cfg_fail(c, key, a, "expected an array of strings");
+    *out = sg_mem_calloc((size_t)cJSON_GetArraySize(a) + 1, sizeof(**out));
+    const cJSON *item;
+    cJSON_ArrayForEach(item, a)
+    {
+        if (!cJSON_IsString(item))
+            return sg_cfg_fail(c, key, item, "expected an array of strings");
+        if (check_allowed(c, key, item, origins) != 0)
+            return -1;
+        char *v = sg_strdup(item->valuestring);
+        for (char *p = v; *p != '\0'; ++p)
+            *p = (char)tolower((unsigned char)*p);
+        (*out)[(*n)++] = v;
+    }
+    return 0;
+}
+
+/* listen: the address, and who may talk to it how */
+static int parse_listen(sg_config_t *cfg, const cJSON *l, char *err, size_t err_size)
+{
+    static const char *const listen_keys[] = {"host", "port", "allowed_hosts", "allowed_origins", "h2c", "read_timeout_ms", NULL};
     sg_cfg_t cl = {"listen", err, err_size};
+    int64_t v;
     if (l != NULL && sg_cfg_check_keys(&cl, l, listen_keys) != 0)
         return -1;
     if (sg_cfg_string(&cl, l, "host", 0, "127.0.0.1", &cfg->host) != 0 || sg_cfg_int(&cl, l, "port", 0, 65535, 8000, &v) != 0)
         return -1;
     cfg->port = (uint16_t)v;
+    if (parse_allowed(&cl, l, "allowed_hosts", 0, &cfg->listen.allowed_hosts, &cfg->listen.n_allowed_hosts) != 0 ||
+        parse_allowed(&cl, l, "allowed_origins", 1, &cfg->listen.allowed_origins, &cfg->listen.n_allowed_origins) != 0)
+        return -1;
+    /* h2c's default follows clients.require_key (resolved once clients are read): HTTP/2 streams are
+     * authenticated only after h2o has read their bodies */
+    if (sg_cfg_bool(&cl, l, "h2c", -1, &cfg->listen.h2c) != 0 || sg_cfg_int(&cl, l, "read_timeout_ms", 100, 600000, 10000, &v) != 0)
+        return -1;
+    cfg->listen.read_timeout_ms = (uint32_t)v;
+    return 0;
+}
+
+/* listen, threads, log_level, shutdown_grace_ms, plugin_dir */
+static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
+    sg_cfg_t c = {"", err, err_size};
+    int64_t v;
+    if (parse_listen(cfg, cJSON_GetObjectItemCaseSensitive(root, "listen"), err, err_size) != 0)
+        return -1;
     if (sg_cfg_int(&c, root, "threads", 0, 1024, 0, &v) != 0)
         return -1;
     cfg->threads = (int)v;
@@ -552,6 +638,8 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
                       sg_trace_conf_check_shared(cfg->traces, cfg->n_traces, err, err_size) != 0
                   ? -1
                   : 0;
+    if (ret == 0 && cfg->listen.h2c < 0)
+        cfg->listen.h2c = !cfg->clients.require_key;
     cJSON_Delete(root);
     return ret;
 }
@@ -624,6 +712,12 @@ void sg_config_free(sg_config_t *cfg)
     free(cfg->path);
     free(cfg->base_dir);
     free(cfg->host);
+    for (size_t i = 0; i < cfg->listen.n_allowed_hosts; ++i)
+        free(cfg->listen.allowed_hosts[i]);
+    free(cfg->listen.allowed_hosts);
+    for (size_t i = 0; i < cfg->listen.n_allowed_origins; ++i)
+        free(cfg->listen.allowed_origins[i]);
+    free(cfg->listen.allowed_origins);
     free(cfg->plugin_dir);
     memset(cfg, 0, sizeof(*cfg));
 }

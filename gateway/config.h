@@ -75,6 +75,15 @@ typedef struct st_sg_config_t {
     char *base_dir; /* its directory: relative paths are resolved against it */
     char *host;
     uint16_t port;
+    /* who may talk to the listener, and how (gate.c) */
+    struct {
+        char **allowed_hosts; /* lower case: names, "*.suffix", "*" */
+        size_t n_allowed_hosts;
+        char **allowed_origins; /* lower case: "scheme://host[:port]", "null", "*" */
+        size_t n_allowed_origins;
+        int h2c;                  /* HTTP/2 without TLS (prior knowledge, Upgrade: h2c) */
+        uint32_t read_timeout_ms; /* to read a request, head and body; also the keep-alive idle time */
+    } listen;
     int threads;
     int log_level;
     uint32_t shutdown_grace_ms; /* how long a stopping gateway keeps serving the requests it has */

@@ -96,6 +96,19 @@ static int naddr_overlap(const naddr_t *a, const naddr_t *b)
     return 1;
 }
 
+int sg_listen_addr_kind(const sg_listen_addr_t *a)
+{
+    naddr_t n;
+    naddr_of(&a->ss, &n);
+    static const unsigned char v6_loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (naddr_is_any(&n))
+        return SG_LISTEN_WILDCARD;
+    if (memcmp(n.a, v6_loopback, 16) == 0 || (memcmp(n.a, mapped, 12) == 0 && n.a[12] == 127))
+        return SG_LISTEN_LOOPBACK;
+    return SG_LISTEN_OTHER;
+}
+
 static int hexval(int c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;

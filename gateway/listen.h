@@ -24,6 +24,10 @@ typedef struct st_sg_listen_addr_t {
     uint16_t port;  /* as configured; 0 = any free port */
 } sg_listen_addr_t;
 
+enum { SG_LISTEN_LOOPBACK, SG_LISTEN_WILDCARD, SG_LISTEN_OTHER };
+/** What a resolved address is: SG_LISTEN_LOOPBACK (127.0.0.0/8, ::1), SG_LISTEN_WILDCARD (0.0.0.0,
+ * ::) or SG_LISTEN_OTHER (one interface's address). */
+int sg_listen_addr_kind(const sg_listen_addr_t *a);
 /** Resolves `host` (numeric or a name) for listening. Returns 0, or -1 with a message in `err`. */
 int sg_listen_resolve(const char *host, uint16_t port, sg_listen_addr_t *out, char *err, size_t err_size);
 /**

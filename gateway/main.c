@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 int sg_server_start(sg_server_t *s, char *err, size_t err_size);
@@ -240,6 +241,40 @@ static void free_backends(sg_server_t *s)
     s->routes = NULL;
 }
 
+/* Raises the soft RLIMIT_NOFILE to the hard limit (each connection, the Redis connections and the
+ * plugins' files and sockets take a descriptor; distributions start services with a soft limit of
+ * 1024) and logs the value in effect, which /metrics shows as searchgate_fd_limit. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t before = rl.rlim_cur, want = rl.rlim_max;
+    if (want == RLIM_INFINITY) { /* the kernel's ceiling for one process */
+        unsigned long long nr_open = 1048576;
+        FILE *fp = fopen("/proc/sys/fs/nr_open", "r");
+        if (fp != NULL) {
+            if (fscanf(fp, "%llu", &nr_open) != 1)
+                nr_open = 1048576;
+            fclose(fp);
+        }
+        want = (rlim_t)nr_open;
+    }
+    if (want > before) {
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = before;
+    }
+    if (rl.rlim_cur > before)
+        SG_LOG(SG_LL_INFO, "main", "file descriptors: limit %llu (RLIMIT_NOFILE raised from %llu to the hard limit)",
+               (unsigned long long)rl.rlim_cur, (unsigned long long)before);
+    else
+        SG_LOG(SG_LL_INFO, "main", "file descriptors: limit %llu (RLIMIT_NOFILE, the hard limit)", (unsigned long long)rl.rlim_cur);
+    sg_gauge_set(
+        sg_metrics_gauge("searchgate_fd_limit", "The file descriptors the process may hold (RLIMIT_NOFILE in effect).", ""),
+        (int64_t)rl.rlim_cur);
+}
+
 /* The command line: --config and the overrides of config keys. */
 typedef struct st_cmdline_t {
     const char *config, *host, *level;
@@ -435,7 +470,7 @@ int main(int argc, char **argv)
     }
     if (apply_overrides(&cfg, &cl) != 0)
         return 1;
-
+    raise_fd_limit();
     static sg_server_t server; /* the one instance; every loop points to it */
     sg_server_t *s = &server;
     s->cfg = &cfg;

@@ -554,8 +554,10 @@ static void http_error(h2o_req_t *req, int ep, int status, int code, const char 
 {
     sg_buf_t b = {0};
     append_error(&b, NULL, code, msg);
-    if (status == 401)
+    if (status == 401) { /* the connection ends with it: a next request meets the connection gate (gate.c) */
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+        req->http1_is_persistent = 0;
+    }
     send_http(req, ep, status, "application/json", b.base, b.len);
     sg_buf_free(&b);
 }
@@ -880,6 +882,7 @@ static cJSON *read_body(h2o_req_t *req, int ep)
         http_error(req, ep, 413, SG_MCP_INVALID_REQUEST, msg);
         return NULL;
     }
+    sg_counter_add(sg_loop_of(req)->server->body_bytes_parsed, len);
     size_t bad_at = 0;
     const char *why = "the body is empty";
     long at = len > 0 ? sg_json_validate(req->entity.base, len, &bad_at, &why) : -1;

@@ -2,8 +2,8 @@
  * retrieve.c -- POST /retrieve and POST /access: the HTTP adapter over the query pipeline
  * (query.h).
  *
- *   route (path, "backend" field, default) -> parse + validate the body -> search_params
- *   (the route's check_params) -> identify the client -> X-Timeout-Ms -> sg_query_start() ->
+ *   identify the client (headers only) -> route (path, "backend" field, default) -> parse +
+ *   validate the body -> search_params (the route's check_params) -> X-Timeout-Ms -> sg_query_start() ->
  *   stream {"result": [...]} spliced from the per-query fragments (respond.h)
  *
  * What precedes a query (unknown route, malformed body, unauthorised, an empty batch) is answered
@@ -84,8 +84,10 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
         sg_hist_observe_us(b->latency, lat);
         sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
     }
-    if (status == 401)
+    if (status == 401) { /* and the connection ends: its next request meets the connection gate again */
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+        req->http1_is_persistent = 0;
+    }
     if (b != NULL)
         sg_provenance_add_header(req, &b->prov, NULL);
     if (status == 200)
@@ -156,6 +158,7 @@ static int parse_body(incoming_t *in, int path_named_route)
                                cfg->limits.max_topk};
     char err[512];
     h2o_req_t *req = in->req;
+    sg_counter_add(in->loop->server->body_bytes_parsed, req->entity.base != NULL ? req->entity.len : 0);
     int st = sg_request_parse(req->entity.base, req->entity.base != NULL ? req->entity.len : 0, &lim, in->is_access, &in->pr, err,
                               sizeof(err));
     if (st != 0) {
@@ -316,6 +319,13 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
 {
     incoming_t in = {.loop = loop, .req = req, .is_access = is_access, .start_us = sg_now_us(), .fusion = -1};
     uint64_t deadline_us;
+    /* the client first, from the headers alone: a request that cannot be served learns nothing of
+     * the routes, the limits or what its body holds, and its body is never parsed */
+    const char *why = NULL;
+    if ((in.client = sg_clients_identify_request(loop->server->clients, req, &why)) == NULL) {
+        answer_early(req, is_access, NULL, NULL, 401, "unauthorized", why, 0, in.start_us);
+        goto out;
+    }
     if (route_from_path(&in, bname, blen) != 0 || parse_body(&in, bname != NULL) != 0)
         goto out;
     if (in.fusion >= 0 && !is_access) {
@@ -324,11 +334,6 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
     }
     if (in.no_pages == NULL && check_search_params(&in) != 0)
         goto out;
-    const char *why = NULL;
-    if ((in.client = sg_clients_identify_request(loop->server->clients, req, &why)) == NULL) {
-        answer_early(req, is_access, in.route, NULL, 401, "unauthorized", why, 0, in.start_us);
-        goto out;
-    }
     if (in.no_pages != NULL) {
         answer_no_pages(&in);
         goto out;

@@ -13,6 +13,7 @@
 #include "budget.h"
 #include "json.h"
 #include "listen.h"
+#include "gate.h"
 #include "mcp.h"
 #include "provenance.h"
 #include "query.h"
@@ -27,7 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 404, 405, 413, 422, 429, 500, 502, 503, 504, 0};
+const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 403, 404, 405, 408, 413, 422, 429, 500, 502, 503, 504, 0};
 
 int sg_code_index(int status)
 {
@@ -53,7 +54,7 @@ static int redis_state(const sg_server_t *s)
 
 /* ---- responses ---- */
 
-static const char *reason_of(int status)
+const char *sg_http_reason(int status)
 {
     switch (status) {
     case 200:
@@ -62,10 +63,14 @@ static const char *reason_of(int status)
         return "Bad Request";
     case 401:
         return "Unauthorized";
+    case 403:
+        return "Forbidden";
     case 404:
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
     case 413:
         return "Payload Too Large";
     case 422:
@@ -88,7 +93,7 @@ static void send_body(h2o_req_t *req, int status, const char *ctype, const char 
 {
     static h2o_generator_t generator = {NULL, NULL};
     req->res.status = status;
-    req->res.reason = reason_of(status);
+    req->res.reason = sg_http_reason(status);
     req->res.content_length = len;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
     h2o_iovec_t buf = h2o_strdup(&req->pool, body, len);
@@ -119,6 +124,15 @@ void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg
 
 enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_OTHER, R_COUNT };
 static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "other"};
+
+int sg_server_route_index(h2o_iovec_t path)
+{
+    static const char *const paths[R_OTHER] = {"/", "/health", "/metrics", "/stats", "/dashboard"};
+    for (int i = 0; i < R_OTHER; ++i)
+        if (h2o_memis(path.base, path.len, paths[i], strlen(paths[i])))
+            return i;
+    return R_OTHER;
+}
 
 static void count(h2o_req_t *req, int route, int status)
 {
@@ -430,6 +444,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     const char *name;
     size_t nlen;
+    if (sg_gate_check_request(loop, req) != 0) { /* Host, Origin, the key: before the route is even looked up */
+        log_small(req);
+        return 0;
+    }
     if (path_is(p, "/retrieve") || path_is(p, "/access")) {
         if (!is_post) {
             method_not_allowed(req, "POST");
@@ -531,6 +549,8 @@ static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bu
 static void on_setup_json_errors(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
 {
     (void)self;
+    if (req->conn->ctx->shutdown_requested)
+        req->http1_is_persistent = 0;
     if (req->res.status >= 400) {
         h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
         o->do_send = json_error_send;
@@ -539,24 +559,44 @@ static void on_setup_json_errors(h2o_filter_t *self, h2o_req_t *req, h2o_ostream
     h2o_setup_next_ostream(req, slot);
 }
 
-/* ---- listeners and loops ---- */
+/* ---- every response of the routes: HEAD has no body, and Connection: close while stopping ----
+ *
+ * h2o 2.2.5 sends whatever a handler writes, also for HEAD (h2o_send_inline() and its error pages
+ * are the exception), and marks a connection non-persistent only for requests it reads after the
+ * shutdown began: an answer to a request in progress said "keep-alive" and the connection then
+ * closed. This filter on the routes' path fixes both for every handler at once; the headers of a
+ * HEAD answer (Content-Length included) are those of the GET. */
 
-static void on_accept(h2o_socket_t *listener, const char *err)
+static void head_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt, h2o_send_state_t state)
 {
-    if (err != NULL)
+    (void)bufs;
+    (void)bufcnt;
+    if (h2o_send_state_is_in_progress(state)) {
+        /* a streamed body (no route streams to HEAD today): nothing of it goes out; on to the rest */
+        h2o_proceed_response(req);
         return;
-    sg_loop_t *l = listener->data;
-    for (int i = 0; i < 64; ++i) { /* accept a burst, then give other events a turn */
-        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-        if (sock == NULL)
-            return;
-        h2o_accept(&l->accept_ctx, sock);
     }
+    h2o_ostream_send_next(self, req, NULL, 0, state);
 }
+
+static void on_setup_response(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    (void)self;
+    if (req->conn->ctx->shutdown_requested)
+        req->http1_is_persistent = 0;
+    if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
+        h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
+        o->do_send = head_send;
+        slot = &o->next;
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
+/* ---- listeners and loops ---- */
 
 static int has_connections(sg_loop_t *l)
 {
-    return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns);
+    return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns) || sg_gate_busy(l);
 }
 
 static void drain(sg_loop_t *l)
@@ -585,8 +625,7 @@ static void *loop_main(void *arg)
     l->accept_ctx.ctx = &l->ctx;
     l->accept_ctx.hosts = s->h2o.hosts;
     l->listener = h2o_evloop_socket_create(l->loop, l->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-    l->listener->data = l;
-    h2o_socket_read_start(l->listener, on_accept);
+    sg_gate_start_loop(l); /* accepting (gate.c) */
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     if (s->cfg->cache.redis_host != NULL)
@@ -600,7 +639,7 @@ static void *loop_main(void *arg)
     for (;;) {
         if (atomic_load(&s->stopping) && grace_end == 0) {
             grace_end = sg_now_ms() + s->cfg->shutdown_grace_ms;
-            h2o_socket_read_stop(l->listener);
+            sg_gate_stop_loop(l); /* no more accepts; connections with no request handed over yet close */
             h2o_socket_close(l->listener);
             l->listener = NULL;
             h2o_context_request_shutdown(&l->ctx);
@@ -633,6 +672,7 @@ static void *loop_main(void *arg)
         h2o_evloop_run(l->loop, sg_timers_next_wait(&l->timers, grace_end != 0 ? 50 : 500));
         sg_timers_run(&l->timers);
     }
+    sg_gate_dispose_loop(l);           /* what the gate still holds (the grace ran out) */
     pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
     drain(l);                          /* their cancellations */
@@ -698,6 +738,14 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
      * up to twice the limit the handler answers with a JSON 413 that names limits.max_body_bytes */
     s->h2o.max_request_entity_size = cfg->limits.max_body_bytes * 2;
     s->h2o.server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
+    /* the time to read a request (head and body) and the keep-alive idle time; the gate reads the
+     * first request of a connection under the same limit (gate.c) */
+    s->h2o.http1.req_timeout = cfg->listen.read_timeout_ms;
+    s->h2o.http1.upgrade_to_http2 = cfg->listen.h2c; /* HTTP/2 without TLS: prior knowledge and Upgrade: h2c */
+    sg_gate_init(s, &addr);
+    s->body_bytes_parsed =
+        sg_metrics_counter("searchgate_request_body_bytes_parsed_total",
+                           "Bytes of request bodies handed to the JSON parser (/retrieve, /access, /mcp, /messages).", "");
     /* h2o's HTTP/1 req_timeout (10 s) only covers reading a request and idle keep-alive: a long
      * backend call is bounded by the route's deadline instead (checked: a 4 s call with a 2 s
      * req_timeout completes). */
@@ -705,6 +753,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     h2o_pathconf_t *pc = h2o_config_register_path(s->hostconf, "/", 0);
     h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
     h->on_req = on_req;
+    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
+    rf->on_setup_ostream = on_setup_response;
     h2o_filter_t *f = h2o_create_filter(&s->hostconf->fallback_path, sizeof(*f));
     f->on_setup_ostream = on_setup_json_errors;
     for (int r = 0; r < R_COUNT; ++r)
@@ -715,7 +765,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
             else
                 snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
             s->http_requests[r][c] =
-                sg_metrics_counter("searchgate_http_requests_total", "Requests to routes other than /retrieve.", labels);
+                sg_metrics_counter("searchgate_http_requests_total",
+                                   "Requests to routes other than /retrieve, and requests refused before routing.", labels);
         }
     sg_metrics_add_collector(backend_stats_collector, s);
 

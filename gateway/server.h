@@ -28,6 +28,7 @@
 typedef struct st_sg_server_t sg_server_t;
 typedef struct st_sg_loop_t sg_loop_t;
 typedef struct st_sg_mcp_loop_t sg_mcp_loop_t;
+typedef struct st_sg_gate_loop_t sg_gate_loop_t;
 
 /* ---- loops ---- */
 
@@ -48,7 +49,8 @@ struct st_sg_loop_t {
     h2o_linklist_t active;                 /* sg_query_t not yet answered (for shutdown) */
     /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */
     struct st_sg_redis_t *redis;
-    sg_mcp_loop_t *mcp; /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
+    sg_mcp_loop_t *mcp;   /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
+    sg_gate_loop_t *gate; /* accepting and the connections not yet handed to h2o (gate.c) */
 };
 
 /*
@@ -79,6 +81,11 @@ struct st_sg_server_t {
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
     sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
     sg_response_budget_t responses;               /* response memory held by the process (respond.h) */
+    sg_counter_t *body_bytes_parsed;              /* request bodies handed to the JSON parser */
+    struct {
+        int enforce_host;      /* Host must be a loopback name, the listen address or in listen.allowed_hosts */
+        int trust_listen_host; /* the listen address is not a wildcard: a Host naming it is the gateway's own */
+    } gate;                    /* set by sg_gate_init(), read-only afterwards */
 };
 
 /* There is no global server: main() owns the one instance. A request reaches it through the loop
@@ -90,6 +97,11 @@ static inline sg_loop_t *sg_loop_of(h2o_req_t *req)
     return H2O_STRUCT_FROM_MEMBER(sg_loop_t, ctx, req->conn->ctx);
 }
 
+/** The reason phrase of an HTTP status the gateway sends. */
+const char *sg_http_reason(int status);
+/** The index into sg_server_t.http_requests of the operations route `path` names (exactly: /,
+ * /health, /metrics, /stats, /dashboard), else the one of every other path. */
+int sg_server_route_index(h2o_iovec_t path);
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
 /** Sends a 200 JSON body (copied into the request pool). */

@@ -169,7 +169,7 @@ def slow_reader(port, body, out, i):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:
         s.connect(("127.0.0.1", port))
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                   % len(data) + data)
         got, head = 0, b""
         end = time.time() + a.slow_seconds

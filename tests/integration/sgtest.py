@@ -71,7 +71,7 @@ def request(port, method, path, body=None, headers=None, timeout=60, host="127.0
 class Gateway:
     """A searchgate process on a free port, with a config given as a dict."""
 
-    def __init__(self, config, threads=2, extra_args=(), env=None, config_dir=None, expect_fail=False):
+    def __init__(self, config, threads=2, extra_args=(), env=None, config_dir=None, expect_fail=False, preexec_fn=None):
         self.dir = tempfile.mkdtemp(prefix="sgtest-")
         self.config = dict(config)
         self.config.setdefault("listen", {"host": "127.0.0.1", "port": 0})
@@ -85,7 +85,7 @@ class Gateway:
         e.setdefault("LSAN_OPTIONS", "suppressions=" + os.path.join(SOURCE_DIR, "tests", "lsan.supp"))
         e.update(env or {})
         self.proc = subprocess.Popen([binary("searchgate"), "--config", self.config_path, "--port", "0"] + list(extra_args),
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=e)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=e, preexec_fn=preexec_fn)
         self.port = None
         self.metrics_headers = None  # the key /metrics needs when keys are in use (clients.admin_key_env, require_key)
         if expect_fail:

@@ -56,7 +56,7 @@ class PresentedKeys(unittest.TestCase):
         for name, good, bad in (("X-API-Key", "key-a", "wrong"), ("Authorization", "Bearer key-a", "Bearer wrong")):
             for first, second in ((good, bad), (bad, good)):
                 body = '{"queries":["a"]}'
-                req = ("POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s: %s\r\n%s: %s\r\n"
+                req = ("POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s: %s\r\n%s: %s\r\n"
                        "Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (name, first, name, second, len(body), body))
                 with socket.create_connection(("127.0.0.1", self.gw.port), timeout=10) as s:
                     s.sendall(req.encode())

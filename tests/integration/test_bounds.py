@@ -53,7 +53,7 @@ def stalled_request(port, body, rcvbuf=4096):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.connect(("127.0.0.1", port))
     data = json.dumps(body).encode()
-    s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
               % (len(data), data))
     return s
 
@@ -211,7 +211,7 @@ def h2_stalled_request(port, body):
         return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
 
     data = json.dumps(body).encode()
-    block = (lit(":method", "POST") + lit(":scheme", "http") + lit(":path", "/retrieve") + lit(":authority", "x") +
+    block = (lit(":method", "POST") + lit(":scheme", "http") + lit(":path", "/retrieve") + lit(":authority", "127.0.0.1") +
              lit("content-type", "application/json") + lit("content-length", str(len(data))))
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 4, 1, block) + frame(0, 1, 1, data))

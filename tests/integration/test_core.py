@@ -239,15 +239,15 @@ class Core(unittest.TestCase):
     def test_h2o_errors_are_json(self):
         """Requests h2o refuses before the handler runs get the gateway's JSON error shape."""
         cases = [
-            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "bad_request",
+            (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "bad_request",
              "broken chunked-encoding"),
-            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "bad_request",
+            (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "bad_request",
              "unknown transfer-encoding"),
-            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n", 400, "bad_request",
+            (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12x\r\n\r\n", 400, "bad_request",
              "broken content-length header"),
-            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n", 413, "too_large",
+            (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 999999999\r\n\r\n", 413, "too_large",
              "limits.max_body_bytes (400000 bytes)"),
-            (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n", 417,
+            (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n", 417,
              "expectation_failed", "unknown expectation"),
         ]
         for data, status, typ, needle in cases:
@@ -260,7 +260,7 @@ class Core(unittest.TestCase):
             self.assertIn(needle, err["detail"])
         # what h2o writes straight to the socket stays plain text (documented in docs/api.md)
         many = b"".join(b"X-H%d: v\r\n" % i for i in range(101))
-        st, headers, body = self.raw(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        st, headers, body = self.raw(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n" + many + b"\r\n")
         self.assertEqual((st, body), (400, b"Bad Request"))
 
     def test_error_statuses(self):
@@ -296,7 +296,7 @@ class Core(unittest.TestCase):
         # h2o itself refuses bodies beyond twice the limit as soon as it sees Content-Length, before
         # reading them: still a 413 (sent before the body, so the client must not write it first)
         with socket.create_connection(("127.0.0.1", self.gw.port), timeout=30) as s:
-            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n")
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n")
             head = s.recv(4096)
         self.assertTrue(head.startswith(b"HTTP/1.1 413 "), head)
 
@@ -361,14 +361,14 @@ class Core(unittest.TestCase):
         body = json.dumps({"queries": ["@delay=300 hangup %d" % os.getpid()], "topk": 1}).encode()
         for i in range(20):
             s = socket.create_connection(("127.0.0.1", self.gw.port))
-            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                       % (len(body), body))
             if i % 2:
                 s.shutdown(socket.SHUT_WR)
             s.close()
         # half a request, then gone
         s = socket.create_connection(("127.0.0.1", self.gw.port))
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\"")
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"queries\"")
         s.close()
         time.sleep(scaled(0.6))
         self.assertEqual(self.gw.get("/").status, 200)
@@ -466,7 +466,7 @@ class DebugLog(unittest.TestCase):
         self.assertRegex(req[0], r"debug \[request\] \d+-\d+ POST /retrieve backend=example client=job-dbg status=200 "
                                  r"queries=3 distinct=2 l1=0 redis=0 misses=2 ms=[\d.]+$")
         self.assertIn("- POST /retrieve backend=example client=- status=422 error=validation_error queries=0", req[1])
-        self.assertIn("backend=example client=- status=401 error=unauthorized", req[2])
+        self.assertIn("backend=- client=- status=401 error=unauthorized", req[2])  # refused before the route is looked up
         self.assertIn("backend=- client=- status=404 error=not_found", req[3])
         self.assertRegex(req[4], r"POST /retrieve backend=broken client=ip:127\.0\.0\.1 status=503 error=unavailable queries=1 ")
         self.assertIn("POST /access backend=example client=ip:127.0.0.1 status=200 queries=1 ms=", req[5])

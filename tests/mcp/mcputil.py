@@ -1,9 +1,15 @@
 """Helpers for the MCP tests: raw JSON-RPC over POST /mcp, an SSE reader for GET /sse, and the
 Search-R1 observation format (Search-R1's `_passages2string`) to compare tool text against."""
+import fcntl
 import http.client
 import json
+import os
+import shutil
+import subprocess
 
 import sgtest
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 
 ACCEPT_BOTH = "application/json, text/event-stream"
 
@@ -109,3 +115,29 @@ class SSEStream:
 
     def close(self):
         self.conn.close()
+
+
+def ensure_node_modules(package):
+    """Returns None when the Node module `package` (pinned by node/package-lock.json) is installed,
+    else the reason it cannot be: `npm ci --offline`, then `npm ci`, are tried first. The modules are
+    installed by `make test` (.ci/deps.sh test runs `npm ci`); a test that gets a reason is skipped."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return "node and npm are not installed (.ci/deps.sh test installs them)"
+    marker = os.path.join(NODE_DIR, "node_modules", *package.split("/"), "package.json")
+    with open(os.path.join(NODE_DIR, "package-lock.json")) as f:
+        want = json.load(f)["packages"]["node_modules/" + package]["version"]
+    with open(os.path.join(NODE_DIR, ".install.lock"), "w") as lock:  # the plain and sanitizer suites may run at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(marker):
+            with open(marker) as f:
+                if json.load(f)["version"] == want:
+                    return None
+        errors = []
+        for args in (["ci", "--offline"], ["ci"]):
+            p = subprocess.run([npm] + args + ["--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
+                               timeout=600)
+            if p.returncode == 0 and os.path.exists(marker):
+                return None
+            errors.append("npm %s: %s" % (" ".join(args), (p.stderr or p.stdout).strip()[-400:]))
+        return "npm could not install %s %s (no registry access?):\n%s" % (package, want, "\n".join(errors))

@@ -6,10 +6,8 @@ sessions of verl-style clients (a fresh session per call) ended by their DELETE.
 The Node modules are installed by `make test` (.ci/deps.sh test runs `npm ci` there); when they are
 missing this test runs `npm ci --offline`, then `npm ci`, and is skipped (CTest exit 77) with the
 reason when npm cannot install them (no registry access)."""
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,34 +15,14 @@ import unittest
 
 import sgtest
 from sgtest import Gateway, example_backend
-from mcputil import passages2string
+from mcputil import NODE_DIR, ensure_node_modules, passages2string
 
-NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 SKIP = 77
 
 
 def ensure_modules():
     """Returns None when the SDK is importable, else the reason it cannot be installed."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        return "node and npm are not installed (.ci/deps.sh test installs them)"
-    marker = os.path.join(NODE_DIR, "node_modules", "@modelcontextprotocol", "sdk", "package.json")
-    with open(os.path.join(NODE_DIR, "package-lock.json")) as f:
-        want = json.load(f)["packages"]["node_modules/@modelcontextprotocol/sdk"]["version"]
-    with open(os.path.join(NODE_DIR, ".install.lock"), "w") as lock:  # the plain and sanitizer suites may run at once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(marker):
-            with open(marker) as f:
-                if json.load(f)["version"] == want:
-                    return None
-        errors = []
-        for args in (["ci", "--offline"], ["ci"]):
-            p = subprocess.run([npm] + args + ["--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
-                               timeout=600)
-            if p.returncode == 0 and os.path.exists(marker):
-                return None
-            errors.append("npm %s: %s" % (" ".join(args), (p.stderr or p.stdout).strip()[-400:]))
-        return "npm could not install @modelcontextprotocol/sdk %s (no registry access?):\n%s" % (want, "\n".join(errors))
+    return ensure_node_modules("@modelcontextprotocol/sdk")
 
 
 PAGES = [{"url": "https://en.wikipedia.org/wiki/Hamlet", "contents": "Hamlet is a tragedy.", "title": "Hamlet"}]

@@ -62,6 +62,60 @@ static void test_mcp(void **state)
     sg_config_free(&cfg);
 }
 
+static void test_listen(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(parse("{\"backends\":[" BACKEND "]}", &cfg, err), 0);
+    assert_int_equal(cfg.listen.n_allowed_hosts, 0);
+    assert_int_equal(cfg.listen.n_allowed_origins, 0);
+    assert_true(cfg.listen.h2c);
+    assert_int_equal(cfg.listen.read_timeout_ms, 10000);
+    sg_config_free(&cfg);
+    /* h2c follows require_key unless set; lists are kept in lower case */
+    setenv("SG_UNIT_LISTEN_KEY", "k", 1);
+    const char *keyed = "\"clients\":{\"require_key\":true,\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_UNIT_LISTEN_KEY\"}]}";
+    char json[1024];
+    snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],%s}", keyed);
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_false(cfg.listen.h2c);
+    sg_config_free(&cfg);
+    snprintf(json, sizeof(json),
+             "{\"backends\":[" BACKEND
+             "],%s,\"listen\":{\"h2c\":true,\"read_timeout_ms\":2500,\"allowed_hosts\":[\"GW.Example.org\","
+             "\"*.lab.example\",\"[FD00::5]\",\"*\"],\"allowed_origins\":[\"HTTP://LocalHost:6274\",\"null\",\"*\"]}}",
+             keyed);
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_true(cfg.listen.h2c);
+    assert_int_equal(cfg.listen.read_timeout_ms, 2500);
+    assert_int_equal(cfg.listen.n_allowed_hosts, 4);
+    assert_string_equal(cfg.listen.allowed_hosts[0], "gw.example.org");
+    assert_string_equal(cfg.listen.allowed_hosts[2], "[fd00::5]");
+    assert_int_equal(cfg.listen.n_allowed_origins, 3);
+    assert_string_equal(cfg.listen.allowed_origins[0], "http://localhost:6274");
+    sg_config_free(&cfg);
+    static const char *const bad[][2] = {
+        {"\"allowed_hosts\":[\"gw.example.org:80\"]", "listen.allowed_hosts: expected host names"},
+        {"\"allowed_hosts\":[\"\"]", "listen.allowed_hosts: expected host names"},
+        {"\"allowed_hosts\":[\"*example.org\"]", "listen.allowed_hosts: expected host names"},
+        {"\"allowed_hosts\":[\"[::1]:80\"]", "listen.allowed_hosts: expected host names"},
+        {"\"allowed_hosts\":[\"a b\"]", "listen.allowed_hosts: expected host names"},
+        {"\"allowed_hosts\":[7]", "listen.allowed_hosts: expected an array of strings"},
+        {"\"allowed_origins\":[\"localhost:6274\"]", "listen.allowed_origins: expected origins"},
+        {"\"allowed_origins\":[\"http://x/\"]", "listen.allowed_origins: expected origins"},
+        {"\"allowed_origins\":[\"ftp://x\"]", "listen.allowed_origins: expected origins"},
+        {"\"read_timeout_ms\":99", "listen.read_timeout_ms: expected an integer in [100, 600000], got 99"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"listen\":{%s}}", bad[i][0]);
+        assert_int_equal(parse(json, &cfg, err), -1);
+        if (strstr(err, bad[i][1]) == NULL)
+            fail_msg("%s: got \"%s\"", bad[i][0], err);
+        sg_config_free(&cfg);
+    }
+}
+
 static void test_full(void **state)
 {
     (void)state;
@@ -355,6 +409,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),    cmocka_unit_test(test_defaults_within_limits),
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_budgets), cmocka_unit_test(test_strict_document),
-        cmocka_unit_test(test_load_file),        cmocka_unit_test(test_mcp)};
+        cmocka_unit_test(test_load_file),        cmocka_unit_test(test_mcp),     cmocka_unit_test(test_listen)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
