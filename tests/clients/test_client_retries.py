@@ -1,20 +1,21 @@
-"""Client compatibility, measured with the clients' own code: for a successful answer, for each
-error status the gateway can give, and for /access on a route without pages, what each framework's
-retrieval client (framework_clients.py, transcribed from its source) makes of it: what it returns
-or raises, how many requests it sends and how long it takes to return, its sleeps counted (the
-ledger adds up the seconds of its time.sleep / asyncio.sleep calls instead of waiting them).
+"""Client compatibility: for a successful answer, for each error status the gateway can give, and
+for /access on a route without pages, what each framework's retrieval client makes of it: what it
+returns or raises, how many requests it sends and how long it takes to return. The clients are
+behavioural models (client_models.py: request, timeouts, failures, retry schedule, give-up, read
+from each client's source at a pinned commit) run by one engine (client_engine.py) with the
+client's HTTP library against a real gateway; their sleeps are counted in a ledger, not waited.
 
 docs/clients.md ("Which status each client survives") is this table in words; docs/protocols.md
 describes each client's retry loop. Run: ctest -R clients_retries.
 """
-import asyncio
 import os
 import shutil
 import tempfile
 import time
 import unittest
 
-import framework_clients as fc
+import client_engine as ce
+import client_models as cm
 import sgtest
 from sgtest import DOCS, Gateway, example_backend, scaled
 
@@ -37,76 +38,39 @@ class Outcome:
                                                                       self.slept, self.wall)
 
 
-def run_client(gw, name, query="who wrote hamlet"):
-    """Runs client `name` once against the gateway's default route and classifies the result."""
-    url = "http://127.0.0.1:%d/retrieve" % gw.port
-    addr = "127.0.0.1:%d" % gw.port
+def target(gw, client, operation):
+    """What the client is configured with to reach the gateway's default route: the whole URL, a
+    host:port, or (ASearcher) nothing: it reads the address files the test writes."""
+    kind = client.calls[operation].endpoint.kind
+    return {"url": "http://127.0.0.1:%d/retrieve" % gw.port, "hostport": "127.0.0.1:%d" % gw.port, "files": None}[kind]
+
+
+def run_model(gw, name, operation, items):
+    """Runs client model `name` (client_models.py) once against the gateway's default route."""
+    client = cm.CLIENTS[name]
     before = gw.metric("searchgate_requests_total")
+    ledger = ce.Ledger()
     t0 = time.monotonic()
-    with fc.SleepLedger() as ledger:
-        try:
-            if name == "verl":
-                text = fc.verl_search_tool_text(url, [query])
-                kind = "error-text" if "Search error" in text else "observation"
-                detail = text
-            elif name == "skyrl":
-                resp, err = fc.skyrl_call_search_api(url, query)
-                kind, detail = ("error-text", err) if err else ("observation", resp)
-            elif name == "search-r1":
-                detail = fc.search_r1_batch_search(url, [query])
-                kind = "observation"
-            elif name == "slime":
-                cfg = {"search_backend": "local", "topk": 3, "local": {"search_url": url, "proxy": None}}
-                detail = asyncio.run(fc.slime_search(cfg, query))
-                kind = "observation" if detail else "empty"
-            elif name == "rlinf-searchr1":
-                detail = asyncio.run(fc.rlinf_searchr1_query_async(addr, {"queries": [query], "topk": 3, "return_scores": False}))
-                kind = "observation"
-            elif name == "rlinf-wideseek":
-                async def go():
-                    c = fc.RLinfWideSeekClient(addr)
-                    try:
-                        return await c.query_async({"queries": [query], "topk": 3, "return_scores": False})
-                    finally:
-                        await c.close()
-                detail = asyncio.run(go())
-                kind = "observation"
-            elif name == "asearcher":
-                detail = asyncio.run(fc.ASearcherClient().query_async({"queries": [query], "topk": 5, "return_scores": False}))
-                kind = "observation"
-            else:
-                raise AssertionError(name)
-        except Exception as e:  # noqa: BLE001 - what the client raised is the outcome
-            kind, detail = "raised", e
+    try:
+        answer = ce.call(client, operation, target(gw, client, operation), items, ledger)
+        kind, detail = answer.kind, answer.value
+    except Exception as e:  # noqa: BLE001 - what the client raises is the outcome
+        kind, detail = "raised", e
     wall = time.monotonic() - t0
     return Outcome(kind, detail, int(gw.metric("searchgate_requests_total") - before), ledger.seconds, wall)
 
 
+def run_client(gw, name, query="who wrote hamlet"):
+    return run_model(gw, name, "search", [query])
+
+
 def run_access(gw, name, urls):
-    addr = "127.0.0.1:%d" % gw.port
-    before = gw.metric("searchgate_requests_total")
-    t0 = time.monotonic()
-    with fc.SleepLedger() as ledger:
-        try:
-            if name == "rlinf-wideseek":
-                async def go():
-                    c = fc.RLinfWideSeekClient(addr)
-                    try:
-                        return await c.access_async(urls)
-                    finally:
-                        await c.close()
-                detail = fc.rlinf_wideseek_access_text(asyncio.run(go()))
-            else:
-                detail = asyncio.run(fc.ASearcherClient().access_async(urls))
-            kind = "observation"
-        except Exception as e:  # noqa: BLE001
-            kind, detail = "raised", e
-    return Outcome(kind, detail, int(gw.metric("searchgate_requests_total") - before), ledger.seconds, time.monotonic() - t0)
+    return run_model(gw, name, "access", urls)
 
 
 CLIENTS = ["verl", "skyrl", "search-r1", "slime", "rlinf-searchr1", "rlinf-wideseek", "asearcher"]
 
-# What each client's code does with an error status (read from the code, docs/protocols.md):
+# What each client does with an error status (its model in client_models.py, docs/protocols.md):
 #   retries 5xx: 10 attempts, sleeping 1, 2, ... 9 s between them (45 s), then an error text;
 #                any 4xx: no retry, an error text at once
 #   raises:      no retry, an exception out of the training step
@@ -283,4 +247,4 @@ class ASearcherAddressFile(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2, warnings="ignore")  # ASearcher's unclosed address files: see above
+    unittest.main(verbosity=2)

@@ -6,8 +6,9 @@ computes for a query and its first-stage documents, in plain torch (Debian's pyt
   passage = f"(Title: {title}) {text}";
 * scores as sentence-transformers' CrossEncoder.predict: the BertForSequenceClassification of
   tests/local/make_xenc_fixture.py (Hugging Face's architecture and parameter names, loaded with
-  strict=True from the folder's model.safetensors), its BertTokenizer port with "longest_first"
-  truncation as the fast tokenizer does it, then the activation config.json names;
+  strict=True from the folder's model.safetensors), the reference tokenizer
+  (tests/local/ref_tokenizer.py) with "longest_first" truncation as the fast tokenizer does it,
+  then the activation config.json names;
 * order: sorted(..., key=score, reverse=True), a stable sort, so ties keep the first-stage order.
 """
 import json

@@ -12,15 +12,16 @@ plain torch, on Debian's python3-torch (Debian has no `transformers`):
 
 The reference follows transformers 4.36 (the version the e5 fixtures were made with):
 
-  * tokenizer: BertTokenizer (BasicTokenizer + WordPiece, literal special tokens kept whole), the
-    same Python port as tests/local/bench/ref_server.py; before writing anything this script checks
-    that it reproduces tests/fixtures/tokenizer_golden.jsonl (made with transformers itself) id for
-    id. Pairs are `[CLS] A [SEP] B [SEP]` with token types 0 for `[CLS] A [SEP]` and 1 for
-    `B [SEP]`, truncated `longest_first` to max_length. The two implementations of longest_first
-    differ in one case (both segments cut, an odd budget): both are transcribed below, line by
-    line, and a case's golden carries the ids of each where they differ. `fast` is the
-    `tokenizers` library's (BertTokenizerFast: what AutoTokenizer, and so sentence-transformers'
-    CrossEncoder, loads); `slow` is the pure-Python BertTokenizer's.
+  * tokenizer: tests/local/ref_tokenizer.py (BERT uncased WordPiece written from its rules, literal
+    special tokens kept whole; shared with tests/local/bench/ref_server.py); before writing
+    anything this script checks that it reproduces tests/fixtures/tokenizer_golden.jsonl (made
+    with transformers itself) id for id. Pairs are `[CLS] A [SEP] B [SEP]` with token types 0 for
+    `[CLS] A [SEP]` and 1 for `B [SEP]`, truncated `longest_first` to max_length. The two
+    implementations of longest_first differ in one case (both segments cut, an odd budget):
+    ref_tokenizer.truncate_pair states both rules, and a case's golden carries the ids of each
+    where they differ. `fast` is the `tokenizers` library's (BertTokenizerFast: what
+    AutoTokenizer, and so sentence-transformers' CrossEncoder, loads); `slow` is the pure-Python
+    BertTokenizer's.
   * model: modules with the names and the forward of transformers' BertForSequenceClassification
     (eager attention, exact erf GELU, extended attention mask of finfo.min), so that the state dict
     keys are the Hugging Face parameter names and `load_state_dict(strict=True)` proves it.
@@ -38,192 +39,24 @@ import math
 import os
 import struct
 import sys
-import unicodedata
 
 import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures")
+sys.path.insert(0, HERE)
+from ref_tokenizer import BertTokenizer, check_golden  # noqa: E402,F401 - BertTokenizer is used by importers too
 
-# ---------------------------------------------------------------- tokenizer (transformers 4.36 BertTokenizer)
-
-
-def _is_whitespace(c):
-    if c in (" ", "\t", "\n", "\r"):
-        return True
-    return unicodedata.category(c) == "Zs"
-
-
-def _is_control(c):
-    if c in ("\t", "\n", "\r"):
-        return False
-    return unicodedata.category(c).startswith("C")
-
-
-def _is_punctuation(c):
-    cp = ord(c)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(c).startswith("P")
-
-
-def _is_chinese_char(cp):
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
-            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-class BertTokenizer:
-    SPECIAL = ["[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"]
-
-    def __init__(self, vocab_file):
-        self.vocab = {}
-        with open(vocab_file, "r", encoding="utf-8") as f:
-            for i, tok in enumerate(f.readlines()):
-                self.vocab[tok.rstrip("\n")] = i
-        self.unk = self.vocab["[UNK]"]
-        self.cls = self.vocab["[CLS]"]
-        self.sep = self.vocab["[SEP]"]
-
-    def _basic(self, text):
-        out = []
-        for c in text:
-            cp = ord(c)
-            if cp == 0 or cp == 0xFFFD or _is_control(c):
-                continue
-            out.append(" " if _is_whitespace(c) else c)
-        text = "".join(out)
-        out = []
-        for c in text:
-            if _is_chinese_char(ord(c)):
-                out += [" ", c, " "]
-            else:
-                out.append(c)
-        text = unicodedata.normalize("NFC", "".join(out))
-        split = []
-        for tok in text.strip().split():
-            tok = tok.lower()
-            tok = "".join(c for c in unicodedata.normalize("NFD", tok) if unicodedata.category(c) != "Mn")
-            cur = []
-            for c in tok:
-                if _is_punctuation(c):
-                    if cur:
-                        split.append("".join(cur))
-                        cur = []
-                    split.append(c)
-                else:
-                    cur.append(c)
-            if cur:
-                split.append("".join(cur))
-        return " ".join(split).split()
-
-    def _wordpiece(self, token):
-        if len(token) > 100:
-            return [self.unk]
-        out, start = [], 0
-        while start < len(token):
-            end, cur = len(token), None
-            while start < end:
-                sub = token[start:end]
-                if start > 0:
-                    sub = "##" + sub
-                if sub in self.vocab:
-                    cur = self.vocab[sub]
-                    break
-                end -= 1
-            if cur is None:
-                return [self.unk]
-            out.append(cur)
-            start = end
-        return out
-
-    def ids(self, text):
-        """convert_tokens_to_ids(tokenize(text)): no special tokens added, no truncation."""
-        ids = []
-        pos = 0
-        while pos <= len(text):
-            nxt, which = len(text), None
-            for s in self.SPECIAL:
-                i = text.find(s, pos)
-                if i != -1 and i < nxt:
-                    nxt, which = i, s
-            for tok in self._basic(text[pos:nxt]):
-                ids += self._wordpiece(tok)
-            if which is None:
-                break
-            ids.append(self.vocab[which])
-            pos = nxt + len(which)
-        return ids
-
-    def encode(self, text, max_length):
-        return [self.cls] + self.ids(text)[:max_length - 2] + [self.sep]
-
-    def encode_pair(self, a, b, max_length, rule):
-        """tokenizer(a, b, truncation="longest_first", max_length=max_length): ids and token types."""
-        ids, pair_ids = self.ids(a), self.ids(b)
-        if rule == "slow":
-            ids, pair_ids = truncate_slow(ids, pair_ids, len(ids) + len(pair_ids) + 3 - max_length)
-        else:
-            ids, pair_ids = truncate_fast(ids, pair_ids, max_length - 3)
-        out = [self.cls] + ids + [self.sep] + pair_ids + [self.sep]
-        types = [0] * (len(ids) + 2) + [1] * (len(pair_ids) + 1)
-        return out, types
-
-
-def truncate_slow(ids, pair_ids, num_tokens_to_remove):
-    """PreTrainedTokenizerBase.truncate_sequences, LONGEST_FIRST, truncation_side "right" (4.36)."""
-    if num_tokens_to_remove <= 0:
-        return ids, pair_ids
-    len_pair_ids = len(pair_ids)
-    len_ids = len(ids)
-    first_remove = min(abs(len_pair_ids - len_ids), num_tokens_to_remove)
-    second_remove = num_tokens_to_remove - first_remove
-    if len_ids > len_pair_ids:
-        ids_to_move = first_remove + second_remove // 2
-        pair_ids_to_move = second_remove - second_remove // 2
-    else:
-        ids_to_move = second_remove // 2
-        pair_ids_to_move = first_remove + second_remove - (second_remove // 2)
-    ids = ids[:-ids_to_move] if ids_to_move > 0 else ids
-    pair_ids = pair_ids[:-pair_ids_to_move] if pair_ids_to_move > 0 else pair_ids
-    return ids, pair_ids
-
-
-def truncate_fast(ids, pair_ids, max_length):
-    """tokenizers' truncate_encodings, LongestFirst, direction Right; max_length excludes the 3
-    special tokens (TokenizerImpl::post_process subtracts them first)."""
-    total_length = len(ids) + len(pair_ids)
-    if total_length <= max_length:
-        return ids, pair_ids
-    n1, n2 = len(ids), len(pair_ids)
-    swap = False
-    if n1 > n2:
-        swap = True
-        n1, n2 = n2, n1
-    if n1 > max_length:
-        n2 = n1
-    else:
-        n2 = max(n1, max_length - n1)
-    if n1 + n2 > max_length:
-        n1 = max_length // 2
-        n2 = n1 + max_length % 2
-    if swap:
-        n1, n2 = n2, n1
-    return ids[:n1], pair_ids[:n2]
+# ---------------------------------------------------------------- tokenizer: ref_tokenizer.py
 
 
 def check_tokenizer(tok):
-    bad = 0
-    n = 0
-    with open(os.path.join(FIXTURES, "tokenizer_golden.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            case = json.loads(line)
-            n += 1
-            if tok.encode("query: " + case["text"], 256) != case["input_ids"]:
-                bad += 1
-                print("tokenizer mismatch on case", case["id"], file=sys.stderr)
+    n, bad = check_golden(tok)
+    for case in bad:
+        print("tokenizer mismatch on case", case, file=sys.stderr)
     if bad:
-        sys.exit("the reference tokenizer does not reproduce tokenizer_golden.jsonl (%d of %d)" % (bad, n))
+        sys.exit("the reference tokenizer does not reproduce tokenizer_golden.jsonl (%d of %d)" % (len(bad), n))
     print("reference tokenizer: tokenizer_golden.jsonl reproduced (%d cases)" % n)
 
 

@@ -45,14 +45,14 @@ def initialize(gw, version="2025-06-18", headers=None):
 
 
 def passages2string(retrieval_result):
-    """Search-R1's search_r1/llm_agent/generation.py _passages2string, verbatim in behaviour."""
-    format_reference = ""
-    for idx, doc_item in enumerate(retrieval_result):
-        content = doc_item["document"]["contents"]
-        title = content.split("\n")[0]
-        text = "\n".join(content.split("\n")[1:])
-        format_reference += f"Doc {idx+1}(Title: {title}) {text}\n"
-    return format_reference
+    """The Search-R1 observation of one query's documents (search_r1/llm_agent/generation.py,
+    _passages2string, as docs/protocols.md describes it): for document n, its contents split at the
+    first newline into title and text, the line `Doc <n>(Title: <title>) <text>` and a newline."""
+    lines = []
+    for n, item in enumerate(retrieval_result, 1):
+        title, _, text = item["document"]["contents"].partition("\n")
+        lines.append("Doc %d(Title: %s) %s\n" % (n, title, text))
+    return "".join(lines)
 
 
 def sse_events_from_body(body):

@@ -124,17 +124,20 @@ class FakeSerper:
 
 
 def slime_format(organic):
-    """slime's google_search_server.py formatting (protocols.md 8.3), verbatim, for comparison."""
-    def parse_snippet(snippet):
-        segments = snippet.split("...")
-        return [s.strip() for s in segments if len(s.strip().split()) > 5]
-
-    contexts = []
+    """What slime's google path makes of serper's organic items (examples/search-r1/
+    google_search_server.py, google_search with snippet_only and its parse_snippet; the commit is in
+    tests/clients/client_models.py PINS), restated from docs/backends/serper.md to compare the
+    gateway with: the snippet is cut at every "...", the pieces are stripped and those of at least
+    six words (Python's str.split: any Unicode whitespace separates) are kept, joined by one space;
+    an item with an empty title and no piece left is dropped; the rest become
+    {"document": {"contents": '"<title>"\n<pieces>'}}, "No title." and "No snippet available."
+    standing in for an empty part."""
+    out = []
     for item in organic:
+        pieces = [p.strip() for p in item.get("snippet", "").split("...")]
+        context = " ".join(p for p in pieces if len(p.split()) >= 6)
         title = item.get("title", "")
-        context = " ".join(parse_snippet(item.get("snippet", "")))
-        if title != "" or context != "":
-            title = "No title." if not title else title
-            context = "No snippet available." if not context else context
-            contexts.append({"document": {"contents": f'"{title}"\n{context}'}})
-    return contexts
+        if title == "" and context == "":
+            continue
+        out.append({"document": {"contents": '"%s"\n%s' % (title or "No title.", context or "No snippet available.")}})
+    return out
