@@ -129,6 +129,8 @@ int sg_local_gpu_load_encoder(sg_local_gpu_t *g, const sg_e5_model *m, uint32_t 
     for (int i = 0; i < c->layers; ++i)
         sg_e5_get_layer_weights(m, i, &lw[i]);
     int rc = 0;
+    g->pass_tokens = max_tokens < max_len ? max_len : max_tokens;
+    g->pass_seqs = max_seqs;
     for (int i = 0; i < g->n && rc == 0; ++i) {
         sg_cuda_encoder_desc d = {sizeof(d), g->ids[i], c, &emb, lw, max_len, max_tokens < max_len ? max_len : max_tokens,
                                   max_seqs};
@@ -318,6 +320,19 @@ int sg_local_gpu_encode(sg_local_gpu_t *g, sg_local_gpu_worker_t *w, const sg_e5
             return -1;
         }
         w->lens[i] = (uint32_t)k;
+    }
+    /* the tokens the passes compute, padding included: each pass pads to its longest sequence
+     * (sg_gpu_enc_pass cuts the passes as the encoder does) */
+    for (size_t first = 0; first < n;) {
+        uint32_t longest;
+        size_t b = sg_gpu_enc_pass(w->lens, n, first, g->pass_seqs, g->pass_tokens, &longest);
+        if (b == 0)
+            break;
+        for (size_t i = first; i < first + b; ++i) {
+            w->tokens += longest;
+            w->padded += longest - w->lens[i];
+        }
+        first += b;
     }
     return g->api->encode_ids(w->ws, w->idp, w->lens, n, out, err, err_size);
 }

@@ -58,7 +58,8 @@ typedef struct st_sg_local_gpu_t {
     sg_cuda_flat *flat;   /* NULL: the index is searched by FAISS on the CPU */
     sg_gpu_flatfile_t ff; /* mapped while re-scoring */
     int rescore, metric, dim;
-    uint32_t max_k; /* k of a GPU search, re-scoring candidates included */
+    uint32_t max_k;                  /* k of a GPU search, re-scoring candidates included */
+    uint32_t pass_tokens, pass_seqs; /* the encoder's pass limits (its padding is counted with them) */
     char identity[48];
 } sg_local_gpu_t;
 
@@ -105,6 +106,7 @@ typedef struct st_sg_local_gpu_worker_t {
     int64_t *cand;
     size_t max_batch;
     uint32_t max_len;
+    uint64_t tokens, padded; /* tokens encoded (padding included) and the padding, ever */
 } sg_local_gpu_worker_t;
 
 int sg_local_gpu_worker_init(sg_local_gpu_t *g, size_t i, size_t max_batch, uint32_t max_len, sg_local_gpu_worker_t *w, char *err,
