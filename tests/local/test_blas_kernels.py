@@ -13,6 +13,7 @@ what the re-loaded library actually runs.
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import unittest
@@ -319,6 +320,63 @@ class BlasKernels(unittest.TestCase):
         finally:
             log = gw.stop()
         self.assertIn("int8 (8-bit weights) through oneDNN's dnnl_gemm_u8s8s32", log)
+
+    def test_compare_tool(self):
+        """searchgate-encode --compare int8 --index: its cosines, identical top-k shares and recall@k,
+        recomputed here with numpy from the tool's own embeddings (--precision fp32 / int8) and the Flat
+        file; usage errors."""
+        import numpy as np
+        qs = ["topic %d" % i for i in range(7)] + ["row %d" % i for i in range(0, 40, 3)] + ["about topic %d row" % i for i in range(5)]
+        qf = os.path.join(self.dir, "queries.jsonl")
+        with open(qf, "w") as f:
+            f.write("".join(json.dumps(q) + "\n" for q in qs) + "\n")
+        enc = sgtest.binary("searchgate-encode")
+
+        def run(*args, data=None):
+            r = subprocess.run([enc, "--model", MODEL] + list(args), input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=sgtest.scaled(120))
+            return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+        rc, out, err = run("--compare", "int8", "--queries", qf, "--index", self.index, "--json")
+        self.assertEqual(rc, 0, err)
+        got = json.loads(out)
+        self.assertEqual(got["queries"], len(qs))
+        text = "".join(json.dumps(q) + "\n" for q in qs).encode()
+        emb = {}
+        for p in ("fp32", "int8"):
+            rc, out, err = run("--precision", p, data=text)
+            self.assertEqual(rc, 0, err)
+            emb[p] = np.array([json.loads(l) for l in out.splitlines()], dtype=np.float64)
+        cos = np.sort((emb["fp32"] * emb["int8"]).sum(axis=1))
+        self.assertAlmostEqual(got["cosine"]["min"], cos[0], places=5)
+        self.assertAlmostEqual(got["cosine"]["mean"], cos.mean(), places=5)
+        self.assertGreater(got["cosine"]["min"], 0.999)
+        with open(self.index, "rb") as f:
+            raw = f.read()
+        d, n = struct.unpack("<iq", raw[4:16])
+        x = np.frombuffer(raw[45:45 + 4 * n * d], dtype="<f4").reshape(n, d).astype(np.float64)
+
+        def top(e):
+            s = e @ x.T
+            return [sorted(range(n), key=lambda i: (-round(row[i], 6), i))[:10] for row in s]
+
+        a, b = top(emb["fp32"]), top(emb["int8"])
+        for k in (1, 3, 10):
+            same = sum(1 for u, v in zip(a, b) if u[:k] == v[:k]) / len(qs)
+            rec = sum(len(set(u[:k]) & set(v[:k])) / k for u, v in zip(a, b)) / len(qs)
+            self.assertLessEqual(abs(got["index"]["identical_top%d" % k] - same), 2.0 / len(qs), k)
+            self.assertLessEqual(abs(got["index"]["recall@%d" % k] - rec), 2.0 / len(qs), k)
+        # the text form, and usage errors
+        rc, out, err = run("--compare", "int8", "--queries", qf, "--index", self.index)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("cosine(float32, int8) per query: min", out)
+        self.assertIn("identical top-k lists (same ids, same order):", out)
+        self.assertEqual(run("--compare", "fp16", "--queries", qf)[0], 2)
+        self.assertEqual(run("--compare", "int8")[0], 2)
+        self.assertEqual(run("--index", self.index)[0], 2)
+        rc, _, err = run("--compare", "int8", "--queries", os.path.join(self.dir, "none.jsonl"))
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot open", err)
 
     def test_tokens_counted(self):
         """local_tokens_total counts the tokens the encoder computed; the CPU packs sequences, so
