@@ -376,7 +376,7 @@ static int search_batch(struct sg_backend *self, worker_t *w, size_t n, int k, c
     for (size_t i = 0; i < n;) {
         const job_t *j = w->items[i].job;
         sg_fidx_sp_t sp = {j->nprobe != 0 ? j->nprobe : self->nprobe, j->ef_search != 0 ? j->ef_search : self->ef_search,
-                           self->rerank};
+                           self->rerank, 0};
         size_t e = i + 1;
         while (e < n) {
             const job_t *o = w->items[e].job;
