@@ -142,6 +142,7 @@ struct sg_backend {
     _Atomic uint64_t encode_us, search_us;
     _Atomic uint64_t team_batches;
     _Atomic uint64_t tokens, padded_tokens; /* tokens the encoder computed; padding among them (GPU) */
+    _Atomic uint64_t sorted_batches;        /* GPU batches encoded in length order */
 };
 
 static uint64_t now_us(void)
@@ -415,6 +416,7 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
         w->cap_k = k;
     }
     uint64_t t0 = now_us(), tok0 = sg_e5_workspace_tokens(w->ws), gtok0 = w->gpu.tokens, gpad0 = w->gpu.padded;
+    uint64_t sorted0 = w->gpu.sorted_batches;
     sg_e5_workspace_set_par(w->ws, par);
     int rc = self->gpu != NULL
                  ? sg_local_gpu_encode(self->gpu, &w->gpu, self->model, self->prefix, w->texts, w->lens, n, w->vecs, err, err_size)
@@ -434,6 +436,7 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
     atomic_fetch_add(&self->search_us, t2 - t1);
     atomic_fetch_add(&self->tokens, sg_e5_workspace_tokens(w->ws) - tok0 + (w->gpu.tokens - gtok0));
     atomic_fetch_add(&self->padded_tokens, w->gpu.padded - gpad0);
+    atomic_fetch_add(&self->sorted_batches, w->gpu.sorted_batches - sorted0);
     atomic_fetch_add(&self->batches, 1);
     atomic_fetch_add(&self->batch_queries, n);
     if (rc != 0) {
@@ -847,6 +850,9 @@ static void local_stats(struct sg_backend *self, void *sink)
     h->metric(sink, "local_padded_tokens_total",
               "Padding among local_tokens_total: 0 on the CPU (sequences are packed), the padding of each GPU pass.",
               SG_METRIC_COUNTER, NULL, (double)atomic_load(&self->padded_tokens));
+    h->metric(sink, "local_length_sorted_batches_total",
+              "GPU batches encoded in length order, because their passes then padded fewer tokens.", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->sorted_batches));
     h->metric(sink, "local_gpus", "GPUs the encoder runs on (0: the CPU).", SG_METRIC_GAUGE, NULL,
               self->gpu != NULL ? (double)self->gpu->n : 0.0);
     h->metric(sink, "local_gpu_index", "1 when the index is searched on the GPUs.", SG_METRIC_GAUGE, NULL,
