@@ -176,6 +176,14 @@ void sg_metrics_plugin_sample(void *sinkp, const char *name, const char *help, i
     for (const char *p = name; *p != '\0'; ++p)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == ':'))
             return;
+    if (sink->json != NULL) {
+        char key[512];
+        snprintf(key, sizeof(key), "%s%s%s%s", name, labels != NULL && labels[0] != '\0' ? "{" : "", labels != NULL ? labels : "",
+                 labels != NULL && labels[0] != '\0' ? "}" : "");
+        sg_jw_key(sink->json, key);
+        sg_jw_double(sink->json, value);
+        return;
+    }
     if (strcmp(sink->last_name, name) != 0) {
         sg_buf_appendf(sink->out, "# HELP searchgate_backend_%s %s\n# TYPE searchgate_backend_%s %s\n", name,
                        help != NULL ? help : "", name, type == SG_METRIC_COUNTER ? "counter" : "gauge");

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include "sg_backend.h"
 #include "buf.h"
+#include "json.h"
 
 typedef struct st_sg_plugin_t {
     void *dl;
@@ -39,11 +40,16 @@ int sg_plugin_status_http(sg_status st);
 /** Short machine-readable name ("unavailable", "timeout", ...) of a status code. */
 const char *sg_plugin_status_name(sg_status st);
 
-/** The sink handed to plugin stats(): plugin samples are rendered with a backend label. */
+/**
+ * The sink handed to plugin stats(): plugin samples are rendered with a backend label into `out`
+ * (Prometheus text), or, when `json` is set, as "name{labels}": value members of the object it is
+ * inside (/stats).
+ */
 typedef struct st_sg_metrics_sink_t {
     sg_buf_t *out;
     const char *backend;
     char last_name[128];
+    sg_jw_t *json;
 } sg_metrics_sink_t;
 void sg_metrics_plugin_sample(void *sink, const char *name, const char *help, int type, const char *labels, double value);
 

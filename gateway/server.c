@@ -226,7 +226,7 @@ static void backend_stats_collector(sg_buf_t *out, void *arg)
         sg_route_t *be = &s->routes[i];
         if (be->plugin.vt->stats == NULL)
             continue;
-        sg_metrics_sink_t sink = {out, be->conf->name, ""};
+        sg_metrics_sink_t sink = {out, be->conf->name, "", NULL};
         be->plugin.vt->stats(be->inst, &sink);
     }
     double hr = sg_ring_hit_ratio(60), hr5 = sg_ring_hit_ratio(300);
@@ -309,6 +309,13 @@ static void stats_backends(const sg_server_t *s, sg_jw_t *w)
         sg_jw_ku64(w, "shed", atomic_load(&be->shed->v));
         sg_jw_ku64(w, "expired", atomic_load(&be->expired->v));
         sg_jw_ku64(w, "fallbacks", atomic_load(&be->fallbacks->v));
+        if (be->plugin.vt->stats != NULL) { /* the plugin's own samples, as /metrics has them */
+            sg_jw_key(w, "plugin");
+            sg_jw_obj(w);
+            sg_metrics_sink_t sink = {NULL, be->conf->name, "", w};
+            be->plugin.vt->stats(be->inst, &sink);
+            sg_jw_end(w);
+        }
         sg_jw_end(w);
     }
     sg_jw_end(w);

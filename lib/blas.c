@@ -13,8 +13,9 @@
 #include <cpuid.h>
 #endif
 
-static const char *const feature_names[SG_CPU_N_FEATURES] = {
-    "sse3", "avx", "fma", "avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"};
+static const char *const feature_names[SG_CPU_N_FEATURES] = {"sse3",     "avx",         "fma",      "avx2",        "avx512f",
+                                                             "avx512bw", "avx512dq",    "avx512vl", "avx512_bf16", "amx_tile",
+                                                             "amx_bf16", "avx512_vnni", "amx_int8"};
 
 /* The environment variables of the re-exec hand-off: what OpenBLAS picked before we forced it. */
 #define ENV_DEFAULT "SG_BLAS_DEFAULT_CORE"
@@ -83,11 +84,15 @@ void sg_cpu_read(sg_cpu_t *cpu)
                 f |= SG_CPU_AVX512BW;
             if (b & (1u << 31))
                 f |= SG_CPU_AVX512VL;
+            if (c & (1u << 11))
+                f |= SG_CPU_AVX512_VNNI;
         }
         if (os_amx && (d & (1u << 24)))
             f |= SG_CPU_AMX_TILE;
         if (os_amx && (d & (1u << 22)))
             f |= SG_CPU_AMX_BF16;
+        if (os_amx && (d & (1u << 25)))
+            f |= SG_CPU_AMX_INT8;
         if (max_sub >= 1) {
             __cpuid_count(7, 1, a, b, c, d);
             if (os_avx512 && (a & (1u << 5)))
@@ -115,7 +120,7 @@ int sg_cpu_restrict(sg_cpu_t *cpu, const char *list, char *err, size_t err_size)
         if (i == SG_CPU_N_FEATURES) {
             snprintf(err, err_size,
                      "SG_CPU_FEATURES: unknown feature \"%.*s\" (known: sse3 avx fma avx2 avx512f avx512bw avx512dq "
-                     "avx512vl avx512_bf16 amx_tile amx_bf16)",
+                     "avx512vl avx512_bf16 amx_tile amx_bf16 avx512_vnni amx_int8)",
                      (int)(n > 40 ? 40 : n), p);
             return -1;
         }

@@ -35,7 +35,9 @@ enum {
     SG_CPU_AVX512_BF16 = 1u << 8,
     SG_CPU_AMX_TILE = 1u << 9,
     SG_CPU_AMX_BF16 = 1u << 10,
-    SG_CPU_N_FEATURES = 11
+    SG_CPU_AVX512_VNNI = 1u << 11, /* int8 dot products of four bytes (vpdpbusd) */
+    SG_CPU_AMX_INT8 = 1u << 12,
+    SG_CPU_N_FEATURES = 13
 };
 
 typedef struct st_sg_cpu_t {

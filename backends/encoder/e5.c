@@ -18,7 +18,9 @@
  * across workspaces).
  */
 #include "e5.h"
+#include "blas.h"
 #include "e5_internal.h"
+#include "kern.h"
 #include "safetensors.h"
 #include "wordpiece.h"
 
@@ -44,21 +46,36 @@ typedef struct st_lin_t {
     const float *wr;    /* the reference bf16 kernel (tests): wb widened back to float */
 } lin_t;
 
-/* oneDNN's float32 GEMM (public API) and its bf16 x bf16 -> f32 GEMM (exported by libdnnl.so.2),
- * both row-major */
+/* oneDNN's float32 GEMM (public API), its bf16 x bf16 -> f32 GEMM and its u8 x s8 -> s32 GEMM
+ * (exported by libdnnl.so.2), all row-major */
 typedef int (*f32_gemm_fn)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 typedef int (*bf16_gemm_fn)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda,
                             const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
+typedef int (*q8_gemm_fn)(char transa, char transb, char offsetc, int64_t m, int64_t n, int64_t k, float alpha, const uint8_t *a,
+                          int64_t lda, uint8_t ao, const int8_t *b, int64_t ldb, int8_t bo, float beta, int32_t *c, int64_t ldc,
+                          const int32_t *co);
 
 typedef struct st_ln_t {
     const float *g, *b;
 } ln_t;
 
+/* The four products of a layer, as the own kernels pack them (Q, K and V stacked into one). */
+enum { P_QKV = 0, P_O = 1, P_INTER = 2, P_OUT = 3, N_PROD = 4 };
+
 typedef struct st_layer_t {
     lin_t q, k, v, o, inter, out;
     ln_t ln_attn, ln_out;
+    sg_kern_f32w_t pf[N_PROD]; /* engine ENG_OWN: packed float32 weights */
+    sg_kern_q8w_t pq[N_PROD];  /* engine ENG_INT8: int8 weights */
 } layer_t;
+
+/* What runs the linear layers. */
+enum {
+    ENG_BLAS = 0, /* float32 or bf16 through OpenBLAS / oneDNN's GEMM calls (lin_t) */
+    ENG_OWN = 1,  /* float32 through kern.h over packed weights */
+    ENG_INT8 = 2  /* int8: kern.h's kernels or oneDNN's dnnl_gemm_u8s8s32 */
+};
 
 struct sg_e5_model {
     sg_e5_config cfg;
@@ -72,10 +89,16 @@ struct sg_e5_model {
     layer_t *layers;
     lin_t pooler; /* BertPooler's dense layer (sg__e5_load_pooler; w == NULL until then) */
     char identity[176];
-    /* precision */
-    int precision;          /* SG_E5_FP32 / SG_E5_BF16 */
+    /* precision and engine */
+    int precision;          /* SG_E5_FP32 / SG_E5_BF16 / SG_E5_INT8 */
+    int engine;             /* ENG_* */
+    int kern;               /* ENG_OWN / ENG_INT8: the kern.h kernel set (SG_E5_INT8_ONEDNN: oneDNN's int8 GEMM) */
+    int kern_vec;           /* attention, GELU: SG_KERN_AVX512 / AVX2 / SCALAR */
+    int fused_attention;    /* attention by sg_kern_attention (else two sgemm calls per sequence and head) */
+    uint32_t features;      /* the CPU's SG_CPU_* features, SG_CPU_FEATURES applied */
     bf16_gemm_fn bf16_gemm; /* NULL with bf16: the reference kernel (round to bf16, then sgemm) */
     f32_gemm_fn f32_gemm;   /* float32 linear layers through oneDNN (NULL: OpenBLAS) */
+    q8_gemm_fn q8_gemm;     /* int8 through oneDNN (kern SG_E5_INT8_ONEDNN) */
     void *dnnl;             /* dlopen handle of libdnnl */
     uint16_t *bf16_block;   /* every linear weight in bf16 */
     float *ref_block;       /* the reference kernel's widened copy */
@@ -85,16 +108,19 @@ struct sg_e5_workspace {
     const sg_e5_model *m;
     sg_par_t *par; /* intra-batch parallelism (NULL: this thread only) */
     size_t cap_tokens, cap_scores, cap_ids, cap_rows;
-    float *x, *tmp, *q, *k, *v, *ctx, *inter;
-    float *scores; /* attention scores, cap_scores floats per slot of `par` */
-    uint16_t *xb;  /* precision bf16: the input of the current linear layer in bf16 ... */
-    float *xr;     /* ... or, with the reference kernel, rounded to bf16 and widened back */
+    float *x, *tmp, *qkv, *ctx, *inter; /* qkv: [t][3 hidden], Q K V side by side */
+    float *scores;                      /* attention scratch, cap_scores floats per slot of `par` */
+    uint16_t *xb;                       /* precision bf16: the input of the current linear layer in bf16 ... */
+    float *xr;                          /* ... or, with the reference kernel, rounded to bf16 and widened back */
     size_t cap_x16;
-    size_t *rows;   /* per sequence of a pass: its first token row */
-    unsigned slots; /* scores holds this many slots */
-    int32_t *ids;   /* token ids of the current encode call */
-    uint32_t *lens; /* per text: number of ids */
+    sg_kern_q8x_t qx; /* precision int8: the input of the current linear layer, quantised */
+    size_t *rows;     /* per sequence of a pass: its first token row */
+    size_t *order;    /* sequences of a pass, longest first (attention tasks) */
+    unsigned slots;   /* scores holds this many slots */
+    int32_t *ids;     /* token ids of the current encode call */
+    uint32_t *lens;   /* per text: number of ids */
     size_t cap_texts;
+    uint64_t tokens; /* tokens run through the layers, ever */
 };
 
 /* ---- helpers ---- */
@@ -442,6 +468,17 @@ int sg_e5_load(const char *dir, sg_e5_model **out, char *err, size_t err_size)
     snprintf(m->identity, sizeof(m->identity), "e5:h%d.l%d.st%llu-%016llx-%016llx.v%016llx.c%016llx", c->hidden, c->layers,
              (unsigned long long)st_size, (unsigned long long)m->st.header_hash, (unsigned long long)st_hash,
              (unsigned long long)sg_wp_hash(m->wp), (unsigned long long)cfg_hash);
+    /* the CPU, as the kernels see it: SG_CPU_FEATURES may hide features (blas.h; an invalid list
+     * only hides more) */
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    const char *mask = getenv("SG_CPU_FEATURES");
+    if (mask != NULL)
+        (void)sg_cpu_restrict(&cpu, mask, e2, sizeof(e2));
+    m->features = cpu.features;
+    int vec = sg_kern_f32_best(m->features);
+    m->kern_vec = vec == SG_KERN_NONE ? SG_KERN_SCALAR : vec;
+    m->fused_attention = vec != SG_KERN_NONE;
     rc = 0;
 out:
     free(vocab);
@@ -463,6 +500,12 @@ void sg_e5_free(sg_e5_model *m)
     free(m->owned);
     free(m->bf16_block);
     free(m->ref_block);
+    for (int i = 0; m->layers != NULL && i < m->cfg.layers; ++i) {
+        for (int p = 0; p < N_PROD; ++p) {
+            sg_kern_f32_free(&m->layers[i].pf[p]);
+            sg_kern_q8_free(&m->layers[i].pq[p]);
+        }
+    }
     if (m->dnnl != NULL)
         dlclose(m->dnnl);
     free(m->layers);
@@ -518,11 +561,11 @@ void sg_e5_workspace_free(sg_e5_workspace *w)
     free(w->rows);
     free(w->xb);
     free(w->xr);
+    free(w->order);
+    sg_kern_q8x_free(&w->qx);
     free(w->x);
     free(w->tmp);
-    free(w->q);
-    free(w->k);
-    free(w->v);
+    free(w->qkv);
     free(w->ctx);
     free(w->inter);
     free(w->scores);
@@ -546,8 +589,7 @@ static int reserve_tokens(sg_e5_workspace *w, size_t t)
         return 0;
     const sg_e5_config *c = &w->m->cfg;
     size_t h = (size_t)c->hidden, in = (size_t)c->intermediate;
-    if (grow(&w->x, t * h) || grow(&w->tmp, t * h) || grow(&w->q, t * h) || grow(&w->k, t * h) || grow(&w->v, t * h) ||
-        grow(&w->ctx, t * h) || grow(&w->inter, t * in))
+    if (grow(&w->x, t * h) || grow(&w->tmp, t * h) || grow(&w->qkv, 3 * t * h) || grow(&w->ctx, t * h) || grow(&w->inter, t * in))
         return -1;
     w->cap_tokens = t;
     return 0;
@@ -555,99 +597,54 @@ static int reserve_tokens(sg_e5_workspace *w, size_t t)
 
 /* ---- forward ----
  *
- * Each step is a set of independent tasks run through sg_par_run: the linear layers split their
- * output columns (each task reads its own slice of the weights, the dominant memory traffic for
- * short batches), attention splits (sequence, head) pairs, LayerNorm splits rows. Each output
- * element is computed by exactly one task; a column slice's sgemm may round differently from the
- * whole matrix's, so embeddings computed with several threads agree with the single-threaded
- * ones to within float rounding (about 1e-7). */
+ * Per layer: the Q, K and V products (into one buffer, [t][3 hidden]), attention per (sequence,
+ * head), the output product with residual + LayerNorm, the intermediate product with GELU, the
+ * output product with residual + LayerNorm. Each step is a set of independent tasks run through
+ * sg_par_run (a team's threads claim them one by one, so a slow or preempted thread only delays
+ * the tasks it holds).
+ *
+ * The linear layers run on one of three engines (model.engine):
+ *   ENG_BLAS  OpenBLAS or oneDNN's sgemm (float32, bf16): a team splits each product into column
+ *             slices (few tokens: each task reads its own part of the weights) or row slices (many);
+ *             the library packs its operands inside every call.
+ *   ENG_OWN   kern.h over weights packed at load (float32): tasks are tiles of rows x panels of
+ *             16 columns; the bias and GELU are applied in the tiles' epilogue, and a task that
+ *             holds whole rows applies the residual + LayerNorm to them while they are in cache.
+ *   ENG_INT8  the same tiles over int8 weights, after the layer's input is quantised per row; or
+ *             oneDNN's int8 GEMM on column / row slices, then the same epilogue.
+ * The own kernels compute every output as one sum in k order, so a product gives the same bits
+ * however a team cuts it; the BLAS engine's column slices may round differently from the whole
+ * matrix (about 1e-7 in an embedding). Attention: kern.h's fused kernel (scores, softmax and the
+ * sum over V in registers and a small scratch) on CPUs with AVX2 or AVX-512, else two sgemm calls
+ * per sequence and head; its tasks go longest sequence first, so the long ones do not finish last. */
 
-/* GELU(x) = x/2 (1 + erf(x / sqrt 2)) over n floats. erf is 5% of a forward pass with glibc's
- * scalar erff; its vector variants (libmvec, glibc >= 2.35, <= 4 ulp) take 8 or 16 lanes at once
- * on CPUs with AVX2 or AVX-512. */
-static void gelu_scalar(float *x, size_t n)
-{
-    for (size_t i = 0; i < n; ++i)
-        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
-}
-
-#if defined(__x86_64__) && defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-#include <immintrin.h>
-/* libmvec's vector erff; declared with the targets whose registers carry their vectors (clang
- * refuses the call otherwise: the argument's ABI differs without them) */
-__attribute__((target("avx2,fma"))) __m256 _ZGVdN8v_erff(__m256 x);
-__attribute__((target("avx512f"))) __m512 _ZGVeN16v_erff(__m512 x);
-
-__attribute__((target("avx2,fma"))) static void gelu_avx2(float *x, size_t n)
-{
-    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), r = _mm256_set1_ps((float)M_SQRT1_2);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 e = _ZGVdN8v_erff(_mm256_mul_ps(v, r));
-        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
-    }
-    gelu_scalar(x + i, n - i);
-}
-
-__attribute__((target("avx512f"))) static void gelu_avx512(float *x, size_t n)
-{
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), r = _mm512_set1_ps((float)M_SQRT1_2);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        __m512 e = _ZGVeN16v_erff(_mm512_mul_ps(v, r));
-        _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
-    }
-    gelu_scalar(x + i, n - i);
-}
-
-static void (*gelu_fn(void))(float *, size_t)
-{
-    static void (*fn)(float *, size_t);
-    if (fn == NULL) {
-        __builtin_cpu_init();
-        fn = __builtin_cpu_supports("avx512f") ? gelu_avx512 : __builtin_cpu_supports("avx2") ? gelu_avx2 : gelu_scalar;
-    }
-    return fn;
-}
-#else
-static void (*gelu_fn(void))(float *, size_t)
-{
-    return gelu_scalar;
-}
-#endif
-
-/* y[t, o0:o1] = x[t, in] . W[o0:o1]^T + b[o0:o1], optionally followed by GELU */
 /* rows r0 .. r0+t of y[:, o0:o1] = x . W[o0:o1]^T + b[o0:o1], optionally followed by GELU (x and y
- * point at row 0) */
-static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x, size_t r0, size_t t, int in, int out, int o0,
+ * point at row 0; y's rows are ldy floats apart) */
+static void linear_cols(const sg_e5_workspace *w, const lin_t *l, const float *x, size_t r0, size_t t, int in, size_t ldy, int o0,
                         int o1, float *y, int gelu)
 {
     int cols = o1 - o0;
     if (cols <= 0 || t == 0)
         return;
     x += r0 * (size_t)in;
-    y += r0 * (size_t)out;
+    y += r0 * ldy;
     for (size_t r = 0; r < t; ++r)
-        memcpy(y + r * (size_t)out + o0, l->b + o0, (size_t)cols * sizeof(float));
+        memcpy(y + r * ldy + o0, l->b + o0, (size_t)cols * sizeof(float));
     const sg_e5_model *m = w->m;
     if (m->precision == SG_E5_BF16 && m->bf16_gemm != NULL)
         m->bf16_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, w->xb + r0 * (size_t)in, in, l->wb + (size_t)o0 * (size_t)in, in, 1.0f,
-                     y + o0, out);
+                     y + o0, (int64_t)ldy);
     else if (m->precision == SG_E5_BF16)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, w->xr + r0 * (size_t)in, in,
-                    l->wr + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
+                    l->wr + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, (blasint)ldy);
     else if (m->f32_gemm != NULL)
-        m->f32_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, out);
+        m->f32_gemm('N', 'T', (int64_t)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in, 1.0f, y + o0, (int64_t)ldy);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t, cols, in, 1.0f, x, in, l->w + (size_t)o0 * (size_t)in, in,
-                    1.0f, y + o0, out);
-    if (gelu) {
-        void (*g)(float *, size_t) = gelu_fn();
+                    1.0f, y + o0, (blasint)ldy);
+    if (gelu)
         for (size_t r = 0; r < t; ++r)
-            g(y + r * (size_t)out + o0, (size_t)cols);
-    }
+            sg_kern_gelu(m->kern_vec, y + r * ldy + o0, (size_t)cols);
 }
 
 /* up to three linear layers over the same input, each split into `chunks` column ranges */
@@ -656,7 +653,7 @@ typedef struct st_lin_job_t {
     const lin_t *l[3];
     float *y[3];
     const float *x;
-    size_t t;
+    size_t t, ldy;
     int in, out, chunks, gelu;
     int by_rows; /* split the rows (tokens) instead of the columns */
 } lin_job_t;
@@ -675,10 +672,10 @@ static void lin_task(void *arg, size_t i, unsigned slot)
     int m = (int)(i / (size_t)j->chunks), c = (int)(i % (size_t)j->chunks);
     if (j->by_rows) {
         size_t r0 = j->t * (size_t)c / (size_t)j->chunks, r1 = j->t * (size_t)(c + 1) / (size_t)j->chunks;
-        linear_cols(j->w, j->l[m], j->x, r0, r1 - r0, j->in, j->out, 0, j->out, j->y[m], j->gelu);
+        linear_cols(j->w, j->l[m], j->x, r0, r1 - r0, j->in, j->ldy, 0, j->out, j->y[m], j->gelu);
         return;
     }
-    linear_cols(j->w, j->l[m], j->x, 0, j->t, j->in, j->out, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1),
+    linear_cols(j->w, j->l[m], j->x, 0, j->t, j->in, j->ldy, chunk_edge(j->out, j->chunks, c), chunk_edge(j->out, j->chunks, c + 1),
                 j->y[m], j->gelu);
 }
 
@@ -724,25 +721,32 @@ static int convert_input(sg_e5_workspace *w, const float *x, size_t n)
     return 0;
 }
 
+/* The slices of a product through a BLAS: alone, the whole matrix; in a team, a slice per thread
+ * and matrix (two per thread for a single matrix: slack for a slow or preempted helper). Many
+ * tokens: slices of rows, so that each thread packs only its own rows of the input; few tokens:
+ * slices of columns (never thinner than 64), so that each thread reads only its own part of the
+ * weights, the bulk of the bytes then. */
+static void blas_split(unsigned threads, int n_mats, size_t t, int out, int *chunks, int *by_rows)
+{
+    *chunks = threads == 1 ? 1 : (int)threads * (n_mats == 1 ? 2 : 1);
+    *by_rows = threads > 1 && t >= (size_t)*chunks * 16;
+    if (!*by_rows && *chunks > out / 64)
+        *chunks = out / 64 > 0 ? out / 64 : 1;
+}
+
 static int linear_par(sg_e5_workspace *w, int n_mats, const lin_t *const *l, const float *x, size_t t, int in, int out,
-                      float *const *y, int gelu)
+                      float *const *y, size_t ldy, int gelu)
 {
     if (w->m->precision == SG_E5_BF16 && convert_input(w, x, t * (size_t)in) != 0)
         return -1;
-    unsigned threads = sg_par_threads(w->par);
-    /* alone: the whole matrix. In a team: a slice per thread and matrix (two per thread for a single
-     * matrix: slack for a slow or preempted helper). Many tokens: slices of rows, so that each thread
-     * packs only its own rows of the input; few tokens: slices of columns (never thinner than 64),
-     * so that each thread reads only its own part of the weights, the bulk of the bytes then. */
-    int chunks = threads == 1 ? 1 : (int)threads * (n_mats == 1 ? 2 : 1);
-    int by_rows = threads > 1 && t >= (size_t)chunks * 16;
-    if (!by_rows && chunks > out / 64)
-        chunks = out / 64 > 0 ? out / 64 : 1;
+    int chunks, by_rows;
+    blas_split(sg_par_threads(w->par), n_mats, t, out, &chunks, &by_rows);
     lin_job_t j = {w,
                    {l[0], n_mats > 1 ? l[1] : NULL, n_mats > 2 ? l[2] : NULL},
                    {y[0], n_mats > 1 ? y[1] : NULL, n_mats > 2 ? y[2] : NULL},
                    x,
                    t,
+                   ldy,
                    in,
                    out,
                    chunks,
@@ -807,6 +811,204 @@ static void layer_norm_par(sg_e5_workspace *w, float *x, const float *r, size_t 
     sg_par_run(w->par, (t + per - 1) / per, ln_task, &j);
 }
 
+/* ---- the own kernels' products ---- */
+
+#define TILE_ROWS 6             /* the kernels' row tile: row slices are multiples of it */
+#define BLOCK_BYTES (256 << 10) /* input rows of one pass over a task's panels: about half an L2 */
+
+typedef struct st_prod_t {
+    sg_e5_workspace *w;
+    const void *pw;   /* sg_kern_f32w_t (ENG_OWN) or sg_kern_q8w_t (ENG_INT8) */
+    const float *x;   /* the input, `in` floats a row (ENG_OWN) */
+    int in, np, gelu; /* inputs, panels of the output */
+    float *y;         /* the output, ldy floats a row (= its columns) */
+    size_t ldy, t;
+    const float *res; /* y = LayerNorm(y + res) after the product when ln != NULL */
+    const ln_t *ln;
+    double eps;
+    size_t rows_per, rchunks, block; /* rows per task, row slices, rows per pass over the panels */
+    int pchunks;                     /* panel slices */
+} prod_t;
+
+/* panel slice edges: multiples of 4 panels (the AVX-512 tiles' width) when the slices are wide */
+static int panel_edge(int np, int chunks, int c)
+{
+    if (c >= chunks)
+        return np;
+    int e = (int)((int64_t)np * c / chunks);
+    return np >= 4 * chunks ? e & ~3 : e;
+}
+
+static void prod_task(void *arg, size_t i, unsigned slot)
+{
+    (void)slot;
+    prod_t *p = arg;
+    const sg_e5_model *m = p->w->m;
+    size_t rc = i / (size_t)p->pchunks;
+    int pc = (int)(i % (size_t)p->pchunks);
+    size_t r0 = rc * p->rows_per, r1 = r0 + p->rows_per < p->t ? r0 + p->rows_per : p->t;
+    int p0 = panel_edge(p->np, p->pchunks, pc), p1 = panel_edge(p->np, p->pchunks, pc + 1);
+    for (size_t a = r0; a < r1; a += p->block) {
+        size_t b = a + p->block < r1 ? a + p->block : r1;
+        if (m->engine == ENG_INT8)
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, p->gelu);
+        else
+            sg_kern_f32_tile(m->kern, p->pw, p->x, (size_t)p->in, a, b, p0, p1, p->y, p->ldy, p->gelu);
+        if (p->ln != NULL && p->pchunks == 1) /* whole rows: residual + LayerNorm while they are in cache */
+            layer_norm(p->y + a * p->ldy, p->res + a * p->ldy, b - a, (int)p->ldy, p->ln, p->eps);
+    }
+}
+
+/* How a team cuts a product into tasks: about four per thread, so that the dynamic claiming evens
+ * out uneven threads. Whole rows (LayerNorm fused) when the input outweighs the weights (each
+ * row slice reads every weight) and there are rows enough; else slices of 4 panels (the AVX-512
+ * tile's width), thinner or crossed with row slices when that leaves too few tasks. */
+static void plan_product(prod_t *p, unsigned threads, size_t w_bytes, size_t x_row_bytes)
+{
+    size_t block = BLOCK_BYTES / (x_row_bytes > 0 ? x_row_bytes : 1);
+    p->block = block < TILE_ROWS ? TILE_ROWS : block / TILE_ROWS * TILE_ROWS;
+    p->rchunks = 1;
+    p->pchunks = 1;
+    p->rows_per = p->t;
+    if (threads <= 1 || p->t == 0)
+        return;
+    size_t want = 4 * (size_t)threads, rblocks = (p->t + TILE_ROWS - 1) / TILE_ROWS;
+    if (p->t * x_row_bytes >= w_bytes && rblocks >= want) {
+        p->rchunks = want;
+    } else {
+        size_t pc = p->np / 4 > 0 ? (size_t)p->np / 4 : 1;
+        if (pc > want)
+            pc = want;
+        size_t rc = (want + pc - 1) / pc;
+        if (rc > rblocks)
+            rc = rblocks;
+        if (pc * rc < want) {
+            pc = (want + rc - 1) / rc;
+            if (pc > (size_t)p->np)
+                pc = (size_t)p->np;
+        }
+        p->pchunks = (int)pc;
+        p->rchunks = rc;
+    }
+    size_t per = (p->t + p->rchunks - 1) / p->rchunks;
+    p->rows_per = (per + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
+    p->rchunks = (p->t + p->rows_per - 1) / p->rows_per;
+}
+
+/* precision int8: the input of a product quantised per row, by row slices in a team */
+typedef struct st_quant_job_t {
+    sg_e5_workspace *w;
+    const float *x;
+    int in, kern;
+    size_t t, per;
+} quant_job_t;
+
+static void quant_task(void *arg, size_t i, unsigned slot)
+{
+    (void)slot;
+    quant_job_t *j = arg;
+    size_t r0 = i * j->per, r1 = r0 + j->per < j->t ? r0 + j->per : j->t;
+    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, r0, r1, &j->w->qx);
+}
+
+static int quantize_input(sg_e5_workspace *w, const float *x, size_t t, int in)
+{
+    const sg_e5_model *m = w->m;
+    if (sg_kern_q8x_reserve(&w->qx, t, in) != 0)
+        return -1;
+    unsigned threads = sg_par_threads(w->par);
+    quant_job_t j = {w, x, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, t, t};
+    if (threads > 1 && t >= 64)
+        j.per = (t + threads - 1) / threads;
+    sg_par_run(w->par, (t + j.per - 1) / j.per, quant_task, &j);
+    return 0;
+}
+
+/* precision int8 through oneDNN: slices as for a BLAS, each dnnl_gemm_u8s8s32 into y's bytes,
+ * then the kernels' epilogue */
+typedef struct st_dnnl_q8_job_t {
+    sg_e5_workspace *w;
+    const sg_kern_q8w_t *qw;
+    float *y;
+    size_t t, ldy;
+    int chunks, by_rows, gelu;
+} dnnl_q8_job_t;
+
+static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
+{
+    (void)slot;
+    dnnl_q8_job_t *j = arg;
+    const sg_kern_q8x_t *qx = &j->w->qx;
+    const sg_kern_q8w_t *qw = j->qw;
+    int c = (int)i, j0 = 0, j1 = qw->n;
+    size_t r0 = 0, r1 = j->t;
+    if (j->by_rows) {
+        r0 = j->t * (size_t)c / (size_t)j->chunks;
+        r1 = j->t * (size_t)(c + 1) / (size_t)j->chunks;
+    } else {
+        j0 = chunk_edge(qw->n, j->chunks, c);
+        j1 = chunk_edge(qw->n, j->chunks, c + 1);
+    }
+    if (r0 >= r1 || j0 >= j1)
+        return;
+    static const int32_t zero = 0;
+    j->w->m->q8_gemm('N', 'T', 'F', (int64_t)(r1 - r0), j1 - j0, qx->kp, 1.0f, qx->u + r0 * (size_t)qx->kp, qx->kp, 0,
+                     qw->rows + (size_t)j0 * (size_t)qx->kp, qx->kp, 0, 0.0f, (int32_t *)(void *)(j->y + r0 * j->ldy + j0),
+                     (int64_t)j->ldy, &zero);
+    sg_kern_q8_epilogue(qw, qx, r0, r1, j0, j1, j->y, j->ldy, j->gelu);
+}
+
+/* One product of layer L: y = x . W^T + b (GELU when asked), then y = LayerNorm(y + res) when
+ * `ln` is not NULL. Returns 0, or -1 when out of memory. */
+static int product(sg_e5_workspace *w, const layer_t *L, int which, const float *x, size_t t, int in, float *y, int out, int gelu,
+                   const float *res, const ln_t *ln)
+{
+    const sg_e5_model *m = w->m;
+    unsigned threads = sg_par_threads(w->par);
+    int ln_done = 0;
+    if (m->engine == ENG_BLAS) {
+        const int h = m->cfg.hidden;
+        const lin_t *all[4][3] = {{&L->q, &L->k, &L->v}, {&L->o}, {&L->inter}, {&L->out}};
+        float *const ys[3] = {y, y + h, y + 2 * h};
+        if (linear_par(w, which == P_QKV ? 3 : 1, all[which], x, t, in, which == P_QKV ? h : out, ys, (size_t)out, gelu) != 0)
+            return -1;
+    } else if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN) {
+        if (quantize_input(w, x, t, in) != 0)
+            return -1;
+        int chunks, by_rows;
+        blas_split(threads, 1, t, out, &chunks, &by_rows);
+        dnnl_q8_job_t j = {w, &L->pq[which], y, t, (size_t)out, chunks, by_rows, gelu};
+        sg_par_run(w->par, (size_t)chunks, dnnl_q8_task, &j);
+    } else {
+        int q8 = m->engine == ENG_INT8;
+        if (q8 && quantize_input(w, x, t, in) != 0)
+            return -1;
+        prod_t p = {w,
+                    q8 ? (const void *)&L->pq[which] : (const void *)&L->pf[which],
+                    x,
+                    in,
+                    q8 ? L->pq[which].np : L->pf[which].np,
+                    gelu,
+                    y,
+                    (size_t)out,
+                    t,
+                    res,
+                    ln,
+                    m->cfg.ln_eps,
+                    0,
+                    0,
+                    0,
+                    0};
+        size_t elem = q8 ? 1 : sizeof(float);
+        plan_product(&p, threads, (size_t)out * (size_t)in * elem, (size_t)in * elem);
+        sg_par_run(w->par, p.rchunks * (size_t)p.pchunks, prod_task, &p);
+        ln_done = ln != NULL && p.pchunks == 1;
+    }
+    if (ln != NULL && !ln_done)
+        layer_norm_par(w, y, res, t, out, ln, m->cfg.ln_eps);
+    return 0;
+}
+
 typedef struct st_attn_job_t {
     sg_e5_workspace *w;
     const uint32_t *lens;
@@ -814,20 +1016,23 @@ typedef struct st_attn_job_t {
     float scale;
 } attn_job_t;
 
-/* one (sequence, head): softmax(q k^T * scale) v into ctx */
+/* one (sequence, head), longest sequences first: softmax(q k^T * scale) v into ctx */
 static void attn_task(void *arg, size_t i, unsigned slot)
 {
     attn_job_t *j = arg;
     sg_e5_workspace *w = j->w;
-    size_t s = i / (size_t)j->heads;
+    size_t s = w->order[i / (size_t)j->heads];
     int hd = (int)(i % (size_t)j->heads), h = j->h, dh = j->dh;
     const int ls = (int)j->lens[s];
-    size_t base = w->rows[s];
-    const float *q = w->q + base * (size_t)h + (size_t)hd * (size_t)dh;
-    const float *k = w->k + base * (size_t)h + (size_t)hd * (size_t)dh;
-    const float *v = w->v + base * (size_t)h + (size_t)hd * (size_t)dh;
+    const size_t base = w->rows[s], ld = 3 * (size_t)h;
+    const float *q = w->qkv + base * ld + (size_t)hd * (size_t)dh, *k = q + h, *v = q + 2 * h;
+    float *ctx = w->ctx + base * (size_t)h + (size_t)hd * (size_t)dh;
     float *sc = w->scores + (size_t)slot * w->cap_scores;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ls, ls, dh, j->scale, q, h, k, h, 0.0f, sc, ls);
+    if (w->m->fused_attention) {
+        sg_kern_attention(w->m->kern_vec, q, k, v, ld, ls, dh, j->scale, ctx, (size_t)h, sc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ls, ls, dh, j->scale, q, (blasint)ld, k, (blasint)ld, 0.0f, sc, ls);
     for (int a = 0; a < ls; ++a) {
         float *row = sc + (size_t)a * (size_t)ls;
         float mx = row[0];
@@ -843,8 +1048,7 @@ static void attn_task(void *arg, size_t i, unsigned slot)
         for (int b = 0; b < ls; ++b)
             row[b] *= inv;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ls, dh, ls, 1.0f, sc, ls, v, h, 0.0f,
-                w->ctx + base * (size_t)h + (size_t)hd * (size_t)dh, h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ls, dh, ls, 1.0f, sc, ls, v, (blasint)ld, 0.0f, ctx, h);
 }
 
 /* The pooler head: out[s] = tanh(W h[first token of s] + b), in float32 whatever the precision
@@ -862,6 +1066,51 @@ static void pooler_head(sg_e5_workspace *w, size_t n, float *out)
         out[i] = tanhf(out[i]);
 }
 
+/* The pass's bookkeeping: each sequence's first row, the sequences longest first, the scratch of
+ * attention. Returns the pass's tokens, or 0 when out of memory. */
+static size_t prepare_pass(sg_e5_workspace *w, const uint32_t *lens, size_t n)
+{
+    const sg_e5_config *c = &w->m->cfg;
+    size_t t = 0;
+    uint32_t max_l = 0;
+    if (n > w->cap_rows) {
+        size_t *r = realloc(w->rows, n * sizeof(*r) + 16), *o = r != NULL ? realloc(w->order, n * sizeof(*o) + 16) : NULL;
+        if (r != NULL)
+            w->rows = r;
+        if (o == NULL)
+            return 0;
+        w->order = o;
+        w->cap_rows = n;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        w->rows[i] = t;
+        t += lens[i];
+        if (lens[i] > max_l)
+            max_l = lens[i];
+        size_t j = i; /* insertion by length, longest first (ties: in order) */
+        while (j > 0 && lens[w->order[j - 1]] < lens[i]) {
+            w->order[j] = w->order[j - 1];
+            --j;
+        }
+        w->order[j] = i;
+    }
+    if (reserve_tokens(w, t) != 0)
+        return 0;
+    unsigned slots = w->par != NULL && w->par->slots > 1 ? w->par->slots : 1;
+    size_t need = sg_kern_attention_scratch((int)max_l, c->hidden / c->heads);
+    if ((size_t)max_l * max_l > need)
+        need = (size_t)max_l * max_l;
+    if (need > w->cap_scores || slots > w->slots) {
+        size_t per = need > w->cap_scores ? need : w->cap_scores;
+        unsigned ns = slots > w->slots ? slots : w->slots;
+        if (grow(&w->scores, per * ns) != 0)
+            return 0;
+        w->cap_scores = per;
+        w->slots = ns;
+    }
+    return t;
+}
+
 /* Runs the model over `n` sequences packed back to back in `ids` (lens[i] each; token types in
  * `types`, NULL: all 0) and writes one vector of `hidden` floats per sequence to out[i * hidden]:
  * the e5 embedding (head SG__E5_HEAD_MEAN) or the pooler output (SG__E5_HEAD_POOLER). */
@@ -871,32 +1120,9 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types,
     const sg_e5_model *m = w->m;
     const sg_e5_config *c = &m->cfg;
     const int h = c->hidden, dh = c->hidden / c->heads;
-    size_t t = 0;
-    uint32_t max_l = 0;
-    if (n > w->cap_rows) {
-        size_t *r = realloc(w->rows, n * sizeof(*r) + 16);
-        if (r == NULL)
-            return -1;
-        w->rows = r;
-        w->cap_rows = n;
-    }
-    for (size_t i = 0; i < n; ++i) {
-        w->rows[i] = t;
-        t += lens[i];
-        if (lens[i] > max_l)
-            max_l = lens[i];
-    }
-    if (reserve_tokens(w, t) != 0)
+    size_t t = prepare_pass(w, lens, n);
+    if (t == 0)
         return -1;
-    unsigned slots = w->par != NULL && w->par->slots > 1 ? w->par->slots : 1;
-    if ((size_t)max_l * max_l > w->cap_scores || slots > w->slots) {
-        size_t per = (size_t)max_l * max_l > w->cap_scores ? (size_t)max_l * max_l : w->cap_scores;
-        unsigned ns = slots > w->slots ? slots : w->slots;
-        if (grow(&w->scores, per * ns) != 0)
-            return -1;
-        w->cap_scores = per;
-        w->slots = ns;
-    }
     /* embeddings: word + token type + position (in BertEmbeddings' order), then LayerNorm */
     size_t r = 0;
     for (size_t s = 0; s < n; ++s) {
@@ -913,20 +1139,15 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types,
     attn_job_t aj = {w, lens, h, dh, c->heads, 1.0f / sqrtf((float)dh)};
     for (int li = 0; li < c->layers; ++li) {
         const layer_t *L = &m->layers[li];
-        const lin_t *qkv[3] = {&L->q, &L->k, &L->v};
-        float *const qkv_out[3] = {w->q, w->k, w->v};
-        if (linear_par(w, 3, qkv, w->x, t, h, h, qkv_out, 0) != 0)
+        if (product(w, L, P_QKV, w->x, t, h, w->qkv, 3 * h, 0, NULL, NULL) != 0)
             return -1;
         sg_par_run(w->par, n * (size_t)c->heads, attn_task, &aj);
-        const lin_t *o = &L->o, *inter = &L->inter, *outl = &L->out;
-        if (linear_par(w, 1, &o, w->ctx, t, h, h, &w->tmp, 0) != 0)
+        if (product(w, L, P_O, w->ctx, t, h, w->tmp, h, 0, w->x, &L->ln_attn) != 0 ||
+            product(w, L, P_INTER, w->tmp, t, h, w->inter, c->intermediate, 1, NULL, NULL) != 0 ||
+            product(w, L, P_OUT, w->inter, t, c->intermediate, w->x, h, 0, w->tmp, &L->ln_out) != 0)
             return -1;
-        layer_norm_par(w, w->tmp, w->x, t, h, &L->ln_attn, c->ln_eps);
-        if (linear_par(w, 1, &inter, w->tmp, t, h, c->intermediate, &w->inter, 1) != 0 ||
-            linear_par(w, 1, &outl, w->inter, t, c->intermediate, h, &w->x, 0) != 0)
-            return -1;
-        layer_norm_par(w, w->x, w->tmp, t, h, &L->ln_out, c->ln_eps);
     }
+    w->tokens += t;
     if (head == SG__E5_HEAD_POOLER) {
         pooler_head(w, n, out);
         return 0;
@@ -1104,7 +1325,9 @@ int sg_e5_get_layer_weights(const sg_e5_model *m, int layer, sg_e5_layer_weights
     return 0;
 }
 
-/* ---- precision ---- */
+/* ---- precision and engine ---- */
+
+static void unpack_layers(sg_e5_model *m);
 
 static lin_t *layer_lin(layer_t *L, int i)
 {
@@ -1219,6 +1442,12 @@ int sg_e5_use_onednn(sg_e5_model *m, char *err, size_t err_size)
         snprintf(err, err_size, "oneDNN's float32 product fails on this CPU (%d)", rc);
         return -1;
     }
+    if (m->precision != SG_E5_FP32) {
+        snprintf(err, err_size, "oneDNN's float32 products: the model runs in %s", m->precision == SG_E5_BF16 ? "bf16" : "int8");
+        return -1;
+    }
+    unpack_layers(m);
+    m->engine = ENG_BLAS;
     m->f32_gemm = gemm;
     return 0;
 }
@@ -1227,6 +1456,10 @@ static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
 {
     if (m->precision == SG_E5_BF16)
         return 0;
+    if (m->precision != SG_E5_FP32) {
+        snprintf(err, err_size, "the model already runs in int8");
+        return -1;
+    }
     if (!reference) {
         void *h = open_dnnl(m, err, err_size);
         if (h == NULL)
@@ -1245,8 +1478,153 @@ static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
         return -1;
     }
     m->precision = SG_E5_BF16;
+    m->engine = ENG_BLAS;
     size_t l = strlen(m->identity);
     snprintf(m->identity + l, sizeof(m->identity) - l, ".bf16");
+    return 0;
+}
+
+/* The weights of layer L's product `which` as the own kernels take them: Q, K and V stacked. */
+static int pack_product(const layer_t *L, int which, int int8, sg_kern_f32w_t *pf, sg_kern_q8w_t *pq, int h, int inter)
+{
+    const lin_t *all[4][3] = {{&L->q, &L->k, &L->v}, {&L->o}, {&L->inter}, {&L->out}};
+    int parts = which == P_QKV ? 3 : 1;
+    const float *w[3], *b[3];
+    int n[3];
+    for (int i = 0; i < parts; ++i) {
+        w[i] = all[which][i]->w;
+        b[i] = all[which][i]->b;
+        n[i] = which == P_INTER ? inter : h;
+    }
+    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8)
+                : sg_kern_f32_pack(pf, parts, w, b, n, which == P_OUT ? inter : h);
+}
+
+/* Packs every layer's weights for the own kernels: float32 (int8 = 0), or quantised to `int8` (8
+ * or 7) bits. */
+static int pack_layers(sg_e5_model *m, int int8, int keep_rows)
+{
+    const sg_e5_config *c = &m->cfg;
+    for (int li = 0; li < c->layers; ++li) {
+        layer_t *L = &m->layers[li];
+        for (int p = 0; p < N_PROD; ++p) {
+            if (pack_product(L, p, int8, &L->pf[p], &L->pq[p], c->hidden, c->intermediate) != 0)
+                return -1;
+            if (int8 && keep_rows && sg_kern_q8_keep_rows(&L->pq[p]) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void unpack_layers(sg_e5_model *m)
+{
+    for (int li = 0; li < m->cfg.layers; ++li) {
+        for (int p = 0; p < N_PROD; ++p) {
+            sg_kern_f32_free(&m->layers[li].pf[p]);
+            sg_kern_q8_free(&m->layers[li].pq[p]);
+        }
+    }
+}
+
+int sg_e5_use_kernels(sg_e5_model *m, int kern, char *err, size_t err_size)
+{
+    if (m->precision != SG_E5_FP32) {
+        snprintf(err, err_size, "the own float32 kernels run float32 only");
+        return -1;
+    }
+    if (!sg_kern_runs(kern, 0, m->features) || kern == SG_KERN_VNNI) {
+        snprintf(err, err_size, "the %s float32 kernels cannot run on this CPU", sg_kern_name(kern));
+        return -1;
+    }
+    if (m->engine == ENG_OWN && m->kern == kern)
+        return 0;
+    unpack_layers(m);
+    if (pack_layers(m, 0, 0) != 0) {
+        unpack_layers(m);
+        snprintf(err, err_size, "out of memory packing the weights");
+        return -1;
+    }
+    m->engine = ENG_OWN;
+    m->kern = kern;
+    m->f32_gemm = NULL;
+    return 0;
+}
+
+/* oneDNN's int8 GEMM on a small product checked against the exact integers (as bf16's probe). */
+static int probe_dnnl_q8(q8_gemm_fn gemm, char *err, size_t err_size)
+{
+    enum { M = 5, N = 33, K = 72 };
+    uint8_t a[M * K];
+    int8_t b[N * K];
+    int32_t c[M * N], zero = 0;
+    for (int i = 0; i < M * K; ++i)
+        a[i] = (uint8_t)((i * 37 + 11) % 256);
+    for (int i = 0; i < N * K; ++i)
+        b[i] = (int8_t)((i * 53 % 255) - 127);
+    int rc = gemm('N', 'T', 'F', M, N, K, 1.0f, a, K, 0, b, K, 0, 0.0f, c, N, &zero);
+    if (rc != 0) {
+        snprintf(err, err_size, "oneDNN cannot run int8 matrix products on this CPU (dnnl_gemm_u8s8s32 returned %d)", rc);
+        return -1;
+    }
+    for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+            int32_t want = 0;
+            for (int k = 0; k < K; ++k)
+                want += (int32_t)a[i * K + k] * b[j * K + k];
+            if (c[i * N + j] != want) {
+                snprintf(err, err_size,
+                         "oneDNN's int8 product is not exact on this CPU (%d instead of %d: its kernels saturate without VNNI)",
+                         (int)c[i * N + j], (int)want);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_size)
+{
+    if (bits != 8 && bits != 7) {
+        snprintf(err, err_size, "int8 weights have 8 or 7 bits, not %d", bits);
+        return -1;
+    }
+    if (m->precision == SG_E5_INT8 && m->kern == kern && m->layers[0].pq[0].bits == bits)
+        return 0;
+    if (m->precision == SG_E5_BF16) {
+        snprintf(err, err_size, "the model already runs in bf16");
+        return -1;
+    }
+    q8_gemm_fn gemm = NULL;
+    if (kern == SG_E5_INT8_ONEDNN) {
+        void *h = open_dnnl(m, err, err_size);
+        if (h == NULL)
+            return -1;
+        if ((gemm = (q8_gemm_fn)dlsym(h, "dnnl_gemm_u8s8s32")) == NULL) {
+            snprintf(err, err_size, "this oneDNN has no dnnl_gemm_u8s8s32");
+            return -1;
+        }
+        if (probe_dnnl_q8(gemm, err, err_size) != 0)
+            return -1;
+    } else if (kern == SG_KERN_AVX512 || !sg_kern_runs(kern, 1, m->features)) {
+        snprintf(err, err_size, "the %s int8 kernels cannot run on this CPU", sg_kern_name(kern));
+        return -1;
+    }
+    unpack_layers(m);
+    if (pack_layers(m, bits, kern == SG_E5_INT8_ONEDNN) != 0) {
+        unpack_layers(m);
+        snprintf(err, err_size, "out of memory for the int8 weights");
+        return -1;
+    }
+    if (m->precision == SG_E5_INT8) /* another scheme: drop the old suffix */
+        *strrchr(m->identity, '.') = '\0';
+    size_t l = strlen(m->identity);
+    snprintf(m->identity + l, sizeof(m->identity) - l, bits == 7 ? ".int8w7" : ".int8");
+    m->precision = SG_E5_INT8;
+    m->engine = ENG_INT8;
+    m->kern = kern;
+    m->q8_gemm = gemm;
+    m->f32_gemm = NULL;
     return 0;
 }
 
@@ -1254,10 +1632,14 @@ int sg_e5_set_precision(sg_e5_model *m, int precision, char *err, size_t err_siz
 {
     if (precision == SG_E5_FP32) {
         if (m->precision != SG_E5_FP32) {
-            snprintf(err, err_size, "the model already runs in bf16");
+            snprintf(err, err_size, "the model already runs in %s", m->precision == SG_E5_BF16 ? "bf16" : "int8");
             return -1;
         }
         return 0;
+    }
+    if (precision == SG_E5_INT8) {
+        int kern = sg_kern_q8_best(m->features);
+        return sg_e5_set_int8(m, kern, kern == SG_KERN_AVX2 ? 7 : 8, err, err_size);
     }
     if (precision != SG_E5_BF16) {
         snprintf(err, err_size, "unknown precision %d", precision);
@@ -1274,4 +1656,36 @@ int sg__e5_set_bf16_reference(sg_e5_model *m, char *err, size_t err_size)
 int sg_e5_precision(const sg_e5_model *m)
 {
     return m->precision;
+}
+
+int sg_e5_kernel(const sg_e5_model *m)
+{
+    return m->engine == ENG_BLAS ? SG_KERN_NONE : m->kern;
+}
+
+uint32_t sg_e5_features(const sg_e5_model *m)
+{
+    return m->features;
+}
+
+const char *sg_e5_engine(const sg_e5_model *m, char *buf, size_t size)
+{
+    const char *prec = m->precision == SG_E5_BF16 ? "bf16" : m->precision == SG_E5_INT8 ? "int8" : "float32";
+    int bits = m->engine == ENG_INT8 ? m->layers[0].pq[0].bits : 0;
+    if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN)
+        snprintf(buf, size, "int8 (%d-bit weights) through oneDNN's dnnl_gemm_u8s8s32", bits);
+    else if (m->engine == ENG_INT8)
+        snprintf(buf, size, "int8 (%d-bit weights), own %s kernels", bits, sg_kern_name(m->kern));
+    else if (m->engine != ENG_BLAS)
+        snprintf(buf, size, "%s, own %s kernels over weights packed at load", prec, sg_kern_name(m->kern));
+    else if (m->precision == SG_E5_BF16)
+        snprintf(buf, size, "bf16 through %s", m->bf16_gemm != NULL ? "oneDNN" : "the reference kernel (bf16 operands, sgemm)");
+    else
+        snprintf(buf, size, "float32 through %s", m->f32_gemm != NULL ? "oneDNN's sgemm" : "OpenBLAS sgemm");
+    return buf;
+}
+
+uint64_t sg_e5_workspace_tokens(const sg_e5_workspace *w)
+{
+    return w->tokens;
 }

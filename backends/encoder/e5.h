@@ -38,7 +38,7 @@ int sg_e5_tokenize(const sg_e5_model *m, const char *prefix, const char *text, s
 
 sg_e5_workspace *sg_e5_workspace_new(const sg_e5_model *m);
 void sg_e5_workspace_free(sg_e5_workspace *w);
-enum { SG_E5_FP32 = 0, SG_E5_BF16 = 1 };
+enum { SG_E5_FP32 = 0, SG_E5_BF16 = 1, SG_E5_INT8 = 2 };
 /**
  * Runs the linear layers (95% of the work) with bfloat16 weights and inputs and float32
  * accumulation, through oneDNN (libdnnl.so.2, loaded now) on a CPU with AVX512_BF16 or AMX; the
@@ -47,9 +47,35 @@ enum { SG_E5_FP32 = 0, SG_E5_BF16 = 1 };
  */
 int sg_e5_set_precision(sg_e5_model *m, int precision, char *err, size_t err_size);
 int sg_e5_precision(const sg_e5_model *m);
+/** sg_e5_set_int8's `kern` for oneDNN's int8 GEMM (dnnl_gemm_u8s8s32; VNNI or AMX CPUs). */
+#define SG_E5_INT8_ONEDNN (-2)
 /**
- * Runs the float32 linear layers through oneDNN's dnnl_sgemm instead of OpenBLAS (faster on CPUs
- * with AVX-512/AMX; docs/backends/local.md). Returns 0, or -1 with `err` set (no oneDNN).
+ * precision int8 (SG_E5_INT8 through sg_e5_set_precision takes the best kernel for the CPU):
+ * per output channel symmetric int8 weights (quantised now, 1 byte a weight), per token int8
+ * activations, int32 sums, float32 outside the linear layers (kern.h). `kern` is an int8 kernel
+ * of kern.h (SG_KERN_VNNI, SG_KERN_AVX2, SG_KERN_SCALAR) or SG_E5_INT8_ONEDNN (checked on a small
+ * product first: oneDNN's kernels saturate on CPUs without VNNI); `bits` 8, or 7 for weights of
+ * |q| <= 63 (what makes AVX2 without VNNI fast: kern.h). Every kernel computes the same int32
+ * sums for the same weights. Adds ".int8" (".int8w7" for 7 bits) to sg_e5_identity. Returns 0,
+ * or -1 with `err` set.
+ */
+int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_size);
+/**
+ * Runs the float32 linear layers through the library's own kernels (kern.h: SG_KERN_AVX512,
+ * SG_KERN_AVX2 or SG_KERN_SCALAR) over weights packed now (a copy: 4 bytes a weight), with the
+ * bias, GELU and LayerNorm fused into the products; any team split gives the same bits. Returns
+ * 0, or -1 with `err` set (a kernel this CPU cannot run, out of memory).
+ */
+int sg_e5_use_kernels(sg_e5_model *m, int kern, char *err, size_t err_size);
+/** The kern.h kernel set of the linear layers (SG_E5_INT8_ONEDNN; SG_KERN_NONE: a BLAS runs them). */
+int sg_e5_kernel(const sg_e5_model *m);
+/** The SG_CPU_* features the model's kernels were chosen from (SG_CPU_FEATURES applied; lib/blas.h). */
+uint32_t sg_e5_features(const sg_e5_model *m);
+/** What runs the linear layers, in words for a log line, e.g. "int8, own avx512-vnni kernels ...". */
+const char *sg_e5_engine(const sg_e5_model *m, char *buf, size_t size);
+/**
+ * Runs the float32 linear layers through oneDNN's dnnl_sgemm instead of OpenBLAS (or the own
+ * kernels; docs/backends/local.md). Returns 0, or -1 with `err` set (no oneDNN).
  */
 int sg_e5_use_onednn(sg_e5_model *m, char *err, size_t err_size);
 /**
@@ -57,6 +83,8 @@ int sg_e5_use_onednn(sg_e5_model *m, char *err, size_t err_size);
  * thread only). The embeddings agree either way to within float rounding (about 1e-7).
  */
 void sg_e5_workspace_set_par(sg_e5_workspace *w, sg_par_t *par);
+/** Tokens `w` has run through the layers since it was made (no padding is ever computed). */
+uint64_t sg_e5_workspace_tokens(const sg_e5_workspace *w);
 
 /**
  * Encodes `n` texts (each prefixed with `prefix`, tokenised with `max_len`, padded to the longest

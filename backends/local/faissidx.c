@@ -170,7 +170,7 @@ int sg_fidx_search_sp(const sg_fidx_t *ix, size_t n, const float *queries, int k
     int rerank = sp != NULL && ix->rerank.map != NULL ? sp->rerank : 0;
     if (rerank <= 0)
         return sg_fext_search(ix->index, (int64_t)n, queries, k, dist, labels, nprobe, ef, err, err_size);
-    int kc = k * rerank;
+    int kc = sp->candidates > 0 ? (sp->candidates > k ? sp->candidates : k) : k * rerank;
     float *cd = malloc(n * (size_t)kc * sizeof(float) + (size_t)ix->dim * sizeof(float));
     int64_t *cl = malloc(n * (size_t)kc * sizeof(int64_t));
     if (cd == NULL || cl == NULL) {

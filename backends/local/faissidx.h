@@ -31,9 +31,10 @@ typedef struct st_sg_fidx_t {
 
 /** Per-call search parameters: 0 means the index's own value / no re-ranking. */
 typedef struct st_sg_fidx_sp_t {
-    int nprobe;    /* IVF */
-    int ef_search; /* HNSW */
-    int rerank;    /* > 0: fetch k * rerank candidates and re-score them exactly from the rerank file */
+    int nprobe;     /* IVF */
+    int ef_search;  /* HNSW */
+    int rerank;     /* > 0: fetch k * rerank candidates and re-score them exactly from the rerank file */
+    int candidates; /* with rerank: fetch this many instead of k * rerank (0: k * rerank; never fewer than k) */
 } sg_fidx_sp_t;
 
 /**

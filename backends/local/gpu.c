@@ -129,6 +129,8 @@ int sg_local_gpu_load_encoder(sg_local_gpu_t *g, const sg_e5_model *m, uint32_t 
     for (int i = 0; i < c->layers; ++i)
         sg_e5_get_layer_weights(m, i, &lw[i]);
     int rc = 0;
+    g->pass_tokens = max_tokens < max_len ? max_len : max_tokens;
+    g->pass_seqs = max_seqs;
     for (int i = 0; i < g->n && rc == 0; ++i) {
         sg_cuda_encoder_desc d = {sizeof(d), g->ids[i], c, &emb, lw, max_len, max_tokens < max_len ? max_len : max_tokens,
                                   max_seqs};
@@ -278,12 +280,15 @@ int sg_local_gpu_worker_init(sg_local_gpu_t *g, size_t i, size_t max_batch, uint
     w->ids = malloc(max_batch * max_len * sizeof(int32_t));
     w->idp = malloc(max_batch * sizeof(*w->idp));
     w->lens = malloc(max_batch * sizeof(uint32_t));
+    w->order = malloc(max_batch * sizeof(*w->order));
+    w->slens = malloc(max_batch * sizeof(uint32_t));
+    w->sidp = malloc(max_batch * sizeof(*w->sidp));
     if (g->flat != NULL) {
         w->keys = malloc(max_batch * g->max_k * sizeof(float));
         w->cand = malloc(max_batch * g->max_k * sizeof(int64_t));
         w->row = malloc((size_t)g->dim * sizeof(float) + 16);
     }
-    if (w->ids == NULL || w->idp == NULL || w->lens == NULL ||
+    if (w->ids == NULL || w->idp == NULL || w->lens == NULL || w->order == NULL || w->slens == NULL || w->sidp == NULL ||
         (g->flat != NULL && (w->keys == NULL || w->cand == NULL || w->row == NULL)))
         abort();
     for (size_t j = 0; j < max_batch; ++j)
@@ -298,10 +303,51 @@ void sg_local_gpu_worker_free(sg_local_gpu_t *g, sg_local_gpu_worker_t *w)
     free(w->ids);
     free(w->idp);
     free(w->lens);
+    free(w->order);
+    free(w->slens);
+    free(w->sidp);
+    free(w->sout);
     free(w->keys);
     free(w->cand);
     free(w->row);
     memset(w, 0, sizeof(*w));
+}
+
+/* The passes the CUDA encoder makes of sequences of these lengths (sg_gpu_enc_pass cuts them as it
+ * does), and the tokens they compute: each pass pads to its longest. */
+static size_t count_passes(const sg_local_gpu_t *g, const uint32_t *lens, size_t n, uint64_t *tokens, uint64_t *padded)
+{
+    size_t passes = 0;
+    *tokens = *padded = 0;
+    for (size_t first = 0; first < n; ++passes) {
+        uint32_t longest;
+        size_t b = sg_gpu_enc_pass(lens, n, first, g->pass_seqs, g->pass_tokens, &longest);
+        if (b == 0)
+            break;
+        for (size_t i = first; i < first + b; ++i) {
+            *tokens += longest;
+            *padded += longest - lens[i];
+        }
+        first += b;
+    }
+    return passes;
+}
+
+/* w->order: the batch's sequences by length (stable); w->slens / w->sidp their lengths and ids */
+static void sort_by_length(sg_local_gpu_worker_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        size_t j = i;
+        while (j > 0 && w->lens[w->order[j - 1]] > w->lens[i]) {
+            w->order[j] = w->order[j - 1];
+            --j;
+        }
+        w->order[j] = i;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        w->slens[i] = w->lens[w->order[i]];
+        w->sidp[i] = w->idp[w->order[i]];
+    }
 }
 
 int sg_local_gpu_encode(sg_local_gpu_t *g, sg_local_gpu_worker_t *w, const sg_e5_model *m, const char *prefix,
@@ -319,6 +365,35 @@ int sg_local_gpu_encode(sg_local_gpu_t *g, sg_local_gpu_worker_t *w, const sg_e5
         }
         w->lens[i] = (uint32_t)k;
     }
+    /* Each pass pads its sequences to its longest. In arrival order one long query makes its whole
+     * pass long; sorted by length, long ones share passes: encode in length order (and put the
+     * embeddings back in order) when that computes fewer padded tokens in no more passes. */
+    uint64_t tok_a, pad_a, tok_s, pad_s;
+    size_t passes_a = count_passes(g, w->lens, n, &tok_a, &pad_a), passes_s;
+    sort_by_length(w, n);
+    passes_s = count_passes(g, w->slens, n, &tok_s, &pad_s);
+    if (pad_s < pad_a && passes_s <= passes_a) {
+        size_t dim = (size_t)sg_e5_dim(m);
+        if (n * dim > w->cap_sout) {
+            float *o = realloc(w->sout, n * dim * sizeof(float));
+            if (o == NULL) {
+                snprintf(err, err_size, "out of memory for %zu embeddings", n);
+                return -1;
+            }
+            w->sout = o;
+            w->cap_sout = n * dim;
+        }
+        if (g->api->encode_ids(w->ws, w->sidp, w->slens, n, w->sout, err, err_size) != 0)
+            return -1;
+        for (size_t i = 0; i < n; ++i)
+            memcpy(out + w->order[i] * dim, w->sout + i * dim, dim * sizeof(float));
+        w->tokens += tok_s;
+        w->padded += pad_s;
+        w->sorted_batches++;
+        return 0;
+    }
+    w->tokens += tok_a;
+    w->padded += pad_a;
     return g->api->encode_ids(w->ws, w->idp, w->lens, n, out, err, err_size);
 }
 

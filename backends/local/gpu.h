@@ -58,7 +58,8 @@ typedef struct st_sg_local_gpu_t {
     sg_cuda_flat *flat;   /* NULL: the index is searched by FAISS on the CPU */
     sg_gpu_flatfile_t ff; /* mapped while re-scoring */
     int rescore, metric, dim;
-    uint32_t max_k; /* k of a GPU search, re-scoring candidates included */
+    uint32_t max_k;                  /* k of a GPU search, re-scoring candidates included */
+    uint32_t pass_tokens, pass_seqs; /* the encoder's pass limits (its padding is counted with them) */
     char identity[48];
 } sg_local_gpu_t;
 
@@ -105,12 +106,23 @@ typedef struct st_sg_local_gpu_worker_t {
     int64_t *cand;
     size_t max_batch;
     uint32_t max_len;
+    size_t *order;           /* the batch by length (sg_local_gpu_encode) ... */
+    uint32_t *slens;         /* ... their lengths ... */
+    const int32_t **sidp;    /* ... their ids ... */
+    float *sout;             /* ... and their embeddings before they are put back in order */
+    size_t cap_sout;         /* floats */
+    uint64_t tokens, padded; /* tokens encoded (padding included) and the padding, ever */
+    uint64_t sorted_batches; /* batches encoded in length order */
 } sg_local_gpu_worker_t;
 
 int sg_local_gpu_worker_init(sg_local_gpu_t *g, size_t i, size_t max_batch, uint32_t max_len, sg_local_gpu_worker_t *w, char *err,
                              size_t err_size);
 void sg_local_gpu_worker_free(sg_local_gpu_t *g, sg_local_gpu_worker_t *w);
-/** Tokenises (prefix + text, max_len) and encodes `n` <= max_batch texts on the worker's GPU. */
+/**
+ * Tokenises (prefix + text, max_len) and encodes `n` <= max_batch texts on the worker's GPU: in
+ * length order when the encoder's passes then pad fewer tokens (in no more passes), the
+ * embeddings put back in the texts' order. Counts tokens, padding and length-sorted batches in `w`.
+ */
 int sg_local_gpu_encode(sg_local_gpu_t *g, sg_local_gpu_worker_t *w, const sg_e5_model *m, const char *prefix,
                         const char *const *texts, const size_t *lens, size_t n, float *out, char *err, size_t err_size);
 /** Searches the GPU index like sg_fidx_search: n * k distances (FAISS's) and labels, best first. */

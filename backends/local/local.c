@@ -44,6 +44,7 @@
 #include "gpu.h"
 #include "indexmeta.h"
 #include "jsonl.h"
+#include "kern.h"
 #include "team.h"
 
 #include <cJSON.h>
@@ -114,6 +115,7 @@ struct sg_backend {
     int have_flat;
     int teams;            /* "teams": idle workers help the batches that run (team.h) */
     int encoder_onednn;   /* "encoder_blas": the float32 products run through oneDNN */
+    char encoder_why[32]; /* what decided the encoder's kernels (local_encoder_info's label "why") */
     sg_team_t *team;      /* one session board per worker: its batch's, when it leads one */
     _Atomic int no_leave; /* helpers stay until their session ends (never set) */
     /* search parameters: IVF nprobe / HNSW efSearch (0 when the index has none), their per-request
@@ -139,6 +141,8 @@ struct sg_backend {
     _Atomic uint64_t calls, queries, batches, batch_queries, rejected, canceled, timed_out, access_calls, access_hits, errors;
     _Atomic uint64_t encode_us, search_us;
     _Atomic uint64_t team_batches;
+    _Atomic uint64_t tokens, padded_tokens; /* tokens the encoder computed; padding among them (GPU) */
+    _Atomic uint64_t sorted_batches;        /* GPU batches encoded in length order */
 };
 
 static uint64_t now_us(void)
@@ -374,7 +378,7 @@ static int search_batch(struct sg_backend *self, worker_t *w, size_t n, int k, c
     for (size_t i = 0; i < n;) {
         const job_t *j = w->items[i].job;
         sg_fidx_sp_t sp = {j->nprobe != 0 ? j->nprobe : self->nprobe, j->ef_search != 0 ? j->ef_search : self->ef_search,
-                           self->rerank};
+                           self->rerank, 0};
         size_t e = i + 1;
         while (e < n) {
             const job_t *o = w->items[e].job;
@@ -412,7 +416,8 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
             abort();
         w->cap_k = k;
     }
-    uint64_t t0 = now_us();
+    uint64_t t0 = now_us(), tok0 = sg_e5_workspace_tokens(w->ws), gtok0 = w->gpu.tokens, gpad0 = w->gpu.padded;
+    uint64_t sorted0 = w->gpu.sorted_batches;
     sg_e5_workspace_set_par(w->ws, par);
     int rc = self->gpu != NULL
                  ? sg_local_gpu_encode(self->gpu, &w->gpu, self->model, self->prefix, w->texts, w->lens, n, w->vecs, err, err_size)
@@ -430,6 +435,9 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
     uint64_t t2 = now_us();
     atomic_fetch_add(&self->encode_us, t1 - t0);
     atomic_fetch_add(&self->search_us, t2 - t1);
+    atomic_fetch_add(&self->tokens, sg_e5_workspace_tokens(w->ws) - tok0 + (w->gpu.tokens - gtok0));
+    atomic_fetch_add(&self->padded_tokens, w->gpu.padded - gpad0);
+    atomic_fetch_add(&self->sorted_batches, w->gpu.sorted_batches - sorted0);
     atomic_fetch_add(&self->batches, 1);
     atomic_fetch_add(&self->batch_queries, n);
     if (rc != 0) {
@@ -771,6 +779,21 @@ static sg_status local_health(struct sg_backend *self, char *detail, size_t n)
     return self->gpu != NULL ? sg_local_gpu_health(self->gpu, detail, n) : SG_OK;
 }
 
+/* local_encoder_info's labels: precision, engine, kernel, weight bits, and what decided them */
+static void encoder_labels(const struct sg_backend *self, char *out, size_t size)
+{
+    const sg_e5_model *m = self->model;
+    int prec = sg_e5_precision(m), kern = sg_e5_kernel(m);
+    const char *precision = prec == SG_E5_INT8 ? "int8" : prec == SG_E5_BF16 ? "bf16" : "fp32";
+    const char *engine = kern == SG_E5_INT8_ONEDNN || prec == SG_E5_BF16 || self->encoder_onednn ? "onednn"
+                         : kern == SG_KERN_NONE                                                  ? "openblas"
+                                                                                                 : "own";
+    const char *kname = kern == SG_E5_INT8_ONEDNN ? "onednn" : sg_kern_name(kern);
+    int bits = prec == SG_E5_INT8 ? (strstr(sg_e5_identity(m), ".int8w7") != NULL ? 7 : 8) : prec == SG_E5_BF16 ? 16 : 32;
+    snprintf(out, size, "precision=\"%s\",engine=\"%s\",kernel=\"%s\",weight_bits=\"%d\",why=\"%s\"", precision, engine, kname,
+             bits, self->encoder_why[0] != '\0' ? self->encoder_why : "default");
+}
+
 static void local_stats(struct sg_backend *self, void *sink)
 {
     const sg_host_api *h = self->host;
@@ -812,6 +835,25 @@ static void local_stats(struct sg_backend *self, void *sink)
               SG_METRIC_GAUGE, NULL, self->encoder_onednn ? 1.0 : 0.0);
     h->metric(sink, "local_bf16", "1 when the CPU encoder runs its linear layers in bf16 (\"precision\").", SG_METRIC_GAUGE, NULL,
               sg_e5_precision(self->model) == SG_E5_BF16 ? 1.0 : 0.0);
+    h->metric(sink, "local_int8", "1 when the CPU encoder runs its linear layers in int8 (\"precision\").", SG_METRIC_GAUGE, NULL,
+              self->gpu == NULL && sg_e5_precision(self->model) == SG_E5_INT8 ? 1.0 : 0.0);
+    if (self->gpu == NULL) {
+        char l[200];
+        encoder_labels(self, l, sizeof(l));
+        h->metric(sink, "local_encoder_info",
+                  "1, labelled with what runs the CPU encoder's linear layers: precision, engine, kernel set, weight bits and the "
+                  "CPU feature or setting that decided it.",
+                  SG_METRIC_GAUGE, l, 1.0);
+    }
+    h->metric(sink, "local_tokens_total",
+              "Tokens the encoder computed (padding included; divide by local_batches_total per batch).", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->tokens));
+    h->metric(sink, "local_padded_tokens_total",
+              "Padding among local_tokens_total: 0 on the CPU (sequences are packed), the padding of each GPU pass.",
+              SG_METRIC_COUNTER, NULL, (double)atomic_load(&self->padded_tokens));
+    h->metric(sink, "local_length_sorted_batches_total",
+              "GPU batches encoded in length order, because their passes then padded fewer tokens.", SG_METRIC_COUNTER, NULL,
+              (double)atomic_load(&self->sorted_batches));
     h->metric(sink, "local_gpus", "GPUs the encoder runs on (0: the CPU).", SG_METRIC_GAUGE, NULL,
               self->gpu != NULL ? (double)self->gpu->n : 0.0);
     h->metric(sink, "local_gpu_index", "1 when the index is searched on the GPUs.", SG_METRIC_GAUGE, NULL,
@@ -916,7 +958,7 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
     char why[600];
     int ok = 0;
     if (!sg_cpu_has_bf16(&cpu)) {
-        char feats[160];
+        char feats[200];
         sg_cpu_describe(cpu.features, feats, sizeof(feats));
         snprintf(why, sizeof(why), "this CPU (%s family %u model %u) has neither AVX512_BF16 nor AMX-BF16 (features: %s)",
                  cpu.vendor, cpu.family, cpu.model, feats);
@@ -924,6 +966,7 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
         ok = 1;
     }
     if (ok) {
+        snprintf(self->encoder_why, sizeof(self->encoder_why), "%s", sg_cpu_has_bf16(&cpu) ? "bf16_cpu" : "precision");
         self->host->log(SG_LOG_INFO, self->name,
                         "precision %s: the encoder's linear layers run in bf16 through oneDNN (float32 accumulation)", want);
         return 0;
@@ -934,6 +977,81 @@ static int set_precision(struct sg_backend *self, int precision, char *err, size
         return -1;
     }
     self->host->log(SG_LOG_INFO, self->name, "precision auto: float32, because %s", why);
+    return 0;
+}
+
+/* The bytes the linear layers' weights take at `bytes` a weight. */
+static double weight_mib(const sg_e5_model *m, double bytes)
+{
+    const sg_e5_config *c = sg_e5_get_config(m);
+    double per_layer = 4.0 * c->hidden * c->hidden + 2.0 * c->hidden * c->intermediate;
+    return per_layer * c->layers * bytes / (1024.0 * 1024.0);
+}
+
+enum { ENGINE_AUTO = 0, ENGINE_OPENBLAS = 1, ENGINE_ONEDNN = 2, ENGINE_OWN = 3 };
+
+/* "precision": "int8" (docs/backends/local.md, "int8"): oneDNN's int8 GEMM where the CPU has AMX-INT8
+ * (or "encoder_blas": "onednn"), else the own kernels: AVX512-VNNI, AVX2 with 7-bit weights, or C.
+ * Returns -1 with `err` set when int8 cannot run as configured. */
+static int set_int8(struct sg_backend *self, int engine, char *err, size_t err_size)
+{
+    if (self->gpu != NULL) {
+        self->host->log(SG_LOG_INFO, self->name, "precision int8: not used, the encoder runs on the GPUs (fp16)");
+        return 0;
+    }
+    if (engine == ENGINE_OPENBLAS) {
+        snprintf(err, err_size,
+                 "config.encoder_blas: \"openblas\" has no int8 products; with \"precision\": \"int8\" use "
+                 "\"auto\", \"own\" or \"onednn\"");
+        return -1;
+    }
+    sg_cpu_t cpu;
+    cpu_seen(&cpu);
+    char why[600], feats[200], reason[400];
+    sg_cpu_describe(cpu.features, feats, sizeof(feats));
+    const uint32_t amx = SG_CPU_AMX_TILE | SG_CPU_AMX_INT8;
+    if (engine == ENGINE_ONEDNN || (engine == ENGINE_AUTO && (cpu.features & amx) == amx)) {
+        if (sg_e5_set_int8(self->model, SG_E5_INT8_ONEDNN, 8, why, sizeof(why)) == 0) {
+            snprintf(reason, sizeof(reason), "%s",
+                     engine == ENGINE_ONEDNN
+                         ? "\"encoder_blas\": \"onednn\" asks for oneDNN's int8 GEMM"
+                         : "the CPU has AMX-INT8, which oneDNN's int8 GEMM runs on (our own kernels stop at VNNI)");
+            snprintf(self->encoder_why, sizeof(self->encoder_why), "%s", engine == ENGINE_ONEDNN ? "encoder_blas" : "amx_int8");
+            goto done;
+        }
+        if (engine == ENGINE_ONEDNN) {
+            snprintf(err, err_size, "config.encoder_blas: \"onednn\" cannot run int8 here: %s", why);
+            return -1;
+        }
+        self->host->log(SG_LOG_WARN, self->name, "precision int8: oneDNN's int8 GEMM cannot run here (%s); the own kernels instead",
+                        why);
+    }
+    int kern = sg_kern_q8_best(cpu.features), bits = kern == SG_KERN_AVX2 ? 7 : 8;
+    if (kern == SG_KERN_VNNI)
+        snprintf(reason, sizeof(reason), "the CPU has AVX512-VNNI: own kernels, vpdpbusd on 64-byte vectors, 8-bit weights");
+    else if (kern == SG_KERN_AVX2)
+        snprintf(reason, sizeof(reason),
+                 "the CPU has AVX2 but not AVX512-VNNI: own kernels with 7-bit weights (|q| <= 63), so vpmaddubsw's 16-bit pair "
+                 "sums never saturate (2 x 255 x 63 = 32130 < 32767)");
+    else
+        snprintf(reason, sizeof(reason), "the CPU has no AVX2: plain C kernels, slower than float32 through OpenBLAS here");
+    snprintf(self->encoder_why, sizeof(self->encoder_why), "%s",
+             kern == SG_KERN_VNNI   ? "avx512_vnni"
+             : kern == SG_KERN_AVX2 ? "avx2_no_vnni"
+                                    : "no_avx2");
+    if (sg_e5_set_int8(self->model, kern, bits, why, sizeof(why)) != 0) {
+        snprintf(err, err_size, "config.precision: \"int8\": %s", why);
+        return -1;
+    }
+done:;
+    char desc[200];
+    self->host->log(SG_LOG_INFO, self->name,
+                    "precision int8: the encoder's linear layers run in %s (per-channel weights, %.0f MiB; per-token 8-bit "
+                    "activations, int32 sums, float32 elsewhere), because %s (features: %s); cache identity suffix %s",
+                    sg_e5_engine(self->model, desc, sizeof(desc)), weight_mib(self->model, 1.0), reason, feats,
+                    strrchr(sg_e5_identity(self->model), '.'));
+    if (sg_e5_kernel(self->model) == SG_KERN_SCALAR)
+        self->host->log(SG_LOG_WARN, self->name, "precision int8 on a CPU without AVX2 is slower than \"fp32\"");
     return 0;
 }
 
@@ -949,27 +1067,51 @@ static void pick_scan_kernel(struct sg_backend *self)
                         : "sgemm blocks (the CPU has AVX-512, or no AVX2, or the dimension is not a multiple of 8)");
 }
 
-/* "encoder_blas": which library runs the float32 encoder's products. "auto": oneDNN on CPUs with
- * AVX-512 (its JIT kernels beat OpenBLAS's there), OpenBLAS elsewhere. */
+/* "encoder_blas": what runs the float32 encoder's products. "auto": the own kernels over weights
+ * packed at start-up on CPUs with AVX2 + FMA (AVX-512 where present), OpenBLAS elsewhere. */
 static int set_encoder_blas(struct sg_backend *self, int engine, char *err, size_t err_size)
 {
-    sg_cpu_t cpu;
-    cpu_seen(&cpu);
-    char why[512];
-    const uint32_t avx512 = SG_CPU_AVX512F | SG_CPU_AVX512BW | SG_CPU_AVX512DQ | SG_CPU_AVX512VL;
-    if (engine == 1 || (engine == 0 && (cpu.features & avx512) != avx512))
+    char why[512], feats[200];
+    if (engine == ENGINE_OPENBLAS) {
+        snprintf(self->encoder_why, sizeof(self->encoder_why), "encoder_blas");
+        self->host->log(SG_LOG_INFO, self->name, "encoder_blas openblas: the encoder's float32 products run through OpenBLAS");
         return 0;
-    if (sg_e5_use_onednn(self->model, why, sizeof(why)) != 0) {
-        if (engine == 2) {
+    }
+    if (engine == ENGINE_ONEDNN) {
+        if (sg_e5_use_onednn(self->model, why, sizeof(why)) != 0) {
             snprintf(err, err_size, "config.encoder_blas: \"onednn\": %s", why);
             return -1;
         }
-        self->host->log(SG_LOG_INFO, self->name, "encoder_blas auto: OpenBLAS, because %s", why);
+        self->encoder_onednn = 1;
+        snprintf(self->encoder_why, sizeof(self->encoder_why), "encoder_blas");
+        self->host->log(SG_LOG_INFO, self->name, "encoder_blas onednn: the encoder's float32 products run through oneDNN");
         return 0;
     }
-    self->encoder_onednn = 1;
-    self->host->log(SG_LOG_INFO, self->name, "encoder_blas %s: the encoder's float32 products run through oneDNN%s",
-                    engine == 2 ? "onednn" : "auto", engine == 2 ? "" : " (an AVX-512 CPU)");
+    uint32_t f = sg_e5_features(self->model);
+    sg_cpu_describe(f, feats, sizeof(feats));
+    int kern = sg_kern_f32_best(f);
+    if (kern == SG_KERN_NONE) {
+        if (engine == ENGINE_OWN) {
+            snprintf(err, err_size, "config.encoder_blas: \"own\": the own kernels need AVX2 and FMA (features: %s)", feats);
+            return -1;
+        }
+        snprintf(self->encoder_why, sizeof(self->encoder_why), "no_avx2");
+        self->host->log(SG_LOG_INFO, self->name, "encoder_blas auto: OpenBLAS, because the CPU has no AVX2 + FMA (features: %s)",
+                        feats);
+        return 0;
+    }
+    if (sg_e5_use_kernels(self->model, kern, why, sizeof(why)) != 0) {
+        snprintf(err, err_size, "config.encoder_blas: %s", why);
+        return -1;
+    }
+    snprintf(self->encoder_why, sizeof(self->encoder_why), "%s",
+             engine == ENGINE_OWN     ? "encoder_blas"
+             : kern == SG_KERN_AVX512 ? "avx512"
+                                      : "avx2_fma");
+    self->host->log(SG_LOG_INFO, self->name,
+                    "encoder_blas %s: the encoder's float32 products run on the own %s kernels over weights packed at start-up "
+                    "(%.0f MiB; bias, GELU and LayerNorm fused; one copy shared by every worker) (features: %s)",
+                    engine == ENGINE_OWN ? "own" : "auto", sg_kern_name(kern), weight_mib(self->model, 4.0), feats);
     return 0;
 }
 
@@ -1015,8 +1157,8 @@ typedef struct st_local_conf_t {
     sg_local_gpu_cfg_t gpu;
 } local_conf_t;
 
-static const char *const local_precisions[] = {"fp32", "bf16", "auto", NULL};
-static const char *const local_engines[] = {"auto", "openblas", "onednn", NULL};
+static const char *const local_precisions[] = {"fp32", "bf16", "auto", "int8", NULL};
+static const char *const local_engines[] = {"auto", "openblas", "onednn", "own", NULL};
 
 static const sg_cfg_key_t local_config[] = {
     SG_CFG_PATH(local_conf_t, model, "model", 1),
@@ -1223,7 +1365,8 @@ static int load_model(struct sg_backend *self, const local_conf_t *cf, const voi
     /* the device (gpu.c): NULL means the CPU, and then nothing below differs from a CPU-only build */
     if (sg_local_gpu_open(&cf->gpu, host, self->name, anchor, &self->gpu, err, err_size) != 0)
         return -1;
-    if (cf->precision != 0 && set_precision(self, cf->precision, err, err_size) != 0)
+    if (cf->precision == 3 ? set_int8(self, cf->engine, err, err_size) != 0
+                           : cf->precision != 0 && set_precision(self, cf->precision, err, err_size) != 0)
         return -1;
     if (self->gpu == NULL && sg_e5_precision(self->model) == SG_E5_FP32 && set_encoder_blas(self, cf->engine, err, err_size) != 0)
         return -1;

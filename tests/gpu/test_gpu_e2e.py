@@ -217,6 +217,52 @@ class GpuE2E(unittest.TestCase):
             gw.stop()
             cpu.stop()
 
+    def test_emulated_length_sorted_passes(self):
+        """Issue 21: one long query among short ones. The GPU pads each pass to its longest sequence; in
+        arrival order the long query's pass pads its neighbours, sorted by length it pads nothing in
+        as many passes, so the batch runs sorted (and answers in order, as the CPU does).
+        local_tokens_total / local_padded_tokens_total count what the passes computed."""
+        queries = ["dragon", "a long question about the castle in winter and the ocean library and the rocket garden in the forest",
+                   "piano", "comet", "violin", "desert", "harbor", "coffee"]
+        r = subprocess.run([sgtest.binary("searchgate-encode"), "--model", MODEL, "--ids", "--max-length", "32"],
+                           input="".join(json.dumps(q) + "\n" for q in queries).encode(), stdout=subprocess.PIPE, check=True,
+                           timeout=sgtest.scaled(60))
+        lens = [len(json.loads(line)) for line in r.stdout.decode().splitlines()]
+
+        def passes(ls, max_tokens=64, max_seqs=64):  # sg_gpu_enc_pass's cut
+            out, first = [], 0
+            while first < len(ls):
+                j, mx = first, 0
+                while j < len(ls) and j - first < max_seqs:
+                    m2 = max(mx, ls[j])
+                    if j > first and (j - first + 1) * m2 > max_tokens:
+                        break
+                    mx, j = m2, j + 1
+                out.append((j - first, mx))
+                first = j
+            return out
+
+        arrival, ordered = passes(lens), passes(sorted(lens))
+        pad = lambda ps, ls: sum(b * m for b, m in ps) - sum(ls)
+        self.assertLess(pad(ordered, lens), pad(arrival, lens))
+        self.assertLessEqual(len(ordered), len(arrival))
+        gw = self.start({"device": "cuda", "cuda_module": EMU, "gpu_max_tokens": 64, "max_length": 32, "workers": 1},
+                        env=self.emu_env(gpus=1))
+        cpu = self.start({"device": "cpu", "max_length": 32, "workers": 1})
+        try:
+            got, want = self.retrieve(gw, queries, 3), self.retrieve(cpu, queries, 3)
+            for q, (g, w) in enumerate(zip(got, want)):
+                for (gid, gs), (wid, ws) in zip(g, w):
+                    self.assertLessEqual(abs(gs - ws), TOL, "query %d: %s %.5f vs %s %.5f" % (q, gid, gs, wid, ws))
+            self.assertEqual(gw.metric("searchgate_backend_local_length_sorted_batches_total"), 1)
+            self.assertEqual(gw.metric("searchgate_backend_local_padded_tokens_total"), pad(ordered, lens))
+            self.assertEqual(gw.metric("searchgate_backend_local_tokens_total"), sum(b * m for b, m in ordered))
+            self.assertEqual(cpu.metric("searchgate_backend_local_padded_tokens_total"), 0)
+            self.assertEqual(cpu.metric("searchgate_backend_local_tokens_total"), sum(lens))
+        finally:
+            gw.stop()
+            cpu.stop()
+
     def test_emulated_topk_limit(self):
         gw = self.start({"device": "cuda", "cuda_module": EMU, "gpu_max_tokens": 1024, "gpu_rescore": 8, "max_topk": 1000},
                         env=self.emu_env())

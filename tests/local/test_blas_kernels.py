@@ -1,7 +1,8 @@
 """The BLAS kernel choice (backends/common/blas.c) through the real gateway and tools: the log line,
 the "blas" object of /stats and the searchgate_blas_info metric, for each way the choice is made;
-and the local backend's "precision" (bf16 where the CPU has AVX512_BF16/AMX, refused or fallen back
-from where it has not).
+the local backend's "precision" (bf16 where the CPU has AVX512_BF16/AMX, refused or fallen back
+from where it has not; int8 on the kernel the CPU's features allow) and "encoder_blas" (the own
+kernels, OpenBLAS, oneDNN), each said in the log, a metric and /stats; the token counter.
 
 OpenBLAS picks its kernels from the CPU model number; a CPU it does not know (a new Xeon) gets SSE3
 `Prescott` kernels. That case is reproduced on any machine with SG_BLAS_SIMULATE_DEFAULT_CORE,
@@ -12,6 +13,7 @@ what the re-loaded library actually runs.
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import unittest
@@ -201,25 +203,196 @@ class BlasKernels(unittest.TestCase):
         self.assertIn("run in bf16 through oneDNN", log)
 
     def test_encoder_blas(self):
-        """auto: oneDNN only on AVX-512 CPUs (hidden here with SG_CPU_FEATURES), else OpenBLAS; onednn:
-        forced, answers the same ids as OpenBLAS."""
+        """auto: the own kernels over packed weights where AVX2 + FMA run (AVX-512 where present), else
+        OpenBLAS; openblas / onednn / own forced; all answer the same ids. The choice is in the log,
+        the local_encoder_info metric and /stats."""
+        fl = cpu_flags()
+        native = "avx512" if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= fl else "avx2" if {"avx2", "fma"} <= fl else None
         answers = {}
-        for name, env, extra, want in (
-                ("openblas", {}, {"encoder_blas": "openblas"}, 0.0),
-                ("auto-avx2", {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}, {}, 0.0),
-                ("onednn", {}, {"encoder_blas": "onednn"}, 1.0)):
+        for name, env, extra, onednn, engine, kernel, why in (
+                ("openblas", {}, {"encoder_blas": "openblas"}, 0.0, "openblas", "blas", "encoder_blas"),
+                ("auto-avx2", {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}, {}, 0.0, "own", "avx2", "avx2_fma"),
+                ("auto-noavx2", {"SG_CPU_FEATURES": "sse3,avx"}, {}, 0.0, "openblas", "blas", "no_avx2"),
+                ("auto", {}, {}, 0.0, "own" if native else "openblas", native or "blas",
+                 {"avx512": "avx512", "avx2": "avx2_fma", None: "no_avx2"}[native]),
+                ("own", {}, {"encoder_blas": "own"}, 0.0, "own", native, "encoder_blas"),
+                ("onednn", {}, {"encoder_blas": "onednn"}, 1.0, "onednn", "blas", "encoder_blas")):
+            if kernel is None or (name == "auto-avx2" and not {"avx2", "fma"} <= fl):
+                continue
             gw = self.start(env, **extra)
             try:
-                self.assertEqual(gw.metric("searchgate_backend_local_encoder_onednn"), want, name)
+                self.assertEqual(gw.metric("searchgate_backend_local_encoder_onednn"), onednn, name)
+                labels = dict(precision="fp32", engine=engine, kernel=kernel, weight_bits="32", why=why)
+                self.assertEqual(gw.metric("searchgate_backend_local_encoder_info", **labels), 1.0, name)
+                plugin = gw.get("/stats").json()["backends"]["dense"]["plugin"]
+                key = "local_encoder_info{%s}" % ",".join('%s="%s"' % kv for kv in labels.items())
+                self.assertEqual(plugin.get(key), 1, (name, sorted(plugin)))
                 r = gw.retrieve(["topic 3", "row 12", "about topic 5"], topk=3)
                 self.assertEqual(r.status, 200)
                 answers[name] = [[h["document"]["id"] for h in q] for q in r.json()["result"]]
             finally:
                 log = gw.stop()
-            if want:
+            if engine == "onednn":
                 self.assertIn("float32 products run through oneDNN", log)
-        self.assertEqual(answers["onednn"], answers["openblas"])
-        self.assertEqual(answers["auto-avx2"], answers["openblas"])
+            if engine == "own":
+                self.assertIn("float32 products run on the own %s kernels over weights packed at start-up" % kernel, log)
+        for name in answers:
+            self.assertEqual(answers[name], answers["openblas"], name)
+
+    def test_encoder_blas_own_refused_without_avx2(self):
+        gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
+            "model": MODEL, "index": self.index, "corpus": self.corpus, "encoder_blas": "own"}}]},
+            env={"SG_CPU_FEATURES": "sse3,avx"}, expect_fail=True)
+        self.assertEqual(gw.wait_exit(), 1)
+        self.assertIn('config.encoder_blas: "own": the own kernels need AVX2 and FMA', gw.read_log())
+
+    # ---- int8 ----
+
+    def test_precision_int8(self):
+        """The int8 kernel follows the CPU's features (hidden with SG_CPU_FEATURES): AVX512-VNNI with
+        8-bit weights, AVX2 with 7-bit weights, else C; said in the log, the metrics and /stats. Kernels
+        of the same weights answer alike (the same int32 sums); every top-3 list keeps at least two of
+        float32's ids (this 40-row corpus of near-duplicates has close ties)."""
+        fl = cpu_flags()
+        cases = [("scalar", {"SG_CPU_FEATURES": "sse3,avx"}, "scalar", "8", "no_avx2", "the CPU has no AVX2")]
+        if {"avx2", "fma"} <= fl:
+            cases.append(("avx2", {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}, "avx2", "7", "avx2_no_vnni",
+                          "own kernels with 7-bit weights"))
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"} <= fl:
+            cases.append(("vnni", {"SG_CPU_FEATURES": "sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl,avx512_vnni"},
+                          "avx512-vnni", "8", "avx512_vnni", "the CPU has AVX512-VNNI"))
+        qs = ["topic 3", "row 12", "about topic 5", "topic 6 row"]
+        gw = self.start({})
+        try:
+            fp32 = [[h["document"]["id"] for h in q] for q in gw.retrieve(qs, topk=3).json()["result"]]
+            self.assertEqual(gw.metric("searchgate_backend_local_int8"), 0.0)
+        finally:
+            gw.stop()
+        answers = {}
+        for name, env, kernel, bits, why, reason in cases:
+            gw = self.start(env, precision="int8")
+            try:
+                self.assertEqual(gw.metric("searchgate_backend_local_int8"), 1.0, name)
+                labels = dict(precision="int8", engine="own", kernel=kernel, weight_bits=bits, why=why)
+                self.assertEqual(gw.metric("searchgate_backend_local_encoder_info", **labels), 1.0, name)
+                plugin = gw.get("/stats").json()["backends"]["dense"]["plugin"]
+                self.assertEqual(plugin.get("local_int8"), 1)
+                self.assertIn("local_encoder_info{%s}" % ",".join('%s="%s"' % kv for kv in labels.items()), plugin)
+                r = gw.retrieve(qs, topk=3)
+                self.assertEqual(r.status, 200)
+                answers[name] = got = [[h["document"]["id"] for h in q] for q in r.json()["result"]]
+                for a, b in zip(got, fp32):
+                    self.assertGreaterEqual(len(set(a) & set(b)), 2, (name, got, fp32))
+            finally:
+                log = gw.stop()
+            self.assertIn("precision int8: the encoder's linear layers run in int8 (%s-bit weights), own %s kernels" % (bits, kernel),
+                          log)
+            self.assertIn(reason, log)
+            self.assertIn("cache identity suffix .int8%s" % ("w7" if bits == "7" else ""), log)
+        if "vnni" in answers:
+            self.assertEqual(answers["vnni"], answers["scalar"])
+
+    def test_precision_int8_engines(self):
+        """"encoder_blas": "openblas" has no int8: refused; "onednn": oneDNN's int8 GEMM where it is exact
+        (VNNI/AMX), refused elsewhere; "auto" never picks int8."""
+        gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {
+            "model": MODEL, "index": self.index, "corpus": self.corpus, "precision": "int8", "encoder_blas": "openblas"}}]},
+            expect_fail=True)
+        self.assertEqual(gw.wait_exit(), 1)
+        self.assertIn('config.encoder_blas: "openblas" has no int8 products', gw.read_log())
+        gw = self.start({}, precision="auto")
+        try:
+            self.assertEqual(gw.metric("searchgate_backend_local_int8"), 0.0)
+        finally:
+            gw.stop()
+        vnni = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= cpu_flags() or {"amx_tile", "amx_int8"} <= cpu_flags()
+        cfg = {"model": MODEL, "index": self.index, "corpus": self.corpus, "precision": "int8", "encoder_blas": "onednn"}
+        if not vnni:
+            gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": cfg}]}, expect_fail=True)
+            self.assertEqual(gw.wait_exit(), 1)
+            self.assertIn('config.encoder_blas: "onednn" cannot run int8 here', gw.read_log())
+            return
+        gw = self.start({}, precision="int8", encoder_blas="onednn")
+        try:
+            self.assertEqual(gw.metric("searchgate_backend_local_encoder_info", precision="int8", engine="onednn",
+                                       kernel="onednn", why="encoder_blas"), 1.0)
+            self.assertEqual(gw.retrieve(["topic 3"], topk=2).status, 200)
+        finally:
+            log = gw.stop()
+        self.assertIn("int8 (8-bit weights) through oneDNN's dnnl_gemm_u8s8s32", log)
+
+    def test_compare_tool(self):
+        """searchgate-encode --compare int8 --index: its cosines, identical top-k shares and recall@k,
+        recomputed here with numpy from the tool's own embeddings (--precision fp32 / int8) and the Flat
+        file; usage errors."""
+        import numpy as np
+        qs = ["topic %d" % i for i in range(7)] + ["row %d" % i for i in range(0, 40, 3)] + ["about topic %d row" % i for i in range(5)]
+        qf = os.path.join(self.dir, "queries.jsonl")
+        with open(qf, "w") as f:
+            f.write("".join(json.dumps(q) + "\n" for q in qs) + "\n")
+        enc = sgtest.binary("searchgate-encode")
+
+        def run(*args, data=None):
+            r = subprocess.run([enc, "--model", MODEL] + list(args), input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=sgtest.scaled(120))
+            return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+        rc, out, err = run("--compare", "int8", "--queries", qf, "--index", self.index, "--json")
+        self.assertEqual(rc, 0, err)
+        got = json.loads(out)
+        self.assertEqual(got["queries"], len(qs))
+        text = "".join(json.dumps(q) + "\n" for q in qs).encode()
+        emb = {}
+        for p in ("fp32", "int8"):
+            rc, out, err = run("--precision", p, data=text)
+            self.assertEqual(rc, 0, err)
+            emb[p] = np.array([json.loads(l) for l in out.splitlines()], dtype=np.float64)
+        cos = np.sort((emb["fp32"] * emb["int8"]).sum(axis=1))
+        self.assertAlmostEqual(got["cosine"]["min"], cos[0], places=5)
+        self.assertAlmostEqual(got["cosine"]["mean"], cos.mean(), places=5)
+        self.assertGreater(got["cosine"]["min"], 0.999)
+        with open(self.index, "rb") as f:
+            raw = f.read()
+        d, n = struct.unpack("<iq", raw[4:16])
+        x = np.frombuffer(raw[45:45 + 4 * n * d], dtype="<f4").reshape(n, d).astype(np.float64)
+
+        def top(e):
+            s = e @ x.T
+            return [sorted(range(n), key=lambda i: (-round(row[i], 6), i))[:10] for row in s]
+
+        a, b = top(emb["fp32"]), top(emb["int8"])
+        for k in (1, 3, 10):
+            same = sum(1 for u, v in zip(a, b) if u[:k] == v[:k]) / len(qs)
+            rec = sum(len(set(u[:k]) & set(v[:k])) / k for u, v in zip(a, b)) / len(qs)
+            self.assertLessEqual(abs(got["index"]["identical_top%d" % k] - same), 2.0 / len(qs), k)
+            self.assertLessEqual(abs(got["index"]["recall@%d" % k] - rec), 2.0 / len(qs), k)
+        # the text form, and usage errors
+        rc, out, err = run("--compare", "int8", "--queries", qf, "--index", self.index)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("cosine(float32, int8) per query: min", out)
+        self.assertIn("identical top-k lists (same ids, same order):", out)
+        self.assertEqual(run("--compare", "fp16", "--queries", qf)[0], 2)
+        self.assertEqual(run("--compare", "int8")[0], 2)
+        self.assertEqual(run("--index", self.index)[0], 2)
+        rc, _, err = run("--compare", "int8", "--queries", os.path.join(self.dir, "none.jsonl"))
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot open", err)
+
+    def test_tokens_counted(self):
+        """local_tokens_total counts the tokens the encoder computed; the CPU packs sequences, so
+        nothing is padding, whatever the lengths in a batch."""
+        gw = self.start({})
+        try:
+            qs = ["a", "a much longer question about topic 3 and row 12 and many other words of the corpus"]
+            self.assertEqual(gw.retrieve(qs, topk=2).status, 200)
+            r = subprocess.run([sgtest.binary("searchgate-encode"), "--model", MODEL, "--ids"],
+                               input="".join(json.dumps(q) + "\n" for q in qs).encode(), stdout=subprocess.PIPE, check=True,
+                               timeout=sgtest.scaled(60))
+            want = sum(len(json.loads(line)) for line in r.stdout.decode().splitlines())
+            self.assertEqual(gw.metric("searchgate_backend_local_tokens_total"), want)
+            self.assertEqual(gw.metric("searchgate_backend_local_padded_tokens_total"), 0.0)
+        finally:
+            gw.stop()
 
     def test_flat_scan_kernel(self):
         """The flat scan's kernel follows the CPU's features (SG_CPU_FEATURES can hide them): AVX2

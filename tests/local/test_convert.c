@@ -5,8 +5,8 @@
  *   - the recall report: every recall@1/@3/@10 figure the tool records in OUT.sgmeta is recomputed
  *     here -- exact neighbours by brute force in double precision over the vectors this test made,
  *     approximate ones by searching the written index file (opened the way the server opens it:
- *     IVF lists memory-mapped), with re-ranking redone here from the exact vectors -- and must be
- *     equal;
+ *     IVF lists memory-mapped) for each k as a route serving topk = k does (k results; with
+ *     re-ranking k x F candidates, re-scored here from the exact vectors) -- and must be equal;
  *   - IVF-Flat with nprobe = nlist is exhaustive: its recall must be exactly 1;
  *   - what is refused, and how: an input that is not a Flat index, a Flat index of another metric,
  *     a missing file, an existing output without --force, a bad factory string; no temporary file
@@ -201,35 +201,36 @@ static void check_report(const char *out, const float *x, int metric, int expect
     {
         int v = param != NULL ? cJSON_GetObjectItem(e, param)->valueint : 0;
         int rr = cJSON_GetObjectItem(e, "rerank")->valueint;
-        int kq = KM + 1, kc = rr > 0 ? kq * rr : kq;
-        float *dist = malloc((size_t)nq * (size_t)kc * sizeof(float));
-        int64_t *lab = malloc((size_t)nq * (size_t)kc * sizeof(int64_t));
-        assert_int_equal(sg_fext_search(ix.index, nq, qv, kc, dist, lab, ix.info.kind == SG_FEXT_IVF ? v : 0,
-                                        ix.info.kind == SG_FEXT_HNSW ? v : 0, err, sizeof(err)),
-                         0);
         double hit[3] = {0, 0, 0};
         const int ks[3] = {1, 3, 10};
-        for (int i = 0; i < nq; ++i) {
-            int64_t *c = lab + (size_t)i * kc;
-            int nc = kq;
-            if (rr > 0) { /* re-rank here: exact scores of the candidates, best kq kept */
-                sc_t cs[400];
+        /* each k as a route serving topk = k searches it: k results (k x rerank candidates, re-scored
+         * exactly); a held-out row fetches one more result (k x rerank + 1 candidates) and drops itself */
+        for (int t = 0; t < 3; ++t) {
+            int kq = ks[t] + 1, kc = rr > 0 ? ks[t] * rr + 1 : kq;
+            float *dist = malloc((size_t)nq * (size_t)kc * sizeof(float));
+            int64_t *lab = malloc((size_t)nq * (size_t)kc * sizeof(int64_t));
+            assert_int_equal(sg_fext_search(ix.index, nq, qv, kc, dist, lab, ix.info.kind == SG_FEXT_IVF ? v : 0,
+                                            ix.info.kind == SG_FEXT_HNSW ? v : 0, err, sizeof(err)),
+                             0);
+            for (int i = 0; i < nq; ++i) {
+                int64_t *c = lab + (size_t)i * kc;
+                if (rr > 0) { /* re-rank here: exact scores of the candidates, best kq kept */
+                    sc_t cs[400];
+                    int n = 0;
+                    for (int j = 0; j < kc; ++j)
+                        if (c[j] >= 0)
+                            cs[n++] = (sc_t){exact(qv + (size_t)i * D, x + c[j] * D, metric), c[j]};
+                    qsort(cs, (size_t)n, sizeof(sc_t), cmp_sc);
+                    for (int j = 0; j < kq; ++j)
+                        c[j] = j < n ? cs[j].l : -1;
+                }
+                int64_t res[KM];
                 int n = 0;
-                for (int j = 0; j < kc; ++j)
-                    if (c[j] >= 0)
-                        cs[n++] = (sc_t){exact(qv + (size_t)i * D, x + c[j] * D, metric), c[j]};
-                qsort(cs, (size_t)n, sizeof(sc_t), cmp_sc);
-                for (int j = 0; j < kq; ++j)
-                    c[j] = j < n ? cs[j].l : -1;
-            }
-            int64_t res[KM];
-            int n = 0;
-            for (int j = 0; j < nc && n < KM; ++j)
-                if (c[j] != self[i])
-                    res[n++] = c[j];
-            for (int t = 0; t < 3; ++t) {
+                for (int j = 0; j < kq && n < ks[t]; ++j)
+                    if (c[j] != self[i])
+                        res[n++] = c[j];
                 int h = 0;
-                for (int a = 0; a < ks[t] && a < n; ++a)
+                for (int a = 0; a < n; ++a)
                     for (int b = 0; b < ks[t]; ++b)
                         if (res[a] >= 0 && res[a] == gt[i * KM + b]) {
                             ++h;
@@ -237,6 +238,8 @@ static void check_report(const char *out, const float *x, int metric, int expect
                         }
                 hit[t] += (double)h / ks[t];
             }
+            free(dist);
+            free(lab);
         }
         const char *names[3] = {"recall@1", "recall@3", "recall@10"};
         for (int t = 0; t < 3; ++t) {
@@ -246,8 +249,6 @@ static void check_report(const char *out, const float *x, int metric, int expect
                          want);
         }
         assert_true(cJSON_GetObjectItem(e, "qps")->valuedouble > 0);
-        free(dist);
-        free(lab);
     }
     sg_fidx_close(&ix);
     cJSON_Delete(m);

@@ -10,12 +10,15 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "blas.h"
 #include "e5.h"
 #include "e5_internal.h"
+#include "kern.h"
 #include "wordpiece.h"
 #include "testutil.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define MODEL SG_FIXTURES "/e5-tiny"
 
@@ -385,13 +388,299 @@ static void test_encoder_onednn_goldens(void **state)
     sg_e5_free(m);
 }
 
+/* ---- the own kernels and int8 ---- */
+
+/* the kernel sets of this CPU (SG_CPU_FEATURES applied, as at start-up) */
+static uint32_t cpu_features(void)
+{
+    sg_cpu_t cpu;
+    sg_cpu_read(&cpu);
+    const char *mask = getenv("SG_CPU_FEATURES");
+    char err[256];
+    if (mask != NULL)
+        assert_int_equal(sg_cpu_restrict(&cpu, mask, err, sizeof(err)), 0);
+    return cpu.features;
+}
+
+/* encoder_blas "own": every float32 kernel set this CPU runs matches the goldens like OpenBLAS */
+static void test_encoder_own_kernels_goldens(void **state)
+{
+    (void)state;
+    uint32_t f = cpu_features();
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    float *out = calloc(n * 64, sizeof(float));
+    for (int kern = SG_KERN_SCALAR; kern <= SG_KERN_AVX512; ++kern) {
+        sg_e5_model *m = load_model();
+        char err[512];
+        int rc = sg_e5_use_kernels(m, kern, err, sizeof(err));
+        assert_int_equal(rc, sg_kern_runs(kern, 0, f) ? 0 : -1);
+        if (rc == 0) {
+            assert_int_equal(sg_e5_kernel(m), kern);
+            encode_goldens(m, g, n, out);
+            double worst = 0;
+            for (size_t i = 0; i < n; ++i)
+                worst = fmax(worst, max_abs(out + i * 64, g[i].emb, 64));
+            fprintf(stderr, "own %s float32 kernels: worst max abs diff %.3g\n", sg_kern_name(kern), worst);
+            assert_true(worst <= 1e-5);
+            assert_non_null(strstr(sg_e5_identity(m), "e5:"));
+            assert_null(strstr(sg_e5_identity(m), ".int8")); /* float32: the cache identity stays */
+        }
+        sg_e5_free(m);
+    }
+    free(out);
+    free_golden(g, n);
+}
+
+/* A plain C reference of the forward in double, with each linear layer as precision int8 defines
+ * it: the weights quantised per output channel (|q| <= 127, or 63 with 7 bits), each input row per
+ * token (|q| <= 127), both rounded to nearest even, then the dequantised product. */
+typedef struct {
+    const sg_e5_config *c;
+    int bits;
+} qref_t;
+
+static void ref_linear(const qref_t *r, const double *x, size_t t, int in, const float *w, const float *b, int out, double *y)
+{
+    int levels = r->bits == 7 ? 63 : 127;
+    double *wd = malloc(sizeof(double) * (size_t)out * (size_t)in), *xd = malloc(sizeof(double) * (size_t)in);
+    for (int j = 0; j < out; ++j) {
+        float mx = 0;
+        for (int k = 0; k < in; ++k)
+            mx = fmaxf(mx, fabsf(w[(size_t)j * in + k]));
+        for (int k = 0; k < in; ++k)
+            wd[(size_t)j * in + k] =
+                mx > 0 ? nearbyintf(w[(size_t)j * in + k] * ((float)levels / mx)) * (double)(mx / (float)levels) : 0;
+    }
+    for (size_t i = 0; i < t; ++i) {
+        float mx = 0;
+        for (int k = 0; k < in; ++k)
+            mx = fmaxf(mx, fabsf((float)x[i * in + k]));
+        for (int k = 0; k < in; ++k)
+            xd[k] = mx > 0 ? nearbyintf((float)x[i * in + k] * (127.0f / mx)) * (double)(mx / 127.0f) : 0;
+        for (int j = 0; j < out; ++j) {
+            double acc = 0;
+            for (int k = 0; k < in; ++k)
+                acc += xd[k] * wd[(size_t)j * in + k];
+            y[i * out + j] = acc + b[j];
+        }
+    }
+    free(wd);
+    free(xd);
+}
+
+static void ref_layer_norm(double *x, const double *res, size_t t, int h, const float *g, const float *b, double eps)
+{
+    for (size_t i = 0; i < t; ++i) {
+        double *row = x + i * h, mean = 0, var = 0;
+        for (int j = 0; j < h; ++j)
+            mean += (row[j] += res != NULL ? res[i * h + j] : 0);
+        mean /= h;
+        for (int j = 0; j < h; ++j)
+            var += (row[j] - mean) * (row[j] - mean);
+        double inv = 1.0 / sqrt(var / h + eps);
+        for (int j = 0; j < h; ++j)
+            row[j] = (row[j] - mean) * inv * g[j] + b[j];
+    }
+}
+
+/* one sequence's embedding */
+static void ref_forward(const sg_e5_model *m, const qref_t *r, const int32_t *ids, int t, float *out)
+{
+    const sg_e5_config *c = r->c;
+    const int h = c->hidden, dh = h / c->heads, in = c->intermediate;
+    double *x = calloc((size_t)t * h, sizeof(double)), *q = calloc((size_t)t * h, sizeof(double)),
+           *k = calloc((size_t)t * h, sizeof(double));
+    double *v = calloc((size_t)t * h, sizeof(double)), *ctx = calloc((size_t)t * h, sizeof(double)),
+           *tmp = calloc((size_t)t * h, sizeof(double));
+    double *mid = calloc((size_t)t * in, sizeof(double)), *s = calloc((size_t)t, sizeof(double));
+    sg_e5_embedding_weights e;
+    sg_e5_get_embedding_weights(m, &e);
+    for (int i = 0; i < t; ++i)
+        for (int j = 0; j < h; ++j)
+            x[i * h + j] = ((double)e.word[(size_t)ids[i] * h + j] + e.token_type[j]) + e.position[(size_t)i * h + j];
+    ref_layer_norm(x, NULL, (size_t)t, h, e.ln_gamma, e.ln_beta, c->ln_eps);
+    for (int l = 0; l < c->layers; ++l) {
+        sg_e5_layer_weights L;
+        assert_int_equal(sg_e5_get_layer_weights(m, l, &L), 0);
+        ref_linear(r, x, (size_t)t, h, L.q_w, L.q_b, h, q);
+        ref_linear(r, x, (size_t)t, h, L.k_w, L.k_b, h, k);
+        ref_linear(r, x, (size_t)t, h, L.v_w, L.v_b, h, v);
+        for (int hd = 0; hd < c->heads; ++hd) {
+            for (int a = 0; a < t; ++a) {
+                double mx = -INFINITY, sum = 0;
+                for (int b = 0; b < t; ++b) {
+                    double d = 0;
+                    for (int i = 0; i < dh; ++i)
+                        d += q[a * h + hd * dh + i] * k[b * h + hd * dh + i];
+                    s[b] = d / sqrt((double)dh);
+                    mx = fmax(mx, s[b]);
+                }
+                for (int b = 0; b < t; ++b)
+                    sum += (s[b] = exp(s[b] - mx));
+                for (int i = 0; i < dh; ++i) {
+                    double acc = 0;
+                    for (int b = 0; b < t; ++b)
+                        acc += s[b] / sum * v[b * h + hd * dh + i];
+                    ctx[a * h + hd * dh + i] = acc;
+                }
+            }
+        }
+        ref_linear(r, ctx, (size_t)t, h, L.attn_out_w, L.attn_out_b, h, tmp);
+        ref_layer_norm(tmp, x, (size_t)t, h, L.attn_ln_gamma, L.attn_ln_beta, c->ln_eps);
+        ref_linear(r, tmp, (size_t)t, h, L.inter_w, L.inter_b, in, mid);
+        for (int i = 0; i < t * in; ++i)
+            mid[i] = 0.5 * mid[i] * (1.0 + erf(mid[i] / sqrt(2.0)));
+        ref_linear(r, mid, (size_t)t, in, L.out_w, L.out_b, h, x);
+        ref_layer_norm(x, tmp, (size_t)t, h, L.out_ln_gamma, L.out_ln_beta, c->ln_eps);
+    }
+    double norm = 0;
+    for (int j = 0; j < h; ++j) {
+        double acc = 0;
+        for (int i = 0; i < t; ++i)
+            acc += x[i * h + j];
+        tmp[j] = acc / t;
+        norm += tmp[j] * tmp[j];
+    }
+    for (int j = 0; j < h; ++j)
+        out[j] = (float)(tmp[j] / fmax(sqrt(norm), 1e-12));
+    free(x);
+    free(q);
+    free(k);
+    free(v);
+    free(ctx);
+    free(tmp);
+    free(mid);
+    free(s);
+}
+
+/* precision int8 against the plain C reference, on every int8 kernel this CPU runs (and oneDNN's
+ * where it loads and is exact), for 8- and 7-bit weights: identical token ids, a bounded error,
+ * and a cosine to float32 that keeps the retrieval's order */
+static void test_encoder_int8_reference(void **state)
+{
+    (void)state;
+    uint32_t f = cpu_features();
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    float *f32 = calloc(n * 64, sizeof(float)), *out = calloc(n * 64, sizeof(float)), *ref = calloc(n * 64, sizeof(float));
+    sg_e5_model *base = load_model();
+    encode_goldens(base, g, n, f32);
+    const int kerns[] = {SG_KERN_SCALAR, SG_KERN_AVX2, SG_KERN_VNNI, SG_E5_INT8_ONEDNN};
+    for (int bits = 8; bits >= 7; --bits) {
+        qref_t r = {sg_e5_get_config(base), bits};
+        for (size_t i = 0; i < n; ++i)
+            ref_forward(base, &r, g[i].ids, g[i].n_ids, ref + i * 64);
+        for (size_t ki = 0; ki < sizeof(kerns) / sizeof(kerns[0]); ++ki) {
+            sg_e5_model *m = load_model();
+            char err[512];
+            int rc = sg_e5_set_int8(m, kerns[ki], bits, err, sizeof(err));
+            if (kerns[ki] == SG_E5_INT8_ONEDNN) {
+                if (rc != 0) {
+                    fprintf(stderr, "int8 through oneDNN not here: %s\n", err);
+                    assert_non_null(strstr(err, "oneDNN"));
+                }
+            } else {
+                assert_int_equal(rc, sg_kern_runs(kerns[ki], 1, f) ? 0 : -1);
+            }
+            if (rc != 0) {
+                sg_e5_free(m);
+                continue;
+            }
+            assert_int_equal(sg_e5_precision(m), SG_E5_INT8);
+            assert_non_null(strstr(sg_e5_identity(m), bits == 7 ? ".int8w7" : ".int8"));
+            int32_t ids[256];
+            for (size_t i = 0; i < n; ++i) { /* the same tokens whatever the precision */
+                int k = sg_e5_tokenize(m, "query: ", g[i].text, g[i].len, 256, ids);
+                assert_int_equal(k, g[i].n_ids);
+                assert_memory_equal(ids, g[i].ids, (size_t)k * sizeof(int32_t));
+            }
+            encode_goldens(m, g, n, out);
+            /* float32 and double agree to ~1e-7 until an activation lands within that of a rounding
+             * edge (x.5 steps) on one side and not on the other: one step of one value, which moves
+             * that text's embedding by ~1e-3. Most texts meet no such edge and must agree exactly. */
+            double worst = 0, cos_min = 1;
+            size_t exact = 0;
+            for (size_t i = 0; i < n; ++i) {
+                double d = max_abs(out + i * 64, ref + i * 64, 64);
+                worst = fmax(worst, d);
+                exact += d <= 2e-5;
+                cos_min = fmin(cos_min, cosine(out + i * 64, f32 + i * 64, 64));
+            }
+            char desc[160];
+            fprintf(stderr,
+                    "%s: vs the plain C reference: %zu of %zu texts within 2e-5, max abs %.3g; vs float32 min cosine %.6f\n",
+                    sg_e5_engine(m, desc, sizeof(desc)), exact, n, worst, cos_min);
+            assert_true(exact >= n * 3 / 4);
+            assert_true(worst <= 5e-3);
+            assert_true(cos_min >= (bits == 8 ? 0.9995 : 0.998));
+            sg_e5_free(m);
+        }
+    }
+    sg_e5_free(base);
+    free(f32);
+    free(out);
+    free(ref);
+    free_golden(g, n);
+}
+
+/* precision int8 picks its kernel from the CPU's features (SG_CPU_FEATURES hides some, as for the
+ * BLAS): VNNI where present, else AVX2 with 7-bit weights, else plain C */
+static void test_encoder_int8_choice(void **state)
+{
+    (void)state;
+    const char *saved = getenv("SG_CPU_FEATURES");
+    char *keep = saved != NULL ? strdup(saved) : NULL;
+    static const struct {
+        const char *mask;
+        int kern;
+        const char *suffix;
+    } cases[] = {{"sse3", SG_KERN_SCALAR, ".int8"},
+                 {"sse3,avx,fma,avx2", SG_KERN_AVX2, ".int8w7"},
+                 {"sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl", SG_KERN_AVX2, ".int8w7"},
+                 {"sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl,avx512_vnni", SG_KERN_VNNI, ".int8"}};
+    uint32_t have = cpu_features();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        setenv("SG_CPU_FEATURES", cases[i].mask, 1);
+        sg_e5_model *m = load_model();
+        char err[512];
+        assert_int_equal(sg_e5_set_precision(m, SG_E5_INT8, err, sizeof(err)), 0);
+        int want = sg_kern_runs(cases[i].kern, 1, have) ? cases[i].kern : sg_kern_q8_best(have & sg_e5_features(m));
+        assert_int_equal(sg_e5_kernel(m), want);
+        const char *id = sg_e5_identity(m);
+        assert_string_equal(strrchr(id, '.'), want == SG_KERN_AVX2 ? ".int8w7" : ".int8");
+        (void)cases[i].suffix;
+        sg_e5_free(m);
+    }
+    if (keep != NULL) {
+        setenv("SG_CPU_FEATURES", keep, 1);
+        free(keep);
+    } else {
+        unsetenv("SG_CPU_FEATURES");
+    }
+    /* bf16 and int8 exclude each other */
+    sg_e5_model *m = load_model();
+    char err[512];
+    assert_int_equal(sg__e5_set_bf16_reference(m, err, sizeof(err)), 0);
+    assert_int_equal(sg_e5_set_precision(m, SG_E5_INT8, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "bf16"));
+    sg_e5_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tokenizer_golden),          cmocka_unit_test(test_tokenizer_edges),
-        cmocka_unit_test(test_model_ids_match_tokenizer), cmocka_unit_test(test_encoder_single),
-        cmocka_unit_test(test_encoder_batched),           cmocka_unit_test(test_encoder_threads_share_model),
-        cmocka_unit_test(test_encoder_bf16_fidelity),     cmocka_unit_test(test_encoder_onednn_goldens),
+        cmocka_unit_test(test_tokenizer_golden),
+        cmocka_unit_test(test_tokenizer_edges),
+        cmocka_unit_test(test_model_ids_match_tokenizer),
+        cmocka_unit_test(test_encoder_single),
+        cmocka_unit_test(test_encoder_batched),
+        cmocka_unit_test(test_encoder_threads_share_model),
+        cmocka_unit_test(test_encoder_bf16_fidelity),
+        cmocka_unit_test(test_encoder_onednn_goldens),
+        cmocka_unit_test(test_encoder_own_kernels_goldens),
+        cmocka_unit_test(test_encoder_int8_reference),
+        cmocka_unit_test(test_encoder_int8_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

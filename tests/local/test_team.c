@@ -4,7 +4,8 @@
  *
  *   - every task of every step runs exactly once, on a slot no other running task holds, with
  *     helpers joining late and leaving in the middle of a session;
- *   - the encoder gives the same embeddings (to float rounding) with 2 and 4 threads as alone;
+ *   - the encoder gives the same embeddings with 2 and 4 threads as alone: to float rounding on
+ *     the BLAS, bit for bit with the own float32 kernels and with int8;
  *   - so does the cross-encoder (xenc.h) its scores (to 2e-6 relative: logits are ~3, not unit
  *     vectors), which stay within 1e-5 of its goldens;
  *   - flatscan gives FAISS's own results (in the canonical order), for IP and L2, with ties, with
@@ -19,6 +20,7 @@
 #include "faissidx.h"
 #include "blas.h"
 #include "flatscan.h"
+#include "kern.h"
 #include "team.h"
 #include "testutil.h"
 #include "xenc.h"
@@ -155,12 +157,23 @@ static void test_lead_changes(void **state)
 
 /* ---- the encoder over the team ---- */
 
-static void test_encoder_same_with_any_threads(void **state)
+/* One engine of the linear layers (0: the BLAS, 1: the own float32 kernels, 2: int8) over teams of
+ * 2 and 4 threads. The own kernels give the single thread's bits however the team cuts the
+ * products; the BLAS's column slices may round differently (1e-6). */
+static void encoder_same_with_any_threads(int engine)
 {
-    (void)state;
     sg_e5_model *m;
     char err[512];
     assert_int_equal(sg_e5_load(SG_FIXTURES "/e5-tiny", &m, err, sizeof(err)), 0);
+    int f32 = sg_kern_f32_best(sg_e5_features(m));
+    if (engine == 1 && f32 == SG_KERN_NONE) {
+        sg_e5_free(m);
+        return;
+    }
+    if (engine == 1)
+        assert_int_equal(sg_e5_use_kernels(m, f32, err, sizeof(err)), 0);
+    if (engine == 2)
+        assert_int_equal(sg_e5_set_precision(m, SG_E5_INT8, err, sizeof(err)), 0);
     /* 15 texts, ~140 tokens: the products split by rows; the first 3 alone, ~20 tokens: by columns */
     const char *base[] = {"who wrote hamlet", "the capital of france", "a", "Zürich is in Switzerland",
                           "a much longer query about the history of the roman empire and its many emperors"};
@@ -173,29 +186,55 @@ static void test_encoder_same_with_any_threads(void **state)
     }
     int dim = sg_e5_dim(m);
     float *want = malloc(sizeof(float) * NT * (size_t)dim), *got = malloc(sizeof(float) * NT * (size_t)dim);
+    float *want3 = malloc(sizeof(float) * 3 * (size_t)dim);
     sg_e5_workspace *w = sg_e5_workspace_new(m);
     assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, NT, 256, want, err, sizeof(err)), 0);
+    assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, 3, 256, want3, err, sizeof(err)), 0);
     for (unsigned workers = 2; workers <= 4; workers += 2) {
         pool_t p;
         pool_start(&p, workers);
         for (int rep = 0; rep < 4; ++rep) {
             size_t nt = rep % 2 == 0 ? NT : 3;
+            const float *ref = nt == NT ? want : want3;
             sg_team_open(&p.team, 0, workers);
             sg_e5_workspace_set_par(w, &p.team.par);
             memset(got, 0xff, sizeof(float) * NT * (size_t)dim);
             assert_int_equal(sg_e5_encode(m, w, "query: ", texts, lens, nt, 256, got, err, sizeof(err)), 0);
             sg_e5_workspace_set_par(w, NULL);
             sg_team_close(&p.team);
-            for (size_t i = 0; i < nt * (size_t)dim; ++i)
-                assert_true(fabsf(got[i] - want[i]) <= 1e-6f);
+            if (engine == 0) {
+                for (size_t i = 0; i < nt * (size_t)dim; ++i)
+                    assert_true(fabsf(got[i] - ref[i]) <= 1e-6f);
+            } else {
+                assert_memory_equal(got, ref, sizeof(float) * nt * (size_t)dim);
+            }
         }
         assert_true(atomic_load(&p.team.tasks) > 0);
         pool_stop(&p);
     }
     free(want);
+    free(want3);
     free(got);
     sg_e5_workspace_free(w);
     sg_e5_free(m);
+}
+
+static void test_encoder_same_with_any_threads(void **state)
+{
+    (void)state;
+    encoder_same_with_any_threads(0);
+}
+
+static void test_encoder_own_kernels_same_bits_with_any_threads(void **state)
+{
+    (void)state;
+    encoder_same_with_any_threads(1);
+}
+
+static void test_encoder_int8_same_bits_with_any_threads(void **state)
+{
+    (void)state;
+    encoder_same_with_any_threads(2);
 }
 
 /* ---- the cross-encoder over the team ---- */
@@ -438,6 +477,8 @@ int main(void)
         cmocka_unit_test(test_every_task_once),
         cmocka_unit_test(test_lead_changes),
         cmocka_unit_test(test_encoder_same_with_any_threads),
+        cmocka_unit_test(test_encoder_own_kernels_same_bits_with_any_threads),
+        cmocka_unit_test(test_encoder_int8_same_bits_with_any_threads),
         cmocka_unit_test(test_xenc_same_with_any_threads),
         cmocka_unit_test(test_flatscan_ip),
         cmocka_unit_test(test_flatscan_l2),

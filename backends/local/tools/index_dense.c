@@ -15,6 +15,7 @@
  */
 #include "blas.h"
 #include "e5.h"
+#include "kern.h"
 #include "faissidx.h"
 #include "jsonl.h"
 
@@ -180,6 +181,13 @@ int main(int argc, char **argv)
     sg_e5_model *m;
     if (sg_e5_load(model, &m, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate-index-dense: %s\n", err);
+        return 1;
+    }
+    /* the server's float32 products ("encoder_blas": "auto"): the own kernels where AVX2 runs */
+    int f32 = sg_kern_f32_best(sg_e5_features(m));
+    if (f32 != SG_KERN_NONE && sg_e5_use_kernels(m, f32, err, sizeof(err)) != 0) {
+        fprintf(stderr, "searchgate-index-dense: %s\n", err);
+        sg_e5_free(m);
         return 1;
     }
     sg_jsonl_t corpus;

@@ -20,7 +20,14 @@ p50 over the floor: one query's FLOPs on all cores plus one scan of the index). 
 top-k: the same 256 queries (topk 10) sent to both servers, ids compared. The result cache of the
 gateway is off for the benchmark so every query reaches the backend.
 
-    /usr/bin/python3 bench.py --build BUILD_DIR [--workdir DIR] [--seconds 20] [--rows 100000] [--bf16]
+The bound of a row is what the machine's best float32 products allow (the faster of OpenBLAS and
+the encoder's own kernels, both measured by bench_bounds.c); int8 rows are printed against it and
+against the int8 products' own bound. --baseline BUILD adds the same rows for another build (the
+code before a change, run back to back on the same machine); --int8 adds "precision": "int8" and the
+share of 1,000 queries whose top-3 list is identical to float32's.
+
+    /usr/bin/python3 bench.py --build BUILD_DIR [--workdir DIR] [--seconds 20] [--rows 100000] [--bf16] [--int8]
+                              [--baseline OTHER_BUILD_DIR] [--skip-ref] [--compare] [--out FILE.json]
 """
 import argparse
 import json
@@ -196,7 +203,7 @@ def metrics(port):
     except OSError:
         return None
     out = {}
-    for name in ("batches_total", "batch_queries_total", "encode_seconds_total", "search_seconds_total"):
+    for name in ("batches_total", "batch_queries_total", "encode_seconds_total", "search_seconds_total", "tokens_total"):
         m = re.search(r"^searchgate_backend_local_%s\{[^}]*\} (\S+)$" % name, text, re.M)
         out[name] = float(m.group(1)) if m else 0.0
     return out
@@ -220,6 +227,9 @@ def run_points(srv, seconds, queries, offset0):
                 r["mean_batch"] = d["batch_queries_total"] / d["batches_total"]
                 r["encode_ms_per_query"] = 1000 * d["encode_seconds_total"] / d["batch_queries_total"]
                 r["search_ms_per_query"] = 1000 * d["search_seconds_total"] / d["batch_queries_total"]
+                r["encode_seconds"] = d["encode_seconds_total"]
+                r["queries_encoded"] = d["batch_queries_total"]
+                r["tokens"] = d["tokens_total"]  # 0 from a build without the counter
                 extra = "; mean batch %.1f, encode %.1f + FAISS %.1f ms/query" % (
                     r["mean_batch"], r["encode_ms_per_query"], r["search_ms_per_query"])
         log("  %-26s %8.1f q/s  p50 %8.1f ms  p99 %8.1f ms  (%d requests, non-2xx %d%s%s)" % (
@@ -257,11 +267,17 @@ def bounds(build, model, queries, env, seconds):
     return json.loads(out)
 
 
-def bound_qps(b, rows, dim, batch):
+def best_rate(b, which):
+    """The faster float32 products for `which` (e.g. "allcores_x32"): OpenBLAS's or the own kernels'."""
+    return max(b["gflops_" + which], b.get("own_gflops_" + which, 0.0))
+
+
+def bound_qps(b, rows, dim, batch, int8=False):
     """Queries/s the machine allows at a mean batch of `batch` queries, every core busy: the encoder's
-    FLOPs at the batch products' measured rate, plus the larger of the flat scan's FLOPs and its bytes
-    (the index read once per batch) at the measured bandwidth."""
-    f_enc = b["gflops_allcores_x32"] * 1e9
+    FLOPs at the batch products' measured rate (the best float32 products, or the int8 ones), plus the
+    larger of the flat scan's FLOPs and its bytes (the index read once per batch) at the measured
+    bandwidth."""
+    f_enc = (b["int8_gops_allcores_x32"] if int8 else best_rate(b, "allcores_x32")) * 1e9
     enc = b["encoder_flops_per_query"] / f_enc
     search = max(2.0 * rows * dim / f_enc, rows * dim * 4.0 / (max(batch, 1.0) * b["bandwidth_gbs"] * 1e9))
     return 1.0 / (enc + search)
@@ -270,12 +286,12 @@ def bound_qps(b, rows, dim, batch):
 def floor_ms(b, rows, dim):
     """A lone query on every core: its encoder FLOPs at the one-query products' all-core rate, plus
     one scan of the index at the measured bandwidth (or its FLOPs, if slower)."""
-    f1 = b["gflops_allcores_x1"] * 1e9
+    f1 = best_rate(b, "allcores_x1") * 1e9
     return 1000.0 * (b["encoder_flops_per_query"] / f1 + max(rows * dim * 4.0 / (b["bandwidth_gbs"] * 1e9),
                                                            2.0 * rows * dim / f1))
 
 
-def run_gateway(build, wd, model, index, corpus, queries, seconds, name, env=None, extra=None, cold=False):
+def run_gateway(build, wd, model, index, corpus, queries, seconds, name, env=None, extra=None, cold=False, points=True):
     port = free_port()
     cfg = {"listen": {"host": "127.0.0.1", "port": port}, "threads": 1, "log_level": "info",
            "plugin_dir": os.path.join(build, "plugins"),
@@ -299,11 +315,12 @@ def run_gateway(build, wd, model, index, corpus, queries, seconds, name, env=Non
         text = f.read()
     m = re.search(r"BLAS: (.*)", text)
     res["blas"] = m.group(1) if m else "?"
-    m = re.search(r"encoder_blas (.*)", text)
+    m = re.search(r"(encoder_blas .*|precision int8: .*)", text)
     res["encoder_blas"] = m.group(1) if m else "OpenBLAS"
     log("searchgate (%s): start-up %.2f s; %s" % (name, g.startup, res["blas"]))
     res["startup_s"] = g.startup
-    res["points"] = run_points(g, seconds, queries, 0)
+    if points:
+        res["points"] = run_points(g, seconds, queries, 0)
     return g, res
 
 
@@ -317,8 +334,15 @@ def main():
     ap.add_argument("--bf16", action="store_true", help="also run \"precision\": \"bf16\" (needs AVX512_BF16/AMX)")
     ap.add_argument("--compare", action="store_true",
                     help="also run \"teams\": false and \"encoder_blas\": \"openblas\"/\"onednn\" (the choices the defaults make)")
+    ap.add_argument("--int8", action="store_true", help="also run \"precision\": \"int8\", with the top-3 agreement on 1,000 queries")
+    ap.add_argument("--baseline", help="another build (the code before a change): its default start, run in the same session")
+    ap.add_argument("--points", help="comma-separated rows to run, 0-4 (default: all): 0 = c=1, 1 = c=16, 2 = c=64, "
+                                     "3 = 32-query requests, 4 = 512-query requests")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args()
+    if a.points:
+        global POINTS
+        POINTS = [POINTS[int(i)] for i in a.points.split(",")]
     build = os.path.abspath(a.build)
     dim = 768
     model, corpus, index, queries = make_data(a.workdir, a.rows, dim)
@@ -364,6 +388,20 @@ def main():
             g, results["searchgate_" + name] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, name, clean,
                                                            extra=extra)
             g.stop()
+    if a.baseline:
+        g, results["searchgate_baseline"] = run_gateway(os.path.abspath(a.baseline), a.workdir, model, index, corpus, queries,
+                                                        a.seconds, "baseline", clean)
+        g.stop()
+    sample1k = qlist[50000:51000]
+    if a.int8:
+        g, _ = run_gateway(build, a.workdir, model, index, corpus, queries, 0, "fp32-top3", clean, points=False)
+        fp_ids, _ = topk_ids(g.port, sample1k, 3)
+        g.stop()
+        g, results["searchgate_int8"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "int8", clean,
+                                                    extra={"precision": "int8"})
+        q_ids, _ = topk_ids(g.port, sample1k, 3)
+        g.stop()
+        results["int8_top3_agreement"] = sum(1 for x, y in zip(q_ids, fp_ids) if x == y) / len(sample1k)
     if a.bf16:
         g, results["searchgate_bf16"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "bf16", clean,
                                                     extra={"precision": "bf16"})
@@ -392,8 +430,11 @@ def main():
     print("\nlocal dense backend, %d-row Flat IP index, e5-base-shaped random model (%.1f tokens/query), one run on %s, %d CPUs"
           % (a.rows, b_def["mean_tokens"], results["machine"]["cpu"], results["machine"]["nproc"]))
     print("BLAS: default start: %s; encoder products: %s" % (results["searchgate"]["blas"], results["searchgate"]["encoder_blas"]))
-    print("bounds: one query's products %.1f GFLOP/s, 32 queries' %.1f GFLOP/s (all cores, %s kernels); memory %.1f GB/s"
-          % (b_def["gflops_allcores_x1"], b_def["gflops_allcores_x32"], b_def["core"], b_def["bandwidth_gbs"]))
+    print("bounds: one query's products %.1f GFLOP/s, 32 queries' %.1f GFLOP/s (all cores; OpenBLAS %s kernels %.1f / %.1f, own "
+          "%s kernels %.1f / %.1f); memory %.1f GB/s"
+          % (best_rate(b_def, "allcores_x1"), best_rate(b_def, "allcores_x32"), b_def["core"], b_def["gflops_allcores_x1"],
+             b_def["gflops_allcores_x32"], b_def.get("own_kernel", "-"), b_def.get("own_gflops_allcores_x1", 0),
+             b_def.get("own_gflops_allcores_x32", 0), b_def["bandwidth_gbs"]))
     hdr = "%-26s %22s %9s %22s %8s" % ("", "default q/s (p50/p99)", "of bound", "forced-best q/s", "def/best")
     if "reference" in results:
         hdr += " %22s %8s" % ("reference q/s (p50)", "vs ref")
@@ -418,7 +459,7 @@ def main():
             line += " %14.1f (%s) %7.1fx" % (z["qps"], ms(z["p50_ms"]), x["qps"] / z["qps"] if z["qps"] else 0)
         print(line)
     print("c=1 floor: %.1f ms (encoder %.2f GFLOP at %.1f GFLOP/s + one %.0f MB scan at %.1f GB/s); fl = p50 / floor"
-          % (floor_ms(b_def, a.rows, dim), b_def["encoder_flops_per_query"] / 1e9, b_def["gflops_allcores_x1"],
+          % (floor_ms(b_def, a.rows, dim), b_def["encoder_flops_per_query"] / 1e9, best_rate(b_def, "allcores_x1"),
              a.rows * dim * 4 / 1e6, b_def["bandwidth_gbs"]))
     print("start-up: searchgate %.2f s (first start, building offsets: %.2f s)%s" % (
         results["searchgate"]["startup_s"], results["searchgate"]["startup_first_s"],
@@ -436,6 +477,50 @@ def main():
         print("bf16: " + ", ".join("%s %.1f q/s (%.2fx fp32)" % (l, bf[l]["qps"], bf[l]["qps"] / results["searchgate"]["points"][l]["qps"])
                                    for l, _, _ in POINTS) + "; top-3 lists equal to fp32 for %.1f%% of %d queries"
               % (100 * results["bf16_top3_agreement"], len(sample)))
+    def per_core(res):
+        """Encoder GFLOP/s per core in the 32-query row (full batches, each run by one worker alone)."""
+        p = res["points"].get("32 queries/request, c=4", {})
+        if not p.get("encode_seconds"):
+            return None
+        tokens = p["tokens"] or p["queries_encoded"] * b_def["mean_tokens"]
+        flops = tokens * b_def["encoder_flops_per_query"] / b_def["mean_tokens"]
+        return flops / p["encode_seconds"] / 1e9
+
+    rows = [("after (this build)", results["searchgate"], False)]
+    if "searchgate_baseline" in results:
+        rows.insert(0, ("before (%s)" % a.baseline, results["searchgate_baseline"], False))
+    if "searchgate_int8" in results:
+        rows.append(("int8 (this build)", results["searchgate_int8"], True))
+    if len(rows) > 1:
+        print("\nback to back, same bounds (fp32: %.1f GFLOP/s at one query's products, %.1f at 32 queries', best of OpenBLAS "
+              "and the own kernels; int8: %.1f / %.1f GOP/s):" % (best_rate(b_def, "allcores_x1"), best_rate(b_def, "allcores_x32"),
+                                                                  b_def["int8_gops_allcores_x1"], b_def["int8_gops_allcores_x32"]))
+        for label, conns, per in POINTS:
+            cells = []
+            for name, res, int8 in rows:
+                x = res["points"][label]
+                if conns == 1 and per == 1:
+                    frac = "%.2fx floor" % (x["p50_ms"] / floor_ms(b_def, a.rows, dim)) if x["p50_ms"] else "?"
+                else:
+                    frac = "%.0f%% of fp32 bound" % (100.0 * x["qps"] / bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0)))
+                    if int8:
+                        frac += ", %.0f%% of int8 bound" % (
+                            100.0 * x["qps"] / bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0), int8=True))
+                cells.append("%s %.1f q/s (%s)" % (name.split(" ")[0], x["qps"], frac))
+            after = results["searchgate"]["points"][label]["qps"]
+            ratio = ", ".join("%s/after %.2fx" % (n.split(" ")[0], r["points"][label]["qps"] / max(after, 1e-9))
+                              for n, r, _ in rows if r is not results["searchgate"])
+            print("  %-26s %s; %s" % (label, "; ".join(cells), ratio))
+        for name, res, _ in rows:
+            pc = per_core(res)
+            if pc is not None:
+                print("  encoder per core, full batches (32-query row), %s: %.1f G(FL)OP/s" % (name, pc))
+        print("  bare products per core at 32 queries' tokens: OpenBLAS %.1f, own float32 %.1f GFLOP/s, int8 %.1f GOP/s "
+              "(oneDNN's: run_bench.sh's bench_blas_libs lines)" % (b_def["gflops_1core_x32"], b_def.get("own_gflops_1core_x32", 0),
+                                                                      b_def["int8_gops_1core_x32"]))
+    if "int8_top3_agreement" in results:
+        print("int8: top-3 lists identical to float32's for %.1f%% of %d queries" % (100 * results["int8_top3_agreement"],
+                                                                                     len(sample1k)))
     print("machine load average before the run %.2f" % results["machine"]["loadavg_before"])
     if a.out:
         with open(a.out, "w") as f:

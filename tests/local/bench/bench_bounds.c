@@ -4,7 +4,9 @@
  *
  *   - the e5 encoder's matrix products (per layer: four h x h and two h x i linear layers) at M
  *     tokens, as GFLOP/s on one core and on every core at once (each core its own products: how
- *     the backend runs under load);
+ *     the backend runs under load): through OpenBLAS sgemm ("gflops_*"), through the encoder's own
+ *     float32 kernels over packed weights ("own_gflops_*", kern.h) and its int8 kernels, input
+ *     quantisation included ("int8_gops_*": int8 multiply-adds count as float32 ones do);
  *   - memory read bandwidth with every core reading its part of a large buffer (the flat index
  *     scan's limit);
  *   - the mean token count of the benchmark's queries ("query: " prefix, the model's tokenizer),
@@ -19,6 +21,7 @@
  */
 #include "blas.h"
 #include "e5.h"
+#include "kern.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -37,12 +40,29 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+enum { GEMM_BLAS = 0, GEMM_OWN = 1, GEMM_INT8 = 2 };
+static int own_kern, int8_kern; /* kern.h's best for this CPU (SG_CPU_FEATURES applied) */
+
 typedef struct {
-    int m, h, inter;
+    int m, h, inter, kind;
     double seconds;
     double flops; /* out */
     double elapsed;
 } gemm_arg_t;
+
+/* y = x W^T for the packed weights of the own kernels (float32 or int8) */
+static void own_product(int kind, const void *w, const float *x, int m, int k, sg_kern_q8x_t *qx, float *y)
+{
+    if (kind == GEMM_OWN) {
+        const sg_kern_f32w_t *pw = w;
+        sg_kern_f32_tile(own_kern, pw, x, (size_t)k, 0, (size_t)m, 0, pw->np, y, (size_t)pw->n, 0);
+        return;
+    }
+    const sg_kern_q8w_t *qw = w;
+    sg_kern_q8x_reserve(qx, (size_t)m, k);
+    sg_kern_q8_quantize(int8_kern, x, (size_t)k, k, 0, (size_t)m, qx);
+    sg_kern_q8_tile(int8_kern, qw, qx, 0, (size_t)m, 0, qw->np, y, (size_t)qw->n, 0);
+}
 
 /* one encoder layer's linear products, repeated for `seconds` */
 static void *gemm_loop(void *p)
@@ -61,16 +81,44 @@ static void *gemm_loop(void *p)
         wo[i] = wi[i];
     }
     double per = 2.0 * m * (4.0 * h * h + 2.0 * h * in);
+    /* the own kernels: weights packed once, as at start-up (not timed) */
+    sg_kern_f32w_t pf[6];
+    sg_kern_q8w_t pq[6];
+    sg_kern_q8x_t qx = {0};
+    const void *pw[6] = {NULL};
+    if (a->kind != GEMM_BLAS) {
+        for (int j = 0; j < 6; ++j) {
+            const float *w = j < 4 ? wq + (size_t)j * h * h : j == 4 ? wi : wo;
+            int n = j == 4 ? in : h, k = j == 5 ? in : h;
+            if (a->kind == GEMM_OWN)
+                sg_kern_f32_pack(&pf[j], 1, &w, NULL, &n, k);
+            else
+                sg_kern_q8_pack(&pq[j], 1, &w, NULL, &n, k, int8_kern == SG_KERN_AVX2 ? 7 : 8);
+            pw[j] = a->kind == GEMM_OWN ? (const void *)&pf[j] : (const void *)&pq[j];
+        }
+    }
     double t0 = now_s(), t;
     long reps = 0;
     do {
-        for (int j = 0; j < 4; ++j)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, h, h, 1.0f, x, h, wq + (size_t)j * h * h, h, 0.0f, y, h);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, in, h, 1.0f, x, h, wi, h, 0.0f, y, in);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, h, in, 1.0f, x, in, wo, in, 0.0f, y, h);
+        if (a->kind == GEMM_BLAS) {
+            for (int j = 0; j < 4; ++j)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, h, h, 1.0f, x, h, wq + (size_t)j * h * h, h, 0.0f, y, h);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, in, h, 1.0f, x, h, wi, h, 0.0f, y, in);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, h, in, 1.0f, x, in, wo, in, 0.0f, y, h);
+        } else {
+            for (int j = 0; j < 6; ++j)
+                own_product(a->kind, pw[j], x, m, j == 5 ? in : h, &qx, y);
+        }
         ++reps;
         t = now_s() - t0;
     } while (t < a->seconds);
+    for (int j = 0; j < 6 && a->kind != GEMM_BLAS; ++j) {
+        if (a->kind == GEMM_OWN)
+            sg_kern_f32_free(&pf[j]);
+        else
+            sg_kern_q8_free(&pq[j]);
+    }
+    sg_kern_q8x_free(&qx);
     a->flops = per * (double)reps;
     a->elapsed = t;
     free(x);
@@ -81,12 +129,12 @@ static void *gemm_loop(void *p)
     return NULL;
 }
 
-static double gemm_rate(int threads, int m, int h, int inter, double seconds)
+static double gemm_rate(int threads, int kind, int m, int h, int inter, double seconds)
 {
     pthread_t th[256];
     gemm_arg_t a[256];
     for (int i = 0; i < threads; ++i) {
-        a[i] = (gemm_arg_t){m, h, inter, seconds, 0, 0};
+        a[i] = (gemm_arg_t){m, h, inter, kind, seconds, 0, 0};
         pthread_create(&th[i], NULL, gemm_loop, &a[i]);
     }
     double total = 0;
@@ -175,6 +223,8 @@ int main(int argc, char **argv)
         return 1;
     }
     const sg_e5_config *c = sg_e5_get_config(m);
+    own_kern = sg_kern_f32_best(sg_e5_features(m));
+    int8_kern = sg_kern_q8_best(sg_e5_features(m));
     /* mean tokens of the queries (JSON strings, one per line; escapes are rare in them) */
     FILE *fp = fopen(queries, "r");
     if (fp == NULL) {
@@ -199,7 +249,8 @@ int main(int argc, char **argv)
     double mean_tokens = nq > 0 ? tok_sum / (double)nq : 0;
     double flops_token = c->layers * 2.0 * (4.0 * c->hidden * c->hidden + 2.0 * c->hidden * c->intermediate);
     double attn = c->layers * 4.0 * mean_tokens * mean_tokens * c->hidden; /* scores + context */
-    printf("{\"core\": \"%s\", \"threads\": %ld, \"hidden\": %d, \"layers\": %d, \"intermediate\": %d, \"queries\": %ld, "
+    printf("{\"own_kernel\": \"%s\", \"int8_kernel\": \"%s\", ", sg_kern_name(own_kern), sg_kern_name(int8_kern));
+    printf("\"core\": \"%s\", \"threads\": %ld, \"hidden\": %d, \"layers\": %d, \"intermediate\": %d, \"queries\": %ld, "
            "\"mean_tokens\": %.3f, \"encoder_flops_per_query\": %.6g",
            openblas_get_corename(), threads, c->hidden, c->layers, c->intermediate, nq, mean_tokens,
            flops_token * mean_tokens + attn);
@@ -210,9 +261,17 @@ int main(int argc, char **argv)
         int mt = t[0] == 'x' ? (int)(strtod(t + 1, NULL) * mean_tokens + 0.5) : (int)strtol(t, NULL, 10);
         if (mt < 1)
             continue;
-        double one = gemm_rate(1, mt, c->hidden, c->intermediate, seconds);
-        double all = gemm_rate((int)threads, mt, c->hidden, c->intermediate, seconds);
+        double one = gemm_rate(1, GEMM_BLAS, mt, c->hidden, c->intermediate, seconds);
+        double all = gemm_rate((int)threads, GEMM_BLAS, mt, c->hidden, c->intermediate, seconds);
         printf(", \"gflops_1core_%s\": %.2f, \"gflops_allcores_%s\": %.2f, \"tokens_%s\": %d", t, one, t, all, t, mt);
+        if (own_kern != SG_KERN_NONE) {
+            one = gemm_rate(1, GEMM_OWN, mt, c->hidden, c->intermediate, seconds);
+            all = gemm_rate((int)threads, GEMM_OWN, mt, c->hidden, c->intermediate, seconds);
+            printf(", \"own_gflops_1core_%s\": %.2f, \"own_gflops_allcores_%s\": %.2f", t, one, t, all);
+        }
+        one = gemm_rate(1, GEMM_INT8, mt, c->hidden, c->intermediate, seconds);
+        all = gemm_rate((int)threads, GEMM_INT8, mt, c->hidden, c->intermediate, seconds);
+        printf(", \"int8_gops_1core_%s\": %.2f, \"int8_gops_allcores_%s\": %.2f", t, one, t, all);
         fflush(stdout);
     }
     free(list);

@@ -1,6 +1,8 @@
 #!/bin/sh
 # run_bench.sh [BUILD_DIR] [bench.py options...] -- the local backend vs a Search-R1 style server,
 # measured in one run on this machine (see bench.py; figures go to docs/backends/local.md).
+# E.g. float32 before/after and int8, back to back, without the reference:
+#   run_bench.sh build --skip-ref --baseline /path/to/old/build --int8
 # Needs the bench packages of .ci/deps.sh (python3-torch, python3-faiss, python3-fastapi,
 # python3-uvicorn, python3-numpy, wrk). Builds searchgate and sg_local.so into BUILD_DIR
 # (default: build/) when they are missing. Also prints the encoder and FAISS micro-benchmarks.
@@ -10,7 +12,12 @@ root=$(cd "$here/../../.." && pwd)
 build=${1:-$root/build}
 [ $# -gt 0 ] && shift
 missing=""
-for p in python3-numpy python3-torch python3-faiss python3-fastapi python3-uvicorn wrk; do
+need="python3-numpy wrk"
+case " $* " in
+  *" --skip-ref "*) ;;                                            # the reference server's packages are not needed
+  *) need="$need python3-torch python3-faiss python3-fastapi python3-uvicorn" ;;
+esac
+for p in $need; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
@@ -24,7 +31,7 @@ fi
 workdir=${SG_BENCH_WORKDIR:-/tmp/sglocal-bench}
 /usr/bin/python3 "$here/bench.py" --build "$build" --workdir "$workdir" "$@"
 echo
-echo "encoder alone, one thread (e5-base-shaped model):"
+echo "encoder alone, one thread (e5-base-shaped model), each engine (wall and thread CPU time):"
 OPENBLAS_NUM_THREADS=1 "$build/tests/local/bench/local_bench_encoder" "$workdir/e5-base-random" 5
 echo
 echo "FAISS alone, one thread (the benchmark's Flat IP index):"
