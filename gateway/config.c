@@ -138,7 +138,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
-        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0, cfg->cache.redis_host != NULL) != 0)
+        if (parse_client(&cd, d, &cfg->clients.defaults, NULL, 0, cfg->cache.redis.enabled) != 0)
             return -1;
     }
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(o, "keys");
@@ -152,7 +152,7 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
             snprintf(path, sizeof(path), "clients.keys[%zu]", i);
             sg_cfg_t ck = {path, err, err_size};
             cfg->clients.n_keyed = i + 1;
-            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis_host != NULL) != 0)
+            if (parse_client(&ck, it, &cfg->clients.keyed[i], &cfg->clients.defaults, 1, cfg->cache.redis.enabled) != 0)
                 return -1;
             for (size_t j = 0; j < i; ++j)
                 if (strcmp(cfg->clients.keyed[j].id, cfg->clients.keyed[i].id) == 0)
@@ -173,7 +173,6 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
 static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
     static const char *const keys[] = {"l1_bytes", "redis", "ttl_s", NULL};
-    static const char *const rkeys[] = {"host", "port", "timeout_ms", "prefix", NULL};
     sg_cfg_t c = {"cache", err, err_size};
     int64_t v;
     cfg->cache.l1_bytes = 64u << 20;
@@ -191,15 +190,8 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "redis");
     if (r != NULL && !cJSON_IsNull(r)) {
         sg_cfg_t cr = {"cache.redis", err, err_size};
-        if (sg_cfg_check_keys(&cr, r, rkeys) != 0 || sg_cfg_string(&cr, r, "host", 0, "127.0.0.1", &cfg->cache.redis_host) != 0)
-            return -1;
-        if (sg_cfg_int(&cr, r, "port", 1, 65535, 6379, &v) != 0)
-            return -1;
-        cfg->cache.redis_port = (uint16_t)v;
-        if (sg_cfg_int(&cr, r, "timeout_ms", 1, 60000, 50, &v) != 0)
-            return -1;
-        cfg->cache.redis_timeout_ms = (uint32_t)v;
-        if (sg_cfg_string(&cr, r, "prefix", 0, "sg:", &cfg->cache.redis_prefix) != 0)
+        if (sg_redis_conf_read(&cfg->cache.redis, &cr, r) != 0 ||
+            sg_cfg_string(&cr, r, "prefix", 0, "sg:", &cfg->cache.redis_prefix) != 0)
             return -1;
     }
     return 0;
@@ -507,7 +499,7 @@ void sg_config_free(sg_config_t *cfg)
         memset(cfg->clients.admin_key, 0, strlen(cfg->clients.admin_key));
         free(cfg->clients.admin_key);
     }
-    free(cfg->cache.redis_host);
+    sg_redis_conf_free(&cfg->cache.redis);
     free(cfg->cache.redis_prefix);
     free(cfg->path);
     free(cfg->base_dir);

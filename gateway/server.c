@@ -36,17 +36,18 @@ int sg_code_index(int status)
 }
 
 /* 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
- * open (Redis stopped answering and is skipped), -1 when Redis is off. */
+ * open (Redis stopped answering and is skipped), 3 when none is up because Redis (or a sentinel)
+ * refuses the connection set-up (credentials, ACL, db), -1 when Redis is off. */
 static int redis_state(const sg_server_t *s)
 {
-    if (s->cfg->cache.redis_host == NULL)
+    if (!s->cfg->cache.redis.enabled)
         return -1;
     if (sg_redis_breaker_open())
         return 2;
     for (int i = 0; i < s->n_loops; ++i)
         if (sg_redis_is_up(s->loops[i].redis))
             return 1;
-    return 0;
+    return sg_redis_refused() ? 3 : 0;
 }
 
 /* ---- responses ---- */
@@ -192,7 +193,12 @@ static void on_health(h2o_req_t *req)
     int redis = redis_state(s);
     sg_jw_key(&w, "cache");
     sg_jw_obj(&w);
-    sg_jw_kstr(&w, "redis", redis < 0 ? "off" : redis == 2 ? "not answering (bypassed)" : redis == 1 ? "up" : "down (bypassed)");
+    sg_jw_kstr(&w, "redis",
+               redis < 0    ? "off"
+               : redis == 3 ? "set-up refused (bypassed)"
+               : redis == 2 ? "not answering (bypassed)"
+               : redis == 1 ? "up"
+                            : "down (bypassed)");
     sg_jw_end(&w);
     sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
     sg_jw_kstr(&w, "status", ok ? "ok" : "degraded");
@@ -586,9 +592,8 @@ static void *loop_main(void *arg)
     h2o_socket_read_start(l->listener, on_accept);
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
-    if (s->cfg->cache.redis_host != NULL)
-        l->redis = sg_redis_create(l->loop, &l->timers, l->id, s->cfg->cache.redis_host, s->cfg->cache.redis_port,
-                                   s->cfg->cache.redis_timeout_ms);
+    if (s->cfg->cache.redis.enabled)
+        l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
     sg_mcp_init_loop(l);
     pthread_barrier_wait(&s->barrier);
 
