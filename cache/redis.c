@@ -792,6 +792,8 @@ static void on_sen_addr(redisAsyncContext *ac, void *reply, void *privdata)
         sen_fail_reply(r, what, NULL);
         return;
     }
+    SG_LOG(SG_LL_DEBUG, "redis", "loop %d: sentinel %s:%u names master \"%s\" at %s:%ld", r->loop_id,
+           r->conf->sentinels[r->sen_idx].host, r->conf->sentinels[r->sen_idx].port, r->conf->master, rep->element[0]->str, port);
     sg_timer_stop(r->timers, &r->sen_timer);
     r->sen_state = SEN_SUBSCRIBED;
     r->sen_tries = 0;

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 from sgtest import _resp, free_port
@@ -112,6 +113,42 @@ class Server:
     def close(self):
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Subscriber:
+    """Watches a channel (on a sentinel: +switch-master) from a thread; `first` is the time the
+    first message arrived, or None."""
+
+    def __init__(self, port, channel, user=None, password=None):
+        self.first = None
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.f = self.sock.makefile("rb")
+        out = b""
+        cmds = ([("AUTH", user, password) if user else ("AUTH", password)] if password else []) + [("SUBSCRIBE", channel)]
+        for c in cmds:
+            out += b"*%d\r\n" % len(c) + b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in c)
+        self.sock.sendall(out)
+        for _ in cmds:
+            _resp(self.f)  # +OK, then the subscribe confirmation
+        self.sock.settimeout(None)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            while True:
+                m = _resp(self.f)
+                if isinstance(m, list) and m and m[0] == b"message" and self.first is None:
+                    self.first = time.time()
+        except (OSError, ValueError):
+            pass
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
 
 
 def wait_for(pred, timeout=10.0, interval=0.05):
