@@ -48,8 +48,11 @@ def resp(port, *args, user=None, password=None, timeout=5):
 class Server:
     """A redis-server (or, with sentinel=True, a redis-sentinel) from config lines."""
 
-    def __init__(self, lines=(), port=None, sentinel=False, admin=None):
+    def __init__(self, lines=(), port=None, sentinel=False, admin=None, tunnel=None):
+        """`tunnel(port)`, when given, makes the plain-RESP way in to a TLS-only server (an object
+        with .port and .close()); the tests' own commands go through it."""
         self.port = port or free_port()
+        self.tunnel = tunnel(self.port) if tunnel is not None else None
         self.dir = tempfile.mkdtemp(prefix="sgredis-")
         self.sentinel = sentinel
         self.admin = admin  # (user, password) the tests use, or None
@@ -86,7 +89,7 @@ class Server:
     def cmd(self, *args, **kw):
         if self.admin is not None and "password" not in kw:
             kw["user"], kw["password"] = self.admin
-        return resp(self.port, *args, **kw)
+        return resp(self.tunnel.port if self.tunnel is not None else self.port, *args, **kw)
 
     def log(self):
         try:
@@ -112,6 +115,8 @@ class Server:
 
     def close(self):
         self.stop()
+        if self.tunnel is not None:
+            self.tunnel.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
