@@ -87,6 +87,7 @@ struct st_link_t {
     h2o_socket_t *sock;
     link_connected_cb on_connected;
     link_lost_cb on_lost;
+    int lost_err; /* hiredis' error kind (REDIS_ERR_*) when on_lost runs: REDIS_ERR_OTHER is an error reply */
 };
 
 struct st_sg_redis_t {
@@ -138,7 +139,8 @@ static struct {
     uint64_t err_logged_ms, unlogged_errs;
     atomic_int refused; /* the last set-up was refused (until one succeeds) */
     char refused_why[WHY_MAX];
-    char master[300]; /* Sentinel mode: the master last confirmed */
+    char master[300];       /* Sentinel mode: the master last confirmed */
+    uint64_t sub_logged_ms; /* when a refused +switch-master subscription was last logged */
     /* circuit breaker */
     atomic_int open;        /* read without the lock on every lookup */
     _Atomic uint32_t fails; /* commands in a row without a reply in time */
@@ -406,6 +408,7 @@ static void link_on_disconnect(const redisAsyncContext *ac, int status)
 {
     link_t *l = ac->data;
     l->ac = NULL;
+    l->lost_err = ac->err;
     l->on_lost(l, status == REDIS_OK ? NULL : ac->errstr != NULL && ac->errstr[0] != '\0' ? ac->errstr : "closed");
 }
 
@@ -857,8 +860,23 @@ static void sen_lost(link_t *l, const char *err)
         sen_failed(r, why);
         return;
     }
-    /* the subscription ended (a sentinel restarted): subscribe again through the next sentinel */
-    SG_LOG(SG_LL_DEBUG, "redis", "loop %d: %s", r->loop_id, why);
+    /* the subscription ended (a sentinel restarted, or refused it: an error reply closes it):
+     * subscribe again through the next sentinel. A refusal would repeat: it is a warning, as
+     * failovers are then only seen when the master's connection drops. */
+    sg_counter_add(m_err_sentinel, 1);
+    int refused = l->lost_err == REDIS_ERR_OTHER;
+    uint64_t now = sg_now_ms();
+    pthread_mutex_lock(&g_av.mu);
+    if (refused && (g_av.sub_logged_ms == 0 || now >= g_av.sub_logged_ms + LOG_INTERVAL_MS)) {
+        SG_LOG(SG_LL_WARN, "redis",
+               "%s: sentinel %s:%u refused the +switch-master subscription (%s): give the sentinels' user &+switch-master "
+               "and +subscribe; without it a failover is noticed only when the old master's connection drops or answers READONLY",
+               g_av.where, s->host, s->port, err);
+        g_av.sub_logged_ms = now;
+    } else {
+        SG_LOG(SG_LL_DEBUG, "redis", "loop %d: %s", r->loop_id, why);
+    }
+    pthread_mutex_unlock(&g_av.mu);
     r->sen_state = SEN_IDLE;
     r->sen_idx = (r->sen_idx + 1) % r->conf->n_sentinels;
     if (r->state != ST_DOWN && r->state != ST_DISCOVERING) { /* otherwise the discovery re-subscribes */
@@ -1095,8 +1113,8 @@ sg_redis_t *sg_redis_create(h2o_evloop_t *loop, sg_timers_t *timers, int loop_id
     r->sen_backoff_ms = 100;
     r->tail = &r->head;
     r->state = ST_DOWN;
-    r->data = (link_t){r, NULL, NULL, NULL, data_connected, data_lost};
-    r->sen = (link_t){r, NULL, NULL, NULL, sen_connected, sen_lost};
+    r->data = (link_t){r, NULL, NULL, NULL, data_connected, data_lost, 0};
+    r->sen = (link_t){r, NULL, NULL, NULL, sen_connected, sen_lost, 0};
     if (conf->n_sentinels > 0) {
         r->sen_idx = (size_t)loop_id % conf->n_sentinels; /* the loops' subscriptions spread over the sentinels */
         discover(r);

@@ -30,7 +30,7 @@ def info(server, section):
 class Group:
     """One master, one replica, three sentinels."""
 
-    def __init__(self):
+    def __init__(self, sentinel_acl=SENTINEL_ACL):
         data_lines = ["user default on >%s ~* &* +@all" % ADMIN_PW, "user sg on >%s ~sg:* %s" % (PASSWORD, GATEWAY_ACL),
                       "masterauth %s" % ADMIN_PW]
         self.master = Server(data_lines, admin=("default", ADMIN_PW))
@@ -44,7 +44,7 @@ class Group:
                 "sentinel parallel-syncs %s 1" % MASTER,
                 "sentinel auth-pass %s %s" % (MASTER, ADMIN_PW),
                 "requirepass %s" % ADMIN_PW,  # the sentinels' own default user (they share it)
-                "user sgw on >%s %s" % (SENTINEL_PW, SENTINEL_ACL),
+                "user sgw on >%s %s" % (SENTINEL_PW, sentinel_acl),
             ], sentinel=True, admin=(None, ADMIN_PW)))
         ok = wait_for(self.settled, scaled(30), 0.2)
         if not ok:
@@ -217,6 +217,25 @@ class Failover(unittest.TestCase):
             self.assertTrue(wait_for(lambda: int(info(g.replica, "stats")["keyspace_hits"]) > 0, scaled(5)))
             self.assertNotIn("user=sg ", g.master.cmd("CLIENT", "LIST").decode())
             self.assertEqual(gw.metric("searchgate_cache_redis_master_changes_total"), 1)
+        finally:
+            if gw is not None:
+                gw.stop()
+            g.close()
+
+    def test_subscription_refused_is_a_warning(self):
+        """A sentinel user without the channel permission: the master is found and used, and the
+        log says (once per 10 s) why failovers would only be seen late."""
+        g = Group(sentinel_acl=SENTINEL_ACL.replace(" &+switch-master", ""))
+        gw = None
+        try:
+            gw = Gateway(g.gateway_config(), env=ENV)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
+            self.assertTrue(wait_for(lambda: "refused the +switch-master subscription" in gw.read_log(), scaled(10)))
+            line = [l for l in gw.read_log().splitlines() if "refused the +switch-master subscription" in l][0]
+            self.assertIn("NOPERM", line, line)
+            self.assertIn(" warn  [redis] ", line)
+            self.assertEqual(gw.retrieve(["subscription refused"]).status, 200)
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total", kind="sentinel"), 1)
         finally:
             if gw is not None:
                 gw.stop()
