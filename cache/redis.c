@@ -52,6 +52,7 @@
 #include <async.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define MAX_FIRE_AND_FORGET 10000
 #define LOG_INTERVAL_MS 10000 /* at most one "down" line (and one error-reply line) per interval */
@@ -107,6 +108,7 @@ struct st_sg_redis_t {
     pending_t *head, **tail;  /* commands with callbacks, oldest first */
     size_t n_forget;          /* fire-and-forget commands outstanding */
     int answering;            /* the current connection's set-up was answered */
+    int settled;              /* the first connection attempt ended (g_settled counts it) */
     int closing;
     char drop_why[WHY_MAX]; /* why we dropped the data connection */
     /* Sentinel mode */
@@ -118,6 +120,8 @@ struct st_sg_redis_t {
     sg_timer_t sen_timer;  /* the query's deadline, or the next sentinel connection */
     char sen_why[WHY_MAX]; /* the first failure of a round */
 };
+
+static atomic_int g_settled; /* loops whose first connection attempt ended, set up or not */
 
 static sg_counter_t *m_err_timeout, *m_err_disconnect, *m_err_connect, *m_err_reply, *m_err_auth, *m_err_readonly, *m_err_sentinel,
     *m_dropped, *m_connects, *m_trips, *m_master_changes;
@@ -491,8 +495,18 @@ static void schedule_reconnect(sg_redis_t *r)
         r->backoff_ms = r->backoff_ms * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : r->backoff_ms * 2;
 }
 
+/* The first attempt of `r` ended: start-up may go on (sg_redis_wait_started). */
+static void settle(sg_redis_t *r)
+{
+    if (!r->settled) {
+        r->settled = 1;
+        atomic_fetch_add(&g_settled, 1);
+    }
+}
+
 static void went_down(sg_redis_t *r, const char *why)
 {
+    settle(r);
     sg_timer_stop(r->timers, &r->connect_timer);
     if (r->counted_up) {
         sg_gauge_add(m_up, -1);
@@ -610,6 +624,7 @@ static void handshake_done(sg_redis_t *r)
         note_master(r);
     SG_LOG(SG_LL_DEBUG, "redis", "loop %d: connected to %s:%u", r->loop_id, r->host, r->port);
     answered(r);
+    settle(r);
 }
 
 static void on_hs_ping(void *arg, redisReply *rep)
@@ -1067,6 +1082,15 @@ int sg_redis_command(sg_redis_t *r, sg_redis_cb cb, void *arg, int argc, const c
         return -1;
     ++r->n_forget;
     return 0;
+}
+
+void sg_redis_wait_started(const sg_redis_conf_t *conf, int n_loops)
+{
+    uint32_t step = conf->timeout_ms > MIN_CONNECT_TIMEOUT_MS ? conf->timeout_ms : MIN_CONNECT_TIMEOUT_MS;
+    uint64_t deadline = sg_now_ms() + (conf->n_sentinels > 0 ? 2 : 1) * (uint64_t)step;
+    struct timespec ms = {0, 1000000};
+    while (atomic_load(&g_settled) < n_loops && sg_now_ms() < deadline)
+        nanosleep(&ms, NULL);
 }
 
 int sg_redis_is_up(const sg_redis_t *r)

@@ -27,6 +27,12 @@ typedef void (*sg_redis_cb)(void *arg, redisReply *reply);
  */
 sg_redis_t *sg_redis_create(h2o_evloop_t *loop, sg_timers_t *timers, int loop_id, const sg_redis_conf_t *conf);
 void sg_redis_destroy(sg_redis_t *r);
+/**
+ * Start-up: waits until the first connection attempt of each of the `n_loops` connections ended
+ * (set up, refused or failed), at most max(timeout_ms, 1 s) (twice that with sentinels: the
+ * master's address is asked first), so the first requests find Redis set up. Main thread.
+ */
+void sg_redis_wait_started(const sg_redis_conf_t *conf, int n_loops);
 /** 1 when connected, set up, and the circuit breaker is closed: lookups may use Redis. */
 int sg_redis_is_up(const sg_redis_t *r);
 /** 1 while the circuit breaker is open (Redis stopped answering; every command is skipped). */

@@ -724,6 +724,8 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     for (int i = 0; i < s->n_loops; ++i)
         h2o_multithread_create_thread(&s->loops[i].tid, NULL, loop_main, &s->loops[i]);
     pthread_barrier_wait(&s->barrier); /* every loop is serving */
+    if (cfg->cache.redis.enabled)      /* ready includes Redis: the first requests find it set up (a bounded wait) */
+        sg_redis_wait_started(&cfg->cache.redis, s->n_loops);
     return 0;
 }
 

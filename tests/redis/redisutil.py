@@ -156,6 +156,65 @@ class Subscriber:
         self.sock.close()
 
 
+class DelayProxy:
+    """A TCP proxy on loopback that holds each new connection's traffic for `delay` seconds before
+    relaying it: a Redis that is slow to answer a new connection (a distant or loaded server)."""
+
+    def __init__(self, upstream_port, delay):
+        self.upstream_port = upstream_port
+        self.delay = delay
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.socks = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        time.sleep(self.delay)
+        try:
+            u = socket.create_connection(("127.0.0.1", self.upstream_port))
+        except OSError:
+            c.close()
+            return
+        self.socks += [c, u]
+        for a, b in ((c, u), (u, c)):
+            threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
 def wait_for(pred, timeout=10.0, interval=0.05):
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -12,7 +12,7 @@ import time
 import unittest
 
 from sgtest import Gateway, example_backend, scaled
-from redisutil import GATEWAY_ACL, Server, resp, searchgate_check, wait_for
+from redisutil import GATEWAY_ACL, DelayProxy, Server, resp, searchgate_check, wait_for
 
 PASSWORD = "s3cret-redis-pw-71"  # must show up in no log line, page or error
 ADMIN_PW = "adm1n-redis-pw-93"
@@ -193,6 +193,27 @@ class Refusals(unittest.TestCase):
             self.assertEqual(gw.retrieve(["db 99"]).status, 200)
         finally:
             gw.stop()
+            redis.close()
+
+
+class StartUp(unittest.TestCase):
+    def test_ready_means_redis_is_set_up(self):
+        """A Redis slow to answer new connections (300 ms): the gateway reports that it listens
+        only once its connections are set up, so a budget that fails closed admits the very first
+        request instead of answering 503 budget_unavailable."""
+        redis = acl_server()
+        proxy = DelayProxy(redis.port, 0.3)
+        cfg = config(proxy.port)
+        cfg["cache"]["redis"]["timeout_ms"] = 2000
+        cfg["backends"][1]["budget"]["fail"] = "closed"
+        gw = Gateway(cfg, env=ENV)
+        try:
+            r = gw.retrieve(["first request"], path="/retrieve/paid", headers={"X-API-Key": "client-key-1"})
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(gw.metric("searchgate_budget_unavailable_total"), 0)
+        finally:
+            gw.stop()
+            proxy.close()
             redis.close()
 
 
