@@ -733,6 +733,14 @@ static void master_addr(sg_redis_t *r, const char *host, uint16_t port)
 
 static void on_sen_timer(sg_timer_t *t);
 
+/* The subscription is to be made again after the back-off (a discovery that starts meanwhile makes
+ * it sooner: sen_start() re-arms the same timer). */
+static void sen_retry_later(sg_redis_t *r)
+{
+    sg_timer_start(r->timers, &r->sen_timer, sg_now_ms() + r->sen_backoff_ms, on_sen_timer);
+    r->sen_backoff_ms = r->sen_backoff_ms * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : r->sen_backoff_ms * 2;
+}
+
 /* The sentinel in use failed: the next one, or (all failed) back-off. */
 static void sen_failed(sg_redis_t *r, const char *why)
 {
@@ -754,10 +762,9 @@ static void sen_failed(sg_redis_t *r, const char *why)
         char all[sizeof(r->sen_why) + 128];
         snprintf(all, sizeof(all), "no sentinel named master \"%s\" (%s%s)", c->master, r->sen_why,
                  c->n_sentinels > 1 ? "; the others failed too" : "");
-        went_down(r, all);            /* back-off, then discover again */
-    } else if (r->state != ST_DOWN) { /* the data connection is fine: keep trying to subscribe */
-        sg_timer_start(r->timers, &r->sen_timer, sg_now_ms() + r->sen_backoff_ms, on_sen_timer);
-        r->sen_backoff_ms = r->sen_backoff_ms * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : r->sen_backoff_ms * 2;
+        went_down(r, all); /* back-off, then discover again */
+    } else {
+        sen_retry_later(r); /* the data connection has its address: keep trying to subscribe */
     }
 }
 
@@ -815,7 +822,6 @@ static void on_sen_addr(redisAsyncContext *ac, void *reply, void *privdata)
     sg_timer_stop(r->timers, &r->sen_timer);
     r->sen_state = SEN_SUBSCRIBED;
     r->sen_tries = 0;
-    r->sen_backoff_ms = 100;
     master_addr(r, rep->element[0]->str, (uint16_t)port);
 }
 
@@ -825,8 +831,13 @@ static void on_sen_message(redisAsyncContext *ac, void *reply, void *privdata)
     sg_redis_t *r = privdata;
     redisReply *rep = reply;
     if (rep == NULL || ac != r->sen.ac || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
-        rep->element[0]->type != REDIS_REPLY_STRING || strcmp(rep->element[0]->str, "message") != 0 ||
-        rep->element[2]->type != REDIS_REPLY_STRING)
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(rep->element[0]->str, "subscribe") == 0) { /* subscribed: the re-subscription back-off starts over */
+        r->sen_backoff_ms = 100;
+        return;
+    }
+    if (strcmp(rep->element[0]->str, "message") != 0 || rep->element[2]->type != REDIS_REPLY_STRING)
         return;
     char name[256], old_host[256], new_host[256];
     unsigned old_port, new_port;
@@ -894,10 +905,7 @@ static void sen_lost(link_t *l, const char *err)
     pthread_mutex_unlock(&g_av.mu);
     r->sen_state = SEN_IDLE;
     r->sen_idx = (r->sen_idx + 1) % r->conf->n_sentinels;
-    if (r->state != ST_DOWN && r->state != ST_DISCOVERING) { /* otherwise the discovery re-subscribes */
-        sg_timer_start(r->timers, &r->sen_timer, sg_now_ms() + r->sen_backoff_ms, on_sen_timer);
-        r->sen_backoff_ms = r->sen_backoff_ms * 2 > MAX_BACKOFF_MS ? MAX_BACKOFF_MS : r->sen_backoff_ms * 2;
-    }
+    sen_retry_later(r);
 }
 
 /* A fresh connection to the sentinel in use: query, then subscribe. From a timer (the link rule). */

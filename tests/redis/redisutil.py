@@ -87,9 +87,18 @@ class Server:
         raise RuntimeError("%s did not start:\n%s" % (argv, self.log()[-3000:]))
 
     def cmd(self, *args, **kw):
+        """A command as the admin user. A connection the server drops (a sentinel promoting or
+        demoting it kills its clients) is retried once; an error reply raises RuntimeError."""
         if self.admin is not None and "password" not in kw:
             kw["user"], kw["password"] = self.admin
-        return resp(self.tunnel.port if self.tunnel is not None else self.port, *args, **kw)
+        port = self.tunnel.port if self.tunnel is not None else self.port
+        for attempt in (0, 1):
+            try:
+                return resp(port, *args, **kw)
+            except OSError:
+                if attempt == 1 or self.proc is None or self.proc.poll() is not None:
+                    raise
+        return None
 
     def log(self):
         try:
