@@ -7,13 +7,17 @@ keep counting there, and nothing is ever written to a replica.
 
 Prints the time without a cache (kill -> first cache write on the new master), measured on
 whatever machine runs the test, under the test's own load."""
+import json
+import os
+import shutil
+import tempfile
 import threading
 import time
 import unittest
 
 import sgtest
 from sgtest import Gateway, example_backend, scaled
-from redisutil import GATEWAY_ACL, SENTINEL_ACL, Server, Subscriber, wait_for
+from redisutil import GATEWAY_ACL, SENTINEL_ACL, Server, Subscriber, searchgate_check, wait_for
 
 PASSWORD = "s3ntinel-test-pw-55"  # the gateway's user "sg" on the data nodes
 ADMIN_PW = "adm1n-pw-12"  # the default user: replication and the sentinels
@@ -171,17 +175,18 @@ class Failover(unittest.TestCase):
 
             failed = [r for r in results if r[1] != 200]
             after = [r for r in results if r[0] > t_kill]
-            self.assertEqual(failed, [], "failed requests during the failover")
+            log = gw.read_log()
+            self.assertEqual(failed, [], "failed requests during the failover:\n" + log[-3000:])
             self.assertGreater(len(after), 50)
             # budgets and the global limit keep counting on the new master
-            self.assertGreater(int(g.replica.cmd("HGET", budget_key, "used")), max(used_at_switch, used_before))
-            self.assertGreater(int(g.replica.cmd("GET", "sg:rl:job-1")), tat_at_switch)
+            used_end = int(g.replica.cmd("HGET", budget_key, "used"))
+            self.assertGreater(used_end, max(used_at_switch, used_before), (used_before, used_at_switch, used_end))
+            self.assertGreater(int(g.replica.cmd("GET", "sg:rl:job-1") or 0), tat_at_switch)
             stats = gw.get("/stats").json()["cache"]["redis"]
             self.assertEqual(stats["master"], new)
             self.assertTrue(stats["up"])
-            self.assertEqual(gw.metric("searchgate_cache_redis_master_changes_total"), 1)
+            self.assertEqual(gw.metric("searchgate_cache_redis_master_changes_total"), 1, log[-3000:])
             self.assertGreater(gw.metric("searchgate_cache_hits_total", layer="redis"), hits_before)
-            log = gw.read_log()
             self.assertIn('Redis master "%s" moved from %s to %s (failover)' % (MASTER, old, new), log)
             self.assertEqual(gw.metric("searchgate_cache_redis_auth_failed"), 0)
             self.assertEqual(gw.metric("searchgate_cache_redis_errors_total", kind="auth"), 0)
@@ -202,6 +207,33 @@ class Failover(unittest.TestCase):
                 gw.stop()
             g.close()
 
+    def check(self, g):
+        """searchgate --check asks the sentinels and sets up a connection to the master they name."""
+        d = tempfile.mkdtemp(prefix="sgcheck-")
+        try:
+            path = os.path.join(d, "check.json")
+            cfg = g.gateway_config()
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            rc, out, err = searchgate_check(path, ENV)
+            self.assertEqual(rc, 0, out + err)
+            self.assertIn('Redis master "%s" is 127.0.0.1:%d (sentinel 127.0.0.1:%d); it answers as master' %
+                          (MASTER, g.master.port, g.sentinels[0].port), out)
+            cfg["cache"]["redis"]["master"] = "othermaster"
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            rc, out, err = searchgate_check(path, ENV)
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn('does not know a master named "othermaster"', err)
+            rc, out, err = searchgate_check(path, dict(ENV, SG_TEST_SENTINEL_PW="wrong"))
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn('sentinel 127.0.0.1:%d refused AUTH as user "sgw"' % g.sentinels[0].port, err)
+            for text in (out, err):
+                self.assertNotIn(SENTINEL_PW, text)
+                self.assertNotIn(PASSWORD, text)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
     def test_requested_failover_moves_at_once(self):
         """SENTINEL FAILOVER with both nodes alive: the old master is demoted (its clients killed,
         +switch-master published); the gateway follows, no request fails, and the demoted node gets
@@ -209,6 +241,7 @@ class Failover(unittest.TestCase):
         g = Group()
         gw = None
         try:
+            self.check(g)
             gw = Gateway(g.gateway_config(), env=ENV, threads=3)
             self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
             load = Load(gw, threads=4)
