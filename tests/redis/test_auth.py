@@ -52,6 +52,7 @@ class AclUser(unittest.TestCase):
         and the budget scripts all work (no NOPERM), nothing lands in db 0, and the password is
         nowhere to be seen."""
         redis = acl_server()
+        self.addCleanup(redis.close)  # also when the gateway does not start
         gw = Gateway(config(redis.port, db=5), env=ENV)
         key = {"X-API-Key": "client-key-1"}
         try:
@@ -98,6 +99,7 @@ class Refusals(unittest.TestCase):
         and the metric say so, requests are served from the backend meanwhile; once the server
         accepts the password, the gateway heals without a restart."""
         redis = acl_server(password="the-servers-idea")
+        self.addCleanup(redis.close)  # also when the gateway does not start
         gw = Gateway(config(redis.port), env=ENV)
         try:
             self.assertTrue(wait_for(lambda: self.lines(gw, "refused the gateway's connection set-up at start-up"), scaled(10)),
@@ -131,6 +133,7 @@ class Refusals(unittest.TestCase):
         credential rotation looks like): a state change in the log and the metric, 0 failed
         requests, and back up once the old password is accepted again."""
         redis = acl_server()
+        self.addCleanup(redis.close)  # also when the gateway does not start
         gw = Gateway(config(redis.port), env=ENV)
         stop = []
         failures = []
@@ -173,6 +176,7 @@ class Refusals(unittest.TestCase):
 
     def test_password_required_but_none_configured(self):
         redis = Server(["requirepass " + ADMIN_PW], admin=(None, ADMIN_PW))
+        self.addCleanup(redis.close)  # also when the gateway does not start
         gw = Gateway(config(redis.port, username=None, password_env=None), env=ENV)
         try:
             self.assertTrue(wait_for(lambda: self.lines(gw, "requires a password (NOAUTH"), scaled(10)), gw.read_log())
@@ -185,6 +189,7 @@ class Refusals(unittest.TestCase):
 
     def test_database_out_of_range(self):
         redis = acl_server()
+        self.addCleanup(redis.close)  # also when the gateway does not start
         gw = Gateway(config(redis.port, db=99), env=ENV)
         try:
             self.assertTrue(wait_for(lambda: self.lines(gw, "refused SELECT 99 (cache.redis.db): ERR DB index is out of range"),
@@ -202,7 +207,9 @@ class StartUp(unittest.TestCase):
         only once its connections are set up, so a budget that fails closed admits the very first
         request instead of answering 503 budget_unavailable."""
         redis = acl_server()
+        self.addCleanup(redis.close)  # also when the gateway does not start
         proxy = DelayProxy(redis.port, 0.3)
+        self.addCleanup(proxy.close)
         cfg = config(proxy.port)
         cfg["cache"]["redis"]["timeout_ms"] = 2000
         cfg["backends"][1]["budget"]["fail"] = "closed"
@@ -235,6 +242,7 @@ class Check(unittest.TestCase):
 
     def test_check(self):
         redis = acl_server()
+        self.addCleanup(redis.close)  # also when the gateway does not start
         try:
             rc, out, err = self.run_check(config(redis.port, db=2))
             self.assertEqual(rc, 0, out + err)

@@ -121,6 +121,7 @@ class TlsTunnel(unittest.TestCase):
         """The tunnel verifies the server: a certificate for another name is refused, and the gateway
         (which sees a connection that closes) bypasses Redis and serves every request."""
         bad = Stunnel(self.dir, self.tls_port, check_host="redis.example.org")
+        self.addCleanup(bad.close)
         cfg = {"backends": [example_backend("example")],
                "cache": {"redis": {"host": "127.0.0.1", "port": bad.port, "timeout_ms": 500,
                                    "username": "sg", "password_env": "SG_TEST_REDIS_PW"}}}
