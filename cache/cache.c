@@ -369,5 +369,10 @@ void sg_cache_stats_json(sg_jw_t *w, int redis_state)
     sg_jw_kbool(w, "enabled", redis_state >= 0);
     sg_jw_kbool(w, "up", redis_state == 1);
     sg_jw_kbool(w, "breaker_open", redis_state == 2);
+    sg_jw_kbool(w, "auth_failed", redis_state == 3);
+    char master[300];
+    sg_redis_master(master, sizeof(master));
+    if (master[0] != '\0')
+        sg_jw_kstr(w, "master", master);
     sg_jw_end(w);
 }

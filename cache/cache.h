@@ -79,7 +79,8 @@ int sg_cache_has_l1(void);
 /** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` is 1
- * (a connection is up), 0 (none), 2 (the circuit breaker is open) or -1 (Redis is off). */
+ * (a connection is up), 0 (none), 2 (the circuit breaker is open), 3 (Redis refuses the
+ * connection set-up) or -1 (Redis is off). With sentinels, "redis" names the current master. */
 void sg_cache_stats_json(sg_jw_t *w, int redis_state);
 
 #endif

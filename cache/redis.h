@@ -1,8 +1,10 @@
 /*
  * redis.h -- one asynchronous hiredis connection per loop thread, driven by the h2o event loop
- * through a small adapter (h2o 2.2.5 ships none). Commands carry a deadline; a slow or dead
- * Redis turns into "no answer" quickly and the connection is rebuilt with back-off, so the cache
- * can always be bypassed instead of stalling a request.
+ * through a small adapter (h2o 2.2.5 ships none). Each connection is set up the way cache.redis
+ * says (AUTH, SELECT) and, with sentinels, goes to the master they name and follows it through
+ * failovers. Commands carry a deadline; a slow, dead, refusing or demoted Redis turns into "no
+ * answer" quickly and the connection is rebuilt with back-off, so the cache can always be
+ * bypassed instead of stalling a request.
  */
 #ifndef SG_CACHE_REDIS_H
 #define SG_CACHE_REDIS_H
@@ -10,6 +12,7 @@
 #include <hiredis.h>
 #include <h2o.h>
 #include "timer.h"
+#include "redis_conf.h"
 
 typedef struct st_sg_redis_t sg_redis_t;
 
@@ -17,17 +20,27 @@ typedef struct st_sg_redis_t sg_redis_t;
 typedef void (*sg_redis_cb)(void *arg, redisReply *reply);
 
 /**
- * Connects (and keeps reconnecting, with back-off) to Redis at host:port for the loop thread that
- * runs `loop`, arming its deadlines on `timers` (that loop's). `loop_id` names it in the log.
- * Every later call on the connection happens on that thread.
+ * Connects (and keeps reconnecting, with back-off) to the Redis `conf` describes, for the loop
+ * thread that runs `loop`, arming its deadlines on `timers` (that loop's). `conf` is borrowed and
+ * must outlive the connection. `loop_id` names it in the log. Every later call on the connection
+ * happens on that thread.
  */
-sg_redis_t *sg_redis_create(h2o_evloop_t *loop, sg_timers_t *timers, int loop_id, const char *host, uint16_t port,
-                            uint32_t timeout_ms);
+sg_redis_t *sg_redis_create(h2o_evloop_t *loop, sg_timers_t *timers, int loop_id, const sg_redis_conf_t *conf);
 void sg_redis_destroy(sg_redis_t *r);
-/** 1 when connected and the circuit breaker is closed: lookups may use Redis. */
+/**
+ * Start-up: waits until the first connection attempt of each of the `n_loops` connections ended
+ * (set up, refused or failed), at most max(timeout_ms, 1 s) (twice that with sentinels: the
+ * master's address is asked first), so the first requests find Redis set up. Main thread.
+ */
+void sg_redis_wait_started(const sg_redis_conf_t *conf, int n_loops);
+/** 1 when connected, set up, and the circuit breaker is closed: lookups may use Redis. */
 int sg_redis_is_up(const sg_redis_t *r);
 /** 1 while the circuit breaker is open (Redis stopped answering; every command is skipped). */
 int sg_redis_breaker_open(void);
+/** 1 while Redis (or a sentinel) refuses the connection set-up: credentials, permissions or database. Any thread. */
+int sg_redis_refused(void);
+/** The master's "host:port" the connections last confirmed (Sentinel mode); "" when none yet or without sentinels. Any thread. */
+void sg_redis_master(char *out, size_t size);
 /**
  * Sends a command (argv form). Returns 0 and calls `cb` exactly once later (on this loop), or
  * returns -1 without calling it when Redis is not connected or the circuit breaker is open. `cb` may be NULL (fire-and-forget);

@@ -235,7 +235,7 @@ static void collector(sg_buf_t *out, void *arg);
 void sg_budget_init(sg_server_t *s)
 {
     const sg_config_t *cfg = s->cfg;
-    g.shared = cfg->cache.redis_host != NULL;
+    g.shared = cfg->cache.redis.enabled;
     g.clients = sg_mem_calloc(cfg->clients.n_keyed > 0 ? cfg->clients.n_keyed : 1, sizeof(*g.clients));
     g.routes = sg_mem_calloc(s->n_routes > 0 ? s->n_routes : 1, sizeof(*g.routes));
     for (size_t i = 0; i < cfg->clients.n_keyed; ++i)

@@ -108,7 +108,7 @@ static int parse_client(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client
                                              "weight", "global",  "budget", "reject_status", "trace", NULL};
     static const char *const default_keys[] = {
         "rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", "global", "reject_status", "budget", "trace", NULL};
-    int have_redis = cfg->cache.redis_host != NULL;
+    int have_redis = cfg->cache.redis.enabled;
     static const char *const modes[] = {"queue", "reject", NULL};
     if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
         return -1;
@@ -221,7 +221,6 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
 static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
     static const char *const keys[] = {"l1_bytes", "redis", "ttl_s", NULL};
-    static const char *const rkeys[] = {"host", "port", "timeout_ms", "prefix", NULL};
     sg_cfg_t c = {"cache", err, err_size};
     int64_t v;
     cfg->cache.l1_bytes = 64u << 20;
@@ -239,15 +238,8 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "redis");
     if (r != NULL && !cJSON_IsNull(r)) {
         sg_cfg_t cr = {"cache.redis", err, err_size};
-        if (sg_cfg_check_keys(&cr, r, rkeys) != 0 || sg_cfg_string(&cr, r, "host", 0, "127.0.0.1", &cfg->cache.redis_host) != 0)
-            return -1;
-        if (sg_cfg_int(&cr, r, "port", 1, 65535, 6379, &v) != 0)
-            return -1;
-        cfg->cache.redis_port = (uint16_t)v;
-        if (sg_cfg_int(&cr, r, "timeout_ms", 1, 60000, 50, &v) != 0)
-            return -1;
-        cfg->cache.redis_timeout_ms = (uint32_t)v;
-        if (sg_cfg_string(&cr, r, "prefix", 0, "sg:", &cfg->cache.redis_prefix) != 0)
+        if (sg_redis_conf_read(&cfg->cache.redis, &cr, r) != 0 ||
+            sg_cfg_string(&cr, r, "prefix", 0, "sg:", &cfg->cache.redis_prefix) != 0)
             return -1;
     }
     return 0;
@@ -707,7 +699,7 @@ void sg_config_free(sg_config_t *cfg)
     for (size_t i = 0; i < cfg->n_traces; ++i)
         sg_trace_conf_free(cfg->traces[i]);
     free(cfg->traces);
-    free(cfg->cache.redis_host);
+    sg_redis_conf_free(&cfg->cache.redis);
     free(cfg->cache.redis_prefix);
     free(cfg->path);
     free(cfg->base_dir);

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "../cache/redis_conf.h"
 
 /** A spend budget (gateway/budget.c): backend calls allowed per calendar period (UTC). */
 typedef struct st_sg_budget_conf_t {
@@ -119,10 +120,8 @@ typedef struct st_sg_config_t {
     } clients;
     /* result cache */
     struct {
-        size_t l1_bytes;  /* 0 = L1 off */
-        char *redis_host; /* NULL = Redis off */
-        uint16_t redis_port;
-        uint32_t redis_timeout_ms;
+        size_t l1_bytes;       /* 0 = L1 off */
+        sg_redis_conf_t redis; /* cache.redis; redis.enabled = 0: Redis off */
         char *redis_prefix;
         uint32_t default_ttl_s;
         double global_rate; /* queries/s shared by all replicas through Redis; 0 = off */

@@ -37,7 +37,8 @@ static void usage(FILE *fp)
                 "      --host ADDR      listen address (overrides listen.host)\n"
                 "  -t, --threads N      event-loop threads (overrides threads; 0 = one per CPU)\n"
                 "      --log-level L    error, warn, info or debug\n"
-                "      --check          do everything start-up does (config, address, plugins) but serve, then exit\n"
+                "      --check          do everything start-up does (config, address, plugins) but serve, then exit;\n"
+                "                       also connects to Redis (and its sentinels) and fails when it refuses\n"
                 "  -h, --help           this text\n"
                 "  -V, --version        print the version\n");
 }
@@ -378,11 +379,13 @@ static void log_started(const sg_server_t *s)
     SG_LOG(SG_LL_INFO, "main", "searchgate %s listening on http://%s:%u (%d threads, %zu backends, default %s)", SG_VERSION,
            cfg->host, s->bound_port, s->n_loops, s->n_routes, cfg->backends[cfg->default_backend].name);
     SG_LOG(SG_LL_INFO, "main", "dashboard: http://%s:%u/dashboard", cfg->host, s->bound_port);
-    if (cfg->cache.redis_host != NULL)
-        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, Redis %s:%u (timeout %u ms, key prefix \"%s\")",
-               cfg->cache.l1_bytes >> 20, cfg->cache.redis_host, cfg->cache.redis_port, cfg->cache.redis_timeout_ms,
-               cfg->cache.redis_prefix);
-    else
+    if (cfg->cache.redis.enabled) {
+        char where[1024], setup[512];
+        sg_redis_conf_describe(&cfg->cache.redis, where, sizeof(where));
+        sg_redis_conf_describe_setup(&cfg->cache.redis, setup, sizeof(setup));
+        SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, %s (timeout %u ms, key prefix \"%s\", %s)",
+               cfg->cache.l1_bytes >> 20, where, cfg->cache.redis.timeout_ms, cfg->cache.redis_prefix, setup);
+    } else
         SG_LOG(SG_LL_INFO, "main", "cache: L1 %zu MiB in memory, no Redis", cfg->cache.l1_bytes >> 20);
 }
 
@@ -416,6 +419,27 @@ static void wait_for_stop(const sigset_t *set)
     }
 }
 
+/* --check: connects to Redis (and its sentinels) the way the loops will, after open_plugins (which
+ * may re-execute the process) and before the plugins load their data, so a refused password fails
+ * at once. A refusal (credentials, db, master name) fails the check; an unreachable Redis is a
+ * warning, as a start would run (bypassing it) until it answers. */
+static int check_redis(const sg_config_t *cfg)
+{
+    char msg[1024];
+    if (!cfg->cache.redis.enabled)
+        return 0;
+    int st = sg_redis_check(&cfg->cache.redis, msg, sizeof(msg));
+    if (st == SG_REDIS_CHECK_REFUSED) {
+        fprintf(stderr, "searchgate: cache.redis: %s\n", msg);
+        return -1;
+    }
+    if (st == SG_REDIS_CHECK_UNREACHABLE)
+        fprintf(stderr, "searchgate: warning: cache.redis: %s; a start would bypass Redis (L1 only) until it answers\n", msg);
+    else
+        printf("searchgate: %s\n", msg);
+    return 0;
+}
+
 /* plugin_dir, or plugins/ beside the executable. */
 static void plugin_dir_of(const sg_config_t *cfg, char *dir, size_t size)
 {
@@ -432,7 +456,7 @@ static void plugin_dir_of(const sg_config_t *cfg, char *dir, size_t size)
 static int set_up_routes(sg_server_t *s, const char *dir, char **argv, const cmdline_t *cl)
 {
     char err[1024];
-    if (open_plugins(s, dir, argv) != 0 || load_backends(s) != 0)
+    if (open_plugins(s, dir, argv) != 0 || (cl->check && check_redis(s->cfg) != 0) || load_backends(s) != 0)
         return -1;
     describe_routes(s);
     sg_fusion_init(s);

@@ -39,17 +39,18 @@ int sg_code_index(int status)
 }
 
 /* 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
- * open (Redis stopped answering and is skipped), -1 when Redis is off. */
+ * open (Redis stopped answering and is skipped), 3 when none is up because Redis (or a sentinel)
+ * refuses the connection set-up (credentials, ACL, db), -1 when Redis is off. */
 static int redis_state(const sg_server_t *s)
 {
-    if (s->cfg->cache.redis_host == NULL)
+    if (!s->cfg->cache.redis.enabled)
         return -1;
     if (sg_redis_breaker_open())
         return 2;
     for (int i = 0; i < s->n_loops; ++i)
         if (sg_redis_is_up(s->loops[i].redis))
             return 1;
-    return 0;
+    return sg_redis_refused() ? 3 : 0;
 }
 
 /* ---- responses ---- */
@@ -209,7 +210,12 @@ static void on_health(h2o_req_t *req)
     int redis = redis_state(s);
     sg_jw_key(&w, "cache");
     sg_jw_obj(&w);
-    sg_jw_kstr(&w, "redis", redis < 0 ? "off" : redis == 2 ? "not answering (bypassed)" : redis == 1 ? "up" : "down (bypassed)");
+    sg_jw_kstr(&w, "redis",
+               redis < 0    ? "off"
+               : redis == 3 ? "set-up refused (bypassed)"
+               : redis == 2 ? "not answering (bypassed)"
+               : redis == 1 ? "up"
+                            : "down (bypassed)");
     sg_jw_end(&w);
     sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
     sg_jw_kstr(&w, "status", ok ? "ok" : "degraded");
@@ -635,9 +641,8 @@ static void *loop_main(void *arg)
     sg_gate_start_loop(l); /* accepting (gate.c) */
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
-    if (s->cfg->cache.redis_host != NULL)
-        l->redis = sg_redis_create(l->loop, &l->timers, l->id, s->cfg->cache.redis_host, s->cfg->cache.redis_port,
-                                   s->cfg->cache.redis_timeout_ms);
+    if (s->cfg->cache.redis.enabled)
+        l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
     sg_mcp_init_loop(l);
     pthread_barrier_wait(&s->barrier);
 
@@ -704,6 +709,23 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size);
 void sg_server_stop(sg_server_t *s);
 void sg_server_dispose(sg_server_t *s);
 
+/* searchgate_http_requests_total for every non-query route and status, at 0 from the start. */
+static void register_http_metrics(sg_server_t *s)
+{
+    for (int r = 0; r < R_COUNT; ++r)
+        for (int c = 0; c < SG_NUM_CODES; ++c) {
+            char labels[64];
+            if (c == SG_CODE_OTHER)
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", route_names[r]);
+            else
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
+            s->http_requests[r][c] =
+                sg_metrics_counter("searchgate_http_requests_total",
+                                   "Requests to routes other than /retrieve, and requests refused before routing.", labels);
+        }
+    sg_metrics_add_collector(backend_stats_collector, s);
+}
+
 int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
@@ -764,23 +786,14 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     rf->on_setup_ostream = on_setup_response;
     h2o_filter_t *f = h2o_create_filter(&s->hostconf->fallback_path, sizeof(*f));
     f->on_setup_ostream = on_setup_json_errors;
-    for (int r = 0; r < R_COUNT; ++r)
-        for (int c = 0; c < SG_NUM_CODES; ++c) {
-            char labels[64];
-            if (c == SG_CODE_OTHER)
-                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", route_names[r]);
-            else
-                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
-            s->http_requests[r][c] =
-                sg_metrics_counter("searchgate_http_requests_total",
-                                   "Requests to routes other than /retrieve, and requests refused before routing.", labels);
-        }
-    sg_metrics_add_collector(backend_stats_collector, s);
+    register_http_metrics(s);
 
     pthread_barrier_init(&s->barrier, NULL, (unsigned)s->n_loops + 1);
     for (int i = 0; i < s->n_loops; ++i)
         h2o_multithread_create_thread(&s->loops[i].tid, NULL, loop_main, &s->loops[i]);
     pthread_barrier_wait(&s->barrier); /* every loop is serving */
+    if (cfg->cache.redis.enabled)      /* ready includes Redis: the first requests find it set up (a bounded wait) */
+        sg_redis_wait_started(&cfg->cache.redis, s->n_loops);
     return 0;
 }
 

@@ -97,8 +97,16 @@ static void check_config(const sg_config_t *cfg)
         }
     }
     FUZZ_CHECK(cfg->clients.max_tracked >= 16);
-    if (cfg->cache.redis_host != NULL)
-        FUZZ_CHECK(cfg->cache.redis_port >= 1 && cfg->cache.redis_timeout_ms >= 1 && cfg->cache.redis_prefix != NULL);
+    const sg_redis_conf_t *rc = &cfg->cache.redis;
+    if (rc->enabled) {
+        FUZZ_CHECK(rc->timeout_ms >= 1 && cfg->cache.redis_prefix != NULL);
+        FUZZ_CHECK((rc->n_sentinels > 0) == (rc->node.host == NULL) && (rc->n_sentinels > 0) == (rc->master != NULL));
+        FUZZ_CHECK(rc->node.host == NULL || (rc->node.port >= 1 && strlen(rc->node.host) <= 255));
+        for (size_t i = 0; i < rc->n_sentinels; ++i)
+            FUZZ_CHECK(rc->sentinels[i].port >= 1 && rc->sentinels[i].host[0] != '\0' && strlen(rc->sentinels[i].host) <= 255);
+        FUZZ_CHECK(rc->username == NULL || rc->password != NULL);
+        FUZZ_CHECK(rc->sentinel_username == NULL || rc->sentinel_password != NULL);
+    }
     FUZZ_CHECK(cfg->cache.default_ttl_s >= 1);
 }
 

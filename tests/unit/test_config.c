@@ -33,7 +33,8 @@ static void test_minimal_defaults(void **state)
     assert_null(cfg.backends[0].plugin_path);
     assert_int_equal(cfg.limits.max_topk, 1000);
     assert_true(cfg.cache.l1_bytes > 0);
-    assert_null(cfg.cache.redis_host);
+    assert_false(cfg.cache.redis.enabled);
+    assert_null(cfg.cache.redis.node.host);
     assert_int_equal(cfg.clients.defaults.weight, 1);
     assert_true(cfg.mcp.enabled);
     assert_int_equal(cfg.mcp.max_sessions, 10000);
@@ -138,8 +139,14 @@ static void test_full(void **state)
     assert_int_equal(cfg.backends[1].fallback, 0);
     assert_int_equal(cfg.backends[1].cache, 0);
     assert_int_equal(cfg.backends[0].cache_ttl_s, 60);
-    assert_string_equal(cfg.cache.redis_host, "127.0.0.1");
-    assert_int_equal(cfg.cache.redis_port, 6390);
+    assert_true(cfg.cache.redis.enabled);
+    assert_string_equal(cfg.cache.redis.node.host, "127.0.0.1");
+    assert_int_equal(cfg.cache.redis.node.port, 6390);
+    assert_int_equal(cfg.cache.redis.timeout_ms, 50);
+    assert_int_equal(cfg.cache.redis.db, 0);
+    assert_null(cfg.cache.redis.password);
+    assert_int_equal(cfg.cache.redis.n_sentinels, 0);
+    assert_string_equal(cfg.cache.redis_prefix, "sg:");
     assert_int_equal(cfg.clients.n_keyed, 1);
     assert_string_equal(cfg.clients.keyed[0].key, "secret-a");
     assert_int_equal(cfg.clients.keyed[0].weight, 2);
@@ -404,11 +411,105 @@ static void test_load_file(void **state)
     unlink(path);
 }
 
+/* cache.redis: an ACL user with its password from the environment, a database, Sentinel mode; the
+ * password appears in no error message and nowhere in the description the log prints. */
+static void test_redis(void **state)
+{
+    (void)state;
+    setenv("SG_TEST_REDIS_PW", "hunter2-redis", 1);
+    setenv("SG_TEST_SENTINEL_PW", "hunter2-sentinel", 1);
+    unsetenv("SG_TEST_UNSET_VAR");
+    sg_config_t cfg;
+    char err[512], desc[512];
+    const char *json = "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"host\":\"10.0.0.5\",\"port\":6380,\"db\":3,"
+                       "\"username\":\"sg\",\"password_env\":\"SG_TEST_REDIS_PW\",\"prefix\":\"lab:\"}}}";
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_string_equal(cfg.cache.redis.node.host, "10.0.0.5");
+    assert_int_equal(cfg.cache.redis.node.port, 6380);
+    assert_int_equal(cfg.cache.redis.db, 3);
+    assert_string_equal(cfg.cache.redis.username, "sg");
+    assert_string_equal(cfg.cache.redis.password, "hunter2-redis");
+    assert_string_equal(cfg.cache.redis.password_env, "SG_TEST_REDIS_PW");
+    assert_string_equal(cfg.cache.redis_prefix, "lab:");
+    sg_redis_conf_describe(&cfg.cache.redis, desc, sizeof(desc));
+    assert_string_equal(desc, "Redis 10.0.0.5:6380");
+    sg_redis_conf_describe_setup(&cfg.cache.redis, desc, sizeof(desc));
+    assert_string_equal(desc, "db 3, user \"sg\", password from $SG_TEST_REDIS_PW");
+    sg_config_free(&cfg);
+
+    json = "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"sentinels\":[\"127.0.0.1:26379\",\"sentinel-b\",\"[::1]:26381\"],"
+           "\"master\":\"mymaster\",\"password_env\":\"SG_TEST_REDIS_PW\",\"sentinel_password_env\":\"SG_TEST_SENTINEL_PW\","
+           "\"timeout_ms\":200}},\"clients\":{\"default\":{\"rate\":5,\"global\":true}}}";
+    assert_int_equal(parse(json, &cfg, err), 0);
+    assert_true(cfg.cache.redis.enabled);
+    assert_null(cfg.cache.redis.node.host);
+    assert_int_equal(cfg.cache.redis.n_sentinels, 3);
+    assert_string_equal(cfg.cache.redis.sentinels[0].host, "127.0.0.1");
+    assert_int_equal(cfg.cache.redis.sentinels[0].port, 26379);
+    assert_string_equal(cfg.cache.redis.sentinels[1].host, "sentinel-b");
+    assert_int_equal(cfg.cache.redis.sentinels[1].port, 26379);
+    assert_string_equal(cfg.cache.redis.sentinels[2].host, "::1");
+    assert_int_equal(cfg.cache.redis.sentinels[2].port, 26381);
+    assert_string_equal(cfg.cache.redis.master, "mymaster");
+    assert_null(cfg.cache.redis.username);
+    assert_string_equal(cfg.cache.redis.sentinel_password, "hunter2-sentinel");
+    assert_int_equal(cfg.cache.redis.timeout_ms, 200);
+    sg_redis_conf_describe(&cfg.cache.redis, desc, sizeof(desc));
+    assert_string_equal(desc, "Redis master \"mymaster\" via sentinels 127.0.0.1:26379,sentinel-b:26379,[::1]:26381");
+    sg_redis_conf_describe_setup(&cfg.cache.redis, desc, sizeof(desc));
+    assert_string_equal(desc, "db 0, user \"default\", password from $SG_TEST_REDIS_PW; sentinels: user \"default\", password "
+                              "from $SG_TEST_SENTINEL_PW");
+    sg_config_free(&cfg);
+
+#define R(body) "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":" body "}}"
+    static const struct {
+        const char *json;
+        const char *needle;
+    } cases[] = {
+        {R("{\"password\":\"x\"}"), "cache.redis.password: unknown key (allowed: host, port, timeout_ms, prefix, username,"},
+        {R("{\"password_env\":\"SG_TEST_UNSET_VAR\"}"),
+         "cache.redis.password_env: environment variable SG_TEST_UNSET_VAR (named here) is not set or empty"},
+        {R("{\"username\":\"sg\"}"), "cache.redis.username: needs password_env"},
+        {R("{\"username\":\"a b\",\"password_env\":\"SG_TEST_REDIS_PW\"}"), "cache.redis.username: expected an ACL user name"},
+        {R("{\"db\":-1}"), "cache.redis.db: expected an integer in [0, 2147483647], got -1"},
+        {R("{\"host\":\"\"}"), "cache.redis.host: expected a non-empty string"},
+        {R("{\"master\":\"m\"}"), "cache.redis.master: needs sentinels"},
+        {R("{\"sentinel_password_env\":\"SG_TEST_SENTINEL_PW\"}"), "cache.redis.sentinel_password_env: needs sentinels"},
+        {R("{\"sentinels\":[\"a:1\"]}"), "cache.redis.master: required key is missing"},
+        {R("{\"sentinels\":[],\"master\":\"m\"}"), "cache.redis.sentinels: expected an array of 1 to 16"},
+        {R("{\"sentinels\":\"a:1\",\"master\":\"m\"}"), "cache.redis.sentinels: expected an array of 1 to 16"},
+        {R("{\"sentinels\":[\"a:1\",\"b:0\"],\"master\":\"m\"}"),
+         "cache.redis.sentinels[1]: expected \"host:port\" with a port in [1, 65535], got \"b:0\""},
+        {R("{\"sentinels\":[\"::1:26379\"],\"master\":\"m\"}"), "cache.redis.sentinels[0]: an IPv6 address goes in brackets"},
+        {R("{\"sentinels\":[\":26379\"],\"master\":\"m\"}"), "cache.redis.sentinels[0]: expected \"host:port\" with a host"},
+        {R("{\"sentinels\":[5],\"master\":\"m\"}"), "cache.redis.sentinels[0]: expected a \"host:port\" string, got 5"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"host\":\"x\"}"), "cache.redis.host: not with sentinels"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"port\":6379}"), "cache.redis.port: not with sentinels"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"my master\"}"), "cache.redis.master: expected the master's name"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"sentinel_username\":\"u\"}"),
+         "cache.redis.sentinel_username: needs sentinel_password_env"},
+    };
+#undef R
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        char e[512] = "";
+        int r = parse(cases[i].json, &cfg, e);
+        sg_config_free(&cfg);
+        if (r == 0 || strstr(e, cases[i].needle) == NULL || strstr(e, "hunter2") != NULL)
+            fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
+    }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_full),    cmocka_unit_test(test_defaults_within_limits),
-        cmocka_unit_test(test_errors),           cmocka_unit_test(test_budgets), cmocka_unit_test(test_strict_document),
-        cmocka_unit_test(test_load_file),        cmocka_unit_test(test_mcp),     cmocka_unit_test(test_listen)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_minimal_defaults),
+                                       cmocka_unit_test(test_full),
+                                       cmocka_unit_test(test_defaults_within_limits),
+                                       cmocka_unit_test(test_errors),
+                                       cmocka_unit_test(test_budgets),
+                                       cmocka_unit_test(test_strict_document),
+                                       cmocka_unit_test(test_load_file),
+                                       cmocka_unit_test(test_mcp),
+                                       cmocka_unit_test(test_listen),
+                                       cmocka_unit_test(test_redis)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
