@@ -64,7 +64,7 @@ struct st_sg_budget_t {
 static struct {
     pthread_mutex_t mu;
     int shared;        /* Redis is configured: budgets are shared by the replicas */
-    int collecting;    /* the /metrics collector is registered */
+    int collecting;    /* the /metrics collector is registered (at start-up) */
     char *prefix;      /* cache.redis.prefix (start-up) */
     sg_budget_t **all; /* every budget some generation uses */
     size_t n_all;
@@ -309,6 +309,10 @@ void sg_budget_init(int shared, const char *prefix)
     g.shared = shared;
     free(g.prefix);
     g.prefix = prefix != NULL ? sg_strdup(prefix) : NULL;
+    if (!g.collecting) { /* at start-up: the collector list is only appended to before the loops run */
+        g.collecting = 1;
+        sg_metrics_add_collector(collector, NULL);
+    }
 }
 
 void sg_budget_dispose(void)
@@ -363,11 +367,7 @@ void sg_budget_set_publish(sg_budget_set_t *set)
     publish_locked(set->anon, &cfg->clients.defaults.budget);
     for (size_t i = 0; i < set->n_routes; ++i)
         publish_locked(set->routes[i], &cfg->backends[i].budget); /* routes are in config order */
-    int collect = set->n_enabled > 0 && !g.collecting;
-    g.collecting |= collect;
     pthread_mutex_unlock(&g.mu);
-    if (collect) /* once: a collector is never removed */
-        sg_metrics_add_collector(collector, NULL);
 }
 
 void sg_budget_set_free(sg_budget_set_t *set)
@@ -868,6 +868,13 @@ static void collector(sg_buf_t *out, void *arg)
     };
     uint64_t now = wall_s();
     pthread_mutex_lock(&g.mu);
+    size_t current = 0;
+    for (size_t i = 0; i < g.n_all; ++i)
+        current += g.all[i]->current != 0;
+    if (current == 0) { /* no budget configured: no families either */
+        pthread_mutex_unlock(&g.mu);
+        return;
+    }
     snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
     for (size_t i = 0; i < g.n_all; ++i)
         snaps[i] = snapshot_locked(g.all[i], now);

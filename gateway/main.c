@@ -409,6 +409,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;
     }
+    sg_budget_init(cfg.cache.redis_host != NULL, cfg.cache.redis_prefix); /* before any budget is made */
     sg_gen_opts_t o = {dir, cl.check, argv};
     if ((g = sg_gen_build(s, &cfg, 0, NULL, &o, err, sizeof(err))) == NULL) {
         fprintf(stderr, "searchgate: %s\n", err);
@@ -423,7 +424,6 @@ int main(int argc, char **argv)
     }
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
     sg_ratelimit_global_init();
-    sg_budget_init(cfg.cache.redis_host != NULL, cfg.cache.redis_prefix);
     sg_mcp_init(s);
     char default_dir[PATH_MAX];
     plugin_dir_of(&(sg_config_t){0}, default_dir, sizeof(default_dir)); /* for a reloaded config without plugin_dir */

@@ -273,6 +273,38 @@ class ReloadTest(unittest.TestCase):
         write(self.gw.config_path, config(self.index, self.tmp, 0, self.seed))
 
 
+class SharedBudget(unittest.TestCase):
+    """With Redis, a budget is one counter shared by the replicas: a reload keeps counting in the same
+    key (the configured prefix's), and the new limit applies at once."""
+
+    def test_budget_counter_survives_reload(self):
+        redis = sgtest.Redis()
+        tmp = tempfile.mkdtemp(prefix="sgreload-redis-")
+        try:
+            def cfg(limit):
+                return {"listen": {"host": "127.0.0.1", "port": 0}, "threads": 2,
+                        "cache": {"redis": {"port": redis.port, "prefix": "rl:"}},
+                        "clients": {"admin_key_env": "SG_RL_ADMIN",
+                                    "keys": [{"id": "budget", "key_env": "SG_RL_BUDGET",
+                                              "budget": {"queries": limit, "period": "day"}}]},
+                        "backends": [{"name": "mk", "plugin": "mock", "metered": True}]}
+            gw = sgtest.Gateway(cfg(5), env=ENV)
+            key = {"X-API-Key": "budget-key"}
+            self.assertEqual(gw.post("/retrieve", {"queries": ["s1", "s2", "s3"]}, headers=key).status, 200)
+            write(gw.config_path, cfg(4))
+            self.assertEqual(gw.post("/admin/reload", b"", headers=ADMIN).status, 200)
+            day = int(time.time()) // 86400 * 86400
+            self.assertEqual(redis.command("HGET", "rl:budget:client:budget:day:%d" % day, "used"), b"3")
+            r = gw.post("/retrieve", {"queries": ["s4", "s5"]}, headers=key)  # 3 + 2 > the new 4
+            self.assertEqual(r.status, 429, r)
+            self.assertEqual(gw.post("/retrieve", {"queries": ["s4"]}, headers=key).status, 200)
+            self.assertEqual(redis.command("HGET", "rl:budget:client:budget:day:%d" % day, "used"), b"4")
+            gw.stop()
+        finally:
+            redis.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class NoAdminKey(unittest.TestCase):
     def test_refused_without_admin_key(self):
         gw = sgtest.Gateway({"backends": [sgtest.example_backend()]})
