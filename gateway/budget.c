@@ -449,6 +449,8 @@ static void on_refund(void *arg, redisReply *reply)
                 observe_locked(f->b[i], f->period[i], reply->element[2 * i]->integer, reply->element[2 * i + 1]->integer);
         pthread_mutex_unlock(&g.mu);
     }
+    for (int i = 0; i < f->nb; ++i) /* the round trip's references (a reload may have dropped the budget) */
+        budget_release(f->b[i]);
     free(f);
 }
 
@@ -468,6 +470,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
             b->reserved -= n < b->reserved ? n : b->reserved;
         } else if (periods[i] == b->start_s) { /* a past period's counter no longer matters */
             b->shared_seen -= n < b->shared_seen ? n : b->shared_seen;
+            ++b->refs; /* the reply may come after the call's generation is gone */
             f->b[f->nb] = b;
             f->period[f->nb++] = periods[i];
         }
@@ -501,6 +504,8 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
         if (f->period[i] == f->b[i]->start_s)
             f->b[i]->carry -= (int64_t)n;
     pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < f->nb; ++i)
+        budget_release(f->b[i]);
     free(f);
 }
 

@@ -443,10 +443,8 @@ static void log_small(h2o_req_t *req)
            (int)(req->path.len > 200 ? 200 : req->path.len), req->path.base, req->res.status);
 }
 
-static int on_req(h2o_handler_t *self, h2o_req_t *req)
+static int route_req(sg_loop_t *loop, h2o_req_t *req)
 {
-    (void)self;
-    sg_loop_t *loop = sg_loop_of(req);
     h2o_iovec_t p = req->path_normalized;
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
                  h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
@@ -518,6 +516,17 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     count(req, R_OTHER, 404);
     log_small(req);
     return 0;
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    (void)self;
+    sg_loop_t *loop = sg_loop_of(req);
+    sg_loop_refresh_gen(loop);           /* a request runs on the generation current when it arrives (gen.h) */
+    sg_gen_t *g = sg_gen_ref(loop->gen); /* held through the handler, whatever it calls */
+    int r = route_req(loop, req);
+    sg_gen_release(g);
+    return r;
 }
 
 /* ---- h2o's own error responses ----

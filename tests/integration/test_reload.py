@@ -305,6 +305,49 @@ class SharedBudget(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+    def test_refund_outlives_removed_budget(self):
+        """A budget's give-back still waiting for Redis when a reload removes the budget and its last
+        generation goes: the reply must not touch a freed budget (ASan watches this run)."""
+        redis = sgtest.Redis()
+        try:
+            def cfg(with_budget):
+                keys = [{"id": "other", "key_env": "SG_RL_LOAD"}]
+                if with_budget:
+                    keys.append({"id": "budget", "key_env": "SG_RL_BUDGET", "budget": {"queries": 100, "period": "day"}})
+                return {"listen": {"host": "127.0.0.1", "port": 0}, "threads": 1,
+                        "cache": {"redis": {"port": redis.port, "timeout_ms": 30000}},
+                        "clients": {"admin_key_env": "SG_RL_ADMIN", "keys": keys},
+                        "backends": [{"name": "slow", "plugin": "mock", "config": {"latency_ms": int(sgtest.scaled(1500))},
+                                      "metered": True, "max_inflight": 1, "cache": False}]}
+            gw = sgtest.Gateway(cfg(True), env=ENV)
+            gw.metrics_headers = ADMIN
+            hold = threading.Thread(target=gw.post, args=("/retrieve", {"queries": ["hold"]}, LOAD))
+            hold.start()  # takes the route's one slot for 1.5 s
+            time.sleep(sgtest.scaled(0.3))
+            waited = []
+            late = threading.Thread(target=lambda: waited.append(gw.post(
+                "/retrieve", {"queries": ["queued"]}, {"X-API-Key": "budget-key", "X-Timeout-Ms": str(int(sgtest.scaled(600)))})))
+            late.start()  # reserved in Redis, then queued behind "hold"
+            time.sleep(sgtest.scaled(0.2))
+            redis.pause()  # the give-back of the call dropped at its deadline waits for Redis
+            late.join()
+            self.assertEqual(waited[0].status, 504, waited[0])
+            write(gw.config_path, cfg(False))
+            self.assertEqual(gw.post("/admin/reload", b"", headers=ADMIN).status, 200)
+            hold.join()
+            deadline = time.time() + sgtest.scaled(10)
+            while gw.metric("searchgate_config_generations_live") != 1 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(gw.metric("searchgate_config_generations_live"), 1)  # the budget is gone
+            redis.resume()
+            time.sleep(sgtest.scaled(0.5))  # the reply arrives
+            self.assertEqual(gw.post("/retrieve", {"queries": ["after"]}, headers=LOAD).status, 200)
+            gw.stop()
+        finally:
+            redis.resume()
+            redis.close()
+
+
 class NoAdminKey(unittest.TestCase):
     def test_refused_without_admin_key(self):
         gw = sgtest.Gateway({"backends": [sgtest.example_backend()]})
