@@ -273,6 +273,37 @@ class ReloadTest(unittest.TestCase):
         write(self.gw.config_path, config(self.index, self.tmp, 0, self.seed))
 
 
+class RouteLimits(unittest.TestCase):
+    """A kept route's new max_inflight governs its admission at once (the admission state is the
+    route core's, shared by the two generations): four parallel calls run together, then one by one."""
+
+    def test_max_inflight_applies_after_reload(self):
+        def cfg(max_inflight):
+            return {"listen": {"host": "127.0.0.1", "port": 0}, "threads": 2, "clients": {"admin_key_env": "SG_RL_ADMIN"},
+                    "backends": [{"name": "lim", "plugin": "mock", "config": {"latency_ms": 400, "workers": 8},
+                                  "max_inflight": max_inflight, "cache": False}]}
+
+        def four_at_once(tag):
+            t0 = time.time()
+            got = sgtest.parallel(lambda i: gw.post("/retrieve", {"queries": ["%s %d" % (tag, i)]}).status,
+                                  [(i,) for i in range(4)])
+            self.assertEqual(got, [200] * 4)
+            return time.time() - t0
+
+        gw = sgtest.Gateway(cfg(100), env=ENV)
+        gw.metrics_headers = ADMIN
+        try:
+            together = four_at_once("before")
+            write(gw.config_path, cfg(1))
+            self.assertEqual(gw.post("/admin/reload", b"", headers=ADMIN).status, 200)
+            one_by_one = four_at_once("after")
+            self.assertGreaterEqual(one_by_one, 1.55)  # 4 x 400 ms: one call at a time
+            self.assertLess(together, one_by_one / 2)
+            self.assertEqual(gw.metric("searchgate_backend_instances_created_total", backend="lim"), 1)
+        finally:
+            gw.stop()
+
+
 class SharedBudget(unittest.TestCase):
     """With Redis, a budget is one counter shared by the replicas: a reload keeps counting in the same
     key (the configured prefix's), and the new limit applies at once."""
