@@ -174,11 +174,11 @@ static void test_reload_keeps_state(void **state)
     sg_client_t *a2 = sg_clients_identify(t2, "key-a", 5, NULL, 0, NULL, &why);
     assert_non_null(a2);
     assert_ptr_not_equal(a2, a1);
-    assert_ptr_equal(a2->st, a1->st);   /* one rate limit across the two configs */
-    assert_true(a2->conf->rate == 2.0); /* the new config's quota */
+    assert_ptr_equal(a2->st, a1->st);                                             /* one rate limit across the two configs */
+    assert_true(a2->conf->rate == 2.0);                                           /* the new config's quota */
     assert_int_equal(sg_clients_ratelimit(t2, a2, 1, now, 0, &wait), SG_RL_DENY); /* its token was spent before */
     assert_int_equal(wait, 500000);                                               /* at the new rate */
-    assert_null(sg_clients_identify(t2, "key-b", 5, NULL, 0, NULL, &why));       /* removed */
+    assert_null(sg_clients_identify(t2, "key-b", 5, NULL, 0, NULL, &why));        /* removed */
     assert_string_equal(why, "invalid API key");
     assert_int_equal(sg_clients_tracked(t2), 1); /* the anonymous client came along */
     sg_client_t *anon2 = sg_clients_identify(t2, NULL, 0, NULL, 0, (struct sockaddr *)&peer, &why);
