@@ -18,12 +18,19 @@
  * meanwhile is carried into the shared counter by its next script, so an outage is not a free
  * pass once Redis is back.
  *
+ * Reloads. A budget is the same object in every configuration generation that names it (the same
+ * client id, anonymous clients, or route name, with the same period), so what it counted survives a
+ * reload; its `queries` and `fail` take the new values when the new generation is published. A
+ * changed period makes a new budget (a new counter in Redis too). /metrics and /stats show the
+ * budgets of the current generation.
+ *
  * Locks: one mutex for every budget (requests with misses on budgeted routes only); it is never
  * held while calling into dispatch or Redis.
  */
 #include "budget.h"
 #include "query_impl.h"
 #include "dispatch.h"
+#include "gen.h"
 #include "json.h"
 #include "../cache/redis.h"
 
@@ -35,8 +42,11 @@
 #define KEY_GRACE_S 300 /* the shared counter outlives its period by this much: replicas' clocks differ a little */
 
 struct st_sg_budget_t {
-    const sg_budget_conf_t *conf;
+    sg_budget_conf_t conf; /* queries and fail change at a reload (under g.mu); the period never does */
     int is_route;
+    int anon;       /* the anonymous clients' */
+    uint32_t refs;  /* the budget sets (generations) that use it, under g.mu */
+    int current;    /* the current generation uses it: shown in /metrics and /stats (under g.mu) */
     char *name;     /* client id, "(anonymous)" or route name */
     char *label;    /* client="..." or route="..." */
     char *key_base; /* <prefix>budget:<kind>:<name>:<period>: */
@@ -53,13 +63,21 @@ struct st_sg_budget_t {
 
 static struct {
     pthread_mutex_t mu;
-    int shared;           /* Redis is configured: budgets are shared by the replicas */
-    sg_budget_t *clients; /* one per keyed client */
-    sg_budget_t anon;     /* anonymous clients together */
-    sg_budget_t *routes;  /* one per backend */
-    sg_budget_t **all;    /* the enabled ones */
+    int shared;        /* Redis is configured: budgets are shared by the replicas */
+    int collecting;    /* the /metrics collector is registered (at start-up) */
+    char *prefix;      /* cache.redis.prefix (start-up) */
+    sg_budget_t **all; /* every budget some generation uses */
     size_t n_all;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The budgets of one generation. */
+struct st_sg_budget_set_t {
+    const sg_config_t *cfg;
+    sg_budget_t **clients; /* per keyed client (NULL: none) */
+    sg_budget_t *anon;     /* anonymous clients together, or NULL */
+    sg_budget_t **routes;  /* per route (NULL: none) */
+    size_t n_clients, n_routes, n_enabled;
+};
 
 static const char *const period_names[] = {"hour", "day", "week", "month"};
 
@@ -128,7 +146,7 @@ static void refresh_locked(sg_budget_t *b, uint64_t now)
     if (now >= b->start_s && now < b->end_s)
         return;
     uint64_t start, end;
-    sg_budget_period(b->conf->period, now, &start, &end);
+    sg_budget_period(b->conf.period, now, &start, &end);
     if (start != b->start_s) {
         b->spent = 0;
         b->carry = 0;
@@ -160,17 +178,17 @@ static void observe_locked(sg_budget_t *b, uint64_t period, long long used, long
 /* The 80% warning: one metric increment and one log line per crossing per period. Caller holds g.mu. */
 static void check_warn_locked(sg_budget_t *b)
 {
-    if (b->warned || b->conf->queries == 0)
+    if (b->warned || b->conf.queries == 0)
         return;
     uint64_t used = used_locked(b);
-    if ((double)used < WARN_FRACTION * (double)b->conf->queries)
+    if ((double)used < WARN_FRACTION * (double)b->conf.queries)
         return;
     b->warned = 1;
     sg_counter_add(b->m_warnings, 1);
     uint64_t now = wall_s();
     SG_LOG(SG_LL_WARN, "budget", "%s %s has used %llu of its %llu queries this %s (%.0f%%); it resets in %llu s",
-           b->is_route ? "route" : "client", b->name, (unsigned long long)used, (unsigned long long)b->conf->queries,
-           period_names[b->conf->period], 100.0 * (double)used / (double)b->conf->queries,
+           b->is_route ? "route" : "client", b->name, (unsigned long long)used, (unsigned long long)b->conf.queries,
+           period_names[b->conf.period], 100.0 * (double)used / (double)b->conf.queries,
            (unsigned long long)(b->end_s > now ? b->end_s - now : 0));
 }
 
@@ -188,17 +206,20 @@ static void safe_label(char *dst, size_t n, const char *src)
     dst[i] = '\0';
 }
 
-static void budget_setup(const sg_config_t *cfg, sg_budget_t *b, const sg_budget_conf_t *conf, int is_route, const char *name,
-                         const char *kind)
+/* A new budget (refs 1) named `name` of `kind` ("client", "anonymous", "route"), counting `conf`. Caller holds g.mu. */
+static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *name, const char *kind)
 {
-    b->conf = conf;
-    b->is_route = is_route;
+    sg_budget_t *b = sg_mem_calloc(1, sizeof(*b));
+    b->conf = *conf;
+    b->refs = 1;
+    b->is_route = strcmp(kind, "route") == 0;
+    b->anon = strcmp(kind, "anonymous") == 0;
     b->name = sg_strdup(name);
     char safe[160], label[200];
     safe_label(safe, sizeof(safe), name);
-    snprintf(label, sizeof(label), "%s=\"%s\"", is_route ? "route" : "client", safe);
+    snprintf(label, sizeof(label), "%s=\"%s\"", b->is_route ? "route" : "client", safe);
     b->label = sg_strdup(label);
-    const char *prefix = cfg->cache.redis_prefix != NULL ? cfg->cache.redis_prefix : "sg:";
+    const char *prefix = g.prefix != NULL ? g.prefix : "sg:";
     size_t n = strlen(prefix) + strlen(kind) + strlen(name) + 32;
     b->key_base = sg_mem_alloc(n);
     if (strcmp(kind, "anonymous") == 0)
@@ -228,26 +249,26 @@ static void budget_setup(const sg_config_t *cfg, sg_budget_t *b, const sg_budget
     refresh_locked(b, wall_s());
     g.all = sg_mem_realloc(g.all, (g.n_all + 1) * sizeof(*g.all));
     g.all[g.n_all++] = b;
+    return b;
 }
 
-static void collector(sg_buf_t *out, void *arg);
-
-void sg_budget_init(sg_server_t *s)
+/* The budget of `name` counting `conf` (enabled): the one an earlier generation uses when the
+ * kind, name and period agree, else a new one. Referenced. */
+static sg_budget_t *budget_get(const sg_budget_conf_t *conf, const char *name, const char *kind)
 {
-    const sg_config_t *cfg = s->cfg;
-    g.shared = cfg->cache.redis.enabled;
-    g.clients = sg_mem_calloc(cfg->clients.n_keyed > 0 ? cfg->clients.n_keyed : 1, sizeof(*g.clients));
-    g.routes = sg_mem_calloc(s->n_routes > 0 ? s->n_routes : 1, sizeof(*g.routes));
-    for (size_t i = 0; i < cfg->clients.n_keyed; ++i)
-        if (cfg->clients.keyed[i].budget.enabled)
-            budget_setup(cfg, &g.clients[i], &cfg->clients.keyed[i].budget, 0, cfg->clients.keyed[i].id, "client");
-    if (cfg->clients.defaults.budget.enabled)
-        budget_setup(cfg, &g.anon, &cfg->clients.defaults.budget, 0, "(anonymous)", "anonymous");
-    for (size_t i = 0; i < s->n_routes; ++i)
-        if (s->routes[i].conf->budget.enabled)
-            budget_setup(cfg, &g.routes[i], &s->routes[i].conf->budget, 1, s->routes[i].conf->name, "route");
-    if (g.n_all > 0)
-        sg_metrics_add_collector(collector, NULL);
+    int is_route = strcmp(kind, "route") == 0, anon = strcmp(kind, "anonymous") == 0;
+    pthread_mutex_lock(&g.mu);
+    for (size_t i = 0; i < g.n_all; ++i) {
+        sg_budget_t *b = g.all[i];
+        if (b->is_route == is_route && b->anon == anon && strcmp(b->name, name) == 0 && b->conf.period == conf->period) {
+            ++b->refs;
+            pthread_mutex_unlock(&g.mu);
+            return b;
+        }
+    }
+    sg_budget_t *b = budget_new_locked(conf, name, kind);
+    pthread_mutex_unlock(&g.mu);
+    return b;
 }
 
 static void budget_free(sg_budget_t *b)
@@ -255,45 +276,140 @@ static void budget_free(sg_budget_t *b)
     free(b->name);
     free(b->label);
     free(b->key_base);
+    free(b);
+}
+
+static void budget_release(sg_budget_t *b)
+{
+    if (b == NULL)
+        return;
+    pthread_mutex_lock(&g.mu);
+    if (--b->refs != 0) {
+        pthread_mutex_unlock(&g.mu);
+        return;
+    }
+    for (size_t i = 0; i < g.n_all; ++i)
+        if (g.all[i] == b) { /* the order stays the configs' (/stats lists them in it) */
+            memmove(&g.all[i], &g.all[i + 1], (g.n_all - i - 1) * sizeof(*g.all));
+            --g.n_all;
+            break;
+        }
+    if (g.n_all == 0) {
+        free(g.all);
+        g.all = NULL;
+    }
+    pthread_mutex_unlock(&g.mu);
+    budget_free(b);
+}
+
+static void collector(sg_buf_t *out, void *arg);
+
+void sg_budget_init(int shared, const char *prefix)
+{
+    g.shared = shared;
+    free(g.prefix);
+    g.prefix = prefix != NULL ? sg_strdup(prefix) : NULL;
+    if (!g.collecting) { /* at start-up: the collector list is only appended to before the loops run */
+        g.collecting = 1;
+        sg_metrics_add_collector(collector, NULL);
+    }
 }
 
 void sg_budget_dispose(void)
 {
+    free(g.prefix);
+    g.prefix = NULL;
+}
+
+sg_budget_set_t *sg_budget_set_create(const sg_config_t *cfg, const sg_route_t *routes, size_t n_routes)
+{
+    sg_budget_set_t *set = sg_mem_calloc(1, sizeof(*set));
+    set->cfg = cfg;
+    set->n_clients = cfg->clients.n_keyed;
+    set->n_routes = n_routes;
+    set->clients = sg_mem_calloc(set->n_clients > 0 ? set->n_clients : 1, sizeof(*set->clients));
+    set->routes = sg_mem_calloc(n_routes > 0 ? n_routes : 1, sizeof(*set->routes));
+    for (size_t i = 0; i < set->n_clients; ++i)
+        if (cfg->clients.keyed[i].budget.enabled) {
+            set->clients[i] = budget_get(&cfg->clients.keyed[i].budget, cfg->clients.keyed[i].id, "client");
+            ++set->n_enabled;
+        }
+    if (cfg->clients.defaults.budget.enabled) {
+        set->anon = budget_get(&cfg->clients.defaults.budget, "(anonymous)", "anonymous");
+        ++set->n_enabled;
+    }
+    for (size_t i = 0; i < n_routes; ++i)
+        if (routes[i].conf->budget.enabled) {
+            set->routes[i] = budget_get(&routes[i].conf->budget, routes[i].conf->name, "route");
+            ++set->n_enabled;
+        }
+    return set;
+}
+
+/* `b` takes `conf`'s limit and failure mode and is the current generation's. Caller holds g.mu. */
+static void publish_locked(sg_budget_t *b, const sg_budget_conf_t *conf)
+{
+    if (b == NULL)
+        return;
+    b->conf.queries = conf->queries;
+    b->conf.fail = conf->fail;
+    b->current = 1;
+}
+
+void sg_budget_set_publish(sg_budget_set_t *set)
+{
+    const sg_config_t *cfg = set->cfg;
+    pthread_mutex_lock(&g.mu);
     for (size_t i = 0; i < g.n_all; ++i)
-        budget_free(g.all[i]);
-    free(g.all);
-    free(g.clients);
-    free(g.routes);
-    memset(&g.anon, 0, sizeof(g.anon));
-    g.all = NULL;
-    g.n_all = 0;
-    g.clients = g.routes = NULL;
+        g.all[i]->current = 0;
+    for (size_t i = 0; i < set->n_clients; ++i)
+        publish_locked(set->clients[i], &cfg->clients.keyed[i].budget);
+    publish_locked(set->anon, &cfg->clients.defaults.budget);
+    for (size_t i = 0; i < set->n_routes; ++i)
+        publish_locked(set->routes[i], &cfg->backends[i].budget); /* routes are in config order */
+    pthread_mutex_unlock(&g.mu);
+}
+
+void sg_budget_set_free(sg_budget_set_t *set)
+{
+    if (set == NULL)
+        return;
+    for (size_t i = 0; i < set->n_clients; ++i)
+        budget_release(set->clients[i]);
+    budget_release(set->anon);
+    for (size_t i = 0; i < set->n_routes; ++i)
+        budget_release(set->routes[i]);
+    free(set->clients);
+    free(set->routes);
+    free(set);
 }
 
 /* ---- which budgets apply ---- */
 
-static sg_budget_t *client_budget(const sg_config_t *cfg, const sg_client_t *c)
+static sg_budget_t *client_budget(const sg_budget_set_t *set, const sg_client_t *c)
 {
+    const sg_config_t *cfg = set->cfg;
     if (c == NULL || c->conf == NULL || !c->conf->budget.enabled)
         return NULL;
     if (c->conf == &cfg->clients.defaults)
-        return &g.anon;
+        return set->anon;
     if (c->conf >= cfg->clients.keyed && c->conf < cfg->clients.keyed + cfg->clients.n_keyed)
-        return &g.clients[c->conf - cfg->clients.keyed];
+        return set->clients[c->conf - cfg->clients.keyed];
     return NULL;
 }
 
 static int budgets_for(const sg_query_t *r, sg_budget_t **out)
 {
     int n = 0;
-    if (g.n_all == 0) /* none configured, or not set up (sg_budget_init) */
+    const sg_budget_set_t *set = r->gen != NULL ? r->gen->budgets : NULL;
+    if (set == NULL || set->n_enabled == 0) /* none configured */
         return 0;
     const sg_route_t *be = r->serving;
-    sg_budget_t *cb = be->conf->metered ? client_budget(r->loop->server->cfg, r->client) : NULL;
-    if (cb != NULL && cb->conf != NULL)
+    sg_budget_t *cb = be->conf->metered ? client_budget(set, r->client) : NULL;
+    if (cb != NULL)
         out[n++] = cb;
-    if (be->conf->budget.enabled && g.routes[be->index].conf != NULL)
-        out[n++] = &g.routes[be->index];
+    if (be->conf->budget.enabled && (size_t)be->index < set->n_routes && set->routes[be->index] != NULL)
+        out[n++] = set->routes[be->index];
     return n;
 }
 
@@ -333,6 +449,8 @@ static void on_refund(void *arg, redisReply *reply)
                 observe_locked(f->b[i], f->period[i], reply->element[2 * i]->integer, reply->element[2 * i + 1]->integer);
         pthread_mutex_unlock(&g.mu);
     }
+    for (int i = 0; i < f->nb; ++i) /* the round trip's references (a reload may have dropped the budget) */
+        budget_release(f->b[i]);
     free(f);
 }
 
@@ -352,6 +470,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
             b->reserved -= n < b->reserved ? n : b->reserved;
         } else if (periods[i] == b->start_s) { /* a past period's counter no longer matters */
             b->shared_seen -= n < b->shared_seen ? n : b->shared_seen;
+            ++b->refs; /* the reply may come after the call's generation is gone */
             f->b[f->nb] = b;
             f->period[f->nb++] = periods[i];
         }
@@ -385,6 +504,8 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
         if (f->period[i] == f->b[i]->start_s)
             f->b[i]->carry -= (int64_t)n;
     pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < f->nb; ++i)
+        budget_release(f->b[i]);
     free(f);
 }
 
@@ -456,7 +577,7 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
     uint64_t now = wall_s();
     pthread_mutex_lock(&g.mu);
     refresh_locked(b, now);
-    uint64_t end = b->end_s;
+    uint64_t end = b->end_s, limit = b->conf.queries; /* a reload may change the limit: read it here */
     int log = !b->exhausted_logged;
     b->exhausted_logged = 1;
     pthread_mutex_unlock(&g.mu);
@@ -464,19 +585,19 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
     uint32_t retry = end > now ? (uint32_t)(end - now) : 1;
     char at[32];
     iso_utc(end, at, sizeof(at));
-    uint64_t left = used < b->conf->queries ? b->conf->queries - used : 0;
+    uint64_t left = used < limit ? limit - used : 0;
+    const char *period = period_names[b->conf.period];
     if (log)
         SG_LOG(SG_LL_WARN, "budget",
                "%s %s: budget of %llu queries per %s is exhausted (%llu used); requests that miss the "
                "cache are refused (budget_exhausted) until %s",
-               b->is_route ? "route" : "client", b->name, (unsigned long long)b->conf->queries, period_names[b->conf->period],
-               (unsigned long long)used, at);
+               b->is_route ? "route" : "client", b->name, (unsigned long long)limit, period, (unsigned long long)used, at);
     char msg[400];
     snprintf(msg, sizeof(msg),
              "spend budget of %s %s exhausted: %llu of %llu queries per %s (UTC) used, %llu left, and this request needs %u "
              "backend queries; it resets at %s (in %u s)",
-             b->is_route ? "route" : "client", b->name, (unsigned long long)(used < b->conf->queries ? used : b->conf->queries),
-             (unsigned long long)b->conf->queries, period_names[b->conf->period], (unsigned long long)left, n, at, retry);
+             b->is_route ? "route" : "client", b->name, (unsigned long long)(used < limit ? used : limit),
+             (unsigned long long)limit, period, (unsigned long long)left, n, at, retry);
     /* 429, or 503 when the refused client's software retries only 5xx (clients.*.reject_status) */
     fail(r, r->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
 }
@@ -494,7 +615,7 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
             continue;
         refresh_locked(b, now);
         uint64_t used = used_locked(b) + b->reserved;
-        if (used + n > b->conf->queries) {
+        if (used + n > b->conf.queries) {
             over = b;
             over_used = used;
         }
@@ -515,8 +636,13 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
 
 static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
 {
+    int closed[2] = {0, 0};
+    pthread_mutex_lock(&g.mu); /* a reload may change the failure mode */
     for (int i = 0; i < 2; ++i)
-        if (bs[i] != NULL && bs[i]->conf->fail == SG_BUDGET_FAIL_CLOSED) {
+        closed[i] = bs[i] != NULL && bs[i]->conf.fail == SG_BUDGET_FAIL_CLOSED;
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < 2; ++i)
+        if (closed[i]) {
             sg_counter_add(bs[i]->m_unavail_closed, 1);
             char msg[300];
             snprintf(msg, sizeof(msg),
@@ -663,7 +789,7 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         q->period[i] = b->start_s;
         q->carry[i] = b->carry;
         counter_key(keys[i], sizeof(keys[i]), b, b->start_s);
-        snprintf(limits[i], sizeof(limits[i]), "%llu", (unsigned long long)b->conf->queries);
+        snprintf(limits[i], sizeof(limits[i]), "%llu", (unsigned long long)b->conf.queries);
         snprintf(expiry[i], sizeof(expiry[i]), "%llu", (unsigned long long)(b->end_s + KEY_GRACE_S));
         snprintf(carry[i], sizeof(carry[i]), "%lld", (long long)b->carry);
     }
@@ -703,10 +829,34 @@ typedef struct st_snap_t {
 static snap_t snapshot_locked(sg_budget_t *b, uint64_t now)
 {
     refresh_locked(b, now);
-    snap_t s = {b->conf->queries, used_locked(b), b->spent, b->start_s, b->end_s};
+    snap_t s = {b->conf.queries, used_locked(b), b->spent, b->start_s, b->end_s};
     return s;
 }
 
+/* One sample of family `f` (collector()'s) for a budget. */
+static void sample(sg_buf_t *out, size_t f, const snap_t *s, uint64_t now)
+{
+    uint64_t used = s->used < s->limit ? s->used : s->limit;
+    switch (f) {
+    case 0:
+        sg_buf_appendf(out, "%llu\n", (unsigned long long)s->limit);
+        break;
+    case 1:
+        sg_buf_appendf(out, "%llu\n", (unsigned long long)s->used);
+        break;
+    case 2:
+        sg_buf_appendf(out, "%llu\n", (unsigned long long)(s->limit - used));
+        break;
+    case 3:
+        sg_buf_appendf(out, "%.6f\n", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
+        break;
+    default:
+        sg_buf_appendf(out, "%llu\n", (unsigned long long)(s->end > now ? s->end - now : 0));
+        break;
+    }
+}
+
+/* The current generation's budgets (a budget only a draining one still uses would repeat a label). */
 static void collector(sg_buf_t *out, void *arg)
 {
     (void)arg;
@@ -723,35 +873,26 @@ static void collector(sg_buf_t *out, void *arg)
     };
     uint64_t now = wall_s();
     pthread_mutex_lock(&g.mu);
+    size_t current = 0;
+    for (size_t i = 0; i < g.n_all; ++i)
+        current += g.all[i]->current != 0;
+    if (current == 0) { /* no budget configured: no families either */
+        pthread_mutex_unlock(&g.mu);
+        return;
+    }
     snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
     for (size_t i = 0; i < g.n_all; ++i)
         snaps[i] = snapshot_locked(g.all[i], now);
-    pthread_mutex_unlock(&g.mu);
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); ++f) {
         sg_buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help, fam[f].name);
         for (size_t i = 0; i < g.n_all; ++i) {
-            const snap_t *s = &snaps[i];
-            uint64_t used = s->used < s->limit ? s->used : s->limit;
+            if (!g.all[i]->current)
+                continue;
             sg_buf_appendf(out, "%s{%s} ", fam[f].name, g.all[i]->label);
-            switch (f) {
-            case 0:
-                sg_buf_appendf(out, "%llu\n", (unsigned long long)s->limit);
-                break;
-            case 1:
-                sg_buf_appendf(out, "%llu\n", (unsigned long long)s->used);
-                break;
-            case 2:
-                sg_buf_appendf(out, "%llu\n", (unsigned long long)(s->limit - used));
-                break;
-            case 3:
-                sg_buf_appendf(out, "%.6f\n", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
-                break;
-            default:
-                sg_buf_appendf(out, "%llu\n", (unsigned long long)(s->end > now ? s->end - now : 0));
-                break;
-            }
+            sample(out, f, &snaps[i], now);
         }
     }
+    pthread_mutex_unlock(&g.mu);
     free(snaps);
 }
 
@@ -764,7 +905,7 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
     sg_jw_key(w, b->name);
     sg_jw_obj(w);
     sg_jw_ku64(w, "queries", s->limit);
-    sg_jw_kstr(w, "period", period_names[b->conf->period]);
+    sg_jw_kstr(w, "period", period_names[b->conf.period]);
     sg_jw_kstr(w, "period_start", start);
     sg_jw_kstr(w, "period_end", end);
     sg_jw_ku64(w, "resets_in_s", s->end > now ? s->end - now : 0);
@@ -773,7 +914,7 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
     sg_jw_kdouble(w, "used_ratio", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
     sg_jw_ku64(w, "spent_here", s->spent);
     sg_jw_kbool(w, "shared", g.shared);
-    sg_jw_kstr(w, "fail", b->conf->fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed");
+    sg_jw_kstr(w, "fail", b->conf.fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed");
     sg_jw_kbool(w, "warning", s->limit > 0 && (double)s->used >= WARN_FRACTION * (double)s->limit);
     sg_jw_end(w);
 }
@@ -781,21 +922,19 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
 void sg_budget_stats_json(sg_jw_t *w)
 {
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
-    snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
-    for (size_t i = 0; i < g.n_all; ++i)
-        snaps[i] = snapshot_locked(g.all[i], now);
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_lock(&g.mu); /* held while writing: a reload may add or drop budgets */
     sg_jw_key(w, "budgets");
     sg_jw_obj(w);
     for (int routes = 0; routes <= 1; ++routes) {
         sg_jw_key(w, routes ? "routes" : "clients");
         sg_jw_obj(w);
         for (size_t i = 0; i < g.n_all; ++i)
-            if ((g.all[i]->is_route != 0) == routes)
-                budget_json(w, g.all[i], &snaps[i], now);
+            if ((g.all[i]->is_route != 0) == routes && g.all[i]->current) {
+                snap_t snap = snapshot_locked(g.all[i], now);
+                budget_json(w, g.all[i], &snap, now);
+            }
         sg_jw_end(w);
     }
     sg_jw_end(w);
-    free(snaps);
+    pthread_mutex_unlock(&g.mu);
 }

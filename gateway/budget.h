@@ -29,10 +29,25 @@ typedef struct st_sg_budget_charge_t {
 /** The calendar period (UTC) that holds `now_s` (Unix seconds): [*start_s, *end_s). Weeks start on Monday. */
 void sg_budget_period(int period, uint64_t now_s, uint64_t *start_s, uint64_t *end_s);
 
-/** Creates the budgets of the config's clients and routes; after sg_clients_create(). */
-void sg_budget_init(sg_server_t *s);
+/** `shared`: Redis is configured, so budgets are shared by the replicas, their counters' keys
+ * starting with `prefix` (cache.redis.prefix). Main thread, start-up. */
+void sg_budget_init(int shared, const char *prefix);
 void sg_budget_dispose(void);
-/** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats. */
+
+/** The budgets one configuration generation uses (gen.h). */
+typedef struct st_sg_budget_set_t sg_budget_set_t;
+/**
+ * The budgets of `cfg`'s clients and of `routes` (its routes, n_routes): each the budget an
+ * earlier generation already counts with (same client id / anonymous / route name, same period),
+ * else a new one. Nothing changes for the running generation. Main or reload thread.
+ */
+sg_budget_set_t *sg_budget_set_create(const sg_config_t *cfg, const struct st_sg_route_t *routes, size_t n_routes);
+/** The generation of `set` is published: its budgets take its limits and failure modes, and are
+ * the ones /metrics and /stats show. */
+void sg_budget_set_publish(sg_budget_set_t *set);
+/** Releases the set's budgets (a budget no set uses any more is freed). */
+void sg_budget_set_free(sg_budget_set_t *set);
+/** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats (the current generation's). */
 void sg_budget_stats_json(sg_jw_t *w);
 
 /* ---- steps of the query pipeline (query.c, dispatch.c): internal ---- */

@@ -1,10 +1,16 @@
 /*
  * clients.c -- client identity and per-client rate limits.
  *
- * Keyed clients come from the config and live for the whole run. Anonymous clients (a trusted
- * X-Client-Id, or the peer address) get the default quota and are tracked in a hash table with
- * an LRU bound (clients.max_tracked), nginx limit_req style: the least recently seen entry that
- * nothing references is evicted first, so memory stays bounded whatever the callers do.
+ * Keyed clients come from the config and live as long as its generation (gen.h). Anonymous clients
+ * (a trusted X-Client-Id, or the peer address) get the default quota and are tracked in a hash
+ * table with an LRU bound (clients.max_tracked), nginx limit_req style: the least recently seen
+ * entry that nothing references is evicted first, so memory stays bounded whatever the callers do.
+ *
+ * Reloads. Each generation has a table of its own (its keys, its quotas); what must survive the
+ * switch -- a client's rate-limit state and its queries in flight -- lives in a client state
+ * shared by the clients of that id in every table (the registry below), and a new table takes the
+ * anonymous clients its predecessor tracked. A removed key has no client in the new table: its
+ * requests get 401 from the first one the new generation serves.
  */
 #include "clients.h"
 #include "hmap.h"
@@ -29,8 +35,90 @@ struct st_sg_clients_t {
     size_t n_keyed;
     sg_hmap_t anon;  /* id -> anonymous client */
     sg_client_t lru; /* sentinel: lru.lru_next is the most recent */
-    size_t n_labelled;
 };
+
+/* The client states of the process, by registry key; the mutex also guards every state's GCRA. */
+static struct {
+    pthread_mutex_t mu;
+    sg_hmap_t map;
+    int ready;
+    size_t n_labelled; /* anonymous ids with a label of their own (the rest share "other") */
+} registry = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int state_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const sg_client_state_t *st = item;
+    (void)ud;
+    return strlen(st->rkey) == key_len && memcmp(st->rkey, key, key_len) == 0;
+}
+
+/* Label values must be safe inside quotes: keep [A-Za-z0-9_.:-], replace the rest. */
+static void safe_label(char *dst, size_t n, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < n; ++i) {
+        char ch = src[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+                 ch == ':' || ch == '-';
+        dst[i] = ok ? ch : '_';
+    }
+    dst[i] = '\0';
+}
+
+/* The state of client `id` (keyed or anonymous), referenced: the one other tables share, or a new one. */
+static sg_client_state_t *state_get(const char *id, int keyed)
+{
+    size_t n = strlen(id) + 2;
+    char *rkey = sg_mem_alloc(n);
+    snprintf(rkey, n, "%c%s", keyed ? 'K' : 'A', id);
+    uint64_t h = sg_hmap_hash(rkey, n - 1);
+    pthread_mutex_lock(&registry.mu);
+    if (!registry.ready) {
+        sg_hmap_init(&registry.map, state_eq, NULL, 64);
+        registry.ready = 1;
+    }
+    sg_client_state_t *st = sg_hmap_find(&registry.map, h, rkey, n - 1);
+    if (st != NULL) {
+        ++st->refs;
+        pthread_mutex_unlock(&registry.mu);
+        free(rkey);
+        return st;
+    }
+    st = sg_mem_calloc(1, sizeof(*st));
+    st->rkey = rkey;
+    st->hash = h;
+    st->refs = 1;
+    atomic_init(&st->inflight, 0);
+    char label[128];
+    if (keyed || registry.n_labelled < MAX_LABELLED_ANON) {
+        registry.n_labelled += !keyed;
+        safe_label(label, sizeof(label), id);
+    } else {
+        snprintf(label, sizeof(label), "other");
+    }
+    st->label = sg_strdup(label);
+    sg_hmap_insert(&registry.map, h, st);
+    pthread_mutex_unlock(&registry.mu);
+    return st;
+}
+
+static void state_release(sg_client_state_t *st)
+{
+    pthread_mutex_lock(&registry.mu);
+    if (--st->refs != 0) {
+        pthread_mutex_unlock(&registry.mu);
+        return;
+    }
+    sg_hmap_remove(&registry.map, st->hash, st);
+    if (registry.map.n == 0) { /* nothing tracked: the table's memory goes too */
+        sg_hmap_dispose(&registry.map);
+        registry.ready = 0;
+    }
+    pthread_mutex_unlock(&registry.mu);
+    free(st->rkey);
+    free(st->label);
+    free(st);
+}
 
 static int client_eq(const void *item, const void *key, size_t key_len, const void *ud)
 {
@@ -63,20 +151,41 @@ static void client_metrics(sg_client_t *c, const char *label)
     c->m_wait = sg_metrics_hist("searchgate_client_ratelimit_wait_seconds", "Time requests waited for the client's rate limit.", l);
 }
 
-/* Label values must be safe inside quotes: keep [A-Za-z0-9_.:-], replace the rest. */
-static void safe_label(char *dst, size_t n, const char *src)
+static void lru_push_front(sg_clients_t *t, sg_client_t *c);
+
+/* A new anonymous client of `t` (not yet in its LRU) sharing `st`, or a new state for `id`. */
+static sg_client_t *anon_new(sg_clients_t *t, const char *id, uint64_t h, sg_client_state_t *st)
 {
-    size_t i = 0;
-    for (; src[i] != '\0' && i + 1 < n; ++i) {
-        char ch = src[i];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
-                 ch == ':' || ch == '-';
-        dst[i] = ok ? ch : '_';
-    }
-    dst[i] = '\0';
+    sg_client_t *c = sg_mem_calloc(1, sizeof(*c));
+    c->id = sg_strdup(id);
+    c->conf = &t->cfg->clients.defaults;
+    c->st = st != NULL ? st : state_get(id, 0);
+    atomic_init(&c->refs, 1); /* the table's own reference */
+    c->hash = h;
+    sg_hmap_insert(&t->anon, h, c);
+    client_metrics(c, c->st->label);
+    return c;
 }
 
-sg_clients_t *sg_clients_create(const sg_config_t *cfg)
+/* The anonymous clients `prev` tracks, most recent first, up to t's bound: same order in `t`. */
+static void import_anon(sg_clients_t *t, sg_clients_t *prev)
+{
+    pthread_mutex_lock(&prev->mu);
+    size_t n = 0;
+    sg_client_t *c = prev->lru.lru_next;
+    for (; c != &prev->lru && n < t->cfg->clients.max_tracked; c = c->lru_next)
+        ++n;
+    /* c is the first one not taken (or the sentinel) */
+    for (c = c->lru_prev; c != &prev->lru; c = c->lru_prev) { /* the coldest first: each new one goes in front */
+        pthread_mutex_lock(&registry.mu);
+        ++c->st->refs;
+        pthread_mutex_unlock(&registry.mu);
+        lru_push_front(t, anon_new(t, c->id, c->hash, c->st));
+    }
+    pthread_mutex_unlock(&prev->mu);
+}
+
+sg_clients_t *sg_clients_create(const sg_config_t *cfg, sg_clients_t *prev)
 {
     sg_clients_t *t = sg_mem_calloc(1, sizeof(*t));
     pthread_mutex_init(&t->mu, NULL);
@@ -89,10 +198,9 @@ sg_clients_t *sg_clients_create(const sg_config_t *cfg)
         c->id = sg_strdup(cfg->clients.keyed[i].id);
         c->conf = &cfg->clients.keyed[i];
         c->keyed = 1;
+        c->st = state_get(c->id, 1);
         atomic_init(&c->refs, 1);
-        char label[128];
-        safe_label(label, sizeof(label), c->id);
-        client_metrics(c, label);
+        client_metrics(c, c->st->label);
         SHA256((const unsigned char *)c->conf->key, strlen(c->conf->key), t->digests[i]);
     }
     if (cfg->clients.admin_key != NULL) {
@@ -101,19 +209,29 @@ sg_clients_t *sg_clients_create(const sg_config_t *cfg)
     }
     sg_hmap_init(&t->anon, client_eq, NULL, 1024);
     t->lru.lru_next = t->lru.lru_prev = &t->lru;
+    if (prev != NULL)
+        import_anon(t, prev);
     return t;
+}
+
+const sg_config_t *sg_clients_config(const sg_clients_t *t)
+{
+    return t->cfg;
 }
 
 void sg_clients_destroy(sg_clients_t *t)
 {
     if (t == NULL)
         return;
-    for (size_t i = 0; i < t->n_keyed; ++i)
+    for (size_t i = 0; i < t->n_keyed; ++i) {
         free(t->keyed[i].id);
+        state_release(t->keyed[i].st);
+    }
     free(t->keyed);
     free(t->digests);
     for (sg_client_t *c = t->lru.lru_next; c != &t->lru;) {
         sg_client_t *next = c->lru_next;
+        state_release(c->st);
         free(c->id);
         free(c);
         c = next;
@@ -167,6 +285,7 @@ static void evict(sg_clients_t *t)
         if (atomic_load(&c->refs) == 1) {
             lru_unlink(c);
             sg_hmap_remove(&t->anon, c->hash, c);
+            state_release(c->st);
             free(c->id);
             free(c);
         }
@@ -184,20 +303,7 @@ static sg_client_t *anon_get(sg_clients_t *t, const char *id)
         lru_unlink(c);
     } else {
         evict(t);
-        c = sg_mem_calloc(1, sizeof(*c));
-        c->id = sg_strdup(id);
-        c->conf = &t->cfg->clients.defaults;
-        atomic_init(&c->refs, 1); /* the table's own reference */
-        c->hash = h;
-        sg_hmap_insert(&t->anon, h, c);
-        char label[128];
-        if (t->n_labelled < MAX_LABELLED_ANON) {
-            ++t->n_labelled;
-            safe_label(label, sizeof(label), id);
-        } else {
-            snprintf(label, sizeof(label), "other");
-        }
-        client_metrics(c, label);
+        c = anon_new(t, id, h, NULL);
     }
     lru_push_front(t, c);
     atomic_fetch_add(&c->refs, 1);
@@ -390,9 +496,10 @@ int sg_clients_ratelimit(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t n
         *wait_us = 0;
         return SG_RL_ALLOW;
     }
-    pthread_mutex_lock(&t->mu);
-    int r = sg_gcra(&c->tat_us, c->conf->rate, c->conf->burst, n, now_us, max_wait_us, wait_us);
-    pthread_mutex_unlock(&t->mu);
+    (void)t;
+    pthread_mutex_lock(&registry.mu);
+    int r = sg_gcra(&c->st->tat_us, c->conf->rate, c->conf->burst, n, now_us, max_wait_us, wait_us);
+    pthread_mutex_unlock(&registry.mu);
     return r;
 }
 
@@ -404,8 +511,9 @@ int sg_clients_ratelimit_fallback(sg_clients_t *t, sg_client_t *c, uint32_t shar
         return SG_RL_ALLOW;
     }
     double div = share_div != 0 ? (double)share_div : 1, burst = c->conf->burst / div;
-    pthread_mutex_lock(&t->mu);
-    int r = sg_gcra(&c->fallback_tat_us, c->conf->rate / div, burst > 1 ? burst : 1, n, now_us, max_wait_us, wait_us);
-    pthread_mutex_unlock(&t->mu);
+    (void)t;
+    pthread_mutex_lock(&registry.mu);
+    int r = sg_gcra(&c->st->fallback_tat_us, c->conf->rate / div, burst > 1 ? burst : 1, n, now_us, max_wait_us, wait_us);
+    pthread_mutex_unlock(&registry.mu);
     return r;
 }

@@ -14,18 +14,32 @@
 #include "metrics.h"
 
 typedef struct st_sg_client_t sg_client_t;
+
+/**
+ * What a client keeps across configuration reloads: its rate-limit state and the queries it has in
+ * flight, shared by the client of that id in every generation's table (keyed clients and anonymous
+ * ones apart). Reference-counted by those clients; freed with the last one.
+ */
+typedef struct st_sg_client_state_t {
+    char *rkey;    /* "K<id>" or "A<id>": the registry key */
+    char *label;   /* the metrics' label value: the id made safe, or "other" beyond the cardinality cap */
+    uint64_t hash; /* of rkey */
+    uint32_t refs; /* under the registry's mutex */
+    /* GCRA state, guarded by the registry's mutex; fallback_tat_us is the bucket that stands in for
+     * a global client's shared limit while Redis cannot decide (ratelimit_global.c) */
+    uint64_t tat_us, fallback_tat_us;
+    _Atomic uint64_t inflight; /* queries in flight for this client (all backends) */
+} sg_client_state_t;
+
 /** Who is calling: one per API key, trusted X-Client-Id or peer address (anonymous ones are kept
- * in an LRU and freed once unreferenced). Shared by every thread: refs and inflight are atomic,
- * the GCRA state is guarded by the table's mutex, the rest is read-only. */
+ * in an LRU and freed once unreferenced). One table per configuration generation (gen.h): `conf`
+ * is that generation's, `st` outlives it. Shared by every thread: refs are atomic, the rest is
+ * read-only. */
 struct st_sg_client_t {
     char *id;
     const sg_client_conf_t *conf;
     int keyed;
-    /* GCRA state, guarded by the client table mutex; fallback_tat_us is the bucket that stands in
-     * for a global client's shared limit while Redis cannot decide (ratelimit_global.c) */
-    uint64_t tat_us, fallback_tat_us;
-    /* queries in flight for this client (all backends); atomic */
-    _Atomic uint64_t inflight;
+    sg_client_state_t *st;
     /* LRU links for anonymous clients */
     sg_client_t *lru_prev, *lru_next;
     uint64_t hash; /* of the id, for the table of anonymous clients */
@@ -37,8 +51,16 @@ struct st_sg_client_t {
 
 typedef struct st_sg_clients_t sg_clients_t;
 
-sg_clients_t *sg_clients_create(const sg_config_t *cfg);
+/**
+ * The client table of a configuration: its keyed clients and, when `prev` (the previous
+ * generation's table) is given, the anonymous clients it tracks (most recent first, up to
+ * clients.max_tracked). Clients of an id already known share its rate-limit state. Main or reload
+ * thread; `prev` may be in use meanwhile.
+ */
+sg_clients_t *sg_clients_create(const sg_config_t *cfg, sg_clients_t *prev);
 void sg_clients_destroy(sg_clients_t *t);
+/** The config the table was made of. */
+const sg_config_t *sg_clients_config(const sg_clients_t *t);
 
 /**
  * Identifies the caller. `key` is the presented API key (NULL when none), `hdr_id` the

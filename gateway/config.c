@@ -362,6 +362,9 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
         return sg_cfg_fail(&c, "metered", cJSON_GetObjectItem(o, "metered"), "cannot be false on a route with a budget");
     if (sg__config_trace(cfg, &c, o, b->name, &b->trace) != 0)
         return -1;
+    const cJSON *rr = cJSON_GetObjectItemCaseSensitive(o, "rerank");
+    if (rr != NULL && !cJSON_IsNull(rr) && (b->rerank_json = cJSON_PrintUnformatted(rr)) == NULL)
+        abort();
     return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
@@ -610,6 +613,28 @@ static int parse_backends(sg_config_t *cfg, const cJSON *root, char *err, size_t
     return 0;
 }
 
+const char *const sg_config_restart_keys[SG_CONFIG_N_RESTART] = {"listen",      "threads", "cache.l1_bytes",
+                                                                 "cache.redis", "mcp",     "limits.max_body_bytes"};
+
+/* The restart-only settings of `root` as canonical JSON (gen.c compares them across reloads). */
+static void keep_restart_json(sg_config_t *cfg, const cJSON *root)
+{
+    for (int i = 0; i < SG_CONFIG_N_RESTART; ++i) {
+        const char *key = sg_config_restart_keys[i], *dot = strchr(key, '.');
+        const cJSON *item = root;
+        if (dot != NULL) {
+            char top[64];
+            snprintf(top, sizeof(top), "%.*s", (int)(dot - key), key);
+            item = cJSON_GetObjectItemCaseSensitive(item, top);
+            key = dot + 1;
+        }
+        item = item != NULL ? cJSON_GetObjectItemCaseSensitive(item, key) : NULL;
+        cfg->restart_json[i] = item != NULL ? cJSON_PrintUnformatted(item) : sg_strdup("null");
+        if (cfg->restart_json[i] == NULL)
+            abort();
+    }
+}
+
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
     static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
@@ -632,6 +657,8 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
                   : 0;
     if (ret == 0 && cfg->listen.h2c < 0)
         cfg->listen.h2c = !cfg->clients.require_key;
+    if (ret == 0)
+        keep_restart_json(cfg, root);
     cJSON_Delete(root);
     return ret;
 }
@@ -683,6 +710,7 @@ void sg_config_free(sg_config_t *cfg)
         free(b->plugin);
         free(b->plugin_path);
         free(b->config_json);
+        free(b->rerank_json);
         sg_rerank_conf_free(b->rerank);
     }
     free(cfg->backends);
@@ -711,6 +739,8 @@ void sg_config_free(sg_config_t *cfg)
         free(cfg->listen.allowed_origins[i]);
     free(cfg->listen.allowed_origins);
     free(cfg->plugin_dir);
+    for (int i = 0; i < SG_CONFIG_N_RESTART; ++i)
+        free(cfg->restart_json[i]);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -40,6 +40,8 @@ typedef struct st_sg_backend_conf_t {
     uint32_t cache_ttl_s;
     int fallback;                       /* index of the fallback backend, -1 = none */
     struct st_sg_rerank_conf_t *rerank; /* the route's rerank stage (rerank.h), or NULL */
+    char *rerank_json;                  /* its "rerank" object, serialised, or NULL: a reload keeps the route's
+                                         * plugin instance only when this and config_json are unchanged (gen.c) */
 
     /* spend budgets (budget.c): calls on a metered route count against client budgets (a route
      * budget meters its route); the route's own budget counts every client's calls */
@@ -69,6 +71,11 @@ typedef struct st_sg_client_conf_t {
 } sg_client_conf_t;
 
 enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };
+
+/* The settings only a restart changes (a reload keeps the running ones and says so): their config
+ * paths, in sg_config_t.restart_json order. */
+#define SG_CONFIG_N_RESTART 6
+extern const char *const sg_config_restart_keys[SG_CONFIG_N_RESTART];
 enum { SG_MCP_TEXT_SEARCH_R1 = 0, SG_MCP_TEXT_RESULTS_JSON = 1 };
 
 typedef struct st_sg_config_t {
@@ -139,6 +146,9 @@ typedef struct st_sg_config_t {
     /* every "trace" object of routes and clients (trace.h); the confs point into this list */
     struct st_sg_trace_conf_t **traces;
     size_t n_traces;
+    /* the settings of sg_config_restart_keys as the file wrote them (canonical JSON; "null" when
+     * absent): a reload compares them with the running config's */
+    char *restart_json[SG_CONFIG_N_RESTART];
 } sg_config_t;
 
 /** Reads and validates `path`. On failure returns -1 with a message naming the key and value in `err`. */

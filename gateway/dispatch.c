@@ -36,6 +36,7 @@
 #include "hmap.h"
 #include "clients.h"
 #include "budget.h"
+#include "gen.h"
 #include "respond.h"
 #include "../cache/cache.h"
 
@@ -118,6 +119,7 @@ struct st_sg_call_t {
     _Atomic uint32_t live; /* flights that still have waiters, | CANCEL_BIT once cancelled */
     _Atomic int state;     /* guarded by the backend's admit_mutex for QUEUED -> RUNNING/DONE */
     sg_route_t *backend;
+    struct st_sg_gen_t *gen; /* of its route and client (referenced): a call may outlive its request */
     sg_client_t *client;
     sg_loop_t *origin;
     int is_access;     /* POST /access: vt->access() instead of vt->search() */
@@ -139,7 +141,8 @@ struct st_sg_call_t {
 
 struct st_sg_admit_queue_t {
     sg_admit_queue_t *next, *prev; /* ring of clients with queued calls */
-    sg_client_t *client;
+    const sg_client_state_t *who;  /* the client: its state, the same in every configuration generation
+                                    * (its calls' clients are its settings; the head's apply) */
     sg_call_t *head, **tail;
     int64_t deficit;
 };
@@ -266,6 +269,7 @@ static void call_release(sg_call_t *c)
     free(c->blobs);
     free(c->detail);
     sg_clients_release(c->client);
+    sg_gen_release(c->gen);
     free(c);
 }
 
@@ -305,13 +309,13 @@ static int client_fits(const sg_client_t *cl, size_t n)
 {
     if (cl == NULL || cl->conf == NULL || cl->conf->max_inflight == 0)
         return 1;
-    uint64_t cur = atomic_load(&cl->inflight);
+    uint64_t cur = atomic_load(&cl->st->inflight);
     return cur == 0 || cur + n <= cl->conf->max_inflight;
 }
 
 static int backend_fits(const sg_route_t *b, size_t n)
 {
-    return b->conf->max_inflight == 0 || b->admit_inflight == 0 || b->admit_inflight + n <= b->conf->max_inflight;
+    return b->conf->max_inflight == 0 || b->core->admit_inflight == 0 || b->core->admit_inflight + n <= b->conf->max_inflight;
 }
 
 /* ---- the floor: a call needs this much of its deadline left to start (min_remaining_ms) ---- */
@@ -320,7 +324,7 @@ static uint32_t route_floor_ms(const sg_route_t *b)
 {
     uint32_t f = b->conf->min_remaining_ms;
     if (b->conf->min_remaining_quantile != SG_FLOOR_NONE) {
-        uint32_t o = atomic_load_explicit(&b->floor_observed_ms, memory_order_relaxed);
+        uint32_t o = atomic_load_explicit(&b->core->floor_observed_ms, memory_order_relaxed);
         if (o > f)
             f = o;
     }
@@ -346,18 +350,18 @@ static void floor_observe_locked(sg_route_t *b, uint64_t ms)
 {
     if (b->conf->min_remaining_quantile == SG_FLOOR_NONE)
         return;
-    size_t cap = sizeof(b->floor_ring) / sizeof(b->floor_ring[0]);
-    b->floor_ring[b->floor_at] = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-    b->floor_at = (uint32_t)((b->floor_at + 1) % cap);
-    if (b->floor_n < cap)
-        ++b->floor_n;
-    if (b->floor_n < 8 || b->floor_at % 8 != 0)
+    size_t cap = sizeof(b->core->floor_ring) / sizeof(b->core->floor_ring[0]);
+    b->core->floor_ring[b->core->floor_at] = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    b->core->floor_at = (uint32_t)((b->core->floor_at + 1) % cap);
+    if (b->core->floor_n < cap)
+        ++b->core->floor_n;
+    if (b->core->floor_n < 8 || b->core->floor_at % 8 != 0)
         return; /* too few to say, or not yet time to recompute */
-    uint32_t tmp[sizeof(b->floor_ring) / sizeof(b->floor_ring[0])];
-    memcpy(tmp, b->floor_ring, b->floor_n * sizeof(tmp[0]));
-    qsort(tmp, b->floor_n, sizeof(tmp[0]), cmp_u32);
-    size_t at = b->conf->min_remaining_quantile == SG_FLOOR_P50 ? (b->floor_n - 1) / 2 : (b->floor_n * 9 - 1) / 10;
-    atomic_store_explicit(&b->floor_observed_ms, tmp[at], memory_order_relaxed);
+    uint32_t tmp[sizeof(b->core->floor_ring) / sizeof(b->core->floor_ring[0])];
+    memcpy(tmp, b->core->floor_ring, b->core->floor_n * sizeof(tmp[0]));
+    qsort(tmp, b->core->floor_n, sizeof(tmp[0]), cmp_u32);
+    size_t at = b->conf->min_remaining_quantile == SG_FLOOR_P50 ? (b->core->floor_n - 1) / 2 : (b->core->floor_n * 9 - 1) / 10;
+    atomic_store_explicit(&b->core->floor_observed_ms, tmp[at], memory_order_relaxed);
     sg_gauge_set(b->floor_ms, route_floor_ms(b));
 }
 
@@ -368,35 +372,45 @@ static uint64_t cap_units(const sg_admit_cap_t *k, const sg_call_t *c)
     return k->per_call ? 1 : c->n;
 }
 
-/* The plugin's cap for search() or access() calls. */
-static sg_admit_cap_t *plugin_cap(sg_route_t *b, int is_access)
+/* The index of the plugin's cap for search() or access() calls. */
+static int plugin_cap_index(const sg_route_t *b, int is_access)
 {
-    return &b->caps[is_access && !b->access_shares_search ? SG_CAP_ACCESS : SG_CAP_SEARCH];
+    return is_access && !b->access_shares_search ? SG_CAP_ACCESS : SG_CAP_SEARCH;
 }
 
-/* The caps a call passes: the route's own and its operation's. */
-static void call_caps(sg_route_t *b, const sg_call_t *c, sg_admit_cap_t **k)
+/* The plugin's cap for search() or access() calls (its limits). */
+static sg_admit_cap_t *plugin_cap(sg_route_t *b, int is_access)
 {
+    return &b->caps[plugin_cap_index(b, is_access)];
+}
+
+/* The caps a call passes -- the route's own and its operation's: their limits (the generation's
+ * route `b`) and what they count (its core, shared by the generations that keep the route). */
+static void call_caps(sg_route_t *b, const sg_call_t *c, sg_admit_cap_t **k, sg_cap_state_t **st)
+{
+    int i = plugin_cap_index(b, c->is_access);
     k[0] = &b->caps[SG_CAP_ROUTE];
-    k[1] = plugin_cap(b, c->is_access);
+    st[0] = &b->core->cap_state[SG_CAP_ROUTE];
+    k[1] = &b->caps[i];
+    st[1] = &b->core->cap_state[i];
 }
 
 /* Milliseconds until the bucket of `k` holds `units` tokens (at most a full bucket: a call larger
  * than the burst starts on a full one and leaves it in debt); 0 = now. */
-static uint64_t cap_token_wait(sg_admit_cap_t *k, uint64_t units, uint64_t now)
+static uint64_t cap_token_wait(const sg_admit_cap_t *k, sg_cap_state_t *st, uint64_t units, uint64_t now)
 {
     if (k->qps <= 0)
         return 0;
-    if (now > k->tokens_at_ms) {
-        k->tokens += (double)(now - k->tokens_at_ms) * k->qps / 1000.0;
-        if (k->tokens > k->burst)
-            k->tokens = k->burst;
-        k->tokens_at_ms = now;
+    if (now > st->tokens_at_ms) {
+        st->tokens += (double)(now - st->tokens_at_ms) * k->qps / 1000.0;
+        st->tokens_at_ms = now;
     }
+    if (st->tokens > k->burst) /* (a reload may have lowered the burst) */
+        st->tokens = k->burst;
     double need = (double)units < k->burst ? (double)units : k->burst;
-    if (k->tokens >= need)
+    if (st->tokens >= need)
         return 0;
-    uint64_t ms = (uint64_t)ceil((need - k->tokens) * 1000.0 / k->qps);
+    uint64_t ms = (uint64_t)ceil((need - st->tokens) * 1000.0 / k->qps);
     return ms != 0 ? ms : 1;
 }
 
@@ -405,15 +419,16 @@ static uint64_t cap_token_wait(sg_admit_cap_t *k, uint64_t units, uint64_t now)
 static int caps_allow(sg_route_t *b, sg_call_t *c, uint64_t now, uint64_t *wake)
 {
     sg_admit_cap_t *k[2];
-    call_caps(b, c, k);
+    sg_cap_state_t *st[2];
+    call_caps(b, c, k, st);
     for (int i = 0; i < 2; ++i) {
         uint64_t u = cap_units(k[i], c);
-        if (k[i]->max_inflight != 0 && k[i]->inflight != 0 && k[i]->inflight + u > k[i]->max_inflight)
+        if (k[i]->max_inflight != 0 && st[i]->inflight != 0 && st[i]->inflight + u > k[i]->max_inflight)
             return 0; /* a completion pumps again */
     }
     uint64_t wait = 0;
     for (int i = 0; i < 2; ++i) {
-        uint64_t w = cap_token_wait(k[i], cap_units(k[i], c), now);
+        uint64_t w = cap_token_wait(k[i], st[i], cap_units(k[i], c), now);
         if (w != 0 && !(c->qps_waited & (1 << i))) {
             c->qps_waited |= 1 << i;
             if (k[i]->qps_delayed != NULL)
@@ -439,26 +454,28 @@ static int route_allows(sg_route_t *b, sg_call_t *c, uint64_t now, uint64_t *wak
 static void unqueue_locked(sg_route_t *b, sg_call_t *c)
 {
     sg_admit_cap_t *k[2];
-    call_caps(b, c, k);
-    b->admit_queued -= c->n;
+    sg_cap_state_t *st[2];
+    call_caps(b, c, k, st);
+    b->core->admit_queued -= c->n;
     for (int i = 0; i < 2; ++i)
-        k[i]->queued -= cap_units(k[i], c);
+        st[i]->queued -= cap_units(k[i], c);
 }
 
 /* Call `c` starts: it takes its share of every in-flight count and its qps tokens. */
 static void take_locked(sg_route_t *b, sg_call_t *c)
 {
     sg_admit_cap_t *k[2];
-    call_caps(b, c, k);
-    b->admit_inflight += c->n;
+    sg_cap_state_t *st[2];
+    call_caps(b, c, k, st);
+    b->core->admit_inflight += c->n;
     for (int i = 0; i < 2; ++i) {
         uint64_t u = cap_units(k[i], c);
-        k[i]->inflight += u;
+        st[i]->inflight += u;
         if (k[i]->qps > 0)
-            k[i]->tokens -= (double)u;
+            st[i]->tokens -= (double)u;
     }
     if (c->client != NULL)
-        atomic_fetch_add(&c->client->inflight, c->n);
+        atomic_fetch_add(&c->client->st->inflight, c->n);
     atomic_store(&c->state, CALL_RUNNING);
 }
 
@@ -468,15 +485,17 @@ uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
     if (c == NULL)
         return earliest_ms;
     sg_route_t *b = c->backend;
-    sg_admit_cap_t *k = plugin_cap(b, c->is_access);
+    int ci = plugin_cap_index(b, c->is_access);
+    sg_admit_cap_t *k = &b->caps[ci];
+    sg_cap_state_t *st = &b->core->cap_state[ci];
     uint64_t at = earliest_ms;
-    pthread_mutex_lock(&b->admit_mutex);
+    pthread_mutex_lock(&b->core->admit_mutex);
     if (k->qps > 0) {
         uint64_t now = sg_now_ms();
-        cap_token_wait(k, 0, now); /* refills the bucket */
-        k->tokens -= 1.0;          /* reserved now, so the calls still queued wait for it too */
-        if (k->tokens < 0) {
-            uint64_t ready = now + (uint64_t)ceil(-k->tokens * 1000.0 / k->qps);
+        cap_token_wait(k, st, 0, now); /* refills the bucket */
+        st->tokens -= 1.0;             /* reserved now, so the calls still queued wait for it too */
+        if (st->tokens < 0) {
+            uint64_t ready = now + (uint64_t)ceil(-st->tokens * 1000.0 / k->qps);
             if (ready > at) {
                 at = ready;
                 if (k->qps_delayed != NULL)
@@ -484,7 +503,7 @@ uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
             }
         }
     }
-    pthread_mutex_unlock(&b->admit_mutex);
+    pthread_mutex_unlock(&b->core->admit_mutex);
     return at;
 }
 
@@ -492,32 +511,34 @@ uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms)
 static const char *caps_queue_full(sg_route_t *b, const sg_call_t *c)
 {
     sg_admit_cap_t *k[2];
-    call_caps(b, c, k);
+    sg_cap_state_t *st[2];
+    call_caps(b, c, k, st);
     for (int i = 0; i < 2; ++i)
-        if (k[i]->max_queue != 0 && k[i]->queued + cap_units(k[i], c) > k[i]->max_queue)
+        if (k[i]->max_queue != 0 && st[i]->queued + cap_units(k[i], c) > k[i]->max_queue)
             return "the plugin's max_queue";
     return NULL;
 }
 
 static sg_admit_queue_t *queue_for(sg_route_t *b, sg_client_t *cl)
 {
-    sg_admit_queue_t *q = b->admit_queues;
+    sg_admit_queue_t *q = b->core->admit_queues;
+    const sg_client_state_t *who = cl != NULL ? cl->st : NULL;
     if (q != NULL) {
         do {
-            if (q->client == cl)
+            if (q->who == who)
                 return q;
             q = q->next;
-        } while (q != b->admit_queues);
+        } while (q != b->core->admit_queues);
     }
     q = sg_mem_calloc(1, sizeof(*q));
-    q->client = cl;
+    q->who = who;
     q->tail = &q->head;
-    if (b->admit_queues == NULL) {
+    if (b->core->admit_queues == NULL) {
         q->next = q->prev = q;
-        b->admit_queues = q;
+        b->core->admit_queues = q;
     } else { /* insert just before the current position: it gets its turn after the others */
-        q->next = b->admit_queues;
-        q->prev = b->admit_queues->prev;
+        q->next = b->core->admit_queues;
+        q->prev = b->core->admit_queues->prev;
         q->prev->next = q;
         q->next->prev = q;
     }
@@ -527,12 +548,12 @@ static sg_admit_queue_t *queue_for(sg_route_t *b, sg_client_t *cl)
 static void queue_drop(sg_route_t *b, sg_admit_queue_t *q)
 {
     if (q->next == q) {
-        b->admit_queues = NULL;
+        b->core->admit_queues = NULL;
     } else {
         q->prev->next = q->next;
         q->next->prev = q->prev;
-        if (b->admit_queues == q)
-            b->admit_queues = q->next;
+        if (b->core->admit_queues == q)
+            b->core->admit_queues = q->next;
     }
     free(q);
 }
@@ -559,15 +580,15 @@ static void pump_locked(sg_route_t *b, sg_call_t **run, sg_call_t **dead, uint64
     uint64_t now = sg_now_ms();
     int64_t quantum = b->conf->chunk;
     size_t n_queues = 0, idle = 0;
-    if (b->admit_queues != NULL) {
-        sg_admit_queue_t *q = b->admit_queues;
+    if (b->core->admit_queues != NULL) {
+        sg_admit_queue_t *q = b->core->admit_queues;
         do {
             ++n_queues;
             q = q->next;
-        } while (q != b->admit_queues);
+        } while (q != b->core->admit_queues);
     }
-    while (b->admit_queues != NULL && idle <= n_queues) {
-        sg_admit_queue_t *q = b->admit_queues;
+    while (b->core->admit_queues != NULL && idle <= n_queues) {
+        sg_admit_queue_t *q = b->core->admit_queues;
         /* dead calls at the head cost nothing: drop them first */
         while (q->head != NULL && call_is_dead(q->head, now)) {
             sg_call_t *c = queue_pop(q);
@@ -582,15 +603,16 @@ static void pump_locked(sg_route_t *b, sg_call_t **run, sg_call_t **dead, uint64
         }
         if (!route_allows(b, q->head, now, wake))
             break; /* the backend is full: a completion (or the token timer) pumps again */
-        if (!client_fits(q->client, q->head->n)) {
-            b->admit_queues = q->next; /* this client is at its own cap: next client */
+        if (!client_fits(q->head->client, q->head->n)) {
+            b->core->admit_queues = q->next; /* this client is at its own cap: next client */
             ++idle;
             continue;
         }
         if (q->deficit < (int64_t)q->head->n)
-            q->deficit += quantum * (int64_t)(q->client != NULL && q->client->conf != NULL ? q->client->conf->weight : 1);
+            q->deficit +=
+                quantum * (int64_t)(q->head->client != NULL && q->head->client->conf != NULL ? q->head->client->conf->weight : 1);
         while (q->head != NULL && q->deficit >= (int64_t)q->head->n && !call_is_dead(q->head, now) &&
-               client_fits(q->client, q->head->n) && route_allows(b, q->head, now, wake)) {
+               client_fits(q->head->client, q->head->n) && route_allows(b, q->head, now, wake)) {
             sg_call_t *c = queue_pop(q);
             q->deficit -= (int64_t)c->n;
             unqueue_locked(b, c);
@@ -612,10 +634,10 @@ static void pump_locked(sg_route_t *b, sg_call_t **run, sg_call_t **dead, uint64
             if (!route_allows(b, q->head, now, wake))
                 break;
         }
-        b->admit_queues = q->next; /* next client's turn */
+        b->core->admit_queues = q->next; /* next client's turn */
     }
-    sg_gauge_set(b->queued_queries, (int64_t)b->admit_queued);
-    sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
+    sg_gauge_set(b->queued_queries, (int64_t)b->core->admit_queued);
+    sg_gauge_set(b->inflight_queries, (int64_t)b->core->admit_inflight);
 }
 
 static void run_lists(sg_call_t *run, sg_call_t *dead)
@@ -671,9 +693,11 @@ static void pump(sg_route_t *b, sg_loop_t *loop)
 {
     sg_call_t *run = NULL, *dead = NULL;
     uint64_t wake = 0;
-    pthread_mutex_lock(&b->admit_mutex);
+    if (b->core->destroyed) /* shutdown: the plugin instance is gone (set while the loops wait) */
+        return;
+    pthread_mutex_lock(&b->core->admit_mutex);
     pump_locked(b, &run, &dead, &wake);
-    pthread_mutex_unlock(&b->admit_mutex);
+    pthread_mutex_unlock(&b->core->admit_mutex);
     arm_admit_timer(loop, wake);
     run_lists(run, dead);
 }
@@ -682,8 +706,7 @@ static void pump(sg_route_t *b, sg_loop_t *loop)
 static void on_admit_timer(sg_timer_t *t)
 {
     sg_loop_t *loop = H2O_STRUCT_FROM_MEMBER(sg_loop_t, admit_timer, t);
-    for (size_t i = 0; i < loop->server->n_routes; ++i)
-        pump(&loop->server->routes[i], loop);
+    sg_gen_each_pumped_route(loop, pump); /* the routes of a generation still draining after a reload too */
 }
 
 /* A call with less of its deadline left than the route's floor is not started: 504 at once. */
@@ -714,25 +737,26 @@ static void admit_submit(sg_call_t *c)
     uint64_t wake = 0;
     if (refuse_too_late(c))
         return;
-    pthread_mutex_lock(&b->admit_mutex);
-    if (b->admit_queues == NULL && client_fits(c->client, c->n) && route_allows(b, c, sg_now_ms(), &wake)) {
+    pthread_mutex_lock(&b->core->admit_mutex);
+    if (b->core->admit_queues == NULL && client_fits(c->client, c->n) && route_allows(b, c, sg_now_ms(), &wake)) {
         take_locked(b, c);
         run = c;
-        sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
-    } else if (b->admit_queued + c->n > b->conf->max_queue) {
+        sg_gauge_set(b->inflight_queries, (int64_t)b->core->admit_inflight);
+    } else if (b->core->admit_queued + c->n > b->conf->max_queue) {
         full = "max_queue";
     } else if ((full = caps_queue_full(b, c)) == NULL) {
         sg_admit_cap_t *k[2];
-        call_caps(b, c, k);
+        sg_cap_state_t *st[2];
+        call_caps(b, c, k, st);
         sg_admit_queue_t *q = queue_for(b, c->client);
         *q->tail = c;
         q->tail = &c->q_next;
-        b->admit_queued += c->n;
+        b->core->admit_queued += c->n;
         for (int i = 0; i < 2; ++i)
-            k[i]->queued += cap_units(k[i], c);
+            st[i]->queued += cap_units(k[i], c);
         pump_locked(b, &run, &dead, &wake);
     }
-    pthread_mutex_unlock(&b->admit_mutex);
+    pthread_mutex_unlock(&b->core->admit_mutex);
     arm_admit_timer(c->origin, wake);
     if (full != NULL) {
         sg_counter_add(b->shed, 1);
@@ -741,7 +765,7 @@ static void admit_submit(sg_call_t *c)
         char msg[200];
         if (strcmp(full, "max_queue") == 0)
             snprintf(msg, sizeof(msg), "backend %s is saturated: %llu queries queued (max_queue %u)", b->conf->name,
-                     (unsigned long long)b->admit_queued, b->conf->max_queue);
+                     (unsigned long long)b->core->admit_queued, b->conf->max_queue);
         else
             snprintf(msg, sizeof(msg), "backend %s is saturated: too many requests waiting for an upstream slot (%s %u)",
                      b->conf->name, full, plugin_cap(b, c->is_access)->max_queue);
@@ -759,9 +783,9 @@ static void admit_cancel(sg_call_t *c)
 {
     sg_route_t *b = c->backend;
     int was_queued = 0;
-    pthread_mutex_lock(&b->admit_mutex);
+    pthread_mutex_lock(&b->core->admit_mutex);
     if (atomic_load(&c->state) == CALL_QUEUED) {
-        sg_admit_queue_t *q = b->admit_queues;
+        sg_admit_queue_t *q = b->core->admit_queues;
         if (q != NULL) {
             do {
                 for (sg_call_t **p = &q->head; *p != NULL; p = &(*p)->q_next) {
@@ -781,20 +805,20 @@ static void admit_cancel(sg_call_t *c)
                     break;
                 }
                 q = q->next;
-            } while (q != b->admit_queues);
+            } while (q != b->core->admit_queues);
         }
         if (was_queued) {
             atomic_store(&c->state, CALL_DONE);
-            sg_gauge_set(b->queued_queries, (int64_t)b->admit_queued);
+            sg_gauge_set(b->queued_queries, (int64_t)b->core->admit_queued);
         }
     }
-    pthread_mutex_unlock(&b->admit_mutex);
+    pthread_mutex_unlock(&b->core->admit_mutex);
     if (was_queued) {
         sg_counter_add(b->expired, 1);
         sg_result res = {SG_ECANCELED, "every waiting request went away", NULL, 0, 0};
         call_complete(c, &res);
-    } else if (atomic_load(&c->state) == CALL_RUNNING && b->plugin.vt->cancel != NULL) {
-        b->plugin.vt->cancel(b->inst, c);
+    } else if (atomic_load(&c->state) == CALL_RUNNING && b->core->plugin.vt->cancel != NULL) {
+        b->core->plugin.vt->cancel(b->core->inst, c);
     }
 }
 
@@ -815,8 +839,8 @@ static void call_start(sg_call_t *c)
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
     sg__budget_started(&c->budget);
-    sg_status st = c->is_access ? b->plugin.vt->access(b->inst, &c->search, on_plugin_done, c)
-                                : b->plugin.vt->search(b->inst, &c->search, on_plugin_done, c);
+    sg_status st = c->is_access ? b->core->plugin.vt->access(b->core->inst, &c->search, on_plugin_done, c)
+                                : b->core->plugin.vt->search(b->core->inst, &c->search, on_plugin_done, c);
     if (st != SG_OK) {
         sg_result res = {st, "the backend refused the search", NULL, 0, st == SG_EOVERLOAD ? 1 : 0};
         call_complete(c, &res);
@@ -906,19 +930,20 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         sg_route_t *b = c->backend;
         int was_running = c->start_us != 0;
         atomic_store(&c->state, CALL_DONE);
-        if (was_running) {
+        if (was_running) { /* (the caps' units and indices are the core's plugin's: the same in every generation) */
             sg_admit_cap_t *k[2];
-            call_caps(b, c, k);
-            pthread_mutex_lock(&b->admit_mutex);
-            b->admit_inflight -= c->n;
+            sg_cap_state_t *st[2];
+            call_caps(b, c, k, st);
+            pthread_mutex_lock(&b->core->admit_mutex);
+            b->core->admit_inflight -= c->n;
             for (int j = 0; j < 2; ++j)
-                k[j]->inflight -= cap_units(k[j], c);
+                st[j]->inflight -= cap_units(k[j], c);
             if (c->status == SG_OK)
                 floor_observe_locked(b, (sg_now_us() - c->start_us) / 1000);
-            sg_gauge_set(b->inflight_queries, (int64_t)b->admit_inflight);
-            pthread_mutex_unlock(&b->admit_mutex);
+            sg_gauge_set(b->inflight_queries, (int64_t)b->core->admit_inflight);
+            pthread_mutex_unlock(&b->core->admit_mutex);
             if (c->client != NULL)
-                atomic_fetch_sub(&c->client->inflight, c->n);
+                atomic_fetch_sub(&c->client->st->inflight, c->n);
         }
         if (c->status == SG_OK && b->conf->cache && !c->is_access && c->origin->redis != NULL) { /* L1: call_complete() */
             sg_buf_t key = {0};
@@ -931,8 +956,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         if (!was_running)
             sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
-            for (size_t i = 0; i < c->origin->server->n_routes; ++i)
-                pump(&c->origin->server->routes[i], c->origin);
+            sg_gen_each_pumped_route(c->origin, pump);
         call_release(c);
     }
 }
@@ -983,15 +1007,13 @@ static uint32_t chunk_within(uint32_t chunk, const sg_admit_cap_t *k)
 }
 
 /* A plugin cap from the plugin's limits (`has` 0: none). */
-static void cap_setup(sg_admit_cap_t *k, const sg_limits *lim, int has, uint64_t now, const char *labels)
+static void cap_setup(sg_admit_cap_t *k, const sg_limits *lim, int has, const char *labels)
 {
     k->per_call = lim->per_call != 0;
     k->max_inflight = lim->max_inflight;
     k->max_queue = lim->max_queue;
     k->qps = lim->qps > 0 ? lim->qps : 0;
     k->burst = lim->burst >= 1 ? lim->burst : 1;
-    k->tokens = k->burst;
-    k->tokens_at_ms = now;
     if (has && lim->metric_prefix != NULL && lim->metric_prefix[0] != '\0') {
         char name[160];
         snprintf(name, sizeof(name), "searchgate_backend_%s_http_qps_delayed_total", lim->metric_prefix);
@@ -999,42 +1021,56 @@ static void cap_setup(sg_admit_cap_t *k, const sg_limits *lim, int has, uint64_t
     }
 }
 
+/* A new core: full buckets, and the plugin's DOC size until calls measure it. A core a reload keeps
+ * keeps its counts, buckets and measured sizes. */
+static void core_admission_init(sg_route_t *b, const sg_limits lim[2], const int has[2])
+{
+    sg_route_core_t *k = b->core;
+    if (k->admit_ready)
+        return;
+    uint64_t now = sg_now_ms();
+    for (int i = 0; i < SG_NUM_CAPS; ++i)
+        k->cap_state[i] = (sg_cap_state_t){0, 0, b->caps[i].burst, now};
+    for (int op = 0; op < 2; ++op)
+        if (has[op] && lim[op].doc_bytes != 0)
+            atomic_store_explicit(&k->doc_bytes[op != 0], lim[op].doc_bytes, memory_order_relaxed);
+    k->admit_ready = 1;
+}
+
 void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_backend *inst)
 {
     const sg_backend_conf_t *bc = b->conf;
-    uint64_t now = sg_now_ms();
     char l[256];
     snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
     sg_admit_cap_t *route = &b->caps[SG_CAP_ROUTE];
     route->qps = bc->qps;
     route->burst = bc->burst >= 1 ? bc->burst : 1;
-    route->tokens = route->burst;
-    route->tokens_at_ms = now;
     route->qps_delayed = sg_metrics_counter("searchgate_backend_qps_delayed_queries_total",
                                             "Queries that waited for a token of the route's qps cap.", l);
     b->access_shares_search = 0;
+    sg_limits lims[2];
+    int has[2];
     for (int op = 0; op < 2; ++op) {
-        sg_limits lim;
+        sg_limits *lim = &lims[op];
         sg_admit_cap_t *k = &b->caps[op == SG_OP_SEARCH ? SG_CAP_SEARCH : SG_CAP_ACCESS];
-        int has = plugin_limits(vt, inst, op, &lim);
-        if (has && lim.doc_bytes != 0)
-            atomic_store_explicit(&b->doc_bytes[op != 0], lim.doc_bytes, memory_order_relaxed);
-        if (op == SG_OP_ACCESS && has && lim.share_search) {
+        has[op] = plugin_limits(vt, inst, op, lim);
+        if (op == SG_OP_ACCESS && has[op] && lim->share_search) {
             b->access_shares_search = 1;
             k = &b->caps[SG_CAP_SEARCH]; /* set up with search: only the chunk and the budget below */
         } else {
-            cap_setup(k, &lim, has, now, l);
+            cap_setup(k, lim, has[op], l);
         }
         b->chunk[op] = chunk_within(chunk_within(bc->chunk, route), k);
         /* the retry budget: the route's `retries` when set, else what the plugin's config asks for */
-        int32_t retries = bc->retries >= 0 ? bc->retries : lim.retries >= 0 ? lim.retries : 0;
-        b->max_attempts[op] = has ? (uint32_t)retries + 1 : 0;
-        if (op == SG_OP_SEARCH && !has && bc->retries > 0)
+        int32_t retries = bc->retries >= 0 ? bc->retries : lim->retries >= 0 ? lim->retries : 0;
+        b->max_attempts[op] = has[op] ? (uint32_t)retries + 1 : 0;
+        if (op == SG_OP_SEARCH && !has[op] && bc->retries > 0)
             SG_LOG(SG_LL_WARN, "config",
                    "backend %s: \"retries\": %d has no effect: plugin %s sends no upstream requests, so the route never "
                    "retries",
                    bc->name, (int)bc->retries, vt->name);
     }
+    core_admission_init(b, lims, has);
 }
 
 /* ---- what a route can ever admit of one request (item: requests that can never be served) ---- */
@@ -1137,6 +1173,7 @@ static sg_call_t *call_new(sg_query_t *r, size_t cap)
     atomic_init(&c->live, 0);
     atomic_init(&c->state, CALL_QUEUED);
     c->backend = r->serving;
+    c->gen = sg_gen_ref(r->gen);
     c->client = sg_clients_ref(r->client);
     c->origin = r->loop;
     c->is_access = r->is_access;
@@ -1192,7 +1229,7 @@ static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t
     uint32_t chunk = call_chunk(b, r->is_access);
     sg_flight_t *f = sg_mem_calloc(1, sizeof(*f));
     f->hash = h;
-    f->backend = (uint32_t)b->index;
+    f->backend = b->core->id; /* the core: the same instance under every generation that keeps it */
     f->topk = r->topk;
     f->op = op;
     f->len = u->len;
@@ -1226,7 +1263,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
     sg_uq_t *u = &r->uniq[i];
     uint32_t op = r->is_access ? 1 : 0;
     const char *params = sg__query_params(r);
-    flight_key_t key = {(uint32_t)b->index, r->topk, op, u->len, params, u->text};
+    flight_key_t key = {b->core->id, r->topk, op, u->len, params, u->text};
     uint64_t h = flight_hash(&key);
     shard_t *s = shard_of(h);
     sg_waiter_t *w = sg_mem_calloc(1, sizeof(*w));

@@ -19,9 +19,11 @@ void sg_dispatch_init_loop(sg_loop_t *loop);
 void sg_dispatch_init(void);
 void sg_dispatch_dispose(void);
 /**
- * Sets up the admission of route `b` (main thread, after create(), before any rerank wrapper):
- * its own qps/burst, the limits its plugin's config asks for (ABI 1.2 `limits`, read from `vt`
- * and `inst`), the chunk per operation and the retry budget passed in sg_search.max_attempts.
+ * Sets up the admission limits of route `b` (main or reload thread, b->core created; `vt` and
+ * `inst` are the plugin's own, behind any rerank stage): its own qps/burst, the limits its plugin's
+ * config asks for (ABI 1.2 `limits`), the chunk per operation and the retry budget passed in
+ * sg_search.max_attempts. A new core's counters start empty with full buckets; a core that an
+ * earlier generation's route already set up keeps them.
  */
 void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_backend *inst);
 /**

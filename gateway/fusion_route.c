@@ -24,6 +24,7 @@
 #include "clients.h"
 #include "dispatch.h"
 #include "fusion_route.h"
+#include "gen.h"
 #include "hmap.h"
 #include "json.h"
 #include "provenance.h"
@@ -38,7 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* per fusion route (index as in cfg->fusions) */
+/* per fusion route (index as in its generation's cfg->fusions) */
 typedef struct st_fusion_route_t {
     const sg_fusion_conf_t *conf;
     sg_counter_t *requests[SG_NUM_CODES];
@@ -48,8 +49,11 @@ typedef struct st_fusion_route_t {
     sg_provenance_t prov; /* its settings and its legs' data fingerprints */
 } fusion_route_t;
 
-static fusion_route_t *routes;
-static size_t n_routes;
+/* The fusion routes of one configuration generation (gen.h). */
+struct st_sg_fusion_table_t {
+    fusion_route_t *routes;
+    size_t n;
+};
 
 typedef struct st_sg_fusion_query_t fusion_req_t;
 
@@ -69,6 +73,7 @@ struct st_sg_fusion_query_t {
     sg_fusion_done_fn done;
     void *ctx;
     sg_loop_t *loop;
+    sg_gen_t *gen; /* of its route, legs and client (referenced) */
     fusion_route_t *route;
     sg_client_t *client;
     uint32_t n_queries, n_uniq;
@@ -110,24 +115,24 @@ static void register_partial(const sg_fusion_conf_t *fc)
 }
 
 /* The route's provenance: its settings and each leg's data fingerprint. */
-static void describe(const sg_server_t *s, fusion_route_t *r)
+static void describe(const sg_gen_t *g, fusion_route_t *r)
 {
     const sg_fusion_conf_t *fc = r->conf;
     sg_buf_t legs = {0};
     for (uint32_t l = 0; l < fc->n_legs; ++l)
-        sg_buf_appendf(&legs, "%s%s:%s", l != 0 ? "," : "", fc->leg_names[l], s->routes[fc->legs[l]].prov.data);
+        sg_buf_appendf(&legs, "%s%s:%s", l != 0 ? "," : "", fc->leg_names[l], g->routes[fc->legs[l]].prov.data);
     sg_provenance_init(&r->prov, fc->name, "fusion", "fusion", SG_VERSION, fc->identity, legs.base);
-    sg_provenance_register_metric(&r->prov, "fusion", SG_VERSION);
     sg_buf_free(&legs);
 }
 
-void sg_fusion_init(const sg_server_t *s)
+sg_fusion_table_t *sg_fusion_build(const sg_gen_t *g)
 {
-    const sg_config_t *cfg = s->cfg;
-    n_routes = cfg->n_fusions;
-    routes = n_routes != 0 ? sg_mem_calloc(n_routes, sizeof(*routes)) : NULL;
-    for (size_t i = 0; i < n_routes; ++i) {
-        fusion_route_t *r = &routes[i];
+    const sg_config_t *cfg = g->cfg;
+    sg_fusion_table_t *t = sg_mem_calloc(1, sizeof(*t));
+    t->n = cfg->n_fusions;
+    t->routes = t->n != 0 ? sg_mem_calloc(t->n, sizeof(*t->routes)) : NULL;
+    for (size_t i = 0; i < t->n; ++i) {
+        fusion_route_t *r = &t->routes[i];
         r->conf = &cfg->fusions[i];
         const char *name = r->conf->name;
         char l[256];
@@ -146,18 +151,47 @@ void sg_fusion_init(const sg_server_t *s)
             sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
         r->inflight = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
         register_partial(r->conf);
-        describe(s, r);
-        SG_LOG(SG_LL_INFO, "fusion", "route %s: %s", name, r->conf->identity);
+        describe(g, r);
+    }
+    return t;
+}
+
+/* Whether `prev` has fusion route `r` with the same settings. */
+static int unchanged(const sg_fusion_table_t *prev, const fusion_route_t *r)
+{
+    for (size_t i = 0; prev != NULL && i < prev->n; ++i)
+        if (strcmp(prev->routes[i].conf->name, r->conf->name) == 0)
+            return strcmp(prev->routes[i].prov.header, r->prov.header) == 0;
+    return 0;
+}
+
+void sg_fusion_publish(sg_fusion_table_t *t, const sg_fusion_table_t *prev)
+{
+    for (size_t i = 0; t != NULL && i < t->n; ++i) {
+        sg_provenance_register_metric(&t->routes[i].prov, "fusion", SG_VERSION);
+        if (!unchanged(prev, &t->routes[i])) /* said at start-up, and when a reload adds or changes it */
+            SG_LOG(SG_LL_INFO, "fusion", "route %s: %s", t->routes[i].conf->name, t->routes[i].conf->identity);
     }
 }
 
-void sg_fusion_dispose(void)
+size_t sg_fusion_count(const sg_fusion_table_t *t)
 {
-    for (size_t i = 0; i < n_routes; ++i)
-        sg_provenance_dispose(&routes[i].prov);
-    free(routes);
-    routes = NULL;
-    n_routes = 0;
+    return t != NULL ? t->n : 0;
+}
+
+sg_provenance_t *sg_fusion_prov(sg_fusion_table_t *t, size_t i)
+{
+    return &t->routes[i].prov;
+}
+
+void sg_fusion_table_free(sg_fusion_table_t *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n; ++i)
+        sg_provenance_dispose(&t->routes[i].prov);
+    free(t->routes);
+    free(t);
 }
 
 static const char *method_name(int m)
@@ -170,21 +204,21 @@ static const char *norm_name(int n)
     return n == SG_NORM_MINMAX ? "minmax" : n == SG_NORM_ZSCORE ? "zscore" : "none";
 }
 
-sg_route_t *sg_fusion_access_backend(const sg_server_t *s, int fi)
+sg_route_t *sg_fusion_access_backend(const sg_gen_t *g, int fi)
 {
-    const sg_fusion_conf_t *fc = &s->cfg->fusions[fi];
+    const sg_fusion_conf_t *fc = &g->cfg->fusions[fi];
     for (uint32_t i = 0; i < fc->n_legs; ++i)
-        if (s->routes[fc->legs[i]].serves_access)
-            return &s->routes[fc->legs[i]];
+        if (g->routes[fc->legs[i]].core->serves_access)
+            return &g->routes[fc->legs[i]];
     return NULL;
 }
 
-void sg_fusion_append_root(const sg_server_t *s, sg_jw_t *w)
+void sg_fusion_append_root(const sg_gen_t *g, sg_jw_t *w)
 {
-    const sg_config_t *cfg = s->cfg;
+    const sg_config_t *cfg = g->cfg;
     for (size_t i = 0; i < cfg->n_fusions; ++i) {
         const sg_fusion_conf_t *fc = &cfg->fusions[i];
-        const sg_route_t *acc = sg_fusion_access_backend(s, (int)i);
+        const sg_route_t *acc = sg_fusion_access_backend(g, (int)i);
         char path[512];
         snprintf(path, sizeof(path), "/retrieve/%s", fc->name);
         sg_jw_obj(w);
@@ -221,7 +255,7 @@ void sg_fusion_append_root(const sg_server_t *s, sg_jw_t *w)
             sg_jw_end(w);
         }
         sg_jw_end(w);
-        sg_provenance_json(w, &routes[i].prov);
+        sg_provenance_json(w, &g->fusion->routes[i].prov);
         sg_jw_end(w);
     }
 }
@@ -240,6 +274,7 @@ static void fusion_req_free(fusion_req_t *fr)
     }
     if (fr->client != NULL)
         sg_clients_release(fr->client);
+    sg_gen_release(fr->gen);
     free(fr->slot_uniq);
     free(fr->uniq_text);
     free(fr->uniq_len);
@@ -458,7 +493,7 @@ static int check_estimate(fusion_req_t *fr)
     const sg_fusion_conf_t *fc = fr->route->conf;
     uint32_t doc = 0;
     for (uint32_t l = 0; l < fc->n_legs; ++l) {
-        uint32_t d = sg_respond_doc_bytes(&fr->loop->server->routes[fc->legs[l]], SG_OP_SEARCH);
+        uint32_t d = sg_respond_doc_bytes(&fr->gen->routes[fc->legs[l]], SG_OP_SEARCH);
         doc = d > doc ? d : doc;
     }
     uint64_t low = fr->envelope_bytes + (uint64_t)fr->n_queries * fr->topk * (doc / 2);
@@ -564,7 +599,7 @@ static void start_legs(fusion_req_t *fr)
         leg_t *leg = &fr->legs[l];
         leg->fr = fr;
         leg->index = l;
-        sg_query_spec_t spec = {.route = &fr->loop->server->routes[fc->legs[l]],
+        sg_query_spec_t spec = {.route = &fr->gen->routes[fc->legs[l]],
                                 .client = fr->client,
                                 .texts = fr->uniq_text,
                                 .lens = fr->uniq_len,
@@ -676,19 +711,19 @@ static void charge_rate_limit(fusion_req_t *fr)
     int rl;
     if (cc->rate > 0 && cc->global) {
         ++fr->refs; /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, loop->server->clients, client, fr->n_queries, max_wait_us, on_global_decision, fr, &rl,
+        if (sg_ratelimit_global(loop->redis, fr->gen->clients, client, fr->n_queries, max_wait_us, on_global_decision, fr, &rl,
                                 &wait_us) != 0)
             return; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
         --fr->refs;
     } else {
-        rl = sg_clients_ratelimit(loop->server->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
+        rl = sg_clients_ratelimit(fr->gen->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
     }
     on_rate_decision(fr, rl, wait_us);
 }
 
 sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
 {
-    fusion_route_t *r = &routes[spec->route];
+    fusion_route_t *r = &spec->gen->fusion->routes[spec->route];
     const sg_fusion_conf_t *fc = r->conf;
     fusion_req_t *fr = sg_mem_calloc(1, sizeof(*fr));
     static __thread uint64_t seq;
@@ -697,6 +732,7 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     fr->done = done;
     fr->ctx = ctx;
     fr->loop = loop;
+    fr->gen = sg_gen_ref(spec->gen);
     fr->route = r;
     fr->client = sg_clients_ref(spec->client);
     fr->n_queries = spec->n;
@@ -783,7 +819,8 @@ static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client,
 
 int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us)
 {
-    fusion_route_t *r = &routes[fi];
+    sg_gen_t *g = loop->gen; /* the loop's reference holds it through this call; the query takes its own */
+    fusion_route_t *r = &g->fusion->routes[fi];
     const sg_fusion_conf_t *fc = r->conf;
     char err[300];
     if (pr->search_params != NULL) {
@@ -795,7 +832,7 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
         return 0;
     }
     const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
+    sg_client_t *client = sg_clients_identify_request(g->clients, req, &why);
     if (client == NULL) {
         answer_early(req, r, NULL, 401, "unauthorized", why, 0, start_us);
         return 0;
@@ -816,7 +853,8 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
     const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
     for (uint32_t i = 0; i < pr->n; ++i)
         texts[i] = pr->arena + pr->off[i];
-    sg_fusion_spec_t spec = {.route = fi,
+    sg_fusion_spec_t spec = {.gen = g,
+                             .route = fi,
                              .client = client,
                              .texts = texts,
                              .lens = pr->len,
@@ -825,7 +863,7 @@ int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, u
                              .start_us = start_us,
                              .deadline_us = deadline_us,
                              .shape = pr->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT,
-                             .max_response_bytes = loop->server->cfg->limits.max_response_bytes,
+                             .max_response_bytes = g->cfg->limits.max_response_bytes,
                              .envelope_bytes = sg_respond_envelope(pr->n)};
     http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
     *hf = (http_fusion_t){req, NULL, pr->return_scores, r};

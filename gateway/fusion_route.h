@@ -11,15 +11,26 @@
 #include "query.h"
 #include "request.h"
 
-/** Registers the fusion routes' metrics. Main thread, once, after the plugin routes are loaded. */
-void sg_fusion_init(const sg_server_t *s);
-void sg_fusion_dispose(void);
+struct st_sg_gen_t;
+/** The fusion routes of one configuration generation (gen.h). */
+typedef struct st_sg_fusion_table_t sg_fusion_table_t;
+/** The fusion routes of `g` (its plugin routes are set up), with their metrics and provenance.
+ * Main or reload thread. */
+sg_fusion_table_t *sg_fusion_build(const struct st_sg_gen_t *g);
+/** `t`'s generation is published (after `prev`'s, or NULL): route info metrics, and a log line per
+ * route that is new or changed. */
+void sg_fusion_publish(sg_fusion_table_t *t, const sg_fusion_table_t *prev);
+void sg_fusion_table_free(sg_fusion_table_t *t);
+/** Number of fusion routes of `t` (NULL: 0), and the provenance of route `i`. */
+size_t sg_fusion_count(const sg_fusion_table_t *t);
+sg_provenance_t *sg_fusion_prov(sg_fusion_table_t *t, size_t i);
 /** A running fusion query (opaque). Valid from sg_fusion_start() until done() ran or sg_fusion_cancel(). */
 typedef struct st_sg_fusion_query_t sg_fusion_query_t;
 
 /** What to run: like sg_query_spec_t (query.h), on a fusion route. Borrowed for the call only. */
 typedef struct st_sg_fusion_spec_t {
-    int route;                /* index into cfg->fusions (sg_fusion_conf_find()) */
+    struct st_sg_gen_t *gen;  /* the configuration generation of the route and the client (the query references it) */
+    int route;                /* index into gen->cfg->fusions (sg_fusion_conf_find()) */
     sg_client_t *client;      /* who asks (sg_clients_identify()); required */
     const char *const *texts; /* n query texts; not NUL-terminated */
     const uint32_t *lens;     /* n lengths */
@@ -51,14 +62,14 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
 void sg_fusion_cancel(sg_fusion_query_t *q);
 
 /**
- * Handles POST /retrieve on fusion route `fi` (an index into cfg->fusions); `pr` is the parsed
+ * Handles POST /retrieve on fusion route `fi` (an index into the loop's generation's cfg->fusions); `pr` is the parsed
  * body: the caller still frees it, but its arena may have been taken (pr->arena set to NULL).
  * Always answers. Loop thread.
  */
 int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us);
-/** The route that answers POST /access on fusion route `fi`: its first leg with a page store, or NULL. */
-sg_route_t *sg_fusion_access_backend(const sg_server_t *s, int fi);
-/** Writes the fusion routes as entries of GET /'s "backends" array. */
-void sg_fusion_append_root(const sg_server_t *s, sg_jw_t *w);
+/** The route that answers POST /access on fusion route `fi` of `g`: its first leg with a page store, or NULL. */
+sg_route_t *sg_fusion_access_backend(const struct st_sg_gen_t *g, int fi);
+/** Writes `g`'s fusion routes as entries of GET /'s "backends" array. */
+void sg_fusion_append_root(const struct st_sg_gen_t *g, sg_jw_t *w);
 
 #endif

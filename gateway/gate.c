@@ -23,6 +23,7 @@
  * over as they are.
  */
 #include "gate.h"
+#include "gen.h"
 #include "clients.h"
 #include "json.h"
 
@@ -226,9 +227,11 @@ static void deny(verdict_t *v, int status, int reason, const char *type)
     v->type = type;
 }
 
-static void judge(const sg_server_t *s, const gate_head_t *h, verdict_t *v)
+/* `g`: the configuration generation the request is judged by (its keys); listen.* is the
+ * start-up config's (s->cfg). */
+static void judge(const sg_server_t *s, const sg_gen_t *g, const gate_head_t *h, verdict_t *v)
 {
-    const sg_config_t *cfg = s->cfg;
+    const sg_config_t *cfg = g->cfg;
     char q[ECHO_MAX];
     memset(v, 0, sizeof(*v));
     v->authenticated = !cfg->clients.require_key;
@@ -254,7 +257,7 @@ static void judge(const sg_server_t *s, const gate_head_t *h, verdict_t *v)
         return;
     const char *why = h->key_why;
     if (why == NULL)
-        v->authenticated = sg_clients_key_valid(s->clients, h->key.base, h->key.len, &why);
+        v->authenticated = sg_clients_key_valid(g->clients, h->key.base, h->key.len, &why);
     if (!v->authenticated && !open_route(h->method, h->path)) {
         snprintf(v->msg, sizeof(v->msg), "%s", why);
         deny(v, 401, REASON_KEY, "unauthorized");
@@ -457,7 +460,8 @@ static void on_head(gate_conn_t *g, size_t head_len, const gate_head_t *h, const
     const sg_server_t *s = g->loop->server;
     size_t body_read = g->sock->input->size - head_len;
     verdict_t v;
-    judge(s, h, &v);
+    sg_loop_refresh_gen(g->loop); /* keys removed by a reload are refused from the next request on */
+    judge(s, g->loop->gen, h, &v);
     if (v.status != 0) {
         count(s, h->path, v.status, v.reason);
         refuse(g, h->path, v.status, v.type, v.msg, is_head_method(h->method), drain_budget(s, f, body_read));
@@ -741,7 +745,7 @@ int sg_gate_check_request(sg_loop_t *l, h2o_req_t *req)
     }
     sg_clients_presented_key(req, &h.key, &h.key_why);
     verdict_t v;
-    judge(s, &h, &v);
+    judge(s, l->gen, &h, &v);
     if (!v.authenticated) /* the next request on this connection passes the gate again */
         req->http1_is_persistent = 0;
     if (v.status == 0)

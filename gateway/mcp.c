@@ -17,6 +17,7 @@
  */
 #include "mcp_impl.h"
 #include "clients.h"
+#include "gen.h"
 #include "json.h"
 #include "hmap.h"
 
@@ -587,6 +588,7 @@ typedef struct st_sg_mcp_post_t {
     sg_loop_t *loop;
     h2o_req_t *req; /* NULL once answered (REPLY_STREAM) or gone */
     struct st_sg_mcp_post_t **slot;
+    sg_gen_t *gen; /* the configuration generation of its client and of the tools it calls (referenced) */
     sg_client_t *client;
     int reply;
     int batch;
@@ -609,6 +611,7 @@ static void post_free(sg_mcp_post_t *p)
     }
     free(p->items);
     sg_clients_release(p->client);
+    sg_gen_release(p->gen);
     free(p);
 }
 
@@ -813,13 +816,13 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
     } else if (strcmp(m, "tools/list") == 0) {
         sg_counter_add(M.methods[M_TOOLS_LIST], 1);
         size_t len;
-        const char *list = sg__mcp_tools_list(&len);
+        const char *list = sg__mcp_tools_list(p->gen, &len);
         sg__mcp_item_result(it, list, len);
     } else if (strcmp(m, "tools/call") == 0) {
         sg_counter_add(M.methods[M_TOOLS_CALL], 1);
         ++p->n_pending;
         it->pending = 1;
-        if (sg__mcp_tools_call(it, p->loop, p->client, params) == 0) {
+        if (sg__mcp_tools_call(it, p->loop, p->gen, p->client, params) == 0) {
             it->pending = 0;
             --p->n_pending;
         } else {
@@ -901,6 +904,7 @@ static sg_mcp_post_t *new_post(sg_loop_t *loop, h2o_req_t *req, sg_client_t *cli
     sg_mcp_post_t *p = sg_mem_calloc(1, sizeof(*p));
     p->loop = loop;
     p->req = req;
+    p->gen = sg_gen_ref(loop->gen); /* the one `client` was identified with */
     p->client = client;
     p->reply = reply;
     p->ep = ep;
@@ -910,7 +914,7 @@ static sg_mcp_post_t *new_post(sg_loop_t *loop, h2o_req_t *req, sg_client_t *cli
 static void on_mcp_post(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->gen->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -982,7 +986,7 @@ out:
 static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->gen->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -1008,7 +1012,7 @@ static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
 static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->gen->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_SSE, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -1072,7 +1076,7 @@ static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
 static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(loop->server->clients, req, &why);
+    sg_client_t *client = sg_clients_identify_request(loop->gen->clients, req, &why);
     if (client == NULL) {
         http_error(req, EP_MESSAGES, 401, SG_MCP_INVALID_REQUEST, why);
         return;
@@ -1201,7 +1205,6 @@ void sg_mcp_init(sg_server_t *s)
                                    "Replies for an HTTP+SSE session whose stream had closed before they were ready.", "");
     M.sessions = sg_metrics_gauge("searchgate_mcp_sessions", "Open MCP sessions (both transports).", "");
     M.streams = sg_metrics_gauge("searchgate_mcp_sse_streams", "Open GET /sse event streams.", "");
-    sg__mcp_tools_init(s);
 }
 
 void sg_mcp_dispose(void)
@@ -1213,7 +1216,6 @@ void sg_mcp_dispose(void)
     sg_hmap_dispose(&T.index);
     T.ready = 0;
     pthread_mutex_destroy(&T.mu);
-    sg__mcp_tools_dispose();
 }
 
 void sg_mcp_init_loop(sg_loop_t *loop)

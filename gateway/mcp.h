@@ -21,9 +21,15 @@
 
 /* ---- hooks called by the server (main.c, server.c) ---- */
 
-/** Builds the tool list and the session table; after the backends are loaded. */
+/** Builds the session table and registers the metrics (when mcp.enabled). Main thread, start-up. */
 void sg_mcp_init(sg_server_t *s);
 void sg_mcp_dispose(void);
+struct st_sg_gen_t;
+/** The tools of one configuration generation (mcp_tools.c): one per route, their tools/list. */
+typedef struct st_sg_mcp_tools_t sg_mcp_tools_t;
+/** Builds `g`'s tools (its routes and fusion routes are set up). Main or reload thread. */
+sg_mcp_tools_t *sg_mcp_tools_build(const struct st_sg_gen_t *g);
+void sg_mcp_tools_free(sg_mcp_tools_t *t);
 /** On the loop thread, at start-up: registers the loop's receiver for cross-loop SSE replies. */
 void sg_mcp_init_loop(sg_loop_t *loop);
 /** On the loop thread, when shutdown begins: ends the loop's SSE streams cleanly. */

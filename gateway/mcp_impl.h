@@ -35,16 +35,15 @@ void sg__mcp_item_error(sg_mcp_item_t *item, int code, const char *message);
 /** A pending item got its answer (in item->out). Loop thread. */
 void sg__mcp_item_done(sg_mcp_item_t *item);
 
-/** The tools/list result object, built once at start-up. */
-const char *sg__mcp_tools_list(size_t *len);
+struct st_sg_gen_t;
+/** The tools/list result object of generation `g` (built with it). */
+const char *sg__mcp_tools_list(struct st_sg_gen_t *g, size_t *len);
 /**
  * tools/call: answers at once (item->out filled, returns 0) or starts the work and returns 1, then
  * calls sg__mcp_item_done() on the loop thread when the answer is in item->out.
  */
-int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params);
+int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, struct st_sg_gen_t *g, sg_client_t *client, const cJSON *params);
 /** The caller went away: the pending call ends without calling sg__mcp_item_done(). */
 void sg__mcp_tools_cancel(sg_mcp_item_t *item);
-void sg__mcp_tools_init(sg_server_t *s);
-void sg__mcp_tools_dispose(void);
 
 #endif

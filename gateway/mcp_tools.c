@@ -11,6 +11,7 @@
  * true, as the MCP spec wants, so an agent sees them; malformed calls are JSON-RPC errors.
  */
 #include "mcp_impl.h"
+#include "gen.h"
 #include "json.h"
 #include "query.h"
 #include "fusion_route.h"
@@ -21,20 +22,22 @@
 typedef struct st_mcp_tool_t {
     char *name;
     sg_route_t *route; /* the plugin route searched (or read, for access); NULL for a fusion search */
-    int fusion;        /* index into cfg->fusions for a fusion route's tools, else -1 */
+    int fusion;        /* index into the generation's cfg->fusions for a fusion route's tools, else -1 */
     int is_access;
     sg_counter_t *ok, *failed;
 } mcp_tool_t;
 
-static struct {
+/* The tools of one configuration generation. */
+struct st_sg_mcp_tools_t {
     mcp_tool_t *tools;
     size_t n;
     sg_buf_t list;   /* the tools/list result */
     int text_format; /* mcp.text_format: SG_MCP_TEXT_* */
-} X;
+};
 
 typedef struct st_mcp_call_t {
     sg_mcp_item_t *item;
+    sg_gen_t *gen; /* of the tool and the client (referenced) */
     sg_query_t *q;
     sg_fusion_query_t *fq; /* a fusion route's search runs through sg_fusion_start() instead */
     const mcp_tool_t *tool;
@@ -43,10 +46,10 @@ typedef struct st_mcp_call_t {
     uint64_t max_bytes; /* limits.max_response_bytes: the tool result is refused beyond it */
 } mcp_call_t;
 
-const char *sg__mcp_tools_list(size_t *len)
+const char *sg__mcp_tools_list(sg_gen_t *g, size_t *len)
 {
-    *len = X.list.len;
-    return X.list.base;
+    *len = g->mcp->list.len;
+    return g->mcp->list.base;
 }
 
 /* {"type":TYPE,"description":DESC} without its closing brace (the caller may add members) */
@@ -123,7 +126,7 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
         sg_buf_appendf(&desc,
                        "Search the %s route (%s backend). Returns the top documents for each query, as text formatted like the "
                        "Search-R1 observation (Doc 1(Title: ...) text) and as structured documents.",
-                       rname, fc != NULL ? "fusion of other routes" : t->route->plugin.vt->name);
+                       rname, fc != NULL ? "fusion of other routes" : t->route->core->plugin.vt->name);
     } else {
         snprintf(title, sizeof(title), "Access pages of %s", rname);
         sg_buf_appendf(&desc,
@@ -168,9 +171,9 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
     sg_jw_end(w);
 }
 
-static void add_tool(const char *name, sg_route_t *route, int fusion, int is_access)
+static void add_tool(sg_mcp_tools_t *x, const char *name, sg_route_t *route, int fusion, int is_access)
 {
-    mcp_tool_t *t = &X.tools[X.n++];
+    mcp_tool_t *t = &x->tools[x->n++];
     t->name = sg_strdup(name);
     t->route = route;
     t->fusion = fusion;
@@ -184,51 +187,55 @@ static void add_tool(const char *name, sg_route_t *route, int fusion, int is_acc
         sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).", l);
 }
 
-void sg__mcp_tools_init(sg_server_t *s)
+sg_mcp_tools_t *sg_mcp_tools_build(const sg_gen_t *g)
 {
-    const sg_config_t *cfg = s->cfg;
-    X.text_format = cfg->mcp.text_format;
-    X.tools = sg_mem_calloc(2 * (s->n_routes + cfg->n_fusions), sizeof(*X.tools));
+    const sg_config_t *cfg = g->cfg;
+    sg_mcp_tools_t *x = sg_mem_calloc(1, sizeof(*x));
+    x->text_format = g->server->cfg->mcp.text_format; /* mcp.* is read at start-up only */
+    x->tools = sg_mem_calloc(2 * (g->n_routes + cfg->n_fusions) + 1, sizeof(*x->tools));
     char name[200];
     for (int access = 0; access < 2; ++access) {
-        for (size_t i = 0; i < s->n_routes; ++i) {
-            sg_route_t *b = &s->routes[i];
-            if (access && !b->serves_access)
+        for (size_t i = 0; i < g->n_routes; ++i) {
+            sg_route_t *b = &g->routes[i];
+            if (access && !b->core->serves_access)
                 continue;
             if ((int)i == cfg->default_backend)
                 snprintf(name, sizeof(name), "%s", access ? "access" : "search");
             else
                 snprintf(name, sizeof(name), "%s_%s", access ? "access" : "search", b->conf->name);
-            add_tool(name, b, -1, access);
+            add_tool(x, name, b, -1, access);
         }
         /* fusion routes (never the default route): search fans out to the legs; access reads the
          * pages of the first leg with a page store, as POST /access on the route does */
         for (size_t i = 0; i < cfg->n_fusions; ++i) {
-            sg_route_t *via = access ? sg_fusion_access_backend(s, (int)i) : NULL;
+            sg_route_t *via = access ? sg_fusion_access_backend(g, (int)i) : NULL;
             if (access && via == NULL)
                 continue;
             snprintf(name, sizeof(name), "%s_%s", access ? "access" : "search", cfg->fusions[i].name);
-            add_tool(name, via, (int)i, access);
+            add_tool(x, name, via, (int)i, access);
         }
     }
     sg_jw_t w;
-    sg_jw_init(&w, &X.list);
+    sg_jw_init(&w, &x->list);
     sg_jw_obj(&w);
     sg_jw_key(&w, "tools");
     sg_jw_arr(&w);
-    for (size_t i = 0; i < X.n; ++i)
-        append_tool(&w, &X.tools[i], cfg);
+    for (size_t i = 0; i < x->n; ++i)
+        append_tool(&w, &x->tools[i], cfg);
     sg_jw_end(&w);
     sg_jw_end(&w);
+    return x;
 }
 
-void sg__mcp_tools_dispose(void)
+void sg_mcp_tools_free(sg_mcp_tools_t *x)
 {
-    for (size_t i = 0; i < X.n; ++i)
-        free(X.tools[i].name);
-    free(X.tools);
-    sg_buf_free(&X.list);
-    memset(&X, 0, sizeof(X));
+    if (x == NULL)
+        return;
+    for (size_t i = 0; i < x->n; ++i)
+        free(x->tools[i].name);
+    free(x->tools);
+    sg_buf_free(&x->list);
+    free(x);
 }
 
 /* ---- formatting ---- */
@@ -379,6 +386,7 @@ static void call_free(mcp_call_t *c)
     for (uint32_t i = 0; i < c->n; ++i)
         free(c->texts[i]);
     free(c->texts);
+    sg_gen_release(c->gen);
     free(c);
 }
 
@@ -445,7 +453,7 @@ static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
         cJSON *hits = cJSON_ParseWithLength(frag.base, frag.len);
         text.len = 0;
         sg_buf_append(&text, "", 0);
-        if (X.text_format == SG_MCP_TEXT_RESULTS_JSON)
+        if (c->gen->mcp->text_format == SG_MCP_TEXT_RESULTS_JSON)
             sg_mcp_format_results_json(&text, c->texts[i], hits);
         else
             sg_mcp_format_search_r1(&text, hits);
@@ -588,7 +596,8 @@ static void start_call(mcp_call_t *c, sg_loop_t *loop, sg_client_t *client, uint
         lens[i] = (uint32_t)strlen(texts[i]);
     if (tool->fusion >= 0 && !tool->is_access) {
         /* the tool result carries the scored fragments, and more */
-        sg_fusion_spec_t fs = {.route = tool->fusion,
+        sg_fusion_spec_t fs = {.gen = c->gen,
+                               .route = tool->fusion,
                                .client = client,
                                .texts = (const char *const *)texts,
                                .lens = lens,
@@ -617,18 +626,19 @@ static void start_call(mcp_call_t *c, sg_loop_t *loop, sg_client_t *client, uint
         c->q = q;
 }
 
-int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client, const cJSON *params)
+int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_gen_t *g, sg_client_t *client, const cJSON *params)
 {
-    const sg_config_t *cfg = loop->server->cfg;
+    const sg_config_t *cfg = g->cfg;
+    const sg_mcp_tools_t *x = g->mcp;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
     if (!cJSON_IsString(name)) {
         sg__mcp_item_error(item, SG_MCP_INVALID_PARAMS, "tools/call: params.name (a string) is required");
         return 0;
     }
     const mcp_tool_t *tool = NULL;
-    for (size_t i = 0; i < X.n && tool == NULL; ++i)
-        if (strcmp(X.tools[i].name, name->valuestring) == 0)
-            tool = &X.tools[i];
+    for (size_t i = 0; i < x->n && tool == NULL; ++i)
+        if (strcmp(x->tools[i].name, name->valuestring) == 0)
+            tool = &x->tools[i];
     char err[300];
     if (tool == NULL) {
         snprintf(err, sizeof(err), "unknown tool: %.100s (tools/list names them)", name->valuestring);
@@ -662,6 +672,7 @@ int sg__mcp_tools_call(sg_mcp_item_t *item, sg_loop_t *loop, sg_client_t *client
     }
     mcp_call_t *c = sg_mem_calloc(1, sizeof(*c));
     c->item = item;
+    c->gen = sg_gen_ref(g);
     c->tool = tool;
     c->n = n;
     c->texts = texts;

@@ -80,7 +80,7 @@ int sg_plugin_serves_access(const sg_plugin_t *p, sg_backend *inst)
 static void host_log(int level, const char *backend, const char *fmt, ...) SG_PRINTF(3, 4);
 static void host_log(int level, const char *backend, const char *fmt, ...)
 {
-    if (level > sg_log_level)
+    if (!sg_log_enabled(level))
         return;
     char subsys[96];
     snprintf(subsys, sizeof(subsys), "backend:%s", backend != NULL ? backend : "?");

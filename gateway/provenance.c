@@ -83,7 +83,7 @@ static void append_label(sg_buf_t *b, const char *name, const char *s)
     sg_buf_appendc(b, '"');
 }
 
-void sg_provenance_register_metric(const sg_provenance_t *p, const char *plugin_kind, const char *plugin_version)
+void sg_provenance_register_metric(sg_provenance_t *p, const char *plugin_kind, const char *plugin_version)
 {
     sg_buf_t l = {0};
     append_label(&l, "route", p->route);
@@ -92,11 +92,12 @@ void sg_provenance_register_metric(const sg_provenance_t *p, const char *plugin_
     append_label(&l, "version", plugin_version);
     append_label(&l, "data", p->data);
     append_label(&l, "identity", p->identity);
-    sg_gauge_set(sg_metrics_gauge("searchgate_route_info",
-                                  "What serves each route (value 1): type, plugin, version and the fingerprint of its data "
-                                  "(the X-Searchgate-Provenance header's data=), with the identity it is taken of.",
-                                  l.base),
-                 1);
+    p->info = sg_metrics_gauge("searchgate_route_info",
+                               "What serves each route (value 1; 0 once a configuration reload removed or replaced it): type, "
+                               "plugin, version and the fingerprint of its data (the X-Searchgate-Provenance header's data=), "
+                               "with the identity it is taken of.",
+                               l.base);
+    sg_gauge_set(p->info, 1);
     sg_buf_free(&l);
 }
 

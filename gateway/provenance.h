@@ -23,7 +23,7 @@
 typedef struct st_sg_jw_t sg_jw_t;
 struct st_sg_query_result_t;
 
-/** A route's provenance: built once at start-up, read-only afterwards (any thread). */
+/** A route's provenance: built with its configuration generation, read-only afterwards (any thread). */
 typedef struct st_sg_provenance_t {
     char *route;      /* the route's name */
     const char *type; /* "plugin", "rerank" or "fusion" (static) */
@@ -32,6 +32,7 @@ typedef struct st_sg_provenance_t {
     char data[17];    /* 16 hex digits: the first 8 bytes of SHA-256(identity) */
     char *header;     /* the header's fixed part, "route=...; type=...; plugin=...; data=...[; legs=...]" */
     size_t header_len;
+    struct st_sg_gauge_t *info; /* its searchgate_route_info series, once registered */
 } sg_provenance_t;
 
 /**
@@ -42,8 +43,9 @@ typedef struct st_sg_provenance_t {
 void sg_provenance_init(sg_provenance_t *p, const char *route, const char *type, const char *plugin_kind,
                         const char *plugin_version, const char *identity, const char *legs);
 void sg_provenance_dispose(sg_provenance_t *p);
-/** Registers searchgate_route_info{route,type,plugin,version,data,identity} = 1 (start-up). */
-void sg_provenance_register_metric(const sg_provenance_t *p, const char *plugin_kind, const char *plugin_version);
+/** Registers searchgate_route_info{route,type,plugin,version,data,identity} = 1 (when its configuration
+ * generation is published; a reload sets the series of routes it removed or replaced to 0). */
+void sg_provenance_register_metric(sg_provenance_t *p, const char *plugin_kind, const char *plugin_version);
 /** Writes the member `"provenance": {"type", "plugin", "data", "identity"}` of a GET / route entry. */
 void sg_provenance_json(sg_jw_t *w, const sg_provenance_t *p);
 /**

@@ -16,6 +16,7 @@
 #include "query_impl.h"
 #include "dispatch.h"
 #include "clients.h"
+#include "gen.h"
 #include "budget.h"
 #include "hmap.h"
 #include "ratelimit_global.h"
@@ -31,6 +32,7 @@ static void query_free(sg_query_t *q)
         sg_blob_release(q->uniq[i].blob);
     sg_respond_release(q->loop->server, q->held); /* its blobs are gone now */
     sg_clients_release(q->client);
+    sg_gen_release(q->gen);
     free(q->slot_uniq);
     free(q->uniq);
     free(q->arena);
@@ -46,7 +48,7 @@ void sg__query_unref(sg_query_t *q)
 
 void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
 {
-    sg_cache_key(out, b->identity, topk, params, text, len);
+    sg_cache_key(out, b->core->identity, topk, params, text, len);
 }
 
 /* log_level debug: one line per query, whatever its outcome. */
@@ -97,7 +99,7 @@ static void trace(const sg_query_t *q, int status, const char *type, uint64_t la
 /* Records the outcome in every metric and the traces; called exactly once per query. */
 static void record(sg_query_t *q, int status, const char *type)
 {
-    if (sg_log_level >= SG_LL_DEBUG)
+    if (sg_log_enabled(SG_LL_DEBUG))
         log_query(q, status, type);
     sg_route_t *b = q->backend;
     int ci = sg_code_index(status);
@@ -355,7 +357,7 @@ static int reserve_response(sg_query_t *q)
     }
     uint64_t now = sg_now_ms();
     if (q->budget_wait_end_ms == 0) {
-        uint64_t end = now + s->cfg->limits.response_wait_ms;
+        uint64_t end = now + q->gen->cfg->limits.response_wait_ms;
         q->budget_wait_end_ms = end < q->deadline_ms ? end : q->deadline_ms;
         sg_counter_add(s->responses.m_waited, 1);
     }
@@ -430,9 +432,9 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
             q->fallback_used = 1;
             sg_counter_add(q->backend->fallbacks, 1);
             SG_LOG(SG_LL_INFO, "retrieve", "%s: backend %s failed (%s); using fallback %s", q->request_id, rc->name,
-                   detail != NULL ? detail : sg_plugin_status_name(status), q->loop->server->routes[rc->fallback].conf->name);
+                   detail != NULL ? detail : sg_plugin_status_name(status), q->gen->routes[rc->fallback].conf->name);
         }
-        q->serving = &q->loop->server->routes[rc->fallback];
+        q->serving = &q->gen->routes[rc->fallback];
         if (check_admissible(q) == 0)
             sg__budget_dispatch(q, fail);
         return;
@@ -532,6 +534,7 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     q->ctx = ctx;
     q->loop = loop;
     q->backend = q->serving = spec->route;
+    q->gen = sg_gen_ref(spec->route->gen); /* the route, its fallback and the client live as long as it */
     q->client = sg_clients_ref(spec->client);
     q->is_access = spec->is_access;
     q->leg = spec->leg;
@@ -585,12 +588,12 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
     int rl;
     if (cc->rate > 0 && cc->global) {
         sg__query_ref(q); /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, loop->server->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
+        if (sg_ratelimit_global(loop->redis, q->gen->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
                                 &wait_us) != 0)
             goto started; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
         sg__query_unref(q);
     } else {
-        rl = sg_clients_ratelimit(loop->server->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
+        rl = sg_clients_ratelimit(q->gen->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
     }
     if (rl != SG_RL_ALLOW)
         on_rate_decision(q, rl, wait_us);

@@ -29,8 +29,9 @@ struct st_sg_query_t {
     sg_query_done_fn done;
     void *ctx;
     sg_loop_t *loop;
-    sg_route_t *backend; /* the route's backend */
-    sg_route_t *serving; /* the backend answering now (differs after a fallback) */
+    struct st_sg_gen_t *gen; /* the configuration generation of its route and client (referenced) */
+    sg_route_t *backend;     /* the route's backend */
+    sg_route_t *serving;     /* the backend answering now (differs after a fallback) */
     sg_client_t *client;
     uint32_t topk;
     int return_scores;

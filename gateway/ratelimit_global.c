@@ -26,13 +26,11 @@
 
 static sg_counter_t *m_fallback;
 static sg_gauge_t *m_fallback_active;
-static uint32_t n_replicas = 1;
 static _Atomic int fallback_active; /* the last decision was the fallback's */
 static _Atomic uint64_t switch_logged_ms, switches_unlogged;
 
-void sg_ratelimit_global_init(uint32_t replicas)
+void sg_ratelimit_global_init(void)
 {
-    n_replicas = replicas != 0 ? replicas : 1;
     m_fallback = sg_metrics_counter("searchgate_ratelimit_global_fallback_total",
                                     "Requests of global clients decided by this replica's fallback bucket (the client's rate and "
                                     "burst / clients.global_replicas) because Redis could not answer.",
@@ -54,6 +52,9 @@ static void shared_again(void)
  * (at most one line per SWITCH_LOG_MS, with the count of switches in between). */
 static int fallback(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t max_wait_us, const char *why, uint64_t *wait_us)
 {
+    uint32_t n_replicas = sg_clients_config(t)->clients.global_replicas; /* the client's configuration generation's */
+    if (n_replicas == 0)
+        n_replicas = 1;
     sg_counter_add(m_fallback, 1);
     if (!atomic_load_explicit(&fallback_active, memory_order_relaxed) && !atomic_exchange(&fallback_active, 1)) {
         sg_gauge_set(m_fallback_active, 1);

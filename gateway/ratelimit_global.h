@@ -8,8 +8,9 @@
 #include "clients.h"
 #include "../cache/redis.h"
 
-/** Registers the metrics; `replicas` is clients.global_replicas (the fallback's divisor). Main thread, once. */
-void sg_ratelimit_global_init(uint32_t replicas);
+/** Registers the metrics. Main thread, once. The fallback's divisor is clients.global_replicas of
+ * the client table's configuration. */
+void sg_ratelimit_global_init(void);
 
 /** The decision (SG_RL_*) and the wait it implies. */
 typedef void (*sg_ratelimit_global_cb)(void *ctx, int decision, uint64_t wait_us);

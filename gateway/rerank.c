@@ -21,6 +21,7 @@
  */
 #include "rerank.h"
 #include "server.h"
+#include "route.h"
 #include "rerank_xenc.h"
 #include "hmap.h"
 
@@ -205,7 +206,8 @@ struct sg_backend {
     sg_backend *inner;
     const sg_backend_vtable **vt_slot; /* where the gateway keeps the route's vtable: restored at destroy */
     sg_backend **inst_slot;
-    const sg_rerank_conf_t *conf;
+    const sg_rerank_conf_t *conf; /* = &own: the stage outlives the config it was made of (reloads) */
+    sg_rerank_conf_t own;
     char *route;
     sg_xenc_model *model;
     uint32_t max_length;
@@ -704,6 +706,7 @@ static void rr_destroy(sg_backend *st)
     free(st->threads);
     free(st->identity);
     free(st->route);
+    free(st->own.model);
     free(st);
 }
 
@@ -756,11 +759,11 @@ static int load_model(const sg_rerank_conf_t *rc, sg_xenc_model **out, uint32_t 
  * forwards what the stage does not change. The identity (the route's cache key prefix) adds the
  * model and the stage's settings, so results cached with another model, candidates or max_length
  * are not served. No thread runs yet. */
-static struct sg_backend *stage_new(struct st_sg_route_t *b, sg_xenc_model *m, uint32_t max_length)
+static struct sg_backend *stage_new(sg_route_core_t *k, const sg_backend_conf_t *bc, sg_xenc_model *m, uint32_t max_length)
 {
-    const sg_rerank_conf_t *rc = b->conf->rerank;
+    const sg_rerank_conf_t *rc = bc->rerank;
     struct sg_backend *st = sg_mem_calloc(1, sizeof(*st));
-    const sg_backend_vtable *ivt = b->plugin.vt;
+    const sg_backend_vtable *ivt = k->plugin.vt;
     st->vt.abi_major = SG_BACKEND_ABI_MAJOR;
     st->vt.abi_minor = SG_BACKEND_ABI_MINOR;
     st->vt.struct_size = sizeof(st->vt);
@@ -777,14 +780,16 @@ static struct sg_backend *stage_new(struct st_sg_route_t *b, sg_xenc_model *m, u
     st->vt.has_access = ivt->access != NULL ? rr_has_access : NULL;
     st->vt.check_params = sg_plugin_check_params(ivt) != NULL ? rr_check_params : NULL;
     st->inner_vt = ivt;
-    st->inner = b->inst;
-    st->vt_slot = &b->plugin.vt;
-    st->inst_slot = &b->inst;
-    st->conf = rc;
-    st->route = sg_strdup(b->conf->name);
+    st->inner = k->inst;
+    st->vt_slot = &k->plugin.vt;
+    st->inst_slot = &k->inst;
+    st->own = *rc;
+    st->own.model = sg_strdup(rc->model);
+    st->conf = &st->own;
+    st->route = sg_strdup(bc->name);
     st->model = m;
     st->max_length = max_length;
-    const char *inner_ident = ivt->identity != NULL ? ivt->identity(b->inst) : NULL;
+    const char *inner_ident = ivt->identity != NULL ? ivt->identity(k->inst) : NULL;
     size_t n = (inner_ident != NULL ? strlen(inner_ident) : 0) + strlen(X->identity(m)) + 96;
     st->identity = sg_mem_alloc(n);
     snprintf(st->identity, n, "%s|rerank:%s,candidates=%u,max_length=%u", inner_ident != NULL ? inner_ident : "", X->identity(m),
@@ -844,6 +849,7 @@ static int start_workers(struct sg_backend *st, char *err, size_t err_size)
             free(st->threads);
             free(st->identity);
             free(st->route);
+            free(st->own.model);
             free(st);
             return -1;
         }
@@ -852,23 +858,23 @@ static int start_workers(struct sg_backend *st, char *err, size_t err_size)
     return 0;
 }
 
-int sg_rerank_wrap(struct st_sg_route_t *b, char *err, size_t err_size)
+int sg_rerank_wrap(sg_route_core_t *k, const sg_backend_conf_t *bc, char *err, size_t err_size)
 {
-    const sg_rerank_conf_t *rc = b->conf->rerank;
+    const sg_rerank_conf_t *rc = bc->rerank;
     if (rc == NULL)
         return 0;
     sg_xenc_model *m;
     uint32_t max_length;
     if (load_model(rc, &m, &max_length, err, err_size) != 0)
         return -1;
-    struct sg_backend *st = stage_new(b, m, max_length);
-    stage_metrics(st, b->conf->name);
+    struct sg_backend *st = stage_new(k, bc, m, max_length);
+    stage_metrics(st, bc->name);
     if (start_workers(st, err, err_size) != 0)
         return -1;
-    b->plugin.vt = &st->vt;
-    b->inst = st;
-    SG_LOG(SG_LL_INFO, "rerank", "route %s: cross-encoder %s (%d label%s), %u candidates, max_length %u, %u worker%s",
-           b->conf->name, rc->model, X->num_labels(m), X->num_labels(m) == 1 ? "" : "s", rc->candidates, max_length, rc->workers,
+    k->plugin.vt = &st->vt;
+    k->inst = st;
+    SG_LOG(SG_LL_INFO, "rerank", "route %s: cross-encoder %s (%d label%s), %u candidates, max_length %u, %u worker%s", bc->name,
+           rc->model, X->num_labels(m), X->num_labels(m) == 1 ? "" : "s", rc->candidates, max_length, rc->workers,
            rc->workers == 1 ? "" : "s");
     return 0;
 }

@@ -11,7 +11,8 @@
  * ordinary backend; the stage's settings and the model's identity are part of the route's cache
  * identity, so changing either never serves an old answer.
  *
- * Threads: sg_rerank_conf_parse and sg_rerank_wrap run on the main thread at start-up; the
+ * Threads: sg_rerank_conf_parse and sg_rerank_wrap run on the main thread at start-up (or the
+ * reload thread, for a route a reload creates); the
  * stage's search/cancel run on loop threads and never block (the scoring runs on its workers).
  */
 #ifndef SG_GATEWAY_RERANK_H
@@ -44,20 +45,22 @@ void sg_rerank_conf_free(sg_rerank_conf_t *rc);
 
 struct st_sg_config_t;
 /**
- * Main thread, once, after main() set the signal mask and before any route is wrapped: when a
- * route has a rerank stage, dlopen()s the cross-encoder module `<plugin_dir>/rerank_xenc.so`
- * (rerank_xenc.h says why it is a module). Errors name the path.
+ * Main or reload thread, before a route of `cfg` is wrapped: when a route has a rerank stage and
+ * the module is not loaded yet, dlopen()s the cross-encoder module `<plugin_dir>/rerank_xenc.so`
+ * (rerank_xenc.h says why it is a module); it stays loaded. Errors name the path.
  */
 int sg_rerank_open_module(const struct st_sg_config_t *cfg, const char *plugin_dir, char *err, size_t err_size);
 
-struct st_sg_route_t;
+struct st_sg_route_core_t;
+struct st_sg_backend_conf_t;
 /**
- * Main thread, after the route's plugin was created and before its identity is read: loads the
- * model (errors name the file, key or bound), starts the workers, registers the stage's metrics,
- * and puts the stage in front of the plugin (b->plugin.vt and b->inst). The stage's destroy()
- * destroys the plugin's instance and puts the plugin's own vtable back.
+ * Main or reload thread, after the route's plugin was created and before its identity is read:
+ * loads the model of `bc`'s stage (errors name the file, key or bound), starts the workers,
+ * registers the stage's metrics, and puts the stage in front of the plugin (k->plugin.vt and
+ * k->inst). The stage keeps its own copy of its settings (it may outlive `bc`'s config). Its
+ * destroy() destroys the plugin's instance and puts the plugin's own vtable back.
  */
-int sg_rerank_wrap(struct st_sg_route_t *b, char *err, size_t err_size);
+int sg_rerank_wrap(struct st_sg_route_core_t *k, const struct st_sg_backend_conf_t *bc, char *err, size_t err_size);
 
 /**
  * The passage a (query, passage) pair is made of, from a DOC (protocols.md): as Search-R1's

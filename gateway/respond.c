@@ -21,6 +21,7 @@
  * the writer.
  */
 #include "respond.h"
+#include "gen.h"
 
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -30,11 +31,9 @@ void sg_respond_init(sg_server_t *s)
 {
     sg_response_budget_t *rb = &s->responses;
     atomic_init(&rb->held, 0);
-    rb->limit = s->cfg->limits.max_response_bytes_inflight;
     rb->m_held = sg_metrics_gauge("searchgate_response_bytes_held",
                                   "Response memory held by queries and answers in progress (result blobs and output windows).", "");
-    sg_gauge_set(sg_metrics_gauge("searchgate_response_bytes_limit", "limits.max_response_bytes_inflight.", ""),
-                 (int64_t)rb->limit);
+    sg_respond_set_limit(s, s->cfg->limits.max_response_bytes_inflight);
     rb->m_refused = sg_metrics_counter("searchgate_response_budget_refused_total",
                                        "Requests answered 503 because the response memory budget stayed full.", "");
     rb->m_waited = sg_metrics_counter("searchgate_response_budget_waits_total",
@@ -51,12 +50,18 @@ void sg_respond_init(sg_server_t *s)
     rb->m_streamed = sg_metrics_counter("searchgate_response_streamed_total", "Answers written in more than one window.", "");
 }
 
+void sg_respond_set_limit(sg_server_t *s, uint64_t limit)
+{
+    atomic_store_explicit(&s->responses.limit, limit, memory_order_relaxed);
+    sg_gauge_set(sg_metrics_gauge("searchgate_response_bytes_limit", "limits.max_response_bytes_inflight.", ""), (int64_t)limit);
+}
+
 int sg_respond_reserve(sg_server_t *s, uint64_t own, uint64_t bytes)
 {
     sg_response_budget_t *rb = &s->responses;
     uint64_t cur = atomic_load_explicit(&rb->held, memory_order_relaxed);
     do {
-        if (cur > own && cur + bytes > rb->limit)
+        if (cur > own && cur + bytes > atomic_load_explicit(&rb->limit, memory_order_relaxed))
             return -1;
     } while (!atomic_compare_exchange_weak_explicit(&rb->held, &cur, cur + bytes, memory_order_relaxed, memory_order_relaxed));
     if (rb->m_held != NULL)
@@ -82,7 +87,7 @@ void sg_respond_release(sg_server_t *s, uint64_t bytes)
 
 uint32_t sg_respond_doc_bytes(const sg_route_t *b, int op)
 {
-    return atomic_load_explicit(&b->doc_bytes[op != 0], memory_order_relaxed);
+    return atomic_load_explicit(&b->core->doc_bytes[op != 0], memory_order_relaxed);
 }
 
 void sg_respond_observe(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_docs)
@@ -95,9 +100,9 @@ void sg_respond_observe(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_do
     if (x == 0)
         x = 1;
     /* a moving mean (1/8 per call); racing updates lose one sample, which is harmless */
-    uint64_t old = atomic_load_explicit(&b->doc_bytes[op != 0], memory_order_relaxed);
+    uint64_t old = atomic_load_explicit(&b->core->doc_bytes[op != 0], memory_order_relaxed);
     uint64_t next = old == 0 ? x : (old * 7 + x + 4) / 8;
-    atomic_store_explicit(&b->doc_bytes[op != 0], (uint32_t)(next != 0 ? next : 1), memory_order_relaxed);
+    atomic_store_explicit(&b->core->doc_bytes[op != 0], (uint32_t)(next != 0 ? next : 1), memory_order_relaxed);
 }
 
 uint64_t sg_respond_size(sg_blob_t *const *blobs, uint32_t n, int shape)
@@ -236,7 +241,7 @@ static void on_write_check(sg_timer_t *t);
 
 static void arm_check(stream_t *st, uint64_t now)
 {
-    uint32_t timeout = st->loop->server->cfg->limits.write_timeout_ms;
+    uint32_t timeout = st->loop->gen->cfg->limits.write_timeout_ms;
     sg_timer_start(&st->loop->timers, &st->timer, now + (timeout >= 4 ? timeout / 4 : 1), on_write_check);
 }
 
@@ -244,7 +249,7 @@ static void on_write_check(sg_timer_t *t)
 {
     stream_t *st = H2O_STRUCT_FROM_MEMBER(stream_t, timer, t);
     uint64_t now = sg_now_ms();
-    uint32_t timeout = st->loop->server->cfg->limits.write_timeout_ms;
+    uint32_t timeout = st->loop->gen->cfg->limits.write_timeout_ms;
     h2o_socket_t *sock = socket_of(st);
     int queued = 0;
     if (sock != NULL && ioctl(h2o_socket_get_fd(sock), TIOCOUTQ, &queued) == 0) {

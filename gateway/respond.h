@@ -26,6 +26,8 @@
 
 /** Sets the budget's limit and registers its metrics. Main thread, before the loops start. */
 void sg_respond_init(sg_server_t *s);
+/** A new limits.max_response_bytes_inflight (a reload): holders above it keep what they have. Any thread. */
+void sg_respond_set_limit(sg_server_t *s, uint64_t limit);
 
 /** Takes `bytes` more of the process's response budget for a holder that has `own` bytes of it
  * already, if they fit or when nobody else holds any (one answer larger than the budget still

@@ -14,6 +14,7 @@
 #include "server.h"
 #include "clients.h"
 #include "fusion_route.h"
+#include "gen.h"
 #include "json.h"
 #include "provenance.h"
 #include "query.h"
@@ -74,7 +75,7 @@ static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
 static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_client_t *client, int status, const char *type,
                          const char *msg, uint32_t n_queries, uint64_t start_us)
 {
-    if (sg_log_level >= SG_LL_DEBUG)
+    if (sg_log_enabled(SG_LL_DEBUG))
         log_early(is_access, b, client, status, type, n_queries, start_us);
     if (b != NULL) {
         int ci = sg_code_index(status);
@@ -110,6 +111,7 @@ static void answer_invalid_timeout(h2o_req_t *req, int is_access, sg_route_t *b,
 /* A /retrieve or /access request on its way to becoming a query. */
 typedef struct st_incoming_t {
     sg_loop_t *loop;
+    sg_gen_t *gen; /* the loop's generation: everything below is of it (the query references it) */
     h2o_req_t *req;
     int is_access;
     uint64_t start_us;
@@ -131,8 +133,8 @@ static void incoming_free(incoming_t *in)
 /* The route named by the path (NULL: the default), or -1 after a 404. */
 static int route_from_path(incoming_t *in, const char *bname, size_t blen)
 {
-    const sg_config_t *cfg = in->loop->server->cfg;
-    in->route = &in->loop->server->routes[cfg->default_backend];
+    const sg_config_t *cfg = in->gen->cfg;
+    in->route = &in->gen->routes[cfg->default_backend];
     if (bname == NULL)
         return 0;
     int bi = sg_config_find_backend(cfg, bname, blen);
@@ -146,15 +148,16 @@ static int route_from_path(incoming_t *in, const char *bname, size_t blen)
         answer_early(in->req, in->is_access, NULL, NULL, 404, "not_found", msg, 0, in->start_us);
         return -1;
     }
-    in->route = &in->loop->server->routes[bi];
+    in->route = &in->gen->routes[bi];
     return 0;
 }
 
 /* Parses the body, and takes the route from its "backend" field when the path named none. */
 static int parse_body(incoming_t *in, int path_named_route)
 {
-    const sg_config_t *cfg = in->loop->server->cfg;
-    sg_request_limits_t lim = {cfg->limits.max_body_bytes, cfg->limits.max_queries, cfg->limits.max_query_bytes,
+    const sg_config_t *cfg = in->gen->cfg;
+    /* max_body_bytes is the start-up config's (h2o reads bodies up to twice it) */
+    sg_request_limits_t lim = {in->loop->server->cfg->limits.max_body_bytes, cfg->limits.max_queries, cfg->limits.max_query_bytes,
                                cfg->limits.max_topk};
     char err[512];
     h2o_req_t *req = in->req;
@@ -178,14 +181,14 @@ static int parse_body(incoming_t *in, int path_named_route)
             answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
             return -1;
         }
-        in->route = &in->loop->server->routes[bi];
+        in->route = &in->gen->routes[bi];
     }
     /* a fusion route: /retrieve is its own; /access goes to its first leg with a page store */
     if (in->fusion >= 0 && !in->is_access)
         return 0;
-    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->loop->server, in->fusion)) == NULL)
+    if (in->fusion >= 0 && (in->route = sg_fusion_access_backend(in->gen, in->fusion)) == NULL)
         in->no_pages = cfg->fusions[in->fusion].name; /* none of its legs has a page store */
-    else if (in->is_access && !in->route->serves_access)
+    else if (in->is_access && !in->route->core->serves_access)
         in->no_pages = in->route->conf->name;
     return 0;
 }
@@ -220,13 +223,14 @@ static int check_search_params(incoming_t *in)
     if (in->pr.search_params == NULL)
         return 0;
     sg_route_t *b = in->route;
-    sg_check_params_fn check = sg_plugin_check_params(b->plugin.vt);
+    sg_check_params_fn check = sg_plugin_check_params(b->core->plugin.vt);
     char canon[256], detail[400];
     sg_status pst = SG_EINVAL;
     if (check == NULL)
         snprintf(detail, sizeof(detail), "backend %s takes no search_params", b->conf->name);
     else
-        pst = check(b->inst, in->pr.search_params, strlen(in->pr.search_params), canon, sizeof(canon), detail, sizeof(detail));
+        pst =
+            check(b->core->inst, in->pr.search_params, strlen(in->pr.search_params), canon, sizeof(canon), detail, sizeof(detail));
     if (pst != SG_OK) {
         int http = sg_plugin_status_http(pst);
         answer_early(in->req, in->is_access, b, NULL, http,
@@ -284,7 +288,7 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
                             .shape = in->is_access       ? SG_SHAPE_PAGE
                                      : pr->return_scores ? SG_SHAPE_SCORED
                                                          : SG_SHAPE_FLAT,
-                            .max_response_bytes = in->loop->server->cfg->limits.max_response_bytes,
+                            .max_response_bytes = in->gen->cfg->limits.max_response_bytes,
                             .envelope_bytes = sg_respond_envelope(pr->n)};
     http_query_t *hq = h2o_mem_alloc_shared(&in->req->pool, sizeof(*hq), on_req_dispose);
     *hq = (http_query_t){in->req, NULL, spec.shape, in->route};
@@ -294,20 +298,22 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
     free(texts);
 }
 
-void sg_retrieve_init(const sg_server_t *s)
+void sg_retrieve_init(const sg_gen_t *prev, const sg_gen_t *g)
 {
-    const sg_config_t *cfg = s->cfg;
+    const sg_config_t *cfg = g->cfg;
     char l[200];
-    for (size_t i = 0; i < s->n_routes + cfg->n_fusions; ++i) {
-        int plugin_route = i < s->n_routes;
-        const char *name = plugin_route ? cfg->backends[i].name : cfg->fusions[i - s->n_routes].name;
-        if (plugin_route ? s->routes[i].serves_access : sg_fusion_access_backend(s, (int)(i - s->n_routes)) != NULL)
+    for (size_t i = 0; i < g->n_routes + cfg->n_fusions; ++i) {
+        int plugin_route = i < g->n_routes;
+        const char *name = plugin_route ? cfg->backends[i].name : cfg->fusions[i - g->n_routes].name;
+        if (plugin_route ? g->routes[i].core->serves_access : sg_fusion_access_backend(g, (int)(i - g->n_routes)) != NULL)
             continue;
         snprintf(l, sizeof(l), "backend=\"%s\"", name);
         sg_metrics_counter("searchgate_access_no_page_store_total", SG_ACCESS_NO_PAGES_HELP, l);
     }
-    const sg_route_t *def = &s->routes[cfg->default_backend];
-    if (!def->serves_access)
+    const sg_route_t *def = &g->routes[cfg->default_backend];
+    const sg_route_t *was = prev != NULL ? &prev->routes[prev->cfg->default_backend] : NULL;
+    /* said once: at start-up, and when a reload gives the default route's role to a route without pages */
+    if (!def->core->serves_access && (was == NULL || was->core->serves_access || strcmp(was->conf->name, def->conf->name) != 0))
         SG_LOG(SG_LL_WARN, "main",
                "default route %s has no page store: POST /access answers a null page per URL (header "
                "X-Searchgate-No-Page-Store), which RLinf WideSeek and ASearcher show as an empty page; give it pages "
@@ -317,12 +323,12 @@ void sg_retrieve_init(const sg_server_t *s)
 
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *bname, size_t blen)
 {
-    incoming_t in = {.loop = loop, .req = req, .is_access = is_access, .start_us = sg_now_us(), .fusion = -1};
+    incoming_t in = {.loop = loop, .gen = loop->gen, .req = req, .is_access = is_access, .start_us = sg_now_us(), .fusion = -1};
     uint64_t deadline_us;
     /* the client first, from the headers alone: a request that cannot be served learns nothing of
      * the routes, the limits or what its body holds, and its body is never parsed */
     const char *why = NULL;
-    if ((in.client = sg_clients_identify_request(loop->server->clients, req, &why)) == NULL) {
+    if ((in.client = sg_clients_identify_request(in.gen->clients, req, &why)) == NULL) {
         answer_early(req, is_access, NULL, NULL, 401, "unauthorized", why, 0, in.start_us);
         goto out;
     }

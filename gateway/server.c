@@ -10,6 +10,8 @@
 #include "respond.h"
 #include "fusion_route.h"
 #include "clients.h"
+#include "gen.h"
+#include "reload.h"
 #include "budget.h"
 #include "json.h"
 #include "listen.h"
@@ -123,12 +125,12 @@ void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg
 
 /* ---- small routes ---- */
 
-enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_OTHER, R_COUNT };
-static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "other"};
+enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_ADMIN, R_OTHER, R_COUNT };
+static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "admin", "other"};
 
 int sg_server_route_index(h2o_iovec_t path)
 {
-    static const char *const paths[R_OTHER] = {"/", "/health", "/metrics", "/stats", "/dashboard"};
+    static const char *const paths[R_OTHER] = {"/", "/health", "/metrics", "/stats", "/dashboard", "/admin/reload"};
     for (int i = 0; i < R_OTHER; ++i)
         if (h2o_memis(path.base, path.len, paths[i], strlen(paths[i])))
             return i;
@@ -140,33 +142,39 @@ static void count(h2o_req_t *req, int route, int status)
     sg_counter_add(sg_loop_of(req)->server->http_requests[route][sg_code_index(status)], 1);
 }
 
+void sg_server_count(h2o_req_t *req, int status)
+{
+    count(req, sg_server_route_index(req->path_normalized), status);
+}
+
 static void on_root(h2o_req_t *req)
 {
-    const sg_server_t *s = sg_loop_of(req)->server;
+    const sg_gen_t *g = sg_loop_of(req)->gen;
     sg_buf_t b = {0};
     sg_jw_t w;
     sg_jw_init(&w, &b);
     sg_jw_obj(&w);
     sg_jw_kstr(&w, "name", "searchgate");
     sg_jw_kstr(&w, "version", SG_VERSION);
-    sg_jw_kstr(&w, "default_backend", s->routes[s->cfg->default_backend].conf->name);
+    sg_jw_kstr(&w, "default_backend", g->routes[g->cfg->default_backend].conf->name);
+    sg_jw_ku64(&w, "generation", g->id);
     sg_jw_key(&w, "backends");
     sg_jw_arr(&w);
-    for (size_t i = 0; i < s->n_routes; ++i) {
-        const sg_route_t *be = &s->routes[i];
+    for (size_t i = 0; i < g->n_routes; ++i) {
+        const sg_route_t *be = &g->routes[i];
         char path[512];
         snprintf(path, sizeof(path), "/retrieve/%s", be->conf->name);
         sg_jw_obj(&w);
         sg_jw_kstr(&w, "name", be->conf->name);
-        sg_jw_kstr(&w, "plugin", be->plugin.vt->name);
-        sg_jw_kstr(&w, "version", be->plugin.vt->version);
+        sg_jw_kstr(&w, "plugin", be->core->plugin.vt->name);
+        sg_jw_kstr(&w, "version", be->core->plugin.vt->version);
         sg_jw_ku64(&w, "topk", be->conf->topk);
         sg_jw_kstr(&w, "retrieve", path);
-        sg_jw_kbool(&w, "access", be->serves_access);
+        sg_jw_kbool(&w, "access", be->core->serves_access);
         sg_provenance_json(&w, &be->prov);
         sg_jw_end(&w);
     }
-    sg_fusion_append_root(s, &w); /* fusion routes (fusion_route.c) */
+    sg_fusion_append_root(g, &w); /* fusion routes (fusion_route.c) */
     sg_jw_end(&w);
     sg_jw_key(&w, "links");
     sg_jw_obj(&w);
@@ -174,7 +182,7 @@ static void on_root(h2o_req_t *req)
                                            {"metrics", "/metrics"},   {"stats", "/stats"},   {"dashboard", "/dashboard"},
                                            {"mcp", "/mcp"},           {"sse", "/sse"}};
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); ++i)
-        if (s->cfg->mcp.enabled || i < 6)
+        if (g->server->cfg->mcp.enabled || i < 6)
             sg_jw_kstr(&w, links[i][0], links[i][1]);
     sg_jw_end(&w);
     sg_jw_end(&w);
@@ -186,6 +194,7 @@ static void on_root(h2o_req_t *req)
 static void on_health(h2o_req_t *req)
 {
     const sg_server_t *s = sg_loop_of(req)->server;
+    const sg_gen_t *g = sg_loop_of(req)->gen;
     sg_buf_t b = {0};
     sg_jw_t w;
     sg_jw_init(&w, &b);
@@ -193,10 +202,10 @@ static void on_health(h2o_req_t *req)
     sg_jw_obj(&w);
     sg_jw_key(&w, "backends");
     sg_jw_obj(&w);
-    for (size_t i = 0; i < s->n_routes; ++i) {
-        sg_route_t *be = &s->routes[i];
+    for (size_t i = 0; i < g->n_routes; ++i) {
+        sg_route_t *be = &g->routes[i];
         char detail[256] = "";
-        sg_status st = be->plugin.vt->health(be->inst, detail, sizeof(detail));
+        sg_status st = be->core->plugin.vt->health(be->core->inst, detail, sizeof(detail));
         if (st != SG_OK)
             ok = 0;
         sg_jw_key(&w, be->conf->name);
@@ -227,13 +236,13 @@ static void on_health(h2o_req_t *req)
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
 {
-    const sg_server_t *s = arg;
-    for (size_t i = 0; i < s->n_routes; ++i) {
-        sg_route_t *be = &s->routes[i];
-        if (be->plugin.vt->stats == NULL)
+    sg_gen_t *g = sg_gen_acquire(arg); /* any thread: the current generation, held while used */
+    for (size_t i = 0; i < g->n_routes; ++i) {
+        sg_route_t *be = &g->routes[i];
+        if (be->core->plugin.vt->stats == NULL)
             continue;
         sg_metrics_sink_t sink = {out, be->conf->name, "", NULL};
-        be->plugin.vt->stats(be->inst, &sink);
+        be->core->plugin.vt->stats(be->core->inst, &sink);
     }
     double hr = sg_ring_hit_ratio(60), hr5 = sg_ring_hit_ratio(300);
     sg_buf_appends(out,
@@ -256,7 +265,8 @@ static void backend_stats_collector(sg_buf_t *out, void *arg)
     sg_buf_appendf(out,
                    "# HELP searchgate_clients_tracked Anonymous clients tracked for rate limiting.\n# TYPE "
                    "searchgate_clients_tracked gauge\nsearchgate_clients_tracked %zu\n",
-                   sg_clients_tracked(s->clients));
+                   sg_clients_tracked(g->clients));
+    sg_gen_release(g);
 }
 
 static void on_metrics(h2o_req_t *req)
@@ -290,12 +300,12 @@ static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
 }
 
 /* /stats: "backends":{NAME:{requests, queries, cache and call counters}, ...} */
-static void stats_backends(const sg_server_t *s, sg_jw_t *w)
+static void stats_backends(const sg_gen_t *g, sg_jw_t *w)
 {
     sg_jw_key(w, "backends");
     sg_jw_obj(w);
-    for (size_t i = 0; i < s->n_routes; ++i) {
-        sg_route_t *be = &s->routes[i];
+    for (size_t i = 0; i < g->n_routes; ++i) {
+        sg_route_t *be = &g->routes[i];
         uint64_t req_total = 0, q_total = 0;
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             req_total += atomic_load(&be->requests[c]->v);
@@ -315,11 +325,11 @@ static void stats_backends(const sg_server_t *s, sg_jw_t *w)
         sg_jw_ku64(w, "shed", atomic_load(&be->shed->v));
         sg_jw_ku64(w, "expired", atomic_load(&be->expired->v));
         sg_jw_ku64(w, "fallbacks", atomic_load(&be->fallbacks->v));
-        if (be->plugin.vt->stats != NULL) { /* the plugin's own samples, as /metrics has them */
+        if (be->core->plugin.vt->stats != NULL) { /* the plugin's own samples, as /metrics has them */
             sg_jw_key(w, "plugin");
             sg_jw_obj(w);
             sg_metrics_sink_t sink = {NULL, be->conf->name, "", w};
-            be->plugin.vt->stats(be->inst, &sink);
+            be->core->plugin.vt->stats(be->core->inst, &sink);
             sg_jw_end(w);
         }
         sg_jw_end(w);
@@ -372,7 +382,7 @@ static void on_stats(h2o_req_t *req)
     sg_jw_kstr(&jw, "source", bl->source);
     sg_jw_kstr(&jw, "reason", bl->reason);
     sg_jw_end(&jw);
-    stats_backends(s, &jw);
+    stats_backends(sg_loop_of(req)->gen, &jw);
     sg_jw_key(&jw, "cache");
     sg_jw_obj(&jw);
     sg_cache_stats_json(&jw, redis_state(s));
@@ -425,11 +435,10 @@ static int path_sub(h2o_iovec_t p, const char *prefix, const char **name, size_t
 
 static int admin_allowed(h2o_req_t *req, const char **why)
 {
-    const sg_server_t *s = sg_loop_of(req)->server;
     h2o_iovec_t key;
     if (sg_clients_presented_key(req, &key, why) != 0)
         return 0;
-    return sg_clients_admin_allowed(s->clients, key.base, key.len, why);
+    return sg_clients_admin_allowed(sg_loop_of(req)->gen->clients, key.base, key.len, why);
 }
 
 static void unauthorized(h2o_req_t *req, int route, const char *why)
@@ -447,16 +456,15 @@ static void log_small(h2o_req_t *req)
            (int)(req->path.len > 200 ? 200 : req->path.len), req->path.base, req->res.status);
 }
 
-static int on_req(h2o_handler_t *self, h2o_req_t *req)
+static int route_req(sg_loop_t *loop, h2o_req_t *req)
 {
-    (void)self;
-    sg_loop_t *loop = sg_loop_of(req);
     h2o_iovec_t p = req->path_normalized;
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
                  h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     const char *name;
     size_t nlen;
+    sg_loop_refresh_gen(loop);                   /* a request runs on the generation current when it arrives (gen.h) */
     if (sg_gate_check_request(loop, req) != 0) { /* Host, Origin, the key: before the route is even looked up */
         log_small(req);
         return 0;
@@ -478,6 +486,14 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
     }
     if (sg_mcp_route(loop, req)) { /* /mcp, /sse, /messages when mcp.enabled */
+        log_small(req);
+        return 0;
+    }
+    if (path_is(p, "/admin/reload")) { /* re-reads the config (reload.c): the admin key only */
+        if (!is_post)
+            method_not_allowed(req, "POST");
+        else
+            sg_reload_admin(loop, req);
         log_small(req);
         return 0;
     }
@@ -513,6 +529,17 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     count(req, R_OTHER, 404);
     log_small(req);
     return 0;
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    (void)self;
+    sg_loop_t *loop = sg_loop_of(req);
+    sg_loop_refresh_gen(loop);           /* a request runs on the generation current when it arrives (gen.h) */
+    sg_gen_t *g = sg_gen_ref(loop->gen); /* held through the handler, whatever it calls */
+    int r = route_req(loop, req);
+    sg_gen_release(g);
+    return r;
 }
 
 /* ---- h2o's own error responses ----
@@ -629,9 +656,9 @@ static void drain(sg_loop_t *l)
  * keep-alive connections, serve the requests in progress (their deadlines bound that) or give up
  * after the grace period; wait while the main thread destroys the plugins (which completes their
  * pending searches), deliver those completions, and dispose. */
-static void *loop_main(void *arg)
+/* The loop's own h2o context, listener, receivers, Redis connection and generation. Loop thread. */
+static void loop_init(sg_loop_t *l)
 {
-    sg_loop_t *l = arg;
     sg_server_t *s = l->server;
     l->loop = h2o_evloop_create();
     h2o_context_init(&l->ctx, l->loop, &s->h2o);
@@ -641,16 +668,26 @@ static void *loop_main(void *arg)
     sg_gate_start_loop(l); /* accepting (gate.c) */
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
+    l->gen = sg_gen_acquire(s); /* the loop's reference on the current generation (gen.h) */
+    sg_reload_init_loop(l);
     if (s->cfg->cache.redis.enabled)
         l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
     sg_mcp_init_loop(l);
+}
+
+static void *loop_main(void *arg)
+{
+    sg_loop_t *l = arg;
+    sg_server_t *s = l->server;
+    loop_init(l);
     pthread_barrier_wait(&s->barrier);
 
     uint64_t grace_end = 0;
     int failed_active = 0;
     for (;;) {
+        sg_loop_refresh_gen(l); /* an idle loop lets go of a generation a reload replaced */
         if (atomic_load(&s->stopping) && grace_end == 0) {
-            grace_end = sg_now_ms() + s->cfg->shutdown_grace_ms;
+            grace_end = sg_now_ms() + l->gen->cfg->shutdown_grace_ms;
             sg_gate_stop_loop(l); /* no more accepts; connections with no request handed over yet close */
             h2o_socket_close(l->listener);
             l->listener = NULL;
@@ -693,6 +730,7 @@ static void *loop_main(void *arg)
     drain(l);
     if (!l->abandoned) { /* h2o cannot dispose a context with live connections: the process exits anyway */
         sg_mcp_dispose_loop(l);
+        sg_reload_dispose_loop(l);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
         h2o_multithread_queue_t *queue = l->ctx.queue;
@@ -702,6 +740,8 @@ static void *loop_main(void *arg)
         h2o_evloop_destroy(l->loop);
     }
     sg_timers_dispose(&l->timers);
+    sg_gen_release(l->gen);
+    l->gen = NULL;
     return NULL;
 }
 

@@ -51,6 +51,10 @@ struct st_sg_loop_t {
     struct st_sg_redis_t *redis;
     sg_mcp_loop_t *mcp;   /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
     sg_gate_loop_t *gate; /* accepting and the connections not yet handed to h2o (gate.c) */
+    /* the configuration generation this loop serves new requests with (gen.h): a reference, taken
+     * again by sg_loop_refresh_gen() when a newer one was published. Loop thread only. */
+    struct st_sg_gen_t *gen;
+    h2o_multithread_receiver_t reloaded; /* answers of POST /admin/reload from the reload thread (reload.c) */
 };
 
 /*
@@ -59,16 +63,16 @@ struct st_sg_loop_t {
  * limits.max_response_bytes_inflight. Shared by every loop (atomic).
  */
 typedef struct st_sg_response_budget_t {
-    _Atomic uint64_t held; /* bytes */
-    uint64_t limit;
+    _Atomic uint64_t held;  /* bytes */
+    _Atomic uint64_t limit; /* limits.max_response_bytes_inflight (a reload may change it) */
     sg_gauge_t *m_held;
     sg_counter_t *m_refused, *m_waited, *m_too_large_estimate, *m_too_large_exact, *m_write_timeouts, *m_streamed;
 } sg_response_budget_t;
 
 struct st_sg_server_t {
+    /* the start-up config: what only a restart changes (listen, threads, cache, mcp,
+     * limits.max_body_bytes) is read here; everything else from the current generation (gen.h) */
     sg_config_t *cfg;
-    sg_route_t *routes;
-    size_t n_routes;
     h2o_globalconf_t h2o;
     h2o_hostconf_t *hostconf;
     sg_loop_t *loops;
@@ -77,7 +81,13 @@ struct st_sg_server_t {
     pthread_barrier_t barrier; /* the loops and the main thread meet at start-up and shutdown */
     atomic_int stopping;
     uint64_t started_ms;
-    struct st_sg_clients_t *clients;
+    /* generations (gen.h): the current one (a reference) and every one still referenced, under gen_mutex */
+    pthread_mutex_t gen_mutex;
+    struct st_sg_gen_t *gen;
+    _Atomic(struct st_sg_gen_t *) gen_now; /* == gen; loops compare it without the mutex */
+    struct st_sg_gen_t *live;              /* the live list (newest first) */
+    _Atomic uint32_t n_live;
+    int log_level_override;                       /* --log-level, which a reload does not change; -1 = none */
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
     sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
     sg_response_budget_t responses;               /* response memory held by the process (respond.h) */
@@ -104,6 +114,9 @@ const char *sg_http_reason(int status);
 int sg_server_route_index(h2o_iovec_t path);
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
+/** Counts a response of the operations routes (/, /health, /metrics, /stats, /dashboard,
+ * /admin/reload) in searchgate_http_requests_total. Loop thread. */
+void sg_server_count(h2o_req_t *req, int status);
 /** Sends a 200 JSON body (copied into the request pool). */
 void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);
 

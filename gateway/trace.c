@@ -11,9 +11,13 @@
  * result blob's bytes (a top-level member scan, no JSON parse), so the cost a loop pays is an
  * allocation, a copy of the texts, a few atomic increments and one uncontended mutex.
  *
- * Process-wide state: `trace_writer` (the sinks and the writer thread). Sinks live from
- * sg_trace_start() to sg_trace_stop(); their queues are guarded by their mutex, the rest belongs
- * to the writer thread.
+ * Process-wide state: `trace_writer` (the sinks and the writer thread). A sink is one file, shared
+ * by path by the trace confs of every configuration generation (gen.h) that names it: created and
+ * opened by sg_trace_configure(), its settings changed by sg_trace_publish(), retired when its last
+ * conf lets go (sg_trace_unconfigure()) -- the writer then writes what it still holds, closes and
+ * frees it -- and the rest freed by sg_trace_stop(). Queues and settings are guarded by the sink's
+ * mutex, the list of sinks and their reference counts by trace_writer.mu; the file belongs to the
+ * writer thread.
  */
 #include "trace.h"
 #include "common.h"
@@ -178,21 +182,33 @@ typedef struct st_rec_t {
     int status;
     int is_access;
     uint32_t topk, n, n_distinct;
-    const char *route, *fallback; /* the config's */
+    char *route, *fallback; /* in the record (a reload may free the config meanwhile) */
     char request_id[24];
     char *client, *params, *error; /* in the record; params and error may be NULL */
     uint32_t *slot;
     rec_query_t *q;
 } rec_t;
 
+/* What a trace file's confs say of it (they agree: sg_trace_conf_check_shared); a reload may change it. */
+typedef struct st_sink_settings_t {
+    uint64_t rotate_bytes;
+    uint32_t rotate_s;
+    uint32_t keep;
+    uint64_t buffer_bytes;
+} sink_settings_t;
+
 struct st_sg_trace_sink_t {
     char *path;
-    const sg_trace_conf_t *conf; /* rotation, keep and buffer (every conf writing this file agrees) */
     pthread_mutex_t mu;
-    rec_t *head, *tail; /* under mu */
-    uint64_t queued;    /* bytes, under mu */
-    int kicked;         /* the writer was woken for this queue, under mu */
+    sink_settings_t set; /* under mu */
+    rec_t *head, *tail;  /* under mu */
+    uint64_t queued;     /* bytes, under mu */
+    int kicked;          /* the writer was woken for this queue, under mu */
+    /* the configs' trace confs that write here (one reference each), under trace_writer.mu; at 0
+     * the sink is retired: the writer writes what it holds, closes it and frees it */
+    uint32_t refs;
     /* the writer thread's */
+    sink_settings_t w; /* a copy of `set` taken at each pass */
     int fd;
     uint64_t size;
     double opened_s;
@@ -204,10 +220,11 @@ struct st_sg_trace_sink_t {
     sg_gauge_t *m_buffered;
 };
 
+/* The trace files and their writer. The sink list changes under `mu` (a reload adds sinks, the
+ * writer frees retired ones); the writer works on a snapshot of it. */
 static struct {
     sg_trace_sink_t **sinks;
-    size_t n;
-    sg_config_t *cfg;
+    size_t n, cap;
     pthread_t tid;
     int running;
     pthread_mutex_t mu;
@@ -240,7 +257,8 @@ static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields)
     int texts = (fields & (SG_TRACE_F_QUERY | SG_TRACE_F_QUERY_HASH)) != 0;
     int answers = (fields & (SG_TRACE_F_HITS | SG_TRACE_F_IDS | SG_TRACE_F_SCORES | SG_TRACE_F_EMPTY | SG_TRACE_F_DOCS)) != 0;
     size_t strings = strlen(ev->client) + 1 + (ev->params != NULL ? strlen(ev->params) + 1 : 0) +
-                     (ev->error != NULL ? strlen(ev->error) + 1 : 0);
+                     (ev->error != NULL ? strlen(ev->error) + 1 : 0) + strlen(ev->route) + 1 +
+                     (ev->fallback != NULL ? strlen(ev->fallback) + 1 : 0);
     sg_trace_item_t it;
     for (uint32_t d = 0; texts && d < ev->n_distinct; ++d) {
         ev->item(ev->ctx, d, &it);
@@ -256,9 +274,7 @@ static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields)
                  .is_access = ev->is_access,
                  .topk = ev->topk,
                  .n = ev->n,
-                 .n_distinct = ev->n_distinct,
-                 .route = ev->route,
-                 .fallback = ev->fallback};
+                 .n_distinct = ev->n_distinct};
     size_t idl = strnlen(ev->request_id, sizeof(r->request_id) - 1);
     memcpy(r->request_id, ev->request_id, idl);
     r->request_id[idl] = '\0';
@@ -269,6 +285,8 @@ static rec_t *rec_new(const sg_trace_event_t *ev, uint32_t fields)
     r->client = put_str(&at, ev->client);
     r->params = put_str(&at, ev->params);
     r->error = put_str(&at, ev->error);
+    r->route = put_str(&at, ev->route);
+    r->fallback = put_str(&at, ev->fallback);
     for (uint32_t d = 0; d < ev->n_distinct; ++d) {
         ev->item(ev->ctx, d, &it);
         rec_query_t *q = &r->q[d];
@@ -299,7 +317,7 @@ static void enqueue(sg_trace_sink_t *s, rec_t *r)
 {
     int kick = 0, room;
     pthread_mutex_lock(&s->mu);
-    room = s->queued + r->bytes <= s->conf->buffer_bytes;
+    room = s->queued + r->bytes <= s->set.buffer_bytes;
     if (room) {
         if (s->tail != NULL)
             s->tail->next = r;
@@ -307,7 +325,7 @@ static void enqueue(sg_trace_sink_t *s, rec_t *r)
             s->head = r;
         s->tail = r;
         s->queued += r->bytes;
-        if (!s->kicked && s->queued * 2 > s->conf->buffer_bytes)
+        if (!s->kicked && s->queued * 2 > s->set.buffer_bytes)
             kick = s->kicked = 1;
     }
     pthread_mutex_unlock(&s->mu);
@@ -877,7 +895,7 @@ static void prune(sg_trace_sink_t *s)
         closedir(d);
     qsort(names, n, sizeof(*names), cmp_str);
     for (size_t i = 0; i < n; ++i) {
-        if (i + s->conf->keep < n) {
+        if (i + s->w.keep < n) {
             sg_buf_t p = {0};
             sg_buf_appendf(&p, "%s/%s", dir, names[i]);
             if (unlink(p.base) != 0)
@@ -918,7 +936,7 @@ static void rotate(sg_trace_sink_t *s)
     if (open_file(s, err, sizeof(err)) != 0)
         warn(s, "cannot open after rotation", errno);
     sg_counter_add(s->m_rotations, 1);
-    if (s->conf->keep != 0)
+    if (s->w.keep != 0)
         prune(s);
 }
 
@@ -937,7 +955,10 @@ static void reopen(sg_trace_sink_t *s)
 /* Writes what `s` has queued; returns whether there was anything. */
 static int drain(sg_trace_sink_t *s)
 {
-    const sg_trace_conf_t *c = s->conf;
+    pthread_mutex_lock(&s->mu);
+    s->w = s->set;
+    pthread_mutex_unlock(&s->mu);
+    const sink_settings_t *c = &s->w;
     if (c->rotate_s != 0 && s->size > 0 && sg_wall_time() - s->opened_s >= (double)c->rotate_s)
         rotate(s);
     pthread_mutex_lock(&s->mu);
@@ -967,6 +988,41 @@ static int drain(sg_trace_sink_t *s)
     return any;
 }
 
+static void sink_free(sg_trace_sink_t *s);
+
+/* One pass over the sinks (a snapshot: a reload may add some meanwhile); then the retired ones --
+ * no config writes to them any more -- are written out, closed and freed. */
+static int writer_pass(int reopening)
+{
+    pthread_mutex_lock(&trace_writer.mu);
+    size_t n = trace_writer.n;
+    sg_trace_sink_t **snap = sg_mem_alloc((n > 0 ? n : 1) * sizeof(*snap));
+    memcpy(snap, trace_writer.sinks, n * sizeof(*snap));
+    pthread_mutex_unlock(&trace_writer.mu);
+    int busy = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (reopening)
+            reopen(snap[i]);
+        busy |= drain(snap[i]);
+    }
+    size_t k = 0;
+    pthread_mutex_lock(&trace_writer.mu);
+    for (size_t i = 0; i < trace_writer.n; ++i) {
+        if (trace_writer.sinks[i]->refs == 0)
+            snap[k++] = trace_writer.sinks[i];
+        else
+            trace_writer.sinks[i - k] = trace_writer.sinks[i];
+    }
+    trace_writer.n -= k;
+    pthread_mutex_unlock(&trace_writer.mu);
+    for (size_t i = 0; i < k; ++i) {
+        drain(snap[i]);
+        sink_free(snap[i]);
+    }
+    free(snap);
+    return busy;
+}
+
 static void *writer_main(void *arg)
 {
     (void)arg;
@@ -984,13 +1040,8 @@ static void *writer_main(void *arg)
         }
         atomic_store(&trace_writer.kick, 0);
         pthread_mutex_unlock(&trace_writer.mu);
-        int stopping = atomic_load(&trace_writer.stop), busy = 0;
-        int reopening = atomic_exchange(&trace_writer.reopen, 0);
-        for (size_t i = 0; i < trace_writer.n; ++i) {
-            if (reopening)
-                reopen(trace_writer.sinks[i]);
-            busy |= drain(trace_writer.sinks[i]);
-        }
+        int stopping = atomic_load(&trace_writer.stop);
+        int busy = writer_pass(atomic_exchange(&trace_writer.reopen, 0));
         if (stopping && !busy)
             break;
     }
@@ -1016,11 +1067,17 @@ static int check_writable(const sg_trace_conf_t *t, char *err, size_t err_size)
     return -1;
 }
 
-static sg_trace_sink_t *sink_new(sg_trace_conf_t *t)
+static void settings_of(sink_settings_t *out, const sg_trace_conf_t *t)
+{
+    *out = (sink_settings_t){t->rotate_bytes, t->rotate_s, t->keep, t->buffer_bytes};
+}
+
+static sg_trace_sink_t *sink_new(const sg_trace_conf_t *t)
 {
     sg_trace_sink_t *s = sg_mem_calloc(1, sizeof(*s));
     s->path = sg_strdup(t->path);
-    s->conf = t;
+    settings_of(&s->set, t);
+    s->w = s->set;
     s->fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     sg_buf_t l = {0};
@@ -1037,7 +1094,8 @@ static sg_trace_sink_t *sink_new(sg_trace_conf_t *t)
     s->m_failed = sg_metrics_counter("searchgate_trace_failed_lines_total",
                                      "Query lines lost because the trace file could not be opened or written.", l.base);
     s->m_rotations = sg_metrics_counter("searchgate_trace_rotations_total", "Trace files rotated (size or age).", l.base);
-    s->m_reopens = sg_metrics_counter("searchgate_trace_reopens_total", "Trace files reopened (SIGUSR1).", l.base);
+    s->m_reopens =
+        sg_metrics_counter("searchgate_trace_reopens_total", "Trace files reopened (SIGUSR1, or a configuration reload).", l.base);
     s->m_buffered = sg_metrics_gauge("searchgate_trace_buffered_bytes",
                                      "Bytes the writer found buffered for each trace file at its last pass.", l.base);
     sg_buf_free(&l);
@@ -1058,38 +1116,85 @@ static void sink_free(sg_trace_sink_t *s)
     free(s);
 }
 
-int sg_trace_start(sg_config_t *cfg, int check_only, char *err, size_t err_size)
+/* Points `t` at the sink of its file: the one an earlier config opened (still open, or retired but
+ * not yet freed), else a new one, opened now. */
+static int sink_attach(sg_trace_conf_t *t, char *err, size_t err_size)
+{
+    pthread_mutex_lock(&trace_writer.mu);
+    for (size_t j = 0; j < trace_writer.n; ++j)
+        if (strcmp(trace_writer.sinks[j]->path, t->path) == 0) {
+            ++trace_writer.sinks[j]->refs;
+            t->sink = trace_writer.sinks[j];
+            pthread_mutex_unlock(&trace_writer.mu);
+            return 0;
+        }
+    pthread_mutex_unlock(&trace_writer.mu);
+    sg_trace_sink_t *s = sink_new(t);
+    char why[400];
+    if (open_file(s, why, sizeof(why)) != 0) {
+        snprintf(err, err_size, "%s.path: %s", t->where, why);
+        sink_free(s);
+        return -1;
+    }
+    s->refs = 1;
+    pthread_mutex_lock(&trace_writer.mu);
+    if (trace_writer.n == trace_writer.cap) {
+        trace_writer.cap = trace_writer.cap * 2 + 4;
+        trace_writer.sinks = sg_mem_realloc(trace_writer.sinks, trace_writer.cap * sizeof(*trace_writer.sinks));
+    }
+    trace_writer.sinks[trace_writer.n++] = s;
+    pthread_mutex_unlock(&trace_writer.mu);
+    t->sink = s;
+    SG_LOG(SG_LL_INFO, "trace", "%s: tracing %.4g%% of the requests to %s", t->where, 100.0 * t->sample, t->path);
+    return 0;
+}
+
+int sg_trace_configure(sg_config_t *cfg, int check_only, char *err, size_t err_size)
 {
     for (size_t i = 0; check_only && i < cfg->n_traces; ++i)
         if (check_writable(cfg->traces[i], err, err_size) != 0)
             return -1;
     if (check_only || cfg->n_traces == 0)
         return 0;
-    trace_writer.cfg = cfg;
-    trace_writer.sinks = sg_mem_calloc(cfg->n_traces, sizeof(*trace_writer.sinks));
-    for (size_t i = 0; i < cfg->n_traces; ++i) {
-        sg_trace_conf_t *t = cfg->traces[i];
-        for (size_t j = 0; j < trace_writer.n && t->sink == NULL; ++j)
-            if (strcmp(trace_writer.sinks[j]->path, t->path) == 0)
-                t->sink = trace_writer.sinks[j];
-        if (t->sink != NULL)
-            continue;
-        sg_trace_sink_t *s = sink_new(t);
-        trace_writer.sinks[trace_writer.n++] = s;
-        char why[400];
-        if (open_file(s, why, sizeof(why)) != 0) {
-            snprintf(err, err_size, "%s.path: %s", t->where, why);
-            sg_trace_stop();
+    for (size_t i = 0; i < cfg->n_traces; ++i)
+        if (sink_attach(cfg->traces[i], err, err_size) != 0) {
+            sg_trace_unconfigure(cfg);
             return -1;
         }
-        t->sink = s;
-        SG_LOG(SG_LL_INFO, "trace", "%s: tracing %.4g%% of the requests to %s", t->where, 100.0 * t->sample, t->path);
+    if (!trace_writer.running) {
+        atomic_store(&trace_writer.stop, 0);
+        pthread_create(&trace_writer.tid, NULL, writer_main, NULL);
+        pthread_setname_np(trace_writer.tid, "sg-trace");
+        trace_writer.running = 1;
     }
-    atomic_store(&trace_writer.stop, 0);
-    pthread_create(&trace_writer.tid, NULL, writer_main, NULL);
-    pthread_setname_np(trace_writer.tid, "sg-trace");
-    trace_writer.running = 1;
     return 0;
+}
+
+void sg_trace_publish(sg_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->n_traces; ++i) {
+        sg_trace_conf_t *t = cfg->traces[i];
+        if (t->sink == NULL)
+            continue;
+        pthread_mutex_lock(&t->sink->mu);
+        settings_of(&t->sink->set, t);
+        pthread_mutex_unlock(&t->sink->mu);
+    }
+}
+
+void sg_trace_unconfigure(sg_config_t *cfg)
+{
+    int retired = 0;
+    pthread_mutex_lock(&trace_writer.mu);
+    for (size_t i = 0; i < cfg->n_traces; ++i) {
+        sg_trace_conf_t *t = cfg->traces[i];
+        if (t->sink != NULL)
+            retired |= --t->sink->refs == 0;
+        t->sink = NULL;
+    }
+    pthread_mutex_unlock(&trace_writer.mu);
+    if (retired && trace_writer.running)
+        kick_writer(); /* it writes out and frees the retired files */
 }
 
 void sg_trace_stop(void)
@@ -1102,14 +1207,13 @@ void sg_trace_stop(void)
         pthread_join(trace_writer.tid, NULL);
         trace_writer.running = 0;
     }
-    for (size_t i = 0; trace_writer.cfg != NULL && i < trace_writer.cfg->n_traces; ++i)
-        trace_writer.cfg->traces[i]->sink = NULL;
-    for (size_t i = 0; i < trace_writer.n; ++i)
+    for (size_t i = 0; i < trace_writer.n; ++i) { /* what a config still uses (an aborted start-up) */
+        drain(trace_writer.sinks[i]);
         sink_free(trace_writer.sinks[i]);
+    }
     free(trace_writer.sinks);
     trace_writer.sinks = NULL;
-    trace_writer.n = 0;
-    trace_writer.cfg = NULL;
+    trace_writer.n = trace_writer.cap = 0;
 }
 
 void sg_trace_reopen(void)

@@ -11,7 +11,9 @@
  * rotate by size and age and are reopened on sg_trace_reopen() (SIGUSR1, logrotate-style).
  *
  * Process-wide state: the trace files (sinks) and the writer thread (trace.c), shared by every
- * loop; set up at start-up by sg_trace_start() and torn down by sg_trace_stop().
+ * loop. Each configuration generation (gen.h) attaches its traces to the sinks by path
+ * (sg_trace_configure(): an open file stays open across a reload, a new path is opened, a path no
+ * generation names any more is written out and closed), and the writer stops with sg_trace_stop().
  */
 #ifndef SG_GATEWAY_TRACE_H
 #define SG_GATEWAY_TRACE_H
@@ -69,7 +71,7 @@ typedef struct st_sg_trace_conf_t {
     uint32_t rotate_s;     /* rotate a file this old; 0 = never */
     uint32_t keep;         /* rotated files kept; 0 = all */
     uint64_t buffer_bytes; /* bound of the file's buffer (records waiting for the writer) */
-    sg_trace_sink_t *sink; /* the file, set by sg_trace_start() */
+    sg_trace_sink_t *sink; /* the file, set by sg_trace_configure() */
 } sg_trace_conf_t;
 
 /**
@@ -83,17 +85,24 @@ int sg_trace_conf_check_shared(sg_trace_conf_t *const *all, size_t n, char *err,
 void sg_trace_conf_free(sg_trace_conf_t *t);
 
 /**
- * Opens every trace file of `cfg` (created mode 0600 when missing, appended to), registers the
- * metrics and starts the writer thread; with `check_only` it only checks that each file can be
- * written (`searchgate --check`), creating nothing. Main thread, start-up. Returns 0, or -1 with
- * the file and the reason in `err`.
+ * Points every trace of `cfg` at its file: the one already open for that path (an earlier
+ * generation's), else a new one (created mode 0600 when missing, appended to), and starts the
+ * writer thread if needed; with `check_only` it only checks that each file can be written
+ * (`searchgate --check`), creating nothing. Settings of a file already open change only at
+ * sg_trace_publish(). Main or reload thread. Returns 0, or -1 with the file and the reason in `err`
+ * (nothing of `cfg` attached).
  */
-int sg_trace_start(struct st_sg_config_t *cfg, int check_only, char *err, size_t err_size);
+int sg_trace_configure(struct st_sg_config_t *cfg, int check_only, char *err, size_t err_size);
+/** `cfg` is the current configuration: its files take its rotation, keep and buffer settings. */
+void sg_trace_publish(struct st_sg_config_t *cfg);
+/** `cfg` is done with its files; a file no config uses any more is written out, closed and freed
+ * by the writer. After the last request of `cfg` ended. */
+void sg_trace_unconfigure(struct st_sg_config_t *cfg);
 /** Writes what is buffered, closes the files and joins the writer. Main thread, after the loops stopped. */
 void sg_trace_stop(void);
 /**
  * Closes and reopens every trace file by its path (after logrotate moved it away), in the writer
- * thread, soon. Any thread, async: main.c calls it on SIGUSR1; a SIGHUP reload calls it too.
+ * thread, soon. Any thread, async: main.c calls it on SIGUSR1; a configuration reload calls it too.
  */
 void sg_trace_reopen(void);
 
@@ -110,8 +119,8 @@ typedef struct st_sg_trace_item_t {
 /** A finished request, borrowed for the duration of sg_trace_request(). */
 typedef struct st_sg_trace_event_t {
     const char *request_id;
-    const char *route;    /* the route's name (lives as long as the config) */
-    const char *fallback; /* the fallback route's name when it answered, or NULL (lives as long as the config) */
+    const char *route;    /* the route's name (the record copies it) */
+    const char *fallback; /* the fallback route's name when it answered, or NULL (copied) */
     const char *client;   /* the client's id */
     int is_access;
     uint32_t topk;

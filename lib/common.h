@@ -28,11 +28,21 @@ uint64_t sg_now_us(void);
 double sg_wall_time(void);
 
 enum { SG_LL_ERROR = 0, SG_LL_WARN = 1, SG_LL_INFO = 2, SG_LL_DEBUG = 3 };
+/** The level in force. A configuration reload changes it on another thread: read it with
+ * sg_log_enabled() (or SG_LOG) and write it with sg_log_set_level(). */
 extern int sg_log_level;
+static inline int sg_log_enabled(int level)
+{
+    return level <= __atomic_load_n(&sg_log_level, __ATOMIC_RELAXED);
+}
+static inline void sg_log_set_level(int level)
+{
+    __atomic_store_n(&sg_log_level, level, __ATOMIC_RELAXED);
+}
 /** Logs one line to stderr: time, level, subsystem, message. Arguments are not evaluated when the level is off. */
 #define SG_LOG(level, subsys, ...)                                                                                                 \
     do {                                                                                                                           \
-        if ((level) <= sg_log_level)                                                                                               \
+        if (sg_log_enabled(level))                                                                                                 \
             sg__log((level), (subsys), __VA_ARGS__);                                                                               \
     } while (0)
 void sg__log(int level, const char *subsys, const char *fmt, ...) SG_PRINTF_FMT(3, 4);

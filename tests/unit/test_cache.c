@@ -100,7 +100,7 @@ static void test_replace_and_oversize(void **state)
 static void test_key_params(void **state)
 {
     (void)state;
-    sg_route_t b;
+    sg_route_core_t b; /* the route's half that holds its cache identity */
     memset(&b, 0, sizeof(b));
     b.identity = "local|local|1.0.0|x";
     sg_buf_t k0 = {0}, k1 = {0}, k2 = {0}, k3 = {0}, k4 = {0};

@@ -21,6 +21,7 @@
 #include "query_impl.h"
 #include "dispatch.h"
 #include "clients.h"
+#include "gen.h"
 #include "../cache/cache.h"
 
 /* ---- a backend whose calls the test completes ---- */
@@ -85,6 +86,9 @@ static void complete(size_t i)
 static sg_config_t cfg;
 static sg_backend_conf_t bconf;
 static sg_route_t backend;
+static sg_route_core_t core; /* the route's plugin instance and admission state */
+static sg_gen_t gen;         /* the configuration generation the route, loops and queries use */
+static sg_client_state_t client_st;
 static sg_server_t server; /* the test's server: one route, two loops */
 static sg_loop_t loops[2];
 static sg_client_conf_t client_conf;
@@ -103,9 +107,17 @@ static int setup(void **state)
     cfg.backends = &bconf;
     cfg.n_backends = 1;
     backend.conf = &bconf;
-    backend.plugin.vt = &fake_vt;
-    backend.identity = "fake|t|1|";
-    pthread_mutex_init(&backend.admit_mutex, NULL);
+    backend.core = &core;
+    backend.gen = &gen;
+    core.plugin.vt = &fake_vt;
+    core.identity = "fake|t|1|";
+    core.id = 1;
+    pthread_mutex_init(&core.admit_mutex, NULL);
+    atomic_init(&gen.refs, 1u << 30); /* never disposed: the test owns it */
+    gen.cfg = &cfg;
+    gen.routes = &backend;
+    gen.n_routes = 1;
+    gen.server = &server;
     for (int c = 0; c < SG_NUM_CODES; ++c)
         backend.requests[c] = backend.queries[c] = &dummy_c;
     backend.latency = backend.call_latency = &dummy_h;
@@ -122,13 +134,13 @@ static int setup(void **state)
     client_conf.weight = 1;
     client.id = "test";
     client.conf = &client_conf;
+    client.st = &client_st;
     atomic_init(&client.refs, 1);
     client.m_requests = client.m_queries = client.m_rate_limited = client.m_queued = client.m_shed = client.m_timeouts =
         client.m_hits_l1 = client.m_hits_redis = client.m_misses = &dummy_c;
     client.m_wait = &dummy_h;
     server.cfg = &cfg;
-    server.routes = &backend;
-    server.n_routes = 1;
+    server.gen = &gen;
     server.loops = loops;
     server.n_loops = 2;
     h2o_config_init(&server.h2o);
@@ -136,6 +148,7 @@ static int setup(void **state)
     for (int i = 0; i < 2; ++i) {
         loops[i].id = i;
         loops[i].server = &server;
+        loops[i].gen = &gen;
         loops[i].loop = h2o_evloop_create();
         h2o_context_init(&loops[i].ctx, loops[i].loop, &server.h2o);
         h2o_linklist_init_anchor(&loops[i].active);
@@ -170,7 +183,7 @@ static int teardown(void **state)
     sg_dispatch_dispose();
     h2o_config_dispose(&server.h2o);
     sg_metrics_reset();
-    pthread_mutex_destroy(&backend.admit_mutex);
+    pthread_mutex_destroy(&core.admit_mutex);
     return 0;
 }
 
@@ -179,10 +192,12 @@ static int setup_caps(void **state)
 {
     (void)state;
     memset(backend.caps, 0, sizeof(backend.caps));
+    memset(core.cap_state, 0, sizeof(core.cap_state));
+    core.admit_ready = 0; /* sg_dispatch_setup_route() sets the counters up afresh */
     memset(backend.chunk, 0, sizeof(backend.chunk));
     memset(backend.max_attempts, 0, sizeof(backend.max_attempts));
-    backend.admit_inflight = backend.admit_queued = 0;
-    backend.plugin.vt = &limited_vt;
+    core.admit_inflight = core.admit_queued = 0;
+    core.plugin.vt = &limited_vt;
     bconf.retries = -1;
     bconf.burst = 1;
     memset(&fake_limits, 0, sizeof(fake_limits));
@@ -201,8 +216,10 @@ static int teardown_caps(void **state)
     run_loop(0);
     run_loop(1);
     memset(backend.caps, 0, sizeof(backend.caps));
+    memset(core.cap_state, 0, sizeof(core.cap_state));
+    core.admit_ready = 0;
     memset(backend.chunk, 0, sizeof(backend.chunk));
-    backend.plugin.vt = &fake_vt;
+    core.plugin.vt = &fake_vt;
     bconf.chunk = 64;
     bconf.qps = 0;
     return 0;
@@ -244,6 +261,7 @@ static sg_query_t *new_request(int l, const char *text)
     r->refs = 2;
     r->done = on_done;
     r->loop = &loops[l];
+    r->gen = sg_gen_ref(&gen);
     r->backend = r->serving = &backend;
     r->client = sg_clients_ref(&client);
     r->topk = 3;
@@ -395,8 +413,8 @@ static void test_plugin_inflight_per_query(void **state)
     sg__query_lookup(r);
     assert_int_equal(n_calls, 1);
     assert_int_equal(calls[0].s->n_queries, 2);
-    assert_int_equal(backend.caps[SG_CAP_SEARCH].inflight, 2);
-    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 3);
+    assert_int_equal(core.cap_state[SG_CAP_SEARCH].inflight, 2);
+    assert_int_equal(core.cap_state[SG_CAP_SEARCH].queued, 3);
     complete(0);
     run_loop(0); /* the completion frees the slots: the next call starts */
     assert_int_equal(n_calls, 2);
@@ -409,8 +427,8 @@ static void test_plugin_inflight_per_query(void **state)
     run_loop(0);
     assert_true(r->responded);
     assert_int_equal(a.status, 200);
-    assert_int_equal(backend.caps[SG_CAP_SEARCH].inflight, 0);
-    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 0);
+    assert_int_equal(core.cap_state[SG_CAP_SEARCH].inflight, 0);
+    assert_int_equal(core.cap_state[SG_CAP_SEARCH].queued, 0);
     n_calls = 0;
     sg__query_unref(r);
 }
@@ -434,7 +452,7 @@ static void test_plugin_per_call_and_queue(void **state)
     assert_int_equal(calls[0].s->n_queries, 3);
     sg__query_lookup(r2); /* waits: one call in flight */
     assert_int_equal(n_calls, 1);
-    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 1);
+    assert_int_equal(core.cap_state[SG_CAP_SEARCH].queued, 1);
     sg__query_lookup(r3); /* the plugin's queue of 1 call is full */
     assert_int_equal(n_calls, 1);
     run_loop(1);
@@ -481,7 +499,7 @@ static void test_plugin_qps_waits_for_a_token(void **state)
     loops[0].admit_timer.cb(&loops[0].admit_timer); /* early: still no token, armed again */
     assert_int_equal(n_calls, 1);
     assert_true(sg_timer_is_armed(&loops[0].admit_timer));
-    backend.caps[SG_CAP_SEARCH].tokens = 1; /* the token is due */
+    core.cap_state[SG_CAP_SEARCH].tokens = 1; /* the token is due */
     loops[0].admit_timer.cb(&loops[0].admit_timer);
     assert_int_equal(n_calls, 2);
     assert_int_equal(atomic_load(&backend.caps[SG_CAP_SEARCH].qps_delayed->v), 1); /* counted once */
@@ -511,7 +529,7 @@ static void test_route_qps(void **state)
     assert_int_equal(n_calls, 1); /* the burst of 2 is spent; the third query waits */
     assert_int_equal(calls[0].s->n_queries, 2);
     assert_true(sg_timer_is_armed(&loops[0].admit_timer));
-    backend.caps[SG_CAP_ROUTE].tokens = 1;
+    core.cap_state[SG_CAP_ROUTE].tokens = 1;
     loops[0].admit_timer.cb(&loops[0].admit_timer);
     assert_int_equal(n_calls, 2);
     complete(0);
@@ -575,8 +593,8 @@ static void test_access_shares_the_search_caps(void **state)
     assert_int_equal(n_calls, 1);
     sg__query_lookup(r2); /* waits for the search call's slot */
     assert_int_equal(n_calls, 1);
-    assert_int_equal(backend.caps[SG_CAP_SEARCH].queued, 1);
-    assert_int_equal(backend.caps[SG_CAP_ACCESS].queued, 0);
+    assert_int_equal(core.cap_state[SG_CAP_SEARCH].queued, 1);
+    assert_int_equal(core.cap_state[SG_CAP_ACCESS].queued, 0);
     complete(0);
     run_loop(0);
     assert_int_equal(n_calls, 2);

@@ -17,6 +17,7 @@
 #include "query_impl.h"
 #include "dispatch.h"
 #include "clients.h"
+#include "gen.h"
 #include "../cache/cache.h"
 
 /* ---- a backend whose calls the test completes ---- */
@@ -78,19 +79,24 @@ static void complete(size_t i)
 static sg_config_t cfg;
 static sg_backend_conf_t bconf;
 static sg_route_t backend;
-static sg_server_t server; /* the test's server: one route, one loop */
+static sg_route_core_t core; /* the route's plugin instance and admission state */
+static sg_gen_t gen;         /* the configuration generation of the route, the clients and the loop */
+static sg_server_t server;   /* the test's server: one route, one loop */
 static sg_loop_t loop;
 static sg_client_conf_t client_conf, limited_conf;
 static sg_client_t client, limited;
+static sg_client_state_t client_st, limited_st;
 static sg_counter_t dummy_c, m_calls, m_hits_l1, m_expired, m_r200, m_r499, m_r504;
 static sg_gauge_t dummy_g;
 static sg_hist_t dummy_h;
 
-static void init_client(sg_client_t *c, const char *id, sg_client_conf_t *conf)
+static void init_client(sg_client_t *c, sg_client_state_t *st, const char *id, sg_client_conf_t *conf)
 {
     memset(c, 0, sizeof(*c));
+    memset(st, 0, sizeof(*st));
     c->id = (char *)id;
     c->conf = conf;
+    c->st = st;
     atomic_init(&c->refs, 1);
     c->m_requests = c->m_queries = c->m_rate_limited = c->m_queued = c->m_shed = c->m_timeouts = c->m_hits_l1 = c->m_hits_redis =
         c->m_misses = &dummy_c;
@@ -107,9 +113,17 @@ static int setup(void **state)
     cfg.backends = &bconf;
     cfg.n_backends = 1;
     backend.conf = &bconf;
-    backend.plugin.vt = &fake_vt;
-    backend.identity = "fake|t|1|";
-    pthread_mutex_init(&backend.admit_mutex, NULL);
+    backend.core = &core;
+    backend.gen = &gen;
+    core.plugin.vt = &fake_vt;
+    core.identity = "fake|t|1|";
+    core.id = 1;
+    pthread_mutex_init(&core.admit_mutex, NULL);
+    atomic_init(&gen.refs, 1u << 30); /* never disposed: the test owns it */
+    gen.cfg = &cfg;
+    gen.routes = &backend;
+    gen.n_routes = 1;
+    gen.server = &server;
     for (int c = 0; c < SG_NUM_CODES; ++c)
         backend.requests[c] = backend.queries[c] = &dummy_c;
     backend.requests[sg_code_index(200)] = &m_r200;
@@ -125,18 +139,18 @@ static int setup(void **state)
     backend.floor_refused = &dummy_c;
     backend.floor_ms = &dummy_g;
     client_conf.weight = 1;
-    init_client(&client, "test", &client_conf);
+    init_client(&client, &client_st, "test", &client_conf);
     limited_conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};
-    init_client(&limited, "limited", &limited_conf);
+    init_client(&limited, &limited_st, "limited", &limited_conf);
     server.cfg = &cfg;
-    server.routes = &backend;
-    server.n_routes = 1;
+    server.gen = &gen;
     server.loops = &loop;
     server.n_loops = 1;
-    server.clients = sg_clients_create(&cfg);
+    gen.clients = sg_clients_create(&cfg, NULL);
     h2o_config_init(&server.h2o);
     h2o_config_register_host(&server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     loop.server = &server;
+    loop.gen = &gen;
     loop.loop = h2o_evloop_create();
     h2o_context_init(&loop.ctx, loop.loop, &server.h2o);
     h2o_linklist_init_anchor(&loop.active);
@@ -169,10 +183,10 @@ static int teardown(void **state)
     sg_timers_dispose(&loop.timers);
     sg_cache_dispose();
     sg_dispatch_dispose();
-    sg_clients_destroy(server.clients);
+    sg_clients_destroy(gen.clients);
     h2o_config_dispose(&server.h2o);
     sg_metrics_reset();
-    pthread_mutex_destroy(&backend.admit_mutex);
+    pthread_mutex_destroy(&core.admit_mutex);
     return 0;
 }
 
@@ -352,9 +366,10 @@ static void test_leg(void **state)
     reset_counts();
     static sg_client_conf_t conf;
     static sg_client_t legc;
+    static sg_client_state_t legst;
     static sg_counter_t m_req;
     conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};
-    init_client(&legc, "legs", &conf);
+    init_client(&legc, &legst, "legs", &conf);
     legc.m_requests = &m_req;
     outcome_t o;
     const char *texts[] = {"leg first"};

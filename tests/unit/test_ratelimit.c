@@ -4,7 +4,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
 #include "clients.h"
 
@@ -109,16 +112,20 @@ static void test_global_fallback_share(void **state)
     sg_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.clients.max_tracked = 16;
-    sg_clients_t *t = sg_clients_create(&cfg);
+    sg_clients_t *t = sg_clients_create(&cfg, NULL);
     sg_client_conf_t cc = {.rate = 40, .burst = 20, .global = 1, .weight = 1};
     sg_client_t c;
+    sg_client_state_t cst, dst;
     memset(&c, 0, sizeof(c));
+    memset(&cst, 0, sizeof(cst));
+    memset(&dst, 0, sizeof(dst));
     c.conf = &cc;
+    c.st = &cst;
     uint64_t wait, now = 1000000000ull, admitted = 0;
     for (int i = 0; i < 11; ++i)
         admitted += sg_clients_ratelimit_fallback(t, &c, 2, 1, now, 0, &wait) == SG_RL_ALLOW;
     assert_int_equal(admitted, 10); /* burst 20 / 2 replicas */
-    assert_int_equal(c.tat_us, 0);
+    assert_int_equal(cst.tat_us, 0);
     admitted = 0;
     for (uint64_t at = now + 1000000; at < now + 11000000; at += 5000) /* 200 offered per second for 10 s */
         admitted += sg_clients_ratelimit_fallback(t, &c, 2, 1, at, 0, &wait) == SG_RL_ALLOW;
@@ -127,12 +134,64 @@ static void test_global_fallback_share(void **state)
     sg_client_t d;
     memset(&d, 0, sizeof(d));
     d.conf = &cc;
+    d.st = &dst;
     assert_int_equal(sg_clients_ratelimit_fallback(t, &d, 100, 1, now, 0, &wait), SG_RL_ALLOW);
     assert_int_equal(sg_clients_ratelimit_fallback(t, &d, 100, 1, now, 0, &wait), SG_RL_DENY);
     assert_int_equal(wait, 2500000); /* 100 / 40 s */
     /* queue mode reserves in the fallback bucket too */
     assert_int_equal(sg_clients_ratelimit_fallback(t, &d, 100, 1, now, 5000000, &wait), SG_RL_WAIT);
     sg_clients_destroy(t);
+}
+
+/* A configuration reload makes a new client table (gen.h): a client of the same id shares the rate
+ * limit of the old table's, a removed key is refused, the anonymous clients the old table tracked
+ * are tracked by the new one (most recent first, within its bound), and the state outlives either
+ * table only as long as one of them has the client. */
+static void test_reload_keeps_state(void **state)
+{
+    (void)state;
+    setenv("SG_TEST_RL_KEY_A", "key-a", 1);
+    setenv("SG_TEST_RL_KEY_B", "key-b", 1);
+    static const char v1[] = "{\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_RL_KEY_A\",\"rate\":1,\"mode\":"
+                             "\"reject\"},{\"id\":\"b\",\"key_env\":\"SG_TEST_RL_KEY_B\"}],\"max_tracked\":16},"
+                             "\"backends\":[{\"name\":\"r\",\"plugin\":\"example\"}]}";
+    static const char v2[] = "{\"clients\":{\"keys\":[{\"id\":\"a\",\"key_env\":\"SG_TEST_RL_KEY_A\",\"rate\":2,\"mode\":"
+                             "\"reject\"}],\"max_tracked\":16},\"backends\":[{\"name\":\"r\",\"plugin\":\"example\"}]}";
+    sg_config_t c1, c2;
+    char err[256];
+    assert_int_equal(sg_config_parse(&c1, v1, strlen(v1), ".", err, sizeof(err)), 0);
+    assert_int_equal(sg_config_parse(&c2, v2, strlen(v2), ".", err, sizeof(err)), 0);
+    sg_clients_t *t1 = sg_clients_create(&c1, NULL);
+    const char *why = NULL;
+    sg_client_t *a1 = sg_clients_identify(t1, "key-a", 5, NULL, 0, NULL, &why);
+    assert_non_null(a1);
+    uint64_t wait, now = 1000000000ull;
+    assert_int_equal(sg_clients_ratelimit(t1, a1, 1, now, 0, &wait), SG_RL_ALLOW);
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    sg_client_t *anon1 = sg_clients_identify(t1, NULL, 0, NULL, 0, (struct sockaddr *)&peer, &why);
+    assert_non_null(anon1);
+    sg_clients_t *t2 = sg_clients_create(&c2, t1); /* the reload */
+    sg_client_t *a2 = sg_clients_identify(t2, "key-a", 5, NULL, 0, NULL, &why);
+    assert_non_null(a2);
+    assert_ptr_not_equal(a2, a1);
+    assert_ptr_equal(a2->st, a1->st);                                             /* one rate limit across the two configs */
+    assert_true(a2->conf->rate == 2.0);                                           /* the new config's quota */
+    assert_int_equal(sg_clients_ratelimit(t2, a2, 1, now, 0, &wait), SG_RL_DENY); /* its token was spent before */
+    assert_int_equal(wait, 500000);                                               /* at the new rate */
+    assert_null(sg_clients_identify(t2, "key-b", 5, NULL, 0, NULL, &why));        /* removed */
+    assert_string_equal(why, "invalid API key");
+    assert_int_equal(sg_clients_tracked(t2), 1); /* the anonymous client came along */
+    sg_client_t *anon2 = sg_clients_identify(t2, NULL, 0, NULL, 0, (struct sockaddr *)&peer, &why);
+    assert_ptr_equal(anon2->st, anon1->st);
+    sg_clients_release(a1);
+    sg_clients_release(anon1);
+    sg_clients_destroy(t1); /* the old generation goes; the states stay with the new table */
+    assert_int_equal(sg_clients_ratelimit(t2, a2, 1, now + 500000, 0, &wait), SG_RL_ALLOW);
+    sg_clients_release(a2);
+    sg_clients_release(anon2);
+    sg_clients_destroy(t2);
+    sg_config_free(&c1);
+    sg_config_free(&c2);
 }
 
 int main(void)
@@ -142,6 +201,7 @@ int main(void)
                                        cmocka_unit_test(test_large_batch_pays_debt),
                                        cmocka_unit_test(test_queue_mode_reserves),
                                        cmocka_unit_test(test_unlimited_and_clock_skew),
-                                       cmocka_unit_test(test_global_fallback_share)};
+                                       cmocka_unit_test(test_global_fallback_share),
+                                       cmocka_unit_test(test_reload_keeps_state)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /*
  * Unit tests: query traces (gateway/trace.h) through their interface: a config with trace objects
- * (config.c reads them), sg_trace_start(), requests handed over as the pipeline hands them, and the
+ * (config.c reads them), sg_trace_configure(), requests handed over as the pipeline hands them, and the
  * lines the writer thread wrote, compared byte for byte. Also the buffer bound: records that do not
  * fit are dropped and counted, whole.
  */
@@ -28,7 +28,7 @@ static void load(sg_config_t *cfg, const char *trace)
     snprintf(json, sizeof(json), "{\"backends\":[{\"name\":\"r\",\"plugin\":\"example\",\"trace\":%s}]}", trace);
     if (sg_config_parse(cfg, json, strlen(json), dir, err, sizeof(err)) != 0)
         fail_msg("config: %s", err);
-    assert_int_equal(sg_trace_start(cfg, 0, err, sizeof(err)), 0);
+    assert_int_equal(sg_trace_configure(cfg, 0, err, sizeof(err)), 0);
 }
 
 static char *slurp(const char *name)
