@@ -728,7 +728,7 @@ def main():
     os.environ["SG_BUILD_DIR"] = args.build
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    fd_count = min(args.gateway_fds + 200, hard - 200)
+    fd_count = max(0, min(args.gateway_fds + 200, hard - 200))
 
     import sgtest
     from fake_upstream import FakeUpstream
@@ -760,7 +760,7 @@ def main():
     lim = limits_of(cfg)
     env = {"SOAK_KEY_A": KEY_A, "SOAK_KEY_B": KEY_B, "SOAK_KEY_X": KEY_X, "SOAK_ADMIN": ADMIN, "SOAK_SERPER_KEY": SERPER_KEY,
            "OMP_NUM_THREADS": "1"}
-    nofile = args.gateway_fds
+    nofile = min(args.gateway_fds, hard)  # hard: ours, which the gateway inherits
 
     def limit_fds():
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
