@@ -439,7 +439,8 @@ static int parse_allowed(sg_cfg_t *c, const cJSON *l, const char *key, int origi
 /* listen: the address, and who may talk to it how */
 static int parse_listen(sg_config_t *cfg, const cJSON *l, char *err, size_t err_size)
 {
-    static const char *const listen_keys[] = {"host", "port", "allowed_hosts", "allowed_origins", "h2c", "read_timeout_ms", NULL};
+    static const char *const listen_keys[] = {
+        "host", "port", "allowed_hosts", "allowed_origins", "h2c", "h2c_max_body_bytes", "read_timeout_ms", NULL};
     sg_cfg_t cl = {"listen", err, err_size};
     int64_t v;
     if (l != NULL && sg_cfg_check_keys(&cl, l, listen_keys) != 0)
@@ -455,6 +456,10 @@ static int parse_listen(sg_config_t *cfg, const cJSON *l, char *err, size_t err_
     if (sg_cfg_bool(&cl, l, "h2c", -1, &cfg->listen.h2c) != 0 || sg_cfg_int(&cl, l, "read_timeout_ms", 100, 600000, 10000, &v) != 0)
         return -1;
     cfg->listen.read_timeout_ms = (uint32_t)v;
+    /* h2o holds up to 100 HTTP/2 request bodies of a connection at once (server.c, configure_h2o) */
+    if (sg_cfg_int(&cl, l, "h2c_max_body_bytes", 1024, (int64_t)1 << 30, (int64_t)1 << 20, &v) != 0)
+        return -1;
+    cfg->listen.h2c_max_body_bytes = (size_t)v;
     return 0;
 }
 

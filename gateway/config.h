@@ -89,8 +89,9 @@ typedef struct st_sg_config_t {
         size_t n_allowed_hosts;
         char **allowed_origins; /* lower case: "scheme://host[:port]", "null", "*" */
         size_t n_allowed_origins;
-        int h2c;                  /* HTTP/2 without TLS (prior knowledge, Upgrade: h2c) */
-        uint32_t read_timeout_ms; /* to read a request, head and body; also the keep-alive idle time */
+        int h2c;                   /* HTTP/2 without TLS (prior knowledge, Upgrade: h2c) */
+        size_t h2c_max_body_bytes; /* h2o's limit for one HTTP/2 request body (100 per connection) */
+        uint32_t read_timeout_ms;  /* to read a request, head and body; also the keep-alive idle time */
     } listen;
     int threads;
     int log_level;

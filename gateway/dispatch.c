@@ -116,8 +116,9 @@ enum { CALL_QUEUED, CALL_RUNNING, CALL_DONE };
 struct st_sg_call_t {
     h2o_multithread_message_t msg;
     _Atomic uint32_t refs;
-    _Atomic uint32_t live; /* flights that still have waiters, | CANCEL_BIT once cancelled */
-    _Atomic int state;     /* guarded by the backend's admit_mutex for QUEUED -> RUNNING/DONE */
+    _Atomic uint32_t live;    /* flights that still have waiters, | CANCEL_BIT once cancelled */
+    _Atomic uint32_t holding; /* done() not called yet (1) + the plugin's hold()s not released */
+    _Atomic int state;        /* guarded by the backend's admit_mutex for QUEUED -> RUNNING/DONE */
     sg_route_t *backend;
     struct st_sg_gen_t *gen; /* of its route and client (referenced): a call may outlive its request */
     sg_client_t *client;
@@ -917,7 +918,20 @@ static void call_complete(sg_call_t *c, const sg_result *res)
             h2o_multithread_send_message(&w->loop->deliveries, &w->msg);
         }
     }
-    h2o_multithread_send_message(&c->origin->finished, &c->msg);
+    sg_dispatch_release(c); /* done(): the admission slot goes back unless the plugin holds it */
+}
+
+void sg_dispatch_hold(void *admission)
+{
+    sg_call_t *c = admission;
+    atomic_fetch_add_explicit(&c->holding, 1, memory_order_acq_rel);
+}
+
+void sg_dispatch_release(void *admission)
+{
+    sg_call_t *c = admission;
+    if (atomic_fetch_sub_explicit(&c->holding, 1, memory_order_acq_rel) == 1)
+        h2o_multithread_send_message(&c->origin->finished, &c->msg); /* the call is over: its origin loop frees the slot */
 }
 
 /* origin loop: the call is over */
@@ -1171,6 +1185,7 @@ static sg_call_t *call_new(sg_query_t *r, size_t cap)
     sg_call_t *c = sg_mem_calloc(1, sizeof(*c));
     atomic_init(&c->refs, 1);
     atomic_init(&c->live, 0);
+    atomic_init(&c->holding, 1);
     atomic_init(&c->state, CALL_QUEUED);
     c->backend = r->serving;
     c->gen = sg_gen_ref(r->gen);

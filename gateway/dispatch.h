@@ -33,6 +33,13 @@ void sg_dispatch_setup_route(sg_route_t *b, const sg_backend_vtable *vt, sg_back
  */
 uint64_t sg_dispatch_retry_at(void *admission, uint64_t earliest_ms);
 /**
+ * host->hold and host->release (ABI 1.4): between them the call `admission` keeps its admission
+ * slot although its plugin already called done() (its requests are answered): the plugin's
+ * upstream is still working for it. Any thread.
+ */
+void sg_dispatch_hold(void *admission);
+void sg_dispatch_release(void *admission);
+/**
  * The most queries of one request route `b` could ever admit at once for search (is_access 0)
  * or access: on an idle route, its calls of `chunk` queries start while the in-flight caps allow
  * and the rest must fit the queues (max_queue of the route and of its plugin's caps). At most

@@ -88,6 +88,7 @@ typedef struct st_gate_conn_t {
     size_t want;         /* G_BODY: head + Content-Length, the bytes that make the whole request */
     uint64_t drain_left; /* G_LINGER: bytes the client may still send that are read and dropped */
     sg_buf_t out;        /* G_WRITE: the refusal */
+    int http2;           /* opens with the HTTP/2 preface or asks for Upgrade: h2c */
 } gate_conn_t;
 
 /* What the checks look at, from a raw head or from an h2o request. */
@@ -104,6 +105,7 @@ typedef struct st_gate_head_t {
 typedef struct st_framing_t {
     size_t content_length; /* the first Content-Length; SIZE_MAX when absent or malformed */
     int has_cl, chunked, expect;
+    int upgrade_h2c; /* Upgrade: h2c */
 } framing_t;
 
 typedef struct st_verdict_t {
@@ -327,6 +329,8 @@ static void read_headers(const struct phr_header *hd, size_t n, gate_head_t *h, 
             f->chunked = 1;
         } else if (h2o_lcstris(hd[i].name, hd[i].name_len, H2O_STRLIT("expect"))) {
             f->expect = 1;
+        } else if (h2o_lcstris(hd[i].name, hd[i].name_len, H2O_STRLIT("upgrade"))) {
+            f->upgrade_h2c |= h2o_contains_token(v.base, v.len, H2O_STRLIT("h2c"), ',');
         } else if (h->key_why == NULL) {
             sg_clients_key_header(hd[i].name, hd[i].name_len, v, &h->key, &h->key_why);
         }
@@ -366,16 +370,19 @@ static void conn_close(gate_conn_t *g)
     h2o_socket_close(sock);
 }
 
-/* The request is h2o's from here: it finds whatever the gate read in the socket's input. */
+/* The request is h2o's from here: it finds whatever the gate read in the socket's input. An
+ * HTTP/2 connection (with listen.h2c) goes to the loop's HTTP/2 context, whose body limit is
+ * listen.h2c_max_body_bytes (server.c, configure_h2o); the HTTP/1 context never upgrades. */
 static void pass(gate_conn_t *g)
 {
     h2o_socket_t *sock = g->sock;
     sg_loop_t *l = g->loop;
+    int http2 = g->http2 && l->has_h2c;
     conn_free(g);
     h2o_socket_read_stop(sock);
     h2o_socket_dont_read(sock, 0);
     sock->data = NULL;
-    h2o_accept(&l->accept_ctx, sock);
+    h2o_accept(http2 ? &l->h2c_accept_ctx : &l->accept_ctx, sock);
 }
 
 /* Reads at most `max` bytes more into the socket's input. Returns the count, 0 when nothing is
@@ -459,6 +466,7 @@ static void on_head(gate_conn_t *g, size_t head_len, const gate_head_t *h, const
 {
     const sg_server_t *s = g->loop->server;
     size_t body_read = g->sock->input->size - head_len;
+    g->http2 = f->upgrade_h2c;
     verdict_t v;
     sg_loop_refresh_gen(g->loop); /* keys removed by a reload are refused from the next request on */
     judge(s, g->loop->gen, h, &v);
@@ -502,6 +510,8 @@ static void read_head(gate_conn_t *g)
         framing_t f;
         int len = parse_head(sock->input->bytes, sock->input->size, have, &h, &f);
         if (len == -1) { /* h2o answers it: a 400, or HTTP/2 after its connection preface */
+            static const char preface[] = "PRI * HTTP/2.0\r\n";
+            g->http2 = sock->input->size >= sizeof(preface) - 1 && memcmp(sock->input->bytes, preface, sizeof(preface) - 1) == 0;
             pass(g);
             return;
         }
@@ -734,7 +744,7 @@ int sg_gate_check_request(sg_loop_t *l, h2o_req_t *req)
     const sg_server_t *s = l->server;
     gate_head_t h = {.method = req->method, .path = req->path_normalized};
     /* h2o puts its default authority in place of a missing Host */
-    if (req->input.authority.base != s->hostconf->authority.hostport.base)
+    if (req->input.authority.base != req->hostconf->authority.hostport.base)
         h.host = req->input.authority;
     for (ssize_t i = -1; (i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("origin"), i)) >= 0;) {
         h2o_iovec_t v = req->headers.entries[i].value;

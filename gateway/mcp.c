@@ -14,12 +14,20 @@
  * An SSE stream lives on the loop of its GET. A reply produced on another loop (its POST /messages
  * arrived on another connection) travels there as an h2o_multithread message, looked up by session
  * id under the table's mutex when it arrives; a stream is only freed on its own loop.
+ *
+ * Bounds. Tool results are built whole (at most limits.max_response_bytes each), so what an answer
+ * holds is counted in the process's response budget (respond.h) from the moment an item is
+ * answered until its last byte is written: a POST's answer goes out through sg_respond_buffer(),
+ * and an SSE stream charges what it buffers for its reader. Both are under the write timeout
+ * (limits.write_timeout_ms): a reader that takes no bytes of what waits for it is disconnected,
+ * and a stream holds at most STREAM_MAX_BUFFER bytes beside what h2o is writing.
  */
 #include "mcp_impl.h"
 #include "clients.h"
 #include "gen.h"
 #include "json.h"
 #include "hmap.h"
+#include "respond.h"
 
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -309,9 +317,11 @@ struct st_mcp_stream_t {
     sg_loop_t *loop;
     char sid[SID_LEN + 1];
     sg_buf_t inflight, pending;
-    int sending; /* h2o holds `inflight` until proceed */
-    int closing; /* end after what is buffered */
-    int closed;  /* the final send went out, or h2o stopped the response */
+    uint64_t charged;       /* of the response budget: the two buffers' memory */
+    sg_write_watch_t watch; /* the write timeout while h2o holds `inflight` */
+    int sending;            /* h2o holds `inflight` until proceed */
+    int closing;            /* end after what is buffered */
+    int closed;             /* the final send went out, or h2o stopped the response */
     sg_timer_t keepalive;
     h2o_linklist_t link;
 };
@@ -323,12 +333,26 @@ typedef struct st_mcp_msg_t {
     char data[];
 } mcp_msg_t;
 
+/* Keeps the stream's charge to the response budget equal to the memory of its two buffers. */
+static void stream_account(mcp_stream_t *st)
+{
+    uint64_t want = st->inflight.cap + st->pending.cap;
+    sg_server_t *s = st->loop->server;
+    if (want > st->charged)
+        sg_respond_grow(s, want - st->charged);
+    else
+        sg_respond_release(s, st->charged - want);
+    st->charged = want;
+}
+
 static void stream_flush(mcp_stream_t *st)
 {
     if (st->closed || st->sending)
         return;
-    if (st->pending.len == 0 && !st->closing)
+    if (st->pending.len == 0 && !st->closing) {
+        sg_respond_watch_idle(&st->watch); /* nothing waits for the reader */
         return;
+    }
     sg_buf_t t = st->inflight;
     st->inflight = st->pending;
     st->pending = t;
@@ -337,6 +361,8 @@ static void stream_flush(mcp_stream_t *st)
     st->sending = 1;
     if (st->closing)
         st->closed = 1;
+    st->watch.sent += iov.len;
+    sg_respond_watch_progress(&st->watch); /* until h2o took it (proceed) */
     h2o_send(st->req, &iov, iov.len != 0 ? 1 : 0, st->closed ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
 }
 
@@ -357,6 +383,7 @@ static void stream_write(mcp_stream_t *st, const char *data, size_t len)
         return;
     }
     sg_buf_append(&st->pending, data, len);
+    stream_account(st);
     stream_flush(st);
 }
 
@@ -379,6 +406,11 @@ static void on_stream_proceed(h2o_generator_t *g, h2o_req_t *req)
     mcp_stream_t *st = H2O_STRUCT_FROM_MEMBER(mcp_stream_t, gen, g);
     st->sending = 0;
     st->inflight.len = 0;
+    if (st->inflight.cap > 4096) { /* what a burst of replies grew is not kept for an idle stream */
+        sg_buf_free(&st->inflight);
+        stream_account(st);
+    }
+    sg_respond_watch_progress(&st->watch); /* the reader took it */
     stream_flush(st);
 }
 
@@ -401,9 +433,11 @@ static void on_stream_dispose(void *p)
     if (h2o_linklist_is_linked(&st->link))
         h2o_linklist_unlink(&st->link);
     sg_timer_stop(&st->loop->timers, &st->keepalive);
+    sg_respond_watch_idle(&st->watch);
     sg_gauge_add(M.streams, -1);
     sg_buf_free(&st->inflight);
     sg_buf_free(&st->pending);
+    stream_account(st);
 }
 
 static void on_keepalive(sg_timer_t *t)
@@ -563,6 +597,17 @@ static void http_error(h2o_req_t *req, int ep, int status, int code, const char 
     sg_buf_free(&b);
 }
 
+static sg_server_t *item_server(const sg_mcp_item_t *item);
+
+/* An item's answer is held until its POST is answered: charged to the response budget. */
+static void item_account(sg_mcp_item_t *item)
+{
+    sg_server_t *s = item_server(item);
+    sg_respond_release(s, item->charged);
+    item->charged = item->out.cap;
+    sg_respond_grow(s, item->charged);
+}
+
 void sg__mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len)
 {
     item->out.len = 0;
@@ -571,6 +616,7 @@ void sg__mcp_item_result(sg_mcp_item_t *item, const char *result, size_t len)
     sg_jw_key(&w, "result");
     sg_jw_raw(&w, result, len);
     sg_jw_end(&w);
+    item_account(item);
 }
 
 void sg__mcp_item_error(sg_mcp_item_t *item, int code, const char *message)
@@ -578,6 +624,7 @@ void sg__mcp_item_error(sg_mcp_item_t *item, int code, const char *message)
     item->out.len = 0;
     item->invalid = code == SG_MCP_INVALID_REQUEST;
     append_error(&item->out, item->id, code, message);
+    item_account(item);
 }
 
 /* ---- one POST: its messages and its answer ---- */
@@ -601,6 +648,11 @@ typedef struct st_sg_mcp_post_t {
     sg_mcp_item_t *items;
 } sg_mcp_post_t;
 
+static sg_server_t *item_server(const sg_mcp_item_t *item)
+{
+    return item->post->loop->server;
+}
+
 static void post_free(sg_mcp_post_t *p)
 {
     if (p->slot != NULL)
@@ -608,6 +660,7 @@ static void post_free(sg_mcp_post_t *p)
     for (uint32_t i = 0; i < p->n; ++i) {
         free(p->items[i].id);
         sg_buf_free(&p->items[i].out);
+        sg_respond_release(p->loop->server, p->items[i].charged);
     }
     free(p->items);
     sg_clients_release(p->client);
@@ -644,19 +697,24 @@ static void post_respond(sg_mcp_post_t *p)
         if (p->reply == REPLY_SSE) {
             append_event(&b, "message", it->out.base, it->out.len);
         } else {
-            sg_buf_appendc(&b, answered == 0 && p->batch ? '[' : answered == 0 ? ' ' : ',');
+            if (answered != 0 || p->batch)
+                sg_buf_appendc(&b, answered == 0 ? '[' : ',');
             sg_buf_append(&b, it->out.base, it->out.len);
         }
+        sg_buf_free(&it->out); /* copied: the answer's buffer holds it now */
+        sg_respond_release(p->loop->server, it->charged);
+        it->charged = 0;
         ++answered;
     }
     if (answered == 0) { /* only notifications and responses */
         send_http(req, p->ep, 202, NULL, NULL, 0);
-    } else if (p->reply == REPLY_SSE) {
-        send_http(req, p->ep, 200, "text/event-stream", b.base, b.len);
     } else {
-        if (p->batch)
+        if (p->batch && p->reply != REPLY_SSE)
             sg_buf_appendc(&b, ']');
-        send_http(req, p->ep, 200, "application/json", b.base + (p->batch ? 0 : 1), b.len - (p->batch ? 0 : 1));
+        /* written window by window under the write timeout, its memory in the response budget */
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
+        count_http(p->ep, 200);
+        sg_respond_buffer(req, 200, p->reply == REPLY_SSE ? "text/event-stream" : "application/json", &b);
     }
     sg_buf_free(&b);
 }
@@ -1030,6 +1088,7 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
     st->gen.stop = on_stream_stop;
     st->req = req;
     st->loop = loop;
+    sg_respond_watch_init(&st->watch, req, "an SSE stream");
     h2o_linklist_insert(&loop->mcp->streams, &st->link);
     sg_gauge_add(M.streams, 1);
     mcp_session_t *s = create_session(client->id, LEGACY_VERSION, st, loop->id, st->sid);

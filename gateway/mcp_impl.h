@@ -19,12 +19,13 @@ enum {
 
 /** One JSON-RPC request of a POST (a batch has several); answered once, possibly later. */
 typedef struct st_sg_mcp_item_t {
-    char *id;     /* the request's id as JSON text; NULL for a notification */
-    sg_buf_t out; /* the whole JSON-RPC response object, once answered */
-    int pending;  /* a tool call is in flight */
-    int async;    /* answered through sg__mcp_item_done() (a tool call) */
-    int invalid;  /* answered -32600: not a valid request */
-    void *call;   /* mcp_tools.c's state while pending */
+    char *id;         /* the request's id as JSON text; NULL for a notification */
+    sg_buf_t out;     /* the whole JSON-RPC response object, once answered */
+    uint64_t charged; /* of the response budget (respond.h): out's memory while it is held */
+    int pending;      /* a tool call is in flight */
+    int async;        /* answered through sg__mcp_item_done() (a tool call) */
+    int invalid;      /* answered -32600: not a valid request */
+    void *call;       /* mcp_tools.c's state while pending */
     struct st_sg_mcp_post_t *post;
 } sg_mcp_item_t;
 

@@ -102,6 +102,8 @@ static const sg_host_api host_api = {
     .now_ms = host_now_ms,
     .metric = sg_metrics_plugin_sample,
     .retry_at = sg_dispatch_retry_at,
+    .hold = sg_dispatch_hold,
+    .release = sg_dispatch_release,
 };
 
 sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt)

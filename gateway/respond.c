@@ -10,15 +10,19 @@
  * byte for byte what building it whole gave, and its Content-Length is known before the first
  * byte (sg_respond_size).
  *
+ * A body built whole (MCP's answers) goes through the same writer: taken over, charged to the
+ * budget, handed to h2o in windows without a copy, freed with the request.
+ *
  * Slow readers: h2o 2.2.5 has no timeout while a response is being written (HTTP/1 clears its
  * request timer once the request is read; HTTP/2 arms its idle timer only without open streams).
- * The writer keeps one of its own on the loop's timer heap, from its first window until the
- * request is disposed. Progress is a proceed (a window taken) or, between two, the socket's send
- * queue shrinking (TIOCOUTQ: the reader took bytes of it), checked four times per
- * limits.write_timeout_ms -- so a reader slower than a window per timeout is not cut, one that takes
- * nothing is. When nothing moved for the whole timeout the writer shuts the connection's socket
- * down, and h2o's own error path then closes the connection and disposes the request, which frees
- * the writer.
+ * A write watch (sg_write_watch_t) keeps one of its own on the loop's timer heap while bytes wait
+ * for the reader: for the writer from its first window until the request is disposed, for an SSE
+ * stream while h2o holds one of its buffers. Progress is a proceed (a window taken) or, between
+ * two, the socket's send queue shrinking (TIOCOUTQ: the reader took bytes of it), checked four
+ * times per limits.write_timeout_ms -- so a reader slower than a window per timeout is not cut,
+ * one that takes nothing is. When nothing moved for the whole timeout the watch shuts the
+ * connection's socket down, and h2o's own error path then closes the connection and disposes the
+ * request, which frees the writer (or the stream).
  */
 #include "respond.h"
 #include "gen.h"
@@ -134,6 +138,75 @@ uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n)
     return total;
 }
 
+/* ---- the write timeout ---- */
+
+static void on_write_check(sg_timer_t *t);
+
+static void arm_check(sg_write_watch_t *w, uint64_t now)
+{
+    uint32_t timeout = w->loop->gen->cfg->limits.write_timeout_ms;
+    sg_timer_start(&w->loop->timers, &w->timer, now + (timeout >= 4 ? timeout / 4 : 1), on_write_check);
+}
+
+static h2o_socket_t *socket_of(h2o_req_t *req)
+{
+    h2o_conn_t *conn = req->conn;
+    return conn->callbacks->get_socket != NULL ? conn->callbacks->get_socket(conn) : NULL;
+}
+
+static void on_write_check(sg_timer_t *t)
+{
+    sg_write_watch_t *w = H2O_STRUCT_FROM_MEMBER(sg_write_watch_t, timer, t);
+    uint64_t now = sg_now_ms();
+    uint32_t timeout = w->loop->gen->cfg->limits.write_timeout_ms;
+    h2o_socket_t *sock = socket_of(w->req);
+    int queued = 0;
+    if (sock != NULL && ioctl(h2o_socket_get_fd(sock), TIOCOUTQ, &queued) == 0) {
+        if (w->outq >= 0 && queued < w->outq)
+            w->progress_ms = now; /* the reader took bytes of what the kernel holds */
+        w->outq = queued;
+    }
+    if (now - w->progress_ms < timeout || w->timed_out) {
+        if (!w->timed_out)
+            arm_check(w, now);
+        return;
+    }
+    w->timed_out = 1;
+    sg_counter_add(w->loop->server->responses.m_write_timeouts, 1);
+    if (w->total != 0)
+        SG_LOG(SG_LL_WARN, "http", "closing a connection whose reader took no bytes for %u ms (%llu of %llu bytes of %s sent)",
+               timeout, (unsigned long long)w->sent, (unsigned long long)w->total, w->what);
+    else
+        SG_LOG(SG_LL_WARN, "http", "closing a connection whose reader took no bytes for %u ms (%s, %llu bytes sent)", timeout,
+               w->what, (unsigned long long)w->sent);
+    /* h2o finds the socket broken at its next read or write and closes the connection itself */
+    if (sock != NULL)
+        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+}
+
+void sg_respond_watch_init(sg_write_watch_t *w, h2o_req_t *req, const char *what)
+{
+    memset(w, 0, sizeof(*w));
+    w->loop = sg_loop_of(req);
+    w->req = req;
+    w->what = what;
+    w->outq = -1;
+}
+
+void sg_respond_watch_progress(sg_write_watch_t *w)
+{
+    uint64_t now = sg_now_ms();
+    w->progress_ms = now;
+    w->outq = -1;
+    if (!w->timed_out)
+        arm_check(w, now);
+}
+
+void sg_respond_watch_idle(sg_write_watch_t *w)
+{
+    sg_timer_stop(&w->loop->timers, &w->timer);
+}
+
 /* ---- the writer ---- */
 
 typedef struct st_stream_t {
@@ -151,12 +224,11 @@ typedef struct st_stream_t {
     size_t off;
     char *window;
     size_t cap;
-    uint64_t total, sent;
+    char *flat;                          /* sg_respond_buffer(): the whole body, handed out in windows */
+    uint64_t total;                      /* = watch.total */
     uint64_t blob_charge, window_charge; /* what the writer holds of the budget */
-    sg_timer_t timer;                    /* the write timeout's check */
-    uint64_t progress_ms;                /* the last time the reader took bytes */
-    int64_t outq;                        /* the socket's send queue at the last check; -1 = unknown */
-    int sending, again, timed_out;
+    sg_write_watch_t watch;              /* the write timeout */
+    int sending, again;
 } stream_t;
 
 /* The piece under the cursor; 0 when blob `slot` has no piece `part` (its end). */
@@ -231,53 +303,23 @@ static void release_blobs(stream_t *st)
     st->blob_charge = 0;
 }
 
-static h2o_socket_t *socket_of(stream_t *st)
+/* The next window: copied from the blobs into st->window, or a slice of the flat body. */
+static h2o_iovec_t next_window(stream_t *st, int *final)
 {
-    h2o_conn_t *conn = st->req->conn;
-    return conn->callbacks->get_socket != NULL ? conn->callbacks->get_socket(conn) : NULL;
-}
-
-static void on_write_check(sg_timer_t *t);
-
-static void arm_check(stream_t *st, uint64_t now)
-{
-    uint32_t timeout = st->loop->gen->cfg->limits.write_timeout_ms;
-    sg_timer_start(&st->loop->timers, &st->timer, now + (timeout >= 4 ? timeout / 4 : 1), on_write_check);
-}
-
-static void on_write_check(sg_timer_t *t)
-{
-    stream_t *st = H2O_STRUCT_FROM_MEMBER(stream_t, timer, t);
-    uint64_t now = sg_now_ms();
-    uint32_t timeout = st->loop->gen->cfg->limits.write_timeout_ms;
-    h2o_socket_t *sock = socket_of(st);
-    int queued = 0;
-    if (sock != NULL && ioctl(h2o_socket_get_fd(sock), TIOCOUTQ, &queued) == 0) {
-        if (st->outq >= 0 && queued < st->outq)
-            st->progress_ms = now; /* the reader took bytes of what the kernel holds */
-        st->outq = queued;
+    if (st->flat != NULL) {
+        uint64_t left = st->total - st->watch.sent;
+        size_t n = left < SG_RESPOND_WINDOW ? (size_t)left : SG_RESPOND_WINDOW;
+        h2o_iovec_t buf = h2o_iovec_init(st->flat + st->watch.sent, n);
+        st->watch.sent += n;
+        *final = st->watch.sent == st->total;
+        return buf;
     }
-    if (now - st->progress_ms < timeout || st->timed_out) {
-        if (!st->timed_out)
-            arm_check(st, now);
-        return;
-    }
-    st->timed_out = 1;
-    sg_counter_add(st->loop->server->responses.m_write_timeouts, 1);
-    SG_LOG(SG_LL_WARN, "http", "closing a connection whose reader took no bytes for %u ms (%llu of %llu bytes of an answer sent)",
-           timeout, (unsigned long long)st->sent, (unsigned long long)st->total);
-    /* h2o finds the socket broken at its next read or write and closes the connection itself */
-    if (sock != NULL)
-        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
-}
-
-/* A window was taken (or is about to be handed over): progress, and the next check. */
-static void arm_timeout(stream_t *st)
-{
-    uint64_t now = sg_now_ms();
-    st->progress_ms = now;
-    st->outq = -1;
-    arm_check(st, now);
+    size_t n = fill(st);
+    st->watch.sent += n;
+    *final = st->stage == 3;
+    if (*final)
+        release_blobs(st); /* copied out: the window is all that is left */
+    return h2o_iovec_init(st->window, n);
 }
 
 /* Hands h2o the next window (the last one with FINAL). h2o may ask for more from inside
@@ -291,13 +333,9 @@ static void send_next(stream_t *st)
     st->sending = 1;
     do {
         st->again = 0;
-        size_t n = fill(st);
-        st->sent += n;
-        int final = st->stage == 3;
-        if (final)
-            release_blobs(st); /* copied out: the window is all that is left */
-        arm_timeout(st);       /* until proceed (or, after the last window, the request's end) */
-        h2o_iovec_t buf = h2o_iovec_init(st->window, n);
+        int final;
+        h2o_iovec_t buf = next_window(st, &final);
+        sg_respond_watch_progress(&st->watch); /* until proceed (or, after the last window, the request's end) */
         h2o_send(st->req, &buf, 1, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
         if (final)
             break;
@@ -320,24 +358,32 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
 static void on_dispose(void *p)
 {
     stream_t *st = p;
-    sg_timer_stop(&st->loop->timers, &st->timer);
+    sg_respond_watch_idle(&st->watch);
     release_blobs(st);
     free(st->window);
+    free(st->flat);
     sg_respond_release(st->loop->server, st->window_charge);
 }
 
-void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int shape)
+static stream_t *stream_new(h2o_req_t *req, const char *what)
 {
-    sg_loop_t *loop = sg_loop_of(req);
     stream_t *st = h2o_mem_alloc_shared(&req->pool, sizeof(*st), on_dispose);
     memset(st, 0, sizeof(*st));
     st->gen.proceed = on_proceed;
     st->gen.stop = on_stop;
     st->req = req;
-    st->loop = loop;
+    st->loop = sg_loop_of(req);
+    sg_respond_watch_init(&st->watch, req, what);
+    return st;
+}
+
+void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int shape)
+{
+    stream_t *st = stream_new(req, "an answer");
+    sg_loop_t *loop = st->loop;
     st->n = n;
     st->shape = shape;
-    st->total = sg_respond_size(blobs, n, shape);
+    st->total = st->watch.total = sg_respond_size(blobs, n, shape);
     st->cap = st->total < SG_RESPOND_WINDOW ? (size_t)st->total : SG_RESPOND_WINDOW;
     st->window = sg_mem_alloc(st->cap);
     st->blobs = sg_mem_alloc((n != 0 ? n : 1) * sizeof(*st->blobs));
@@ -352,6 +398,25 @@ void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int s
     req->res.reason = "OK";
     req->res.content_length = (size_t)st->total;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    h2o_start_response(req, &st->gen);
+    send_next(st);
+}
+
+void sg_respond_buffer(h2o_req_t *req, int status, const char *content_type, sg_buf_t *body)
+{
+    stream_t *st = stream_new(req, "an answer");
+    sg_loop_t *loop = st->loop;
+    st->flat = body->base != NULL ? body->base : sg_mem_alloc(1);
+    st->total = st->watch.total = body->len;
+    st->window_charge = body->cap > body->len ? body->cap : body->len; /* the memory, not the text */
+    *body = (sg_buf_t){0};
+    sg_respond_grow(loop->server, st->window_charge);
+    if (st->total > SG_RESPOND_WINDOW)
+        sg_counter_add(loop->server->responses.m_streamed, 1);
+    req->res.status = status;
+    req->res.reason = sg_http_reason(status);
+    req->res.content_length = (size_t)st->total;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type, strlen(content_type));
     h2o_start_response(req, &st->gen);
     send_next(st);
 }

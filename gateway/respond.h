@@ -8,8 +8,11 @@
  *     output window (sg_response_budget_t in server.h);
  *   - the writer: a 200 answer {"result":[...]} spliced from result blobs and handed to h2o one
  *     window at a time as h2o asks for more, so an answer in progress holds its blobs and one
- *     window, never a copy of its body; a reader that takes no bytes for
- *     limits.write_timeout_ms is disconnected.
+ *     window, never a copy of its body; or a body built whole (MCP), handed over the same way and
+ *     charged to the budget until its last byte is written;
+ *   - the write timeout: a reader that takes no bytes for limits.write_timeout_ms is
+ *     disconnected -- for these answers and for event streams (MCP's GET /sse), through
+ *     sg_write_watch_t.
  *
  * Loop thread, except where a function says "any thread".
  */
@@ -17,6 +20,7 @@
 #define SG_GATEWAY_RESPOND_H
 
 #include <stdint.h>
+#include "buf.h"
 #include "server.h"
 #include "route.h"
 #include "blob.h"
@@ -64,5 +68,41 @@ uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n);
  * The caller may add headers (req->res.headers) before the call. Loop thread.
  */
 void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int shape);
+
+/**
+ * Answers `status` with `body` (Content-Type `content_type`, a static string), taking the buffer
+ * over (`*body` is left empty): its memory is charged to the process's budget until the request
+ * is disposed, and it is handed to h2o one window at a time, under the same write timeout as
+ * sg_respond_blobs(). The caller may add headers before the call. Loop thread.
+ */
+void sg_respond_buffer(h2o_req_t *req, int status, const char *content_type, sg_buf_t *body);
+
+/**
+ * The write timeout of a response in progress. h2o 2.2.5 has none while a response is being
+ * written (HTTP/1 clears its request timer once the request is read; HTTP/2 arms its idle timer
+ * only without open streams). While bytes wait to be written, the watch checks four times per
+ * limits.write_timeout_ms whether the reader took any -- a proceed (progress()) or the socket's
+ * send queue shrinking -- and when nothing moved for the whole timeout it counts it
+ * (searchgate_response_write_timeouts_total), logs it and shuts the connection's socket down;
+ * h2o's own error path then closes the connection and disposes the request. Loop thread.
+ */
+typedef struct st_sg_write_watch_t {
+    sg_timer_t timer;
+    sg_loop_t *loop;
+    h2o_req_t *req;
+    const char *what;     /* for the log line: "an answer", "an SSE stream" */
+    uint64_t sent, total; /* bytes handed to h2o, of `total` (0: an open-ended stream), for the log */
+    uint64_t progress_ms; /* the last time the reader took bytes */
+    int64_t outq;         /* the socket's send queue at the last check; -1 = unknown */
+    int timed_out;
+} sg_write_watch_t;
+
+/** Sets up a watch for `req` (not checking yet); `what` is a static string. */
+void sg_respond_watch_init(sg_write_watch_t *w, h2o_req_t *req, const char *what);
+/** Bytes were handed to h2o, or h2o took the previous ones (proceed): progress, and the clock
+ * runs until the next progress or idle(). */
+void sg_respond_watch_progress(sg_write_watch_t *w);
+/** Nothing waits to be written (an idle event stream) or the request ends: stops checking. */
+void sg_respond_watch_idle(sg_write_watch_t *w);
 
 #endif

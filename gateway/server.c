@@ -634,9 +634,59 @@ static void on_setup_response(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t 
 
 /* ---- listeners and loops ---- */
 
+static int ctx_has_connections(h2o_context_t *ctx)
+{
+    return !h2o_linklist_is_empty(&ctx->http1._conns) || !h2o_linklist_is_empty(&ctx->http2._conns);
+}
+
 static int has_connections(sg_loop_t *l)
 {
-    return !h2o_linklist_is_empty(&l->ctx.http1._conns) || !h2o_linklist_is_empty(&l->ctx.http2._conns) || sg_gate_busy(l);
+    return ctx_has_connections(&l->ctx) || (l->has_h2c && ctx_has_connections(&l->h2c_ctx)) || sg_gate_busy(l);
+}
+
+/* The loop's h2o contexts (the HTTP/2 one with listen.h2c), and which is whose: entry 0 of a
+ * context's storage is its loop (sg_loop_of). Loop thread. */
+static void contexts_init(sg_loop_t *l)
+{
+    sg_server_t *s = l->server;
+    size_t key = 0;
+    h2o_context_init(&l->ctx, l->loop, &s->h2o);
+    *h2o_context_get_storage(&l->ctx, &key, NULL) = l;
+    l->accept_ctx.ctx = &l->ctx;
+    l->accept_ctx.hosts = s->h2o.hosts;
+    l->has_h2c = s->cfg->listen.h2c;
+    if (l->has_h2c) {
+        h2o_context_init(&l->h2c_ctx, l->loop, &s->h2o_h2c);
+        *h2o_context_get_storage(&l->h2c_ctx, &key, NULL) = l;
+        l->h2c_accept_ctx.ctx = &l->h2c_ctx;
+        l->h2c_accept_ctx.hosts = s->h2o_h2c.hosts;
+    }
+}
+
+/* Shutdown of a context: no new requests, and idle connections close at once (h2o 2.2.5 closes
+ * an HTTP/1 keep-alive connection only after its next request otherwise, or after the 10 s idle
+ * timer; a connection with a request in progress has no such timer armed). */
+static void context_shutdown(h2o_context_t *ctx)
+{
+    h2o_context_request_shutdown(ctx);
+    ctx->http1.req_timeout.timeout = 0;
+    ctx->http2.idle_timeout.timeout = 0;
+}
+
+/* h2o re-sends GOAWAY once a second while HTTP/2 connections remain; none do */
+static void context_stop_goaway(h2o_context_t *ctx)
+{
+    if (h2o_timeout_is_linked(&ctx->http2._graceful_shutdown_timeout))
+        h2o_timeout_unlink(&ctx->http2._graceful_shutdown_timeout);
+}
+
+/* Disposes a context; returns its queue, which h2o destroys but, with evloop, does not free: the
+ * caller frees it once the loop let the queue's socket finish closing. */
+static h2o_multithread_queue_t *context_dispose(h2o_context_t *ctx)
+{
+    h2o_multithread_queue_t *queue = ctx->queue;
+    h2o_context_dispose(ctx);
+    return queue;
 }
 
 static void drain(sg_loop_t *l)
@@ -661,9 +711,7 @@ static void loop_init(sg_loop_t *l)
 {
     sg_server_t *s = l->server;
     l->loop = h2o_evloop_create();
-    h2o_context_init(&l->ctx, l->loop, &s->h2o);
-    l->accept_ctx.ctx = &l->ctx;
-    l->accept_ctx.hosts = s->h2o.hosts;
+    contexts_init(l);
     l->listener = h2o_evloop_socket_create(l->loop, l->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     sg_gate_start_loop(l); /* accepting (gate.c) */
     h2o_linklist_init_anchor(&l->active);
@@ -691,18 +739,15 @@ static void *loop_main(void *arg)
             sg_gate_stop_loop(l); /* no more accepts; connections with no request handed over yet close */
             h2o_socket_close(l->listener);
             l->listener = NULL;
-            h2o_context_request_shutdown(&l->ctx);
-            /* h2o 2.2.5 closes an HTTP/1 keep-alive connection only after its next request (or
-             * after the 10 s idle timer): expire the idle timers now so idle connections close at
-             * once; a connection with a request in progress has no such timer armed. */
-            l->ctx.http1.req_timeout.timeout = 0;
-            l->ctx.http2.idle_timeout.timeout = 0;
+            context_shutdown(&l->ctx);
+            if (l->has_h2c)
+                context_shutdown(&l->h2c_ctx);
             sg_mcp_stop_loop(l); /* SSE streams end now, not at the grace's end */
         }
         if (grace_end != 0 && !has_connections(l)) {
-            /* h2o re-sends GOAWAY once a second while HTTP/2 connections remain; none do */
-            if (h2o_timeout_is_linked(&l->ctx.http2._graceful_shutdown_timeout))
-                h2o_timeout_unlink(&l->ctx.http2._graceful_shutdown_timeout);
+            context_stop_goaway(&l->ctx);
+            if (l->has_h2c)
+                context_stop_goaway(&l->h2c_ctx);
             break;
         }
         if (grace_end != 0 && sg_now_ms() >= grace_end) {
@@ -733,10 +778,11 @@ static void *loop_main(void *arg)
         sg_reload_dispose_loop(l);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
-        h2o_multithread_queue_t *queue = l->ctx.queue;
-        h2o_context_dispose(&l->ctx); /* destroys the queue but, with evloop, does not free it */
-        drain(l);                     /* lets the queue's sockets finish closing */
+        h2o_multithread_queue_t *queue = context_dispose(&l->ctx);
+        h2o_multithread_queue_t *h2c_queue = l->has_h2c ? context_dispose(&l->h2c_ctx) : NULL;
+        drain(l); /* lets the queues' sockets finish closing */
         free(queue);
+        free(h2c_queue);
         h2o_evloop_destroy(l->loop);
     }
     sg_timers_dispose(&l->timers);
@@ -764,6 +810,40 @@ static void register_http_metrics(sg_server_t *s)
                                    "Requests to routes other than /retrieve, and requests refused before routing.", labels);
         }
     sg_metrics_add_collector(backend_stats_collector, s);
+}
+
+/*
+ * One h2o configuration: the routes' handler and filters on every path, bodies over `max_entity`
+ * refused by h2o while it reads them. There are two when listen.h2c is on. h2o 2.2.5 reads the
+ * whole body of every HTTP/2 stream before a handler runs, up to max_request_entity_size each and
+ * 100 streams per connection (its fixed SETTINGS_MAX_CONCURRENT_STREAMS; the setting
+ * http2.max_concurrent_requests_per_connection only bounds the requests it *runs* at once, not the
+ * bodies it reads), so an HTTP/2 connection can make it hold 100 times that limit. HTTP/2
+ * connections therefore run on a context of their own whose limit is listen.h2c_max_body_bytes,
+ * and it alone upgrades HTTP/1 (`upgrade`); the gate hands it the connections that open with
+ * the HTTP/2 preface or ask for Upgrade: h2c (gate.c). HTTP/1's own limit stays twice
+ * limits.max_body_bytes: one request at a time per connection.
+ */
+static h2o_hostconf_t *configure_h2o(h2o_globalconf_t *conf, const sg_config_t *cfg, size_t max_entity, int upgrade)
+{
+    h2o_config_init(conf);
+    conf->max_request_entity_size = max_entity;
+    conf->server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
+    /* the time to read a request (head and body) and the keep-alive idle time; the gate reads the
+     * first request of a connection under the same limit (gate.c). It only covers reading a
+     * request and idle keep-alive: a long backend call is bounded by the route's deadline instead
+     * (checked: a 4 s call with a 2 s req_timeout completes). */
+    conf->http1.req_timeout = cfg->listen.read_timeout_ms;
+    conf->http1.upgrade_to_http2 = upgrade;
+    h2o_hostconf_t *hostconf = h2o_config_register_host(conf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *pc = h2o_config_register_path(hostconf, "/", 0);
+    h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
+    h->on_req = on_req;
+    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
+    rf->on_setup_ostream = on_setup_response;
+    h2o_filter_t *f = h2o_create_filter(&hostconf->fallback_path, sizeof(*f));
+    f->on_setup_ostream = on_setup_json_errors;
+    return hostconf;
 }
 
 int sg_server_start(sg_server_t *s, char *err, size_t err_size)
@@ -802,30 +882,15 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
     }
     free(fds);
 
-    h2o_config_init(&s->h2o);
     /* h2o refuses larger bodies itself, before reading them (made JSON by on_setup_json_errors);
      * up to twice the limit the handler answers with a JSON 413 that names limits.max_body_bytes */
-    s->h2o.max_request_entity_size = cfg->limits.max_body_bytes * 2;
-    s->h2o.server_name = h2o_iovec_init(H2O_STRLIT("searchgate/" SG_VERSION));
-    /* the time to read a request (head and body) and the keep-alive idle time; the gate reads the
-     * first request of a connection under the same limit (gate.c) */
-    s->h2o.http1.req_timeout = cfg->listen.read_timeout_ms;
-    s->h2o.http1.upgrade_to_http2 = cfg->listen.h2c; /* HTTP/2 without TLS: prior knowledge and Upgrade: h2c */
+    s->hostconf = configure_h2o(&s->h2o, cfg, cfg->limits.max_body_bytes * 2, 0);
+    if (cfg->listen.h2c) /* HTTP/2 without TLS: its connections get their own bound (see configure_h2o) */
+        configure_h2o(&s->h2o_h2c, cfg, cfg->listen.h2c_max_body_bytes, 1);
     sg_gate_init(s, &addr);
     s->body_bytes_parsed =
         sg_metrics_counter("searchgate_request_body_bytes_parsed_total",
                            "Bytes of request bodies handed to the JSON parser (/retrieve, /access, /mcp, /messages).", "");
-    /* h2o's HTTP/1 req_timeout (10 s) only covers reading a request and idle keep-alive: a long
-     * backend call is bounded by the route's deadline instead (checked: a 4 s call with a 2 s
-     * req_timeout completes). */
-    s->hostconf = h2o_config_register_host(&s->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *pc = h2o_config_register_path(s->hostconf, "/", 0);
-    h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
-    h->on_req = on_req;
-    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
-    rf->on_setup_ostream = on_setup_response;
-    h2o_filter_t *f = h2o_create_filter(&s->hostconf->fallback_path, sizeof(*f));
-    f->on_setup_ostream = on_setup_json_errors;
     register_http_metrics(s);
 
     pthread_barrier_init(&s->barrier, NULL, (unsigned)s->n_loops + 1);
@@ -856,4 +921,6 @@ void sg_server_dispose(sg_server_t *s)
     free(s->loops);
     s->loops = NULL;
     h2o_config_dispose(&s->h2o);
+    if (s->cfg->listen.h2c)
+        h2o_config_dispose(&s->h2o_h2c);
 }

@@ -37,8 +37,11 @@ struct st_sg_loop_t {
     sg_server_t *server;
     pthread_t tid;
     h2o_evloop_t *loop;
-    h2o_context_t ctx;
+    h2o_context_t ctx; /* HTTP/1 */
     h2o_accept_ctx_t accept_ctx;
+    int has_h2c;                     /* listen.h2c: HTTP/2 connections run on a context of their own */
+    h2o_context_t h2c_ctx;           /* (server.c, configure_h2o) */
+    h2o_accept_ctx_t h2c_accept_ctx; /* what the gate hands them to (gate.c) */
     int listen_fd;
     h2o_socket_t *listener;
     h2o_multithread_receiver_t deliveries; /* sg_waiter_t: results for requests of this loop */
@@ -73,8 +76,9 @@ struct st_sg_server_t {
     /* the start-up config: what only a restart changes (listen, threads, cache, mcp,
      * limits.max_body_bytes) is read here; everything else from the current generation (gen.h) */
     sg_config_t *cfg;
-    h2o_globalconf_t h2o;
-    h2o_hostconf_t *hostconf;
+    h2o_globalconf_t h2o;     /* HTTP/1 */
+    h2o_globalconf_t h2o_h2c; /* HTTP/2 connections (listen.h2c): their own body limit */
+    h2o_hostconf_t *hostconf; /* of `h2o` */
     sg_loop_t *loops;
     int n_loops;
     uint16_t bound_port;
@@ -101,10 +105,10 @@ struct st_sg_server_t {
 /* There is no global server: main() owns the one instance. A request reaches it through the loop
  * that owns its connection (sg_loop_of), a loop through `server`. */
 
-/** The loop whose h2o context serves `req`. */
+/** The loop whose h2o context serves `req`: entry 0 of each context's storage (server.c). */
 static inline sg_loop_t *sg_loop_of(h2o_req_t *req)
 {
-    return H2O_STRUCT_FROM_MEMBER(sg_loop_t, ctx, req->conn->ctx);
+    return req->conn->ctx->storage.entries[0].data;
 }
 
 /** The reason phrase of an HTTP status the gateway sends. */

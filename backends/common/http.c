@@ -1163,3 +1163,50 @@ int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, con
     sg_result res = {st, detail, NULL, 0, retry_after_s};
     return sg_http_job_finish(j, &res);
 }
+
+int sg_http_job_fail_later(sg_http_job_t *j, const sg_host_api *host, void *admission, sg_status st, uint32_t retry_after_s,
+                           const char *fmt, ...)
+{
+    if (j->failed || atomic_load(&j->finished))
+        return 0;
+    char detail[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    j->failed = 1;
+    if (host != NULL && admission != NULL && SG_HOST_HAS_HOLD(host)) {
+        host->hold(admission); /* the slot stays taken until settle: answer now */
+        j->held_host = host;
+        j->held = admission;
+        sg_http_job_fail(j, st, retry_after_s, "%s", detail);
+        return 1;
+    }
+    j->fail_detail = strdup(detail);
+    if (j->fail_detail == NULL)
+        abort();
+    j->fail_status = st;
+    j->fail_retry_after_s = retry_after_s;
+    return 1;
+}
+
+int sg_http_job_over(sg_http_job_t *j)
+{
+    return j->failed || atomic_load(&j->finished);
+}
+
+int sg_http_job_settle(sg_http_job_t *j)
+{
+    int delivered = 0;
+    if (j->fail_detail != NULL) {
+        delivered = sg_http_job_fail(j, j->fail_status, j->fail_retry_after_s, "%s", j->fail_detail);
+        free(j->fail_detail);
+        j->fail_detail = NULL;
+    }
+    if (j->held != NULL) {
+        void *admission = j->held;
+        j->held = NULL;
+        j->held_host->release(admission);
+    }
+    return delivered;
+}

@@ -214,6 +214,15 @@ typedef struct st_sg_http_job_t {
     sg_done_fn done;
     atomic_int canceled; /* cancel() was asked for */
     atomic_int finished; /* done() was called */
+    /* A job of several transfers that failed while others may still run (sg_http_job_fail_later):
+     * the failure, until it is delivered, and the hold on the call's admission slot, until
+     * sg_http_job_settle() at the end of the last transfer. Engine thread. */
+    int failed;
+    sg_status fail_status;
+    uint32_t fail_retry_after_s;
+    char *fail_detail; /* malloc'ed; NULL once delivered */
+    const sg_host_api *held_host;
+    void *held; /* the call's sg_search.admission while held (ABI 1.4 hold), else NULL */
 } sg_http_job_t;
 
 typedef struct st_sg_http_jobs_t {
@@ -235,6 +244,24 @@ int sg_http_job_finish(sg_http_job_t *j, const sg_result *res);
 /** Convenience: finishes with an error status and a formatted detail. */
 int sg_http_job_fail(sg_http_job_t *j, sg_status st, uint32_t retry_after_s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/**
+ * A job of several transfers failed for good while others may still run: returns 1 when this
+ * call failed it, 0 when the job had already failed or finished (the first failure wins). The
+ * gateway keeps a call's admission slot (max_inflight) until the upstream work really ended, and
+ * under on_cancel "drain" the job's other transfers keep the upstream busy until they end. So:
+ * with a host that lends hold/release (ABI 1.4) and the call's `admission`, the slot is held and
+ * done() answers the failure at once; otherwise the failure waits, and done() is called by
+ * sg_http_job_settle(), which the plugin calls once its last transfer reported back (and which
+ * also ends the hold). Engine thread (or search() before any transfer was submitted).
+ */
+int sg_http_job_fail_later(sg_http_job_t *j, const sg_host_api *host, void *admission, sg_status st, uint32_t retry_after_s,
+                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/** Whether the job failed (sg_http_job_fail_later) or finished: nothing more is to be done for it. */
+int sg_http_job_over(sg_http_job_t *j);
+/** The job's last transfer ended: delivers a failure sg_http_job_fail_later() kept back and
+ * releases its hold on the call's slot. Returns 1 when this call delivered a failure. */
+int sg_http_job_settle(sg_http_job_t *j);
 
 /* ---- small helpers for the reply parsers ---- */
 

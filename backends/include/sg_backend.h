@@ -29,6 +29,9 @@
  *        deadline less the route's floor); sg_limits.doc_bytes, the typical size of one DOC, from
  *        which the gateway estimates a response before any backend work. The gateway keeps a
  *        call's admission slot until done(): done() says the upstream work has really ended.
+ *   1.4  host->hold() and host->release(): a call that failed while upstream work it started still
+ *        runs (one query of several failed, the others are being read to their end) is answered
+ *        at once with done() and keeps its admission slot until the plugin calls release().
  *
  * Threading contract (see docs/plugins.md for the long form)
  *   - create() and destroy() run on the main thread, before the loops start / after they stop.
@@ -45,7 +48,10 @@
  *     with results or with SG_ECANCELED. The call keeps its admission slot (max_inflight) until
  *     done(), so a plugin calls done() only once the work it started has really ended: a batch
  *     being computed has finished, an upstream request has been answered (or its connection
- *     closed, for an upstream that stops working when its client hangs up).
+ *     closed, for an upstream that stops working when its client hangs up). A plugin that wants
+ *     to answer earlier (a failure already decided while the rest still runs) calls
+ *     host->hold(admission) before done() and host->release(admission) once the work ended
+ *     (ABI 1.4).
  *   - destroy() completes every pending search with SG_ECANCELED before it returns.
  */
 #ifndef SG_BACKEND_H
@@ -59,7 +65,7 @@ extern "C" {
 #endif
 
 #define SG_BACKEND_ABI_MAJOR 1
-#define SG_BACKEND_ABI_MINOR 3
+#define SG_BACKEND_ABI_MINOR 4
 #define SG_BACKEND_ENTRY_NAME "sg_backend_entry"
 
 #if defined(__GNUC__)
@@ -119,11 +125,26 @@ typedef struct sg_host_api {
      * sg_search.admission; NULL returns `earliest_ms`. Any thread; never blocks.
      */
     uint64_t (*retry_at)(void *admission, uint64_t earliest_ms);
+    /* --- 1.4: check struct_size first (SG_HOST_HAS_HOLD) --- */
+    /**
+     * Separates a call's answer from the end of its upstream work. Called before done() for the
+     * call whose sg_search.admission is `admission`: done() then answers the call's requests at
+     * once, but the call keeps its admission slot (max_inflight) -- and `admission` stays valid
+     * -- until the plugin calls release(admission), exactly once, when the upstream work the
+     * call started has really ended. For a call that failed while some of its upstream
+     * requests are still being read to their end. Any thread; never blocks.
+     */
+    void (*hold)(void *admission);
+    /** Ends a hold(): the call's slot is free again. Any thread, after done() was called. */
+    void (*release)(void *admission);
 } sg_host_api;
 
 /** True when the host lends the 1.2 member retry_at. */
 #define SG_HOST_HAS_RETRY_AT(h)                                                                                                    \
     ((h)->struct_size >= offsetof(sg_host_api, retry_at) + sizeof((h)->retry_at) && (h)->retry_at != NULL)
+/** True when the host lends the 1.4 members hold and release. */
+#define SG_HOST_HAS_HOLD(h)                                                                                                        \
+    ((h)->struct_size >= offsetof(sg_host_api, release) + sizeof((h)->release) && (h)->hold != NULL && (h)->release != NULL)
 
 /** One query: UTF-8 text, not NUL-terminated. */
 typedef struct sg_query {
@@ -153,7 +174,8 @@ typedef struct sg_search {
      * without limits(), which keeps its own setting.
      */
     uint32_t max_attempts;
-    /** Opaque: the call's admission state, for host->retry_at() while the call runs (until done()). */
+    /** Opaque: the call's admission state, for host->retry_at() while the call runs (until done()),
+     * and host->hold()/release() (1.4). */
     void *admission;
     /* --- 1.3: read only when struct_size covers it (SG_SEARCH_START_BY) --- */
     /**

@@ -90,6 +90,7 @@ static uint64_t jitter(uint64_t s)
 
 static void job_free(rjob_t *j)
 {
+    free(j->base.fail_detail); /* a failure recorded but never delivered: only on the paths that deliver otherwise */
     for (size_t i = 0; i < j->n; ++i)
         free(j->p[i].target);
     if (j->pages != NULL)
@@ -98,25 +99,29 @@ static void job_free(rjob_t *j)
     free(j);
 }
 
-/* A transfer of the job reported back for good; frees the job after the last one. Engine thread. */
+/* A transfer of the job reported back for good; after the last one -- the reader works on none of
+ * the job's URLs any more -- ends a failed job's hold on its admission slot and frees the job.
+ * Engine thread. */
 static void job_release(rjob_t *j)
 {
     if (--j->outstanding != 0)
         return;
     sg_http_jobs_remove(&j->rd->jobs, &j->base);
-    if (!atomic_load(&j->base.finished)) /* cannot happen: every path finishes first */
+    sg_http_job_settle(&j->base);
+    if (!atomic_load(&j->base.finished)) /* cannot happen: every path finishes or fails first */
         sg_http_job_fail(&j->base, SG_EINTERNAL, 0, "reader: an access ended without a result");
     job_free(j);
 }
 
-/* Completes the job with a failure (first failure wins) and cancels its other transfers. */
+/* Fails the job (first failure wins, answered at once) and cancels its other transfers; the call
+ * keeps its admission slot until job_release() sees the last of them end (serper.c). */
 static void job_fail(rjob_t *j, sg_status st, uint32_t retry_after, int outcome, const char *detail)
 {
     sg_reader_t *rd = j->rd;
-    if (atomic_load(&j->base.finished))
+    if (sg_http_job_over(&j->base))
         return;
     atomic_fetch_add(&rd->fails[outcome], 1);
-    if (!sg_http_job_fail(&j->base, st, retry_after, "%s", detail))
+    if (!sg_http_job_fail_later(&j->base, rd->host, j->admission, st, retry_after, "%s", detail))
         return;
     if (j->n > 1 && j->base.tag != 0 && rd->http != NULL)
         sg_http_cancel(rd->http, j->base.tag);
@@ -132,7 +137,7 @@ static void page_done(rjob_t *j, rpage_t *p, const sg_buf_t *page, int outcome)
         sg_http_docs_reserve(l, 1, 1);
         sg_http_docs_push(l, page, 1.0);
     }
-    if (--j->n_left == 0 && !atomic_load(&j->base.finished)) {
+    if (--j->n_left == 0 && !sg_http_job_over(&j->base)) {
         atomic_fetch_add(&rd->results_ok, 1);
         sg_http_job_finish_docs(&j->base, j->pages, j->n);
     }
@@ -191,7 +196,7 @@ static int resubmit(rpage_t *p, int key, uint64_t not_before)
 static long retry_delay(sg_reader_t *rd, rpage_t *p, const sg_http_resp_t *r, long status, uint64_t now)
 {
     rjob_t *j = p->job;
-    if (p->attempts - p->switches > j->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
+    if (p->attempts - p->switches > j->retries || atomic_load(&j->base.canceled) || sg_http_job_over(&j->base))
         return -1;
     int transient = r->err != SG_HTTP_OK ? sg_remote_transient(r) : status == 429 || status == 408 || status >= 500;
     if (!transient)
@@ -233,7 +238,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         job_release(j);
         return;
     }
-    if (atomic_load(&j->base.finished)) { /* another URL already failed the job */
+    if (sg_http_job_over(&j->base)) { /* another URL already failed the job */
         job_release(j);
         return;
     }
@@ -294,7 +299,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
             job_release(j);
             return;
         }
-        if (p->switches < rd->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !atomic_load(&j->base.finished)) {
+        if (p->switches < rd->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !sg_http_job_over(&j->base)) {
             ++p->switches;
             if (resubmit(p, k, sg_remote_retry_at(rd->host, j->admission, now)) == 0)
                 return; /* the new attempt carries this transfer's share of `outstanding` */
@@ -407,6 +412,7 @@ sg_status sg_reader_access(sg_reader_t *rd, const sg_search *s, sg_done_fn done,
         j->base.done = done;
         j->base.cb_data = cb_data;
         fail_resting(j, now, wake, "no request sent");
+        sg_http_job_settle(&j->base); /* nothing was sent: done() at once */
         job_free(j);
         return SG_OK;
     }

@@ -96,6 +96,7 @@ static void set_health(sg_backend *self, sg_status st, int bad_key, const char *
 
 static void job_free(job_t *j)
 {
+    free(j->base.fail_detail); /* a failure recorded but never delivered: only on the paths that deliver otherwise */
     for (size_t i = 0; i < j->n; ++i)
         free(j->q[i].body);
     if (j->docs != NULL)
@@ -104,32 +105,38 @@ static void job_free(job_t *j)
     free(j);
 }
 
-/* A transfer of the job reported back for good; frees the job after the last one. Engine thread. */
+/* A transfer of the job reported back for good; after the last one -- serper.dev works on none of
+ * the job's queries any more -- ends a failed job's hold on its admission slot (or, from a host
+ * without hold, delivers its failure only now) and frees the job. Engine thread. */
 static void job_release(job_t *j)
 {
     if (--j->outstanding != 0)
         return;
     sg_http_jobs_remove(&j->self->jobs, &j->base);
-    if (!atomic_load(&j->base.finished)) /* cannot happen: every path finishes first */
+    sg_http_job_settle(&j->base);
+    if (!atomic_load(&j->base.finished)) /* cannot happen: every path finishes or fails first */
         sg_http_job_fail(&j->base, SG_EINTERNAL, 0, "serper: a search ended without a result");
     job_free(j);
 }
 
 enum { OUT_AUTH, OUT_RATE, OUT_UPSTREAM, OUT_TIMEOUT, OUT_UNAVAIL, OUT_CANCELED, OUT_RESTING };
 
-/* Completes the job with a failure (first failure wins) and cancels its other queries. */
+/* Fails the job (first failure wins) and cancels its other queries: those not sent yet end at
+ * once, those running are read to their end (on_cancel "drain") or closed. The client gets the
+ * failure at once, but the call keeps its admission slot (max_inflight) while serper.dev still
+ * works on any of its queries: held (ABI 1.4) until job_release() sees the last one end. */
 static void job_fail(job_t *j, sg_status st, uint32_t retry_after, int outcome, const char *detail)
 {
     sg_backend *self = j->self;
-    /* Jobs are finished on the engine thread only, so `finished` cannot change under us: record
-     * health and counters before done() runs, so a client that asks /health right after its
-     * answer already sees them. */
-    if (atomic_load(&j->base.finished))
+    /* Jobs are failed and finished on the engine thread only, so neither can change under us:
+     * record health and counters before done() runs, so a client that asks /health right after
+     * its answer already sees them. */
+    if (sg_http_job_over(&j->base))
         return;
     atomic_fetch_add(&self->fails[outcome], 1);
     if (outcome != OUT_CANCELED)
         set_health(self, st, outcome == OUT_AUTH || (outcome == OUT_RESTING && st == SG_EUNAVAIL), detail);
-    if (!sg_http_job_fail(&j->base, st, retry_after, "%s", detail))
+    if (!sg_http_job_fail_later(&j->base, self->host, j->admission, st, retry_after, "%s", detail))
         return;
     if (j->n > 1 && j->base.tag != 0)
         sg_http_cancel(self->http, j->base.tag); /* the job's other queries are moot now */
@@ -210,7 +217,7 @@ static long retry_delay(sg_backend *self, query_t *q, const sg_http_resp_t *r, u
 {
     job_t *j = q->job;
     uint32_t tries = q->attempts - q->switches; /* key changes do not use up the retry budget */
-    if (tries > j->retries || atomic_load(&j->base.canceled) || atomic_load(&j->base.finished))
+    if (tries > j->retries || atomic_load(&j->base.canceled) || sg_http_job_over(&j->base))
         return -1;
     if (!sg_remote_transient(r))
         return -1;
@@ -237,7 +244,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
         job_release(j);
         return;
     }
-    if (atomic_load(&j->base.finished)) { /* another query already failed the job */
+    if (sg_http_job_over(&j->base)) { /* another query already failed the job */
         job_release(j);
         return;
     }
@@ -280,7 +287,7 @@ static void on_response(void *ud, const sg_http_resp_t *r)
             job_release(j);
             return;
         }
-        if (q->switches < self->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !atomic_load(&j->base.finished)) {
+        if (q->switches < self->keys.n && sg_remote_in_time(now, 0, j->deadline_ms) && !sg_http_job_over(&j->base)) {
             ++q->switches;
             if (resubmit(q, k, sg_remote_retry_at(self->host, j->admission, now)) == 0)
                 return; /* the new attempt carries this transfer's share of `outstanding` */
@@ -367,6 +374,7 @@ static sg_status sp_search(sg_backend *self, const sg_search *s, sg_done_fn done
         j->base.cb_data = cb_data;
         atomic_fetch_add(&self->searches, 1);
         fail_resting(j, now, wake, "no request sent");
+        sg_http_job_settle(&j->base); /* nothing was sent: done() at once */
         job_free(j);
         return SG_OK;
     }

@@ -62,7 +62,7 @@ static void host_metric(void *sink, const char *name, const char *help, int type
         last_metric_value = value;
 }
 
-static const sg_host_api host = {sizeof(sg_host_api), SG_BACKEND_ABI_MINOR, host_log, host_now_ms, host_metric, NULL};
+static const sg_host_api host = {sizeof(sg_host_api), SG_BACKEND_ABI_MINOR, host_log, host_now_ms, host_metric, NULL, NULL, NULL};
 
 static double metric(sg_backend *b, const char *name)
 {

@@ -6,6 +6,7 @@ evicted, bound to their client), Accept negotiation, identity through the same A
 the streams at shutdown. Tool results are compared with what /retrieve and /access answer."""
 import json
 import re
+import socket
 import time
 import unittest
 
@@ -577,6 +578,108 @@ class Shutdown(unittest.TestCase):
             self.assertIsNone(st.next_event())  # the stream ended with its final chunk
             st.close()
         self.assertNotIn("connections still open", text)
+
+
+def big_docs(n, size):
+    """n documents of about `size` bytes each: every search of the example plugin returns min(topk, n)."""
+    return [{"id": str(i), "contents": "\"Doc %d\"\n" % i + ("word%d " % i) * (size // 6)} for i in range(n)]
+
+
+def stalled(gw, head, body=b""):
+    """A raw connection with a tiny receive buffer that sends one request and then reads nothing."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", gw.port))
+    s.sendall(head.encode() + body)
+    return s
+
+
+def drained_to_eof(s, timeout):
+    """Reads what the gateway sent until the connection ends; the bytes read, or None if it stays open."""
+    s.settimeout(timeout)
+    got = 0
+    try:
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                return got
+            got += len(b)
+    except ConnectionResetError:
+        return got
+    except socket.timeout:
+        return None
+    finally:
+        s.close()
+
+
+def tool_call(query, id=1, topk=10):
+    return rpc("tools/call", {"name": "search", "arguments": {"query": query, "topk": topk}}, id=id)
+
+
+class SlowReaders(unittest.TestCase):
+    """An MCP answer is built whole (a tool result of at most limits.max_response_bytes): while a
+    reader takes it, its memory is in the response budget (searchgate_response_bytes_held), and a
+    reader that takes nothing for limits.write_timeout_ms is disconnected -- for a POST's answer
+    and for a GET /sse stream alike -- after which the memory is back."""
+
+    def held(self):
+        return self.gw.metric("searchgate_response_bytes_held")
+
+    def wait(self, pred, seconds, what):
+        end = time.time() + sgtest.scaled(seconds)
+        while time.time() < end:
+            if pred():
+                return
+            time.sleep(0.05)
+        self.fail(what)
+
+    def tearDown(self):
+        self.gw.stop()
+
+    def test_a_post_answer_nobody_reads(self):
+        self.gw = Gateway({"backends": [example_backend(documents=big_docs(10, 400000))],
+                           "limits": {"write_timeout_ms": 1000}})
+        body = json.dumps(tool_call("word1")).encode()
+        s = stalled(self.gw, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                             "Accept: %s\r\nContent-Length: %d\r\n\r\n" % (self.gw.port, ACCEPT_BOTH, len(body)), body)
+        # the ~8 MB answer is held while it waits for the reader, and counted
+        self.wait(lambda: self.held() >= 4e6, 10, "the answer being written is not in the response budget")
+        self.wait(lambda: self.gw.metric("searchgate_response_write_timeouts_total") >= 1, 10,
+                  "a reader that takes nothing was not disconnected")
+        got = drained_to_eof(s, sgtest.scaled(10))
+        self.assertIsNotNone(got, "the connection stayed open")
+        self.assertLess(got, 8e6)
+        self.wait(lambda: self.held() == 0, 5, "the answer's memory was not given back")
+        self.assertIn("closing a connection whose reader took no bytes for 1000 ms", self.gw.read_log())
+        # a reader that reads gets the whole answer
+        r = post(self.gw, tool_call("word2"))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(len(r.json()["result"]["structuredContent"]["result"][0]), 10)
+
+    def test_an_sse_stream_nobody_reads(self):
+        self.gw = Gateway({"backends": [example_backend(documents=big_docs(10, 100000))],
+                           "limits": {"write_timeout_ms": 1000}})
+        s = stalled(self.gw, "GET /sse HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n\r\n" % self.gw.port)
+        s.settimeout(sgtest.scaled(10))
+        head = b""
+        while re.search(rb"session_id=([0-9a-f]{32})", head) is None:
+            head += s.recv(4096)
+        sid = re.search(rb"session_id=([0-9a-f]{32})", head).group(1).decode()
+        self.assertEqual(self.gw.metric("searchgate_mcp_sse_streams"), 1)
+        # ~1 MB replies until what the kernel cannot take any more waits in the gateway, counted
+        for i in range(7):
+            r = post(self.gw, tool_call("word%d" % i, id=i), path="/messages?session_id=" + sid)
+            self.assertEqual(r.status, 202, r)
+            time.sleep(0.3)
+            if self.held() >= 5e5:
+                break
+        self.assertGreaterEqual(self.held(), 5e5, "the replies waiting for the stream's reader are not in the response budget")
+        self.wait(lambda: self.gw.metric("searchgate_response_write_timeouts_total") >= 1, 10,
+                  "a stream whose reader takes nothing was not disconnected")
+        self.wait(lambda: self.gw.metric("searchgate_mcp_sse_streams") == 0, 5, "the stream did not end")
+        self.wait(lambda: self.held() == 0, 5, "the stream's memory was not given back")
+        self.assertIsNotNone(drained_to_eof(s, sgtest.scaled(10)), "the connection stayed open")
+        self.assertIn("an SSE stream", self.gw.read_log())
 
 
 if __name__ == "__main__":
