@@ -293,25 +293,128 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     return sg_rerank_conf_parse(&c, cJSON_GetObjectItemCaseSensitive(o, "rerank"), cfg->base_dir, b->topk, &b->rerank);
 }
 
-/* listen, threads, log_level, shutdown_grace_ms, plugin_dir */
+/* ---- listen ----
+ *
+ * "listen" is one object ({"host", "port", "unix", "unix_mode", "address_file"}) or an array of
+ * them. An object is a TCP listener, a Unix domain socket (`unix` without `host` or `port`), or
+ * both (`unix` beside `host`/`port`). */
+
+static sg_listen_conf_t *add_listener(sg_config_t *cfg, const char *where)
+{
+    cfg->listen = sg_mem_realloc(cfg->listen, (cfg->n_listen + 1) * sizeof(*cfg->listen));
+    sg_listen_conf_t *l = &cfg->listen[cfg->n_listen++];
+    memset(l, 0, sizeof(*l));
+    snprintf(l->where, sizeof(l->where), "%s", where);
+    return l;
+}
+
+/* "0660": permission bits as an octal string (JSON has no octal numbers, and 660 would be read as decimal) */
+static int parse_mode(sg_cfg_t *c, const cJSON *o, uint32_t *out)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "unix_mode");
+    *out = 0660;
+    if (m == NULL)
+        return 0;
+    const char *s = cJSON_IsString(m) ? m->valuestring : "";
+    size_t n = strlen(s);
+    uint32_t v = 0;
+    int ok = n >= 1 && n <= 4;
+    for (size_t i = 0; ok && i < n; ++i) {
+        ok = s[i] >= '0' && s[i] <= '7';
+        v = v * 8 + (uint32_t)(s[i] - '0');
+    }
+    if (!ok || v > 0777)
+        return sg_cfg_fail(c, "unix_mode", m, "expected permission bits as an octal string, like \"0660\"");
+    *out = v;
+    return 0;
+}
+
+static int parse_unix(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o)
+{
+    sg_listen_conf_t *l = add_listener(cfg, c->path);
+    if (sg_cfg_path(c, o, "unix", 1, cfg->base_dir, &l->unix_path) != 0 || parse_mode(c, o, &l->unix_mode) != 0)
+        return -1;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "unix");
+    if (l->unix_path[0] == '\0' || strlen(l->unix_path) >= 108) /* sizeof(sockaddr_un.sun_path) */
+        return sg_cfg_fail(c, "unix", u,
+                           "expected a socket path of 1 to 107 bytes (after resolving it against the config's directory)");
+    for (size_t i = 0; i + 1 < cfg->n_listen; ++i)
+        if (cfg->listen[i].unix_path != NULL && strcmp(cfg->listen[i].unix_path, l->unix_path) == 0)
+            return sg_cfg_fail(c, "unix", u, "is already the socket of %s", cfg->listen[i].where);
+    return 0;
+}
+
+static int parse_listen_entry(sg_config_t *cfg, const cJSON *o, const char *where, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"host", "port", "unix", "unix_mode", "address_file", NULL};
+    sg_cfg_t c = {where, err, err_size};
+    if (o != NULL && sg_cfg_check_keys(&c, o, keys) != 0)
+        return -1;
+    int has_unix = cJSON_GetObjectItemCaseSensitive(o, "unix") != NULL;
+    int has_tcp =
+        !has_unix || cJSON_GetObjectItemCaseSensitive(o, "host") != NULL || cJSON_GetObjectItemCaseSensitive(o, "port") != NULL;
+    if (!has_unix && cJSON_GetObjectItemCaseSensitive(o, "unix_mode") != NULL)
+        return sg_cfg_fail(&c, "unix_mode", cJSON_GetObjectItemCaseSensitive(o, "unix_mode"), "only applies with \"unix\"");
+    if (!has_tcp && cJSON_GetObjectItemCaseSensitive(o, "address_file") != NULL)
+        return sg_cfg_fail(&c, "address_file", cJSON_GetObjectItemCaseSensitive(o, "address_file"),
+                           "is written for a TCP listener (\"host\"/\"port\"); a Unix domain socket's address is its path");
+    if (has_tcp) {
+        sg_listen_conf_t *l = add_listener(cfg, where);
+        int64_t v;
+        if (sg_cfg_string(&c, o, "host", 0, "127.0.0.1", &l->host) != 0 || sg_cfg_int(&c, o, "port", 0, 65535, 8000, &v) != 0 ||
+            sg_cfg_path(&c, o, "address_file", 0, cfg->base_dir, &l->address_file) != 0)
+            return -1;
+        l->port = (uint16_t)v;
+    }
+    return has_unix ? parse_unix(cfg, &c, o) : 0;
+}
+
+static int parse_listen(sg_config_t *cfg, const cJSON *l, char *err, size_t err_size)
+{
+    if (!cJSON_IsArray(l))
+        return parse_listen_entry(cfg, l, "listen", err, err_size);
+    int n = cJSON_GetArraySize(l);
+    if (n < 1 || n > SG_LISTEN_MAX) {
+        sg_cfg_t c = {"", err, err_size};
+        return sg_cfg_fail(&c, "listen", l, "expected an object, or an array of 1 to %d listener objects", SG_LISTEN_MAX);
+    }
+    int i = 0;
+    for (const cJSON *it = l->child; it != NULL; it = it->next, ++i) {
+        char where[32];
+        snprintf(where, sizeof(where), "listen[%d]", i);
+        if (parse_listen_entry(cfg, it, where, err, err_size) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+sg_listen_conf_t *sg_config_tcp_listener(sg_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->n_listen; ++i)
+        if (cfg->listen[i].host != NULL)
+            return &cfg->listen[i];
+    sg_listen_conf_t *l = add_listener(cfg, "--port");
+    l->host = sg_strdup("127.0.0.1");
+    l->port = 8000;
+    return l;
+}
+
+/* listen, threads, log_level, shutdown_drain_ms, shutdown_grace_ms, plugin_dir */
 static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
 {
-    static const char *const listen_keys[] = {"host", "port", NULL};
     static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
     sg_cfg_t c = {"", err, err_size};
     int64_t v;
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "listen");
-    sg_cfg_t cl = {"listen", err, err_size};
-    if (l != NULL && sg_cfg_check_keys(&cl, l, listen_keys) != 0)
+    if (parse_listen(cfg, cJSON_GetObjectItemCaseSensitive(root, "listen"), err, err_size) != 0)
         return -1;
-    if (sg_cfg_string(&cl, l, "host", 0, "127.0.0.1", &cfg->host) != 0 || sg_cfg_int(&cl, l, "port", 0, 65535, 8000, &v) != 0)
-        return -1;
-    cfg->port = (uint16_t)v;
     if (sg_cfg_int(&c, root, "threads", 0, 1024, 0, &v) != 0)
         return -1;
     cfg->threads = (int)v;
     if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
         return -1;
+    if (sg_cfg_int(&c, root, "shutdown_drain_ms", 0, 600000, 0, &v) != 0)
+        return -1;
+    cfg->shutdown_drain_ms = (uint32_t)v;
     if (sg_cfg_int(&c, root, "shutdown_grace_ms", 0, 600000, 5000, &v) != 0)
         return -1;
     cfg->shutdown_grace_ms = (uint32_t)v;
@@ -422,8 +525,9 @@ static int parse_backends(sg_config_t *cfg, const cJSON *root, char *err, size_t
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
-                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", "mcp",    NULL};
+    static const char *const keys[] = {
+        "listen",  "threads", "log_level",         "plugin_dir",        "limits", "backends", "default_backend",
+        "clients", "cache",   "shutdown_drain_ms", "shutdown_grace_ms", "mcp",    NULL};
     memset(cfg, 0, sizeof(*cfg));
     cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
     cfg->default_backend = -1;
@@ -511,7 +615,12 @@ void sg_config_free(sg_config_t *cfg)
     free(cfg->cache.redis_prefix);
     free(cfg->path);
     free(cfg->base_dir);
-    free(cfg->host);
+    for (size_t i = 0; i < cfg->n_listen; ++i) {
+        free(cfg->listen[i].host);
+        free(cfg->listen[i].unix_path);
+        free(cfg->listen[i].address_file);
+    }
+    free(cfg->listen);
     free(cfg->plugin_dir);
     memset(cfg, 0, sizeof(*cfg));
 }

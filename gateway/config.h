@@ -60,15 +60,31 @@ typedef struct st_sg_client_conf_t {
 } sg_client_conf_t;
 
 enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };
+
+/**
+ * One listening socket: a TCP address or a Unix domain socket (docs/configuration.md, "listen").
+ * The object form of `listen` with both `port` and `unix` makes two of these.
+ */
+typedef struct st_sg_listen_conf_t {
+    char *host;         /* TCP: an address or a host name; NULL for a Unix domain socket */
+    uint16_t port;      /* TCP: 0 = any free port */
+    char *unix_path;    /* the Unix domain socket's path; NULL for TCP */
+    uint32_t unix_mode; /* permission bits of the socket file */
+    char *address_file; /* TCP: "host:port" is written here once the gateway serves; NULL = none */
+    char where[32];     /* "listen" or "listen[1]", for messages */
+} sg_listen_conf_t;
+
+#define SG_LISTEN_MAX 16
 enum { SG_MCP_TEXT_SEARCH_R1 = 0, SG_MCP_TEXT_RESULTS_JSON = 1 };
 
 typedef struct st_sg_config_t {
-    char *path;     /* the config file */
-    char *base_dir; /* its directory: relative paths are resolved against it */
-    char *host;
-    uint16_t port;
+    char *path;               /* the config file */
+    char *base_dir;           /* its directory: relative paths are resolved against it */
+    sg_listen_conf_t *listen; /* the sockets to serve on, at least one */
+    size_t n_listen;
     int threads;
     int log_level;
+    uint32_t shutdown_drain_ms; /* how long a stopping gateway reports draining on /health before it stops accepting */
     uint32_t shutdown_grace_ms; /* how long a stopping gateway keeps serving the requests it has */
     char *plugin_dir;
     struct {
@@ -120,6 +136,11 @@ int sg_config_load(sg_config_t *cfg, const char *path, char *err, size_t err_siz
 /** Same, from a string (for tests); `base_dir` resolves relative paths. */
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size);
 void sg_config_free(sg_config_t *cfg);
+/**
+ * The first TCP listener, for the command line's --host, --port and --address-file; when the
+ * config has none (only a Unix domain socket), appends one on 127.0.0.1:8000.
+ */
+sg_listen_conf_t *sg_config_tcp_listener(sg_config_t *cfg);
 /** Index of the backend called `name` (length `len`), or -1. */
 int sg_config_find_backend(const sg_config_t *cfg, const char *name, size_t len);
 

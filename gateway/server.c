@@ -195,11 +195,14 @@ static void on_health(h2o_req_t *req)
     sg_jw_kstr(&w, "redis", redis < 0 ? "off" : redis == 2 ? "not answering (bypassed)" : redis == 1 ? "up" : "down (bypassed)");
     sg_jw_end(&w);
     sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
-    sg_jw_kstr(&w, "status", ok ? "ok" : "degraded");
+    /* shutting down: a load balancer's health check takes this replica out while it still serves */
+    int draining = atomic_load(&s->draining) || atomic_load(&s->stopping);
+    sg_jw_kstr(&w, "status", draining ? "draining" : ok ? "ok" : "degraded");
     sg_jw_end(&w);
-    sg_send_json(req, ok ? 200 : 503, b.base, b.len);
+    int status = ok && !draining ? 200 : 503;
+    sg_send_json(req, status, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_HEALTH, ok ? 200 : 503);
+    count(req, R_HEALTH, status);
 }
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
@@ -564,6 +567,23 @@ static void drain(sg_loop_t *l)
     }
 }
 
+/* Shutdown, on the loop's thread: close the listeners, ask h2o to end its connections. */
+static void stop_accepting(sg_loop_t *l)
+{
+    for (size_t i = 0; i < l->server->n_listeners; ++i) {
+        h2o_socket_read_stop(l->listeners[i]);
+        h2o_socket_close(l->listeners[i]);
+        l->listeners[i] = NULL;
+    }
+    h2o_context_request_shutdown(&l->ctx);
+    /* h2o 2.2.5 closes an HTTP/1 keep-alive connection only after its next request (or after the
+     * 10 s idle timer): expire the idle timers now so idle connections close at once; a
+     * connection with a request in progress has no such timer armed. */
+    l->ctx.http1.req_timeout.timeout = 0;
+    l->ctx.http2.idle_timeout.timeout = 0;
+    sg_mcp_stop_loop(l); /* SSE streams end now, not at the grace's end */
+}
+
 /* Everything h2o about a loop -- the evloop, the context and its queue, the listener socket,
  * the Redis connection -- is created, run and disposed on the loop's own thread: h2o keeps
  * per-thread buffer free lists (__thread prototypes) that a socket created on one thread and
@@ -581,9 +601,12 @@ static void *loop_main(void *arg)
     h2o_context_init(&l->ctx, l->loop, &s->h2o);
     l->accept_ctx.ctx = &l->ctx;
     l->accept_ctx.hosts = s->h2o.hosts;
-    l->listener = h2o_evloop_socket_create(l->loop, l->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-    l->listener->data = l;
-    h2o_socket_read_start(l->listener, on_accept);
+    l->listeners = sg_mem_calloc(s->n_listeners, sizeof(*l->listeners));
+    for (size_t i = 0; i < s->n_listeners; ++i) {
+        l->listeners[i] = h2o_evloop_socket_create(l->loop, l->listen_fds[i], H2O_SOCKET_FLAG_DONT_READ);
+        l->listeners[i]->data = l;
+        h2o_socket_read_start(l->listeners[i], on_accept);
+    }
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     if (s->cfg->cache.redis_host != NULL)
@@ -597,16 +620,7 @@ static void *loop_main(void *arg)
     for (;;) {
         if (atomic_load(&s->stopping) && grace_end == 0) {
             grace_end = sg_now_ms() + s->cfg->shutdown_grace_ms;
-            h2o_socket_read_stop(l->listener);
-            h2o_socket_close(l->listener);
-            l->listener = NULL;
-            h2o_context_request_shutdown(&l->ctx);
-            /* h2o 2.2.5 closes an HTTP/1 keep-alive connection only after its next request (or
-             * after the 10 s idle timer): expire the idle timers now so idle connections close at
-             * once; a connection with a request in progress has no such timer armed. */
-            l->ctx.http1.req_timeout.timeout = 0;
-            l->ctx.http2.idle_timeout.timeout = 0;
-            sg_mcp_stop_loop(l); /* SSE streams end now, not at the grace's end */
+            stop_accepting(l);
         }
         if (grace_end != 0 && !has_connections(l)) {
             /* h2o re-sends GOAWAY once a second while HTTP/2 connections remain; none do */
@@ -629,6 +643,7 @@ static void *loop_main(void *arg)
         }
         h2o_evloop_run(l->loop, sg_timers_next_wait(&l->timers, grace_end != 0 ? 50 : 500));
         sg_timers_run(&l->timers);
+        atomic_store_explicit(&l->alive_ms, sg_now_ms(), memory_order_relaxed);
     }
     pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
@@ -647,7 +662,20 @@ static void *loop_main(void *arg)
         h2o_evloop_destroy(l->loop);
     }
     sg_timers_dispose(&l->timers);
+    free(l->listeners);
+    l->listeners = NULL;
     return NULL;
+}
+
+int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms)
+{
+    uint64_t now = sg_now_ms();
+    for (int i = 0; i < s->n_loops; ++i) {
+        uint64_t seen = atomic_load_explicit(&s->loops[i].alive_ms, memory_order_relaxed);
+        if (now > seen && now - seen > max_age_ms)
+            return 0;
+    }
+    return 1;
 }
 
 int sg_server_start(sg_server_t *s, char *err, size_t err_size);
@@ -658,34 +686,21 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
     /* the listeners first: a port in use fails start-up before anything else is set up */
-    sg_listen_addr_t addr;
-    if (sg_listen_resolve(cfg->host, cfg->port, &addr, err, err_size) != 0 || sg_listen_probe(&addr, err, err_size) != 0)
-        return -1;
     int n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
-    int *fds = sg_mem_alloc((size_t)n_loops * sizeof(*fds));
-    uint16_t port = cfg->port;
-    int opened = 0;
-    for (; opened < n_loops; ++opened) {
-        uint16_t bound = 0;
-        fds[opened] = sg_listen_open(&addr, port, &bound, err, err_size);
-        if (fds[opened] < 0)
-            break;
-        port = bound; /* port 0: every loop binds the port the first one got */
-    }
-    /* another process may have joined the port between the probe and our binds */
-    if (opened < n_loops || sg_listen_check_exclusive(&addr, port, fds, (size_t)n_loops, err, err_size) != 0) {
-        for (int i = 0; i < opened; ++i)
-            close(fds[i]);
-        free(fds);
+    int *fds;
+    int n = sg_listen_open_all(cfg, n_loops, &s->listeners, &fds, err, err_size);
+    if (n < 0)
         return -1;
-    }
-    s->bound_port = port;
+    s->n_listeners = (size_t)n;
     s->n_loops = n_loops;
     s->loops = sg_mem_calloc((size_t)n_loops, sizeof(*s->loops));
     for (int i = 0; i < n_loops; ++i) {
         s->loops[i].id = i;
         s->loops[i].server = s;
-        s->loops[i].listen_fd = fds[i];
+        s->loops[i].alive_ms = sg_now_ms();
+        s->loops[i].listen_fds = sg_mem_alloc(s->n_listeners * sizeof(int));
+        for (size_t k = 0; k < s->n_listeners; ++k)
+            s->loops[i].listen_fds[k] = fds[k * (size_t)n_loops + (size_t)i];
     }
     free(fds);
 
@@ -735,8 +750,10 @@ void sg_server_dispose(sg_server_t *s)
     if (s->loops == NULL)
         return;
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed: the loops deliver and dispose */
-    for (int i = 0; i < s->n_loops; ++i)
+    for (int i = 0; i < s->n_loops; ++i) {
         pthread_join(s->loops[i].tid, NULL);
+        free(s->loops[i].listen_fds);
+    }
     pthread_barrier_destroy(&s->barrier);
     free(s->loops);
     s->loops = NULL;

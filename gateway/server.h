@@ -38,8 +38,9 @@ struct st_sg_loop_t {
     h2o_evloop_t *loop;
     h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
-    int listen_fd;
-    h2o_socket_t *listener;
+    int *listen_fds;                       /* this loop's descriptor of each of the server's listeners */
+    h2o_socket_t **listeners;              /* their h2o sockets (NULL once closed) */
+    _Atomic uint64_t alive_ms;             /* when the loop last went round (sg_server_loops_alive) */
     h2o_multithread_receiver_t deliveries; /* sg_waiter_t: results for requests of this loop */
     h2o_multithread_receiver_t finished;   /* sg_call_t: calls started by this loop that completed */
     sg_timers_t timers;                    /* deadlines of any length (timer.h) */
@@ -59,9 +60,11 @@ struct st_sg_server_t {
     h2o_hostconf_t *hostconf;
     sg_loop_t *loops;
     int n_loops;
-    uint16_t bound_port;
+    struct st_sg_listener_t *listeners; /* every listen entry (listen.h) */
+    size_t n_listeners;
     pthread_barrier_t barrier; /* the loops and the main thread meet at start-up and shutdown */
     atomic_int stopping;
+    atomic_int draining; /* shutting down: /health answers 503 "draining" so load balancers stop sending */
     uint64_t started_ms;
     struct st_sg_clients_t *clients;
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
@@ -76,6 +79,9 @@ static inline sg_loop_t *sg_loop_of(h2o_req_t *req)
 {
     return H2O_STRUCT_FROM_MEMBER(sg_loop_t, ctx, req->conn->ctx);
 }
+
+/** Whether every loop went round within the last `max_age_ms` (for the systemd watchdog). */
+int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms);
 
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);

@@ -23,8 +23,12 @@ static void test_minimal_defaults(void **state)
     sg_config_t cfg;
     char err[512];
     assert_int_equal(parse("{\"backends\":[" BACKEND "]}", &cfg, err), 0);
-    assert_string_equal(cfg.host, "127.0.0.1");
-    assert_int_equal(cfg.port, 8000);
+    assert_int_equal(cfg.n_listen, 1);
+    assert_string_equal(cfg.listen[0].host, "127.0.0.1");
+    assert_int_equal(cfg.listen[0].port, 8000);
+    assert_null(cfg.listen[0].unix_path);
+    assert_null(cfg.listen[0].address_file);
+    assert_int_equal(cfg.shutdown_drain_ms, 0);
     assert_int_equal(cfg.threads, 0);
     assert_int_equal(cfg.n_backends, 1);
     assert_int_equal(cfg.default_backend, 0);
@@ -62,6 +66,51 @@ static void test_mcp(void **state)
     sg_config_free(&cfg);
 }
 
+/* listen: the object form (TCP, a Unix socket, or both) and the array form */
+static void test_listen(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(
+        parse("{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"run/sg.sock\"},\"shutdown_drain_ms\":1500}", &cfg, err), 0);
+    assert_int_equal(cfg.n_listen, 1); /* unix alone: no TCP listener */
+    assert_null(cfg.listen[0].host);
+    assert_string_equal(cfg.listen[0].unix_path, "/etc/sg/run/sg.sock");
+    assert_int_equal(cfg.listen[0].unix_mode, 0660);
+    assert_int_equal(cfg.shutdown_drain_ms, 1500);
+    /* the command line's --port adds a TCP listener to a Unix-only config */
+    sg_listen_conf_t *l = sg_config_tcp_listener(&cfg);
+    assert_int_equal(cfg.n_listen, 2);
+    assert_string_equal(l->host, "127.0.0.1");
+    assert_int_equal(l->port, 8000);
+    sg_config_free(&cfg);
+
+    assert_int_equal(parse("{\"backends\":[" BACKEND "],\"listen\":{\"port\":0,\"unix\":\"/run/s\",\"unix_mode\":\"600\","
+                           "\"address_file\":\"addr\"}}",
+                           &cfg, err),
+                     0);
+    assert_int_equal(cfg.n_listen, 2); /* beside TCP */
+    assert_string_equal(cfg.listen[0].host, "127.0.0.1");
+    assert_int_equal(cfg.listen[0].port, 0);
+    assert_string_equal(cfg.listen[0].address_file, "/etc/sg/addr");
+    assert_string_equal(cfg.listen[1].unix_path, "/run/s");
+    assert_int_equal(cfg.listen[1].unix_mode, 0600);
+    assert_ptr_equal(sg_config_tcp_listener(&cfg), &cfg.listen[0]);
+    sg_config_free(&cfg);
+
+    assert_int_equal(parse("{\"backends\":[" BACKEND "],\"listen\":[{\"host\":\"127.0.0.1\",\"port\":8000},"
+                           "{\"host\":\"10.0.0.5\",\"port\":9100},{\"unix\":\"/run/x\"}]}",
+                           &cfg, err),
+                     0);
+    assert_int_equal(cfg.n_listen, 3);
+    assert_string_equal(cfg.listen[1].host, "10.0.0.5");
+    assert_int_equal(cfg.listen[1].port, 9100);
+    assert_string_equal(cfg.listen[1].where, "listen[1]");
+    assert_string_equal(cfg.listen[2].unix_path, "/run/x");
+    sg_config_free(&cfg);
+}
+
 static void test_full(void **state)
 {
     (void)state;
@@ -76,8 +125,9 @@ static void test_full(void **state)
                        ",{\"name\":\"b\",\"plugin\":\"./x/sg_b.so\",\"config\":{\"k\":[1]},\"topk\":5,\"fallback\":\"ex\","
                        "\"cache\":false}]}";
     assert_int_equal(parse(json, &cfg, err), 0);
-    assert_string_equal(cfg.host, "0.0.0.0");
-    assert_int_equal(cfg.port, 9000);
+    assert_int_equal(cfg.n_listen, 1);
+    assert_string_equal(cfg.listen[0].host, "0.0.0.0");
+    assert_int_equal(cfg.listen[0].port, 9000);
     assert_int_equal(cfg.default_backend, 1);
     assert_string_equal(cfg.backends[1].plugin_path, "/etc/sg/./x/sg_b.so");
     assert_string_equal(cfg.backends[1].config_json, "{\"k\":[1]}");
@@ -139,6 +189,23 @@ static void test_errors(void **state)
          "default_backend: expected the name of a configured backend, got \"nope\""},
         {"{\"backends\":[" BACKEND "],\"listen\":{\"port\":70000}}", "listen.port: expected an integer in [0, 65535], got 70000"},
         {"{\"backends\":[" BACKEND "],\"listen\":{\"addr\":\"x\"}}", "listen.addr: unknown key"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[]}", "listen: expected an object, or an array of 1 to 16 listener objects"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[{\"port\":1},7]}", "listen[1]: expected a JSON object, got 7"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[{\"port\":1},{\"port\":-1}]}",
+         "listen[1].port: expected an integer in [0, 65535]"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"/s\",\"unix_mode\":\"0800\"}}",
+         "listen.unix_mode: expected permission bits as an octal string, like \"0660\", got \"0800\""},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"/s\",\"unix_mode\":660}}",
+         "listen.unix_mode: expected permission bits"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"port\":1,\"unix_mode\":\"0600\"}}",
+         "listen.unix_mode: only applies with \"unix\""},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"/s\",\"address_file\":\"/a\"}}",
+         "listen.address_file: is written for a TCP listener"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[{\"unix\":\"/s\"},{\"unix\":\"/s\"}]}",
+         "listen[1].unix: is already the socket of listen[0]"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"\"}}", "listen.unix: expected"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"host\":\"\"}}", "listen.host: expected a non-empty string"},
+        {"{\"backends\":[" BACKEND "],\"shutdown_drain_ms\":-1}", "shutdown_drain_ms: expected an integer in [0, 600000]"},
         {"{\"backends\":[" BACKEND "],\"limits\":{\"max_queries\":0}}",
          "limits.max_queries: expected an integer in [1, 1000000], got 0"},
         {"{\"backends\":[" BACKEND "],\"log_level\":\"loud\"}", "log_level: expected one of"},
@@ -283,6 +350,7 @@ int main(void)
                                        cmocka_unit_test(test_errors),
                                        cmocka_unit_test(test_budgets),
                                        cmocka_unit_test(test_load_file),
-                                       cmocka_unit_test(test_mcp)};
+                                       cmocka_unit_test(test_mcp),
+                                       cmocka_unit_test(test_listen)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
