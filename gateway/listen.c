@@ -543,8 +543,9 @@ int sg_listen_write_address_file(const char *path, const char *text, dev_t *dev,
         snprintf(err, err_size, "address file %s: cannot create %s: %s", path, tmp, strerror(errno));
         return -1;
     }
+    /* no newline: ASearcher reads the lines of its address files as they are (readlines()) */
     char line[320];
-    int n = snprintf(line, sizeof(line), "%s\n", text);
+    int n = snprintf(line, sizeof(line), "%s", text);
     struct stat st;
     int ok = n > 0 && (size_t)n < sizeof(line) && write(fd, line, (size_t)n) == (ssize_t)n && fsync(fd) == 0;
     int e = errno;

@@ -119,7 +119,7 @@ void sg_listen_address_text(const sg_listen_addr_t *a, const char *host, uint16_
 /** Fails (-1 with a message) when an address file could not be written at `path`: its directory is missing or read-only. */
 int sg_listen_address_file_probe(const char *path, char *err, size_t err_size);
 /**
- * Writes `text` and a newline to `path` atomically (a temporary file beside it, fsync, rename).
+ * Writes `text` (no newline) to `path` atomically (a temporary file beside it, fsync, rename).
  * Returns 0 and the file's identity in `*dev`/`*ino`, or -1 with a message.
  */
 int sg_listen_write_address_file(const char *path, const char *text, dev_t *dev, ino_t *ino, char *err, size_t err_size);

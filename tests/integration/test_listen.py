@@ -76,7 +76,7 @@ class Port0AndAddressFile(unittest.TestCase):
         try:
             with open(path) as f:
                 text = f.read()
-            self.assertEqual(text, "127.0.0.1:%d\n" % gw.port)
+            self.assertEqual(text, "127.0.0.1:%d" % gw.port)
             # the kernel's port is shared by all three loops' SO_REUSEPORT listeners, and nothing else
             self.assertEqual(tcp_listeners(gw.port), 3)
             # written atomically: no temporary file is left beside it
@@ -94,7 +94,7 @@ class Port0AndAddressFile(unittest.TestCase):
         path = os.path.join(gw.dir, "addr")
         try:
             with open(path) as f:
-                self.assertEqual(f.read(), "127.0.0.1:%d\n" % gw.port)
+                self.assertEqual(f.read(), "127.0.0.1:%d" % gw.port)
         finally:
             gw.stop()
         self.assertFalse(os.path.exists(path))
@@ -105,12 +105,12 @@ class Port0AndAddressFile(unittest.TestCase):
         gw = Gateway({"backends": [example_backend()]}, extra_args=["--address-file", path])
         try:
             with open(path + ".new", "w") as f:
-                f.write("10.1.2.3:8000\n")
+                f.write("10.1.2.3:8000")
             os.rename(path + ".new", path)
         finally:
             gw.stop()
         with open(path) as f:
-            self.assertEqual(f.read(), "10.1.2.3:8000\n")
+            self.assertEqual(f.read(), "10.1.2.3:8000")
 
     def test_unwritable_address_file_fails_start_up(self):
         missing = os.path.join(self.dir, "no-such-dir", "addr")
