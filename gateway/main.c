@@ -419,7 +419,7 @@ static int wait_signal(const sg_server_t *s, const sigset_t *set, uint64_t ms, u
         if (step != 0 && wait > step)
             wait = step;
         int sig;
-        if (wait == UINT64_MAX) {
+        if (end == UINT64_MAX && step == 0) { /* no deadline, no watchdog */
             if (sigwait(set, &sig) == 0)
                 return sig;
             continue;

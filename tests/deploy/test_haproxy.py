@@ -79,18 +79,26 @@ class HAProxy:
         self.log = open(os.path.join(self.dir, "haproxy.log"), "wb")
         self.proc = subprocess.Popen([haproxy_binary(), "-db", "-f", self.cfg], stdout=self.log, stderr=subprocess.STDOUT)
 
-    def states(self):
-        """{server name: status} from the stats page's CSV ("UP", "DOWN", "UP 1/2", ...)."""
+    def stats(self):
+        """{server name: {"status", "stot", "wretr", "wredis", ...}} from the stats page's CSV."""
         r = request(self.stats_port, "GET", "/;csv", timeout=5)
+        lines = r.body.decode().splitlines()
+        names = lines[0].lstrip("# ").split(",")
         out = {}
-        for line in r.body.decode().splitlines():
-            f = line.split(",")
-            if len(f) > 17 and f[0] == "searchgate_replicas" and f[1] not in ("BACKEND",):
-                out[f[1]] = f[17]
+        for line in lines[1:]:
+            row = dict(zip(names, line.split(",")))
+            if row.get("pxname") == "searchgate_replicas" and row.get("svname") not in ("BACKEND", None):
+                out[row["svname"]] = row
         return out
 
+    def states(self):
+        """{server name: status} ("UP", "DOWN", "UP 1/2", ...)."""
+        return {k: v["status"] for k, v in self.stats().items()}
+
     def wait_state(self, server, want, timeout=20):
-        deadline = time.time() + sgtest.scaled(timeout)
+        """Waits until HAProxy reports `server` as `want`; returns the seconds it took."""
+        started = time.time()
+        deadline = started + sgtest.scaled(timeout)
         st = None
         while time.time() < deadline:
             try:
@@ -98,8 +106,8 @@ class HAProxy:
             except OSError:
                 st = None
             if st == want:
-                return
-            time.sleep(0.05)
+                return time.time() - started
+            time.sleep(0.02)
         raise AssertionError("haproxy: %s is %r, not %r" % (server, st, want))
 
     def read_log(self):
@@ -183,6 +191,21 @@ def wait_for_requests(load, n, timeout=30):
         time.sleep(0.02)
 
 
+def retries(haproxy):
+    """HAProxy's (retries, redispatches) so far, over the replicas."""
+    st = haproxy.stats().values()
+    return sum(int(v.get("wretr") or 0) for v in st), sum(int(v.get("wredis") or 0) for v in st)
+
+
+def figures(phase, haproxy, load_ok, base, **times):
+    """One line of figures per phase (`ctest -R deploy_haproxy -V | grep FIGURES`): requests
+    served, HAProxy's retries and redispatches during the phase, how long each transition took."""
+    now = retries(haproxy)
+    retr, redis = now[0] - base[0], now[1] - base[1]
+    print("FIGURES %s: %d requests ok, 0 failed; haproxy retries %d, redispatches %d; %s" %
+          (phase, load_ok, retr, redis, ", ".join("%s %.2f s" % kv for kv in times.items())), flush=True)
+
+
 def reload_gateway_config(replica, new_config):
     """Reloads `replica`'s config in place (the process and its connections stay). Configuration
     reload is issue 20 item 2, not built yet: this step is left to it (SIGHUP, then wait for the
@@ -220,53 +243,67 @@ class ReplicasBehindHAProxy(unittest.TestCase):
     def test_1_kill_and_restart(self):
         """SIGKILL one replica under load, then restart it on the same port."""
         gw1, gw2, gw3 = self.replicas
+        base = retries(self.haproxy)
         load = Load(self.haproxy.port)
+        times = {}
         try:
             wait_for_requests(load, 150)
             before = [r.served() for r in self.replicas]
             self.assertTrue(all(b > 0 for b in before), "every replica serves: %r" % before)
             gw2.gw.proc.kill()  # no drain, no goodbye: requests in flight on it die with it
             gw2.gw.wait_exit()
-            self.haproxy.wait_state("gw2", "DOWN")
+            times["kill to DOWN"] = self.haproxy.wait_state("gw2", "DOWN")
             done = load.count()
             mid = [gw1.served(), gw3.served()]
             wait_for_requests(load, 300)
             # while gw2 is down its share goes to gw1 and gw3: they answered everything since
+            # (less at most one request per client: the client may count a response before the
+            # replica counts it in its metrics)
             answered = load.count() - done
             after = [gw1.served(), gw3.served()]
-            self.assertGreaterEqual(after[0] - mid[0] + after[1] - mid[1], answered)
+            self.assertGreaterEqual(after[0] - mid[0] + after[1] - mid[1], answered - len(load.threads))
             self.assertGreater(after[0] - mid[0], 0)
             self.assertGreater(after[1] - mid[1], 0)
             shutil.rmtree(gw2.gw.dir, ignore_errors=True)
+            started = time.time()
             gw2.start()
             self.haproxy.wait_state("gw2", "UP")
+            times["restart to UP"] = time.time() - started
             wait_for_requests(load, 300)
             self.assertGreater(gw2.served(), 0, "the restarted replica gets traffic again")
         finally:
-            self.assert_no_failures(load, "SIGKILL + restart")
+            ok = self.assert_no_failures(load, "SIGKILL + restart")
+        figures("SIGKILL + restart", self.haproxy, ok, base, **times)
 
     def test_2_sigterm_drains(self):
         """SIGTERM one replica under load: HAProxy takes it out while it still serves; it exits 0."""
         gw3 = self.replicas[2]
+        base = retries(self.haproxy)
         load = Load(self.haproxy.port)
+        times = {}
         try:
             wait_for_requests(load, 150)
+            started = time.time()
             gw3.gw.proc.send_signal(signal.SIGTERM)
             # the health check takes it out of the rotation before it stops accepting
-            self.haproxy.wait_state("gw3", "DOWN", timeout=DRAIN_MS / 1000.0)
+            times["SIGTERM to DOWN"] = self.haproxy.wait_state("gw3", "DOWN", timeout=DRAIN_MS / 1000.0)
             self.assertIsNone(gw3.gw.proc.poll(), "HAProxy should see the drain, not a closed port")
             r = request(gw3.port, "GET", "/health")
             self.assertEqual((r.status, r.json()["status"]), (503, "draining"))
             self.assertEqual(gw3.gw.wait_exit(), 0)
+            times["SIGTERM to exit"] = time.time() - started
             text = gw3.gw.read_log()
             self.assertIn("draining for %d ms" % DRAIN_MS, text)
             wait_for_requests(load, 200)
             shutil.rmtree(gw3.gw.dir, ignore_errors=True)
+            started = time.time()
             gw3.start()
             self.haproxy.wait_state("gw3", "UP")
+            times["restart to UP"] = time.time() - started
             wait_for_requests(load, 200)
         finally:
-            self.assert_no_failures(load, "SIGTERM drain + restart")
+            ok = self.assert_no_failures(load, "SIGTERM drain + restart")
+        figures("SIGTERM drain + restart", self.haproxy, ok, base, **times)
 
     def test_3_cache_is_shared(self):
         """A query answered by one replica is a Redis hit on another (they share cache.redis)."""
@@ -285,10 +322,11 @@ class ReplicasBehindHAProxy(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(r3.json(), r.json())
         # and through HAProxy, whichever replica it picks: a Redis or L1 hit, never a backend call
-        calls = sum(g.gw.metric("searchgate_backend_calls_total") for g in self.replicas)
+        live = [g for g in self.replicas if g.gw.proc.poll() is None]
+        calls = sum(g.gw.metric("searchgate_backend_calls_total") for g in live)
         r = request(self.haproxy.port, "POST", "/retrieve", {"queries": [q], "topk": 2})
         self.assertEqual(r.status, 200)
-        self.assertEqual(sum(g.gw.metric("searchgate_backend_calls_total") for g in self.replicas), calls)
+        self.assertEqual(sum(g.gw.metric("searchgate_backend_calls_total") for g in live), calls)
 
     def test_4_reload_one_gateway_under_load(self):
         """Reload one replica's config under load: 0 failures, and it serves with the new config."""
