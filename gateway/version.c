@@ -36,8 +36,8 @@ static void curl_line(FILE *fp)
         size_t n = strcspn(slash != NULL ? slash + 1 : v, " ");
         fprintf(fp, "libcurl      %.*s\n", (int)n, slash != NULL ? slash + 1 : v);
     }
-    if (h != NULL)
-        dlclose(h);
+    /* never dlclose()d: the process ends right after, and what the library allocated for itself
+     * would otherwise look leaked (LeakSanitizer) once its globals are unmapped */
 }
 
 static void openblas_line(FILE *fp)
@@ -56,7 +56,7 @@ static void openblas_line(FILE *fp)
     else
         fprintf(fp, "BLAS         %s, %s kernels (the library would pick %s; searchgate sets OPENBLAS_CORETYPE=%s)\n", c.library,
                 c.core, c.default_core, c.core);
-    dlclose(h);
+    /* kept loaded, like libcurl above */
 }
 
 static void plugins_line(FILE *fp, const char *dir)

@@ -58,6 +58,21 @@ def proxy_env():
     return {"http_proxy": m.group(1)} if m and m.group(1) else {}
 
 
+def cleanup_stale_roots():
+    """Roots of an earlier run that was killed: their mounts first, then the files."""
+    if not os.path.isdir(WORK):
+        return
+    with open("/proc/mounts") as f:
+        mounts = [line.split()[1] for line in f]
+    for name in os.listdir(WORK):
+        path = os.path.join(WORK, name)
+        if not name.startswith(("root-", "debootstrap-")):
+            continue
+        for m in sorted((m for m in mounts if m.startswith(path + "/")), reverse=True):
+            subprocess.run(["umount", "-l", m], capture_output=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class DebianPackage(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -69,6 +84,7 @@ class DebianPackage(unittest.TestCase):
         os.makedirs(os.path.dirname(BASE_TAR), exist_ok=True)
         os.makedirs(APT_CACHE, exist_ok=True)
         cls.env = dict(os.environ, **proxy_env())
+        cleanup_stale_roots()
         cls.suite = codename()
         cls.deb = sh([os.path.join(sgtest.SOURCE_DIR, "deploy", "build-deb.sh"), sgtest.BUILD_DIR, WORK]).stdout.strip()
         cls.root = tempfile.mkdtemp(prefix="root-", dir=WORK)
@@ -98,10 +114,11 @@ class DebianPackage(unittest.TestCase):
         if proxy:
             with open(os.path.join(cls.root, "etc", "apt", "apt.conf.d", "90proxy"), "w") as f:
                 f.write('Acquire::http::Proxy "%s";\n' % proxy)
-        for what, where, extra in (("proc", "proc", ["-t", "proc"]), ("/dev", "dev", ["--bind"])):
-            target = os.path.join(cls.root, where)
-            sh(["mount"] + extra + [what, target])
-            cls.mounts.append(target)
+        # /proc only (the gateway reads /proc/self/exe): debootstrap made the /dev nodes, and no host
+        # folder is bind-mounted that a later `rm -rf build` could reach through a leftover mount
+        target = os.path.join(cls.root, "proc")
+        sh(["mount", "-t", "proc", "proc", target])
+        cls.mounts.append(target)
         # downloaded packages are kept in the build tree for the next run
         archives = os.path.join(cls.root, "var", "cache", "apt", "archives")
         sh(["mount", "--bind", APT_CACHE, archives])
