@@ -1,6 +1,9 @@
 # searchgate -- the two commands of the README, and a few more for developers.
 #   make run    install what is missing, build into build/, start the gateway on configs/default.json
-#   make test   install what is missing, build, run the whole test suite (CTest)
+#   make test   install what is missing, build, run the test suite (CTest), except the package test
+#   make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc]   install the build (docs/deployment.md)
+#   make deb    the Debian package of the build, build/searchgate_<version>_<arch>.deb
+#   make test-package   that package installed and checked in a fresh debootstrap root (slow)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
@@ -13,8 +16,12 @@ NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc
 JOBS       ?= $(shell nproc)
 CONFIG     ?= configs/default.json
 CMAKE_ARGS ?=
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR    ?=
 
-.PHONY: all run test deps deps-test build build-asan test-asan build-cuda fuzz-smoke soak soak-short format check-format clean
+.PHONY: all run test deps deps-test build build-asan test-asan build-cuda fuzz-smoke soak soak-short format check-format clean install \
+        deb test-package
 
 all: build
 
@@ -33,14 +40,27 @@ run: build
 	$(BUILD)/searchgate --config $(CONFIG)
 
 test: deps-test build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900 -LE package
+
+# the build, installed under PREFIX (binaries in bin/, plugins in lib/searchgate/, the unit in
+# lib/systemd/system/, docs in share/doc/searchgate/) and SYSCONFDIR/searchgate/searchgate.json
+# (kept when there is one); DESTDIR stages it elsewhere
+install: build
+	DESTDIR="$(DESTDIR)" SG_SYSCONFDIR="$(SYSCONFDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
+
+deb: build
+	deploy/build-deb.sh $(BUILD) $(BUILD)
+
+# label "package": tests/deploy/test_package.py (debootstrap + apt from the mirror apt uses here)
+test-package: deps-test build
+	cd $(BUILD) && ctest --output-on-failure --timeout 900 -L package
 
 build-asan: deps-test
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSG_SANITIZE=ON $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
 test-asan: build-asan
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1800 -LE no-asan
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1800 -LE 'no-asan|package'
 
 # The CUDA module (-DSG_CUDA=ON, sm_90): compiled wherever nvcc exists, so it cannot rot; its
 # tests run the CPU fallback and the CUDA code on a CPU emulation, and skip the real-GPU ones

@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <stdio.h>
@@ -322,6 +323,33 @@ static h2o_iovec_t trim(h2o_iovec_t v)
     return v;
 }
 
+/* An anonymous peer's identity: "ip:ADDR" over TCP; over a Unix domain socket, "uid:N", the user
+ * the peer process runs as (SO_PEERCRED on `fd`; "uid:unknown" without it). */
+static void peer_id(const struct sockaddr *peer, int fd, char *out, size_t size)
+{
+    if (peer != NULL && peer->sa_family == AF_INET) {
+        char a[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)peer)->sin_addr, a, sizeof(a));
+        snprintf(out, size, "ip:%s", a);
+    } else if (peer != NULL && peer->sa_family == AF_INET6) {
+        char a[INET6_ADDRSTRLEN];
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)peer)->sin6_addr, a, sizeof(a));
+        snprintf(out, size, "ip:%s", a);
+    } else if (peer != NULL && peer->sa_family == AF_UNIX) {
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+            snprintf(out, size, "uid:%u", (unsigned)cred.uid);
+        else
+            snprintf(out, size, "uid:unknown");
+    } else {
+        snprintf(out, size, "ip:unknown");
+    }
+}
+
+static sg_client_t *identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len, const char *peer,
+                             const char **why);
+
 sg_client_t *sg_clients_identify_request(sg_clients_t *t, h2o_req_t *req, const char **why)
 {
     h2o_iovec_t key;
@@ -331,7 +359,11 @@ sg_client_t *sg_clients_identify_request(sg_clients_t *t, h2o_req_t *req, const 
     h2o_iovec_t cid = ci >= 0 ? req->headers.entries[ci].value : h2o_iovec_init(NULL, 0);
     struct sockaddr_storage ss;
     socklen_t sl = req->conn->callbacks->get_peername != NULL ? req->conn->callbacks->get_peername(req->conn, (void *)&ss) : 0;
-    return sg_clients_identify(t, key.base, key.len, cid.base, cid.len, sl > 0 ? (struct sockaddr *)&ss : NULL, why);
+    /* a Unix domain socket's peer has no address: its credentials say which user it runs as */
+    h2o_socket_t *sock = req->conn->callbacks->get_socket != NULL ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    char peer[64];
+    peer_id(sl > 0 ? (struct sockaddr *)&ss : NULL, sock != NULL ? h2o_socket_get_fd(sock) : -1, peer, sizeof(peer));
+    return identify(t, key.base, key.len, cid.base, cid.len, peer, why);
 }
 
 int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_us, uint32_t *retry_s, char *msg, size_t msg_size)
@@ -434,8 +466,8 @@ int sg_clients_admin_allowed(sg_clients_t *t, const char *key, size_t key_len, c
     return 1;
 }
 
-sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len,
-                                 const struct sockaddr *peer, const char **why)
+static sg_client_t *identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len, const char *peer,
+                             const char **why)
 {
     if (key != NULL) {
         size_t match = find_key(t, key, key_len);
@@ -453,18 +485,18 @@ sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_le
     if (hdr_id != NULL && t->cfg->clients.trust_client_id_header && hdr_len > 0) {
         size_t n = hdr_len < 120 ? hdr_len : 120;
         snprintf(id, sizeof(id), "id:%.*s", (int)n, hdr_id);
-    } else if (peer != NULL && peer->sa_family == AF_INET) {
-        char a[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)peer)->sin_addr, a, sizeof(a));
-        snprintf(id, sizeof(id), "ip:%s", a);
-    } else if (peer != NULL && peer->sa_family == AF_INET6) {
-        char a[INET6_ADDRSTRLEN];
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)peer)->sin6_addr, a, sizeof(a));
-        snprintf(id, sizeof(id), "ip:%s", a);
     } else {
-        snprintf(id, sizeof(id), "ip:unknown");
+        snprintf(id, sizeof(id), "%s", peer);
     }
     return anon_get(t, id);
+}
+
+sg_client_t *sg_clients_identify(sg_clients_t *t, const char *key, size_t key_len, const char *hdr_id, size_t hdr_len,
+                                 const struct sockaddr *peer, const char **why)
+{
+    char id[64];
+    peer_id(peer, -1, id, sizeof(id));
+    return identify(t, key, key_len, hdr_id, hdr_len, id, why);
 }
 
 int sg_gcra(uint64_t *tat_us, double rate, double burst, uint64_t n, uint64_t now_us, uint64_t max_wait_us, uint64_t *wait_us)

@@ -93,8 +93,9 @@ int sg_clients_key_header(const char *name, size_t name_len, h2o_iovec_t value, 
 int sg_clients_key_valid(sg_clients_t *t, const char *key, size_t key_len, const char **why);
 /**
  * The client of an HTTP request: its presented key (sg_clients_presented_key), else its
- * X-Client-Id header, else its peer address (sg_clients_identify). Returns a reference, or NULL
- * with a 401 message in `*why`. Loop thread.
+ * X-Client-Id header, else its peer address (sg_clients_identify) -- on a Unix domain socket, the
+ * user its peer runs as ("uid:N", SO_PEERCRED). Returns a reference, or NULL with a 401 message in
+ * `*why`. Loop thread.
  */
 sg_client_t *sg_clients_identify_request(sg_clients_t *t, h2o_req_t *req, const char **why);
 /**

@@ -436,34 +436,236 @@ static int parse_allowed(sg_cfg_t *c, const cJSON *l, const char *key, int origi
     return 0;
 }
 
-/* listen: the address, and who may talk to it how */
-static int parse_listen(sg_config_t *cfg, const cJSON *l, char *err, size_t err_size)
+/* ---- listen ----
+ *
+ * "listen" is one object or an array of up to SG_LISTEN_MAX of them. An object is a TCP listener
+ * ("host", "port", "address_file"), a Unix domain socket ("unix", "unix_mode", without "host" or
+ * "port"), or both ("unix" beside "host"/"port"). Beside its socket, an entry says who may talk
+ * to it ("allowed_hosts", "allowed_origins") and whether it serves HTTP/2 without TLS ("h2c");
+ * "read_timeout_ms" and "h2c_max_body_bytes" are settings of the loops' h2o contexts, so every
+ * listener shares them: any entry may set them, and the entries that do must agree. */
+
+static char **dup_strings(char *const *v, size_t n)
 {
-    static const char *const listen_keys[] = {
-        "host", "port", "allowed_hosts", "allowed_origins", "h2c", "h2c_max_body_bytes", "read_timeout_ms", NULL};
-    sg_cfg_t cl = {"listen", err, err_size};
-    int64_t v;
-    if (l != NULL && sg_cfg_check_keys(&cl, l, listen_keys) != 0)
-        return -1;
-    if (sg_cfg_string(&cl, l, "host", 0, "127.0.0.1", &cfg->host) != 0 || sg_cfg_int(&cl, l, "port", 0, 65535, 8000, &v) != 0)
-        return -1;
-    cfg->port = (uint16_t)v;
-    if (parse_allowed(&cl, l, "allowed_hosts", 0, &cfg->listen.allowed_hosts, &cfg->listen.n_allowed_hosts) != 0 ||
-        parse_allowed(&cl, l, "allowed_origins", 1, &cfg->listen.allowed_origins, &cfg->listen.n_allowed_origins) != 0)
-        return -1;
-    /* h2c's default follows clients.require_key (resolved once clients are read): HTTP/2 streams are
-     * authenticated only after h2o has read their bodies */
-    if (sg_cfg_bool(&cl, l, "h2c", -1, &cfg->listen.h2c) != 0 || sg_cfg_int(&cl, l, "read_timeout_ms", 100, 600000, 10000, &v) != 0)
-        return -1;
-    cfg->listen.read_timeout_ms = (uint32_t)v;
-    /* h2o holds up to 100 HTTP/2 request bodies of a connection at once (server.c, configure_h2o) */
-    if (sg_cfg_int(&cl, l, "h2c_max_body_bytes", 1024, (int64_t)1 << 30, (int64_t)1 << 20, &v) != 0)
-        return -1;
-    cfg->listen.h2c_max_body_bytes = (size_t)v;
+    char **out = sg_mem_calloc(n + 1, sizeof(*out));
+    for (size_t i = 0; i < n; ++i)
+        out[i] = sg_strdup(v[i]);
+    return out;
+}
+
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        free(v[i]);
+    free(v);
+}
+
+/* A new listener at the end of cfg->listen, with the policy of `policy` (copied) when not NULL. */
+static sg_listen_conf_t *add_listener(sg_config_t *cfg, const char *where, const sg_listen_conf_t *policy)
+{
+    cfg->listen = sg_mem_realloc(cfg->listen, (cfg->n_listen + 1) * sizeof(*cfg->listen));
+    sg_listen_conf_t *l = &cfg->listen[cfg->n_listen++];
+    memset(l, 0, sizeof(*l));
+    snprintf(l->where, sizeof(l->where), "%s", where);
+    l->h2c = -1; /* resolved once clients.require_key is known (sg_config_parse) */
+    if (policy != NULL) {
+        l->allowed_hosts = dup_strings(policy->allowed_hosts, policy->n_allowed_hosts);
+        l->n_allowed_hosts = policy->n_allowed_hosts;
+        l->allowed_origins = dup_strings(policy->allowed_origins, policy->n_allowed_origins);
+        l->n_allowed_origins = policy->n_allowed_origins;
+        l->h2c = policy->h2c;
+    }
+    return l;
+}
+
+/* "0660": permission bits as an octal string (JSON has no octal numbers, and 660 would be read as decimal) */
+static int parse_mode(sg_cfg_t *c, const cJSON *o, uint32_t *out)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "unix_mode");
+    *out = 0660;
+    if (m == NULL)
+        return 0;
+    const char *s = cJSON_IsString(m) ? m->valuestring : "";
+    size_t n = strlen(s);
+    uint32_t v = 0;
+    int ok = n >= 1 && n <= 4;
+    for (size_t i = 0; ok && i < n; ++i) {
+        ok = s[i] >= '0' && s[i] <= '7';
+        v = v * 8 + (uint32_t)(s[i] - '0');
+    }
+    if (!ok || v > 0777)
+        return sg_cfg_fail(c, "unix_mode", m, "expected permission bits as an octal string, like \"0660\"");
+    *out = v;
     return 0;
 }
 
-/* listen, threads, log_level, shutdown_grace_ms, plugin_dir */
+static int parse_unix(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, const sg_listen_conf_t *policy)
+{
+    sg_listen_conf_t *l = add_listener(cfg, c->path, policy);
+    if (sg_cfg_path(c, o, "unix", 1, cfg->base_dir, &l->unix_path) != 0 || parse_mode(c, o, &l->unix_mode) != 0)
+        return -1;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "unix");
+    if (l->unix_path[0] == '\0' || strlen(l->unix_path) >= 108) /* sizeof(sockaddr_un.sun_path) */
+        return sg_cfg_fail(c, "unix", u,
+                           "expected a socket path of 1 to 107 bytes (after resolving it against the config's directory)");
+    for (size_t i = 0; i + 1 < cfg->n_listen; ++i)
+        if (cfg->listen[i].unix_path != NULL && strcmp(cfg->listen[i].unix_path, l->unix_path) == 0)
+            return sg_cfg_fail(c, "unix", u, "is already the socket of %s", cfg->listen[i].where);
+    return 0;
+}
+
+/* Who may talk to an entry's listeners, and how: into `policy` (the caller frees its lists). */
+static int parse_policy(sg_cfg_t *c, const cJSON *o, sg_listen_conf_t *policy)
+{
+    if (parse_allowed(c, o, "allowed_hosts", 0, &policy->allowed_hosts, &policy->n_allowed_hosts) != 0 ||
+        parse_allowed(c, o, "allowed_origins", 1, &policy->allowed_origins, &policy->n_allowed_origins) != 0)
+        return -1;
+    /* h2c's default follows clients.require_key (resolved once clients are read): HTTP/2 streams are
+     * authenticated only after h2o has read their bodies */
+    return sg_cfg_bool(c, o, "h2c", -1, &policy->h2c);
+}
+
+/* The sockets of one entry: TCP, Unix or both. */
+static int parse_sockets(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, const sg_listen_conf_t *policy)
+{
+    int has_unix = cJSON_GetObjectItemCaseSensitive(o, "unix") != NULL;
+    int has_tcp =
+        !has_unix || cJSON_GetObjectItemCaseSensitive(o, "host") != NULL || cJSON_GetObjectItemCaseSensitive(o, "port") != NULL;
+    if (!has_unix && cJSON_GetObjectItemCaseSensitive(o, "unix_mode") != NULL)
+        return sg_cfg_fail(c, "unix_mode", cJSON_GetObjectItemCaseSensitive(o, "unix_mode"), "only applies with \"unix\"");
+    if (!has_tcp && cJSON_GetObjectItemCaseSensitive(o, "address_file") != NULL)
+        return sg_cfg_fail(c, "address_file", cJSON_GetObjectItemCaseSensitive(o, "address_file"),
+                           "is written for a TCP listener (\"host\"/\"port\"); a Unix domain socket's address is its path");
+    if (has_tcp) {
+        sg_listen_conf_t *l = add_listener(cfg, c->path, policy);
+        int64_t v;
+        if (sg_cfg_string(c, o, "host", 0, "127.0.0.1", &l->host) != 0 || sg_cfg_int(c, o, "port", 0, 65535, 8000, &v) != 0 ||
+            sg_cfg_path(c, o, "address_file", 0, cfg->base_dir, &l->address_file) != 0)
+            return -1;
+        l->port = (uint16_t)v;
+    }
+    return has_unix ? parse_unix(cfg, c, o, policy) : 0;
+}
+
+static int parse_listen_entry(sg_config_t *cfg, const cJSON *o, const char *where, char *err, size_t err_size)
+{
+    static const char *const keys[] = {"host",
+                                       "port",
+                                       "unix",
+                                       "unix_mode",
+                                       "address_file",
+                                       "allowed_hosts",
+                                       "allowed_origins",
+                                       "h2c",
+                                       "h2c_max_body_bytes",
+                                       "read_timeout_ms",
+                                       NULL};
+    sg_cfg_t c = {where, err, err_size};
+    if (o != NULL && sg_cfg_check_keys(&c, o, keys) != 0)
+        return -1;
+    sg_listen_conf_t policy = {0};
+    int rc = parse_policy(&c, o, &policy) != 0 || parse_sockets(cfg, &c, o, &policy) != 0 ? -1 : 0;
+    free_strings(policy.allowed_hosts, policy.n_allowed_hosts);
+    free_strings(policy.allowed_origins, policy.n_allowed_origins);
+    return rc;
+}
+
+/* One of the shared settings: its value in the entries that set it (they must agree), else `def`. */
+static int parse_shared(const cJSON *const *entries, int n, int is_array, const char *key, int64_t min, int64_t max, int64_t def,
+                        int64_t *out, char *err, size_t err_size)
+{
+    char where[32], first[32] = "";
+    *out = def;
+    for (int i = 0; i < n; ++i) {
+        if (is_array)
+            snprintf(where, sizeof(where), "listen[%d]", i);
+        else
+            snprintf(where, sizeof(where), "listen");
+        sg_cfg_t c = {where, err, err_size};
+        int64_t v;
+        if (sg_cfg_int(&c, entries[i], key, min, max, def, &v) != 0)
+            return -1;
+        const cJSON *item = entries[i] != NULL ? cJSON_GetObjectItemCaseSensitive(entries[i], key) : NULL;
+        if (item == NULL)
+            continue;
+        if (first[0] != '\0' && v != *out)
+            return sg_cfg_fail(&c, key, item,
+                               "differs from %s.%s (%lld): it applies to every listener, so the entries that set it must agree",
+                               first, key, (long long)*out);
+        if (first[0] == '\0') {
+            snprintf(first, sizeof(first), "%s", where);
+            *out = v;
+        }
+    }
+    return 0;
+}
+
+static int parse_listen_common(sg_config_t *cfg, const cJSON *l, char *err, size_t err_size)
+{
+    const cJSON *entries[SG_LISTEN_MAX];
+    int n = 0, is_array = cJSON_IsArray(l);
+    if (is_array)
+        for (const cJSON *it = l->child; it != NULL && n < SG_LISTEN_MAX; it = it->next)
+            entries[n++] = it;
+    else
+        entries[n++] = l;
+    int64_t v;
+    if (parse_shared(entries, n, is_array, "read_timeout_ms", 100, 600000, 10000, &v, err, err_size) != 0)
+        return -1;
+    cfg->listen_common.read_timeout_ms = (uint32_t)v;
+    /* h2o holds up to 100 HTTP/2 request bodies of a connection at once (server.c, configure_h2o) */
+    if (parse_shared(entries, n, is_array, "h2c_max_body_bytes", 1024, (int64_t)1 << 30, (int64_t)1 << 20, &v, err, err_size) != 0)
+        return -1;
+    cfg->listen_common.h2c_max_body_bytes = (size_t)v;
+    return 0;
+}
+
+static int parse_listen(sg_config_t *cfg, const cJSON *l, char *err, size_t err_size)
+{
+    if (!cJSON_IsArray(l)) {
+        if (parse_listen_entry(cfg, l, "listen", err, err_size) != 0)
+            return -1;
+        return parse_listen_common(cfg, l, err, err_size);
+    }
+    int n = cJSON_GetArraySize(l);
+    if (n < 1 || n > SG_LISTEN_MAX) {
+        sg_cfg_t c = {"", err, err_size};
+        return sg_cfg_fail(&c, "listen", l, "expected an object, or an array of 1 to %d listener objects", SG_LISTEN_MAX);
+    }
+    int i = 0;
+    for (const cJSON *it = l->child; it != NULL; it = it->next, ++i) {
+        char where[32];
+        snprintf(where, sizeof(where), "listen[%d]", i);
+        if (parse_listen_entry(cfg, it, where, err, err_size) != 0)
+            return -1;
+    }
+    return parse_listen_common(cfg, l, err, err_size);
+}
+
+/* Once clients.require_key is known: the h2c default of each listener, and whether any serves it. */
+static void resolve_h2c(sg_config_t *cfg)
+{
+    cfg->listen_common.any_h2c = 0;
+    for (size_t i = 0; i < cfg->n_listen; ++i) {
+        if (cfg->listen[i].h2c < 0)
+            cfg->listen[i].h2c = !cfg->clients.require_key;
+        cfg->listen_common.any_h2c |= cfg->listen[i].h2c;
+    }
+}
+
+sg_listen_conf_t *sg_config_tcp_listener(sg_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->n_listen; ++i)
+        if (cfg->listen[i].host != NULL)
+            return &cfg->listen[i];
+    sg_listen_conf_t *l = add_listener(cfg, "--port", NULL);
+    l->host = sg_strdup("127.0.0.1");
+    l->port = 8000;
+    resolve_h2c(cfg);
+    return l;
+}
+
+/* listen, threads, log_level, shutdown_drain_ms, shutdown_grace_ms, plugin_dir */
 static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
 {
     static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
@@ -476,6 +678,9 @@ static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t e
     cfg->threads = (int)v;
     if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
         return -1;
+    if (sg_cfg_int(&c, root, "shutdown_drain_ms", 0, 600000, 0, &v) != 0)
+        return -1;
+    cfg->shutdown_drain_ms = (uint32_t)v;
     if (sg_cfg_int(&c, root, "shutdown_grace_ms", 0, 600000, 5000, &v) != 0)
         return -1;
     cfg->shutdown_grace_ms = (uint32_t)v;
@@ -642,8 +847,9 @@ static void keep_restart_json(sg_config_t *cfg, const cJSON *root)
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"listen",          "threads", "log_level", "plugin_dir",        "limits", "backends",
-                                       "default_backend", "clients", "cache",     "shutdown_grace_ms", "mcp",    NULL};
+    static const char *const keys[] = {
+        "listen",  "threads", "log_level",         "plugin_dir",        "limits", "backends", "default_backend",
+        "clients", "cache",   "shutdown_drain_ms", "shutdown_grace_ms", "mcp",    NULL};
     memset(cfg, 0, sizeof(*cfg));
     cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
     cfg->default_backend = -1;
@@ -660,8 +866,8 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
                       sg_trace_conf_check_shared(cfg->traces, cfg->n_traces, err, err_size) != 0
                   ? -1
                   : 0;
-    if (ret == 0 && cfg->listen.h2c < 0)
-        cfg->listen.h2c = !cfg->clients.require_key;
+    if (ret == 0)
+        resolve_h2c(cfg);
     if (ret == 0)
         keep_restart_json(cfg, root);
     cJSON_Delete(root);
@@ -736,13 +942,14 @@ void sg_config_free(sg_config_t *cfg)
     free(cfg->cache.redis_prefix);
     free(cfg->path);
     free(cfg->base_dir);
-    free(cfg->host);
-    for (size_t i = 0; i < cfg->listen.n_allowed_hosts; ++i)
-        free(cfg->listen.allowed_hosts[i]);
-    free(cfg->listen.allowed_hosts);
-    for (size_t i = 0; i < cfg->listen.n_allowed_origins; ++i)
-        free(cfg->listen.allowed_origins[i]);
-    free(cfg->listen.allowed_origins);
+    for (size_t i = 0; i < cfg->n_listen; ++i) {
+        free(cfg->listen[i].host);
+        free(cfg->listen[i].unix_path);
+        free(cfg->listen[i].address_file);
+        free_strings(cfg->listen[i].allowed_hosts, cfg->listen[i].n_allowed_hosts);
+        free_strings(cfg->listen[i].allowed_origins, cfg->listen[i].n_allowed_origins);
+    }
+    free(cfg->listen);
     free(cfg->plugin_dir);
     for (int i = 0; i < SG_CONFIG_N_RESTART; ++i)
         free(cfg->restart_json[i]);

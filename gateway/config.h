@@ -76,25 +76,44 @@ enum { SG_RL_QUEUE = 0, SG_RL_REJECT = 1 };
  * paths, in sg_config_t.restart_json order. */
 #define SG_CONFIG_N_RESTART 6
 extern const char *const sg_config_restart_keys[SG_CONFIG_N_RESTART];
+
+/**
+ * One listening socket: a TCP address or a Unix domain socket, and who may talk to it how (gate.c)
+ * (docs/configuration.md, "listen"). The object form of `listen` with both `port` and `unix` makes
+ * two of these, with the same policy.
+ */
+typedef struct st_sg_listen_conf_t {
+    char *host;           /* TCP: an address or a host name; NULL for a Unix domain socket */
+    uint16_t port;        /* TCP: 0 = any free port */
+    char *unix_path;      /* the Unix domain socket's path; NULL for TCP */
+    uint32_t unix_mode;   /* permission bits of the socket file */
+    char *address_file;   /* TCP: "host:port" is written here once the gateway serves; NULL = none */
+    char **allowed_hosts; /* lower case: names, "*.suffix", "*" */
+    size_t n_allowed_hosts;
+    char **allowed_origins; /* lower case: "scheme://host[:port]", "null", "*" */
+    size_t n_allowed_origins;
+    int h2c;        /* HTTP/2 without TLS (prior knowledge, Upgrade: h2c) on this listener */
+    char where[32]; /* "listen" or "listen[1]", for messages */
+} sg_listen_conf_t;
+
+#define SG_LISTEN_MAX 16
 enum { SG_MCP_TEXT_SEARCH_R1 = 0, SG_MCP_TEXT_RESULTS_JSON = 1 };
 
 typedef struct st_sg_config_t {
-    char *path;     /* the config file */
-    char *base_dir; /* its directory: relative paths are resolved against it */
-    char *host;
-    uint16_t port;
-    /* who may talk to the listener, and how (gate.c) */
+    char *path;               /* the config file */
+    char *base_dir;           /* its directory: relative paths are resolved against it */
+    sg_listen_conf_t *listen; /* the sockets to serve on, at least one */
+    size_t n_listen;
+    /* what every listener shares: the settings of the loops' h2o contexts (any entry may set them;
+     * the entries that do must agree) */
     struct {
-        char **allowed_hosts; /* lower case: names, "*.suffix", "*" */
-        size_t n_allowed_hosts;
-        char **allowed_origins; /* lower case: "scheme://host[:port]", "null", "*" */
-        size_t n_allowed_origins;
-        int h2c;                   /* HTTP/2 without TLS (prior knowledge, Upgrade: h2c) */
+        int any_h2c;               /* some listener serves HTTP/2 without TLS: the loops get an HTTP/2 context */
         size_t h2c_max_body_bytes; /* h2o's limit for one HTTP/2 request body (100 per connection) */
         uint32_t read_timeout_ms;  /* to read a request, head and body; also the keep-alive idle time */
-    } listen;
+    } listen_common;
     int threads;
     int log_level;
+    uint32_t shutdown_drain_ms; /* how long a stopping gateway reports draining on /health before it stops accepting */
     uint32_t shutdown_grace_ms; /* how long a stopping gateway keeps serving the requests it has */
     char *plugin_dir;
     struct {
@@ -165,6 +184,12 @@ struct st_sg_cfg_t;
 struct cJSON;
 int sg__config_trace(sg_config_t *cfg, struct st_sg_cfg_t *c, const struct cJSON *o, const char *name,
                      struct st_sg_trace_conf_t **out);
+/**
+ * The first TCP listener, for the command line's --host, --port and --address-file; when the
+ * config has none (only a Unix domain socket), appends one on 127.0.0.1:8000 (with the default
+ * policy: no allowed hosts or origins, h2c unless keys are required).
+ */
+sg_listen_conf_t *sg_config_tcp_listener(sg_config_t *cfg);
 /** Index of the backend called `name` (length `len`), or -1. */
 int sg_config_find_backend(const sg_config_t *cfg, const char *name, size_t len);
 

@@ -6,7 +6,11 @@
  * readable, and a level-triggered loop that retries at once spins a core doing nothing. The gate
  * stops polling the listener for PAUSE_MS instead, counts and logs it (at most one line per loop
  * every PAUSE_LOG_MS, naming RLIMIT_NOFILE), and tries again; meanwhile new connections wait in the
- * kernel's listen backlog and are served once connections close.
+ * kernel's listen backlog and are served once connections close. A loop accepts on each of the
+ * server's listeners (every `listen` entry: TCP sockets of its own, a Unix domain socket shared by
+ * dup()); a connection is judged by its listener's rules (its allowed_hosts and allowed_origins,
+ * whether its address is loopback, a wildcard, an interface's or a Unix socket, its h2c), and h2o
+ * gets it with that listener's own host list, by which later requests find the listener again.
  *
  * The first request of a connection. A new socket is created with H2O_SOCKET_FLAG_DONT_READ: h2o
  * only reports readiness and the gate recv()s the head itself, at most h2o's own H2O_MAX_REQLEN,
@@ -61,6 +65,25 @@ static const char *const reason_names[N_REASONS] = {"key", "host", "origin", "to
 enum { FD_EMFILE, FD_ENFILE, FD_OTHER, N_FD_ERRORS };
 static const char *const fd_error_names[N_FD_ERRORS] = {"EMFILE", "ENFILE", "other"};
 
+/* One listener's door, in s->listeners order (server.h: s->gate). */
+struct st_sg_gate_listener_t {
+    const sg_listen_conf_t *conf;
+    int is_unix;
+    int enforce_host;      /* Host must be a loopback name, the listen address or in its allowed_hosts */
+    int trust_listen_host; /* the listen address is not a wildcard: a Host naming it is the gateway's own */
+    /* the NULL-terminated host lists h2o_accept() gives its HTTP/1 and HTTP/2 connections: arrays of
+     * their own (holding the one hostconf of each h2o configuration), so req->conn->hosts tells which
+     * listener a request came through (sg_gate_check_request) */
+    h2o_hostconf_t *hosts[2];
+    h2o_hostconf_t *h2c_hosts[2];
+};
+
+/* A loop's listener socket's data: which listener it is. */
+typedef struct st_accepting_t {
+    sg_gate_loop_t *gl;
+    const sg_gate_listener_t *via;
+} accepting_t;
+
 /* registered once by sg_gate_init(); the loops only add */
 static struct {
     sg_counter_t *refused[N_REASONS];
@@ -75,12 +98,14 @@ struct st_sg_gate_loop_t {
     uint64_t last_log_ms;
     uint64_t unlogged_pauses;
     int stopped;
+    accepting_t *accepting; /* one per listener */
 };
 
 enum { G_HEAD, G_BODY, G_WRITE, G_LINGER };
 
 typedef struct st_gate_conn_t {
     sg_loop_t *loop;
+    const sg_gate_listener_t *via; /* the listener it came through */
     h2o_socket_t *sock;
     h2o_linklist_t link;
     sg_timer_t timer;    /* the read timeout, then the linger deadline */
@@ -167,29 +192,29 @@ static int host_matches(const char *pattern, h2o_iovec_t h)
     return h2o_lcstris(h.base, h.len, pattern, pl);
 }
 
-/* A Host the gateway answers to: a loopback name or address, the address it listens on (when not
- * a wildcard), or one of listen.allowed_hosts. */
-static int host_trusted(const sg_server_t *s, h2o_iovec_t hostport)
+/* A Host the listener answers to: a loopback name or address, the address it listens on (when not
+ * a wildcard), or one of its allowed_hosts. */
+static int host_trusted(const sg_gate_listener_t *via, h2o_iovec_t hostport)
 {
-    const sg_config_t *cfg = s->cfg;
+    const sg_listen_conf_t *lc = via->conf;
     h2o_iovec_t h = host_part(hostport);
     if (is_loopback_host(h))
         return 1;
-    if (s->gate.trust_listen_host && strlen(cfg->host) == h.len && strncasecmp(cfg->host, h.base, h.len) == 0)
+    if (via->trust_listen_host && strlen(lc->host) == h.len && strncasecmp(lc->host, h.base, h.len) == 0)
         return 1;
-    for (size_t i = 0; i < cfg->listen.n_allowed_hosts; ++i)
-        if (host_matches(cfg->listen.allowed_hosts[i], h))
+    for (size_t i = 0; i < lc->n_allowed_hosts; ++i)
+        if (host_matches(lc->allowed_hosts[i], h))
             return 1;
     return 0;
 }
 
-/* Listed in listen.allowed_origins, or the request's own origin: scheme://Host, with a Host the
- * gateway answers to (a rebound name is not, so a page on it is not same-origin here). */
-static int origin_allowed(const sg_server_t *s, h2o_iovec_t origin, h2o_iovec_t host)
+/* Listed in the listener's allowed_origins, or the request's own origin: scheme://Host, with a
+ * Host the listener answers to (a rebound name is not, so a page on it is not same-origin here). */
+static int origin_allowed(const sg_gate_listener_t *via, h2o_iovec_t origin, h2o_iovec_t host)
 {
-    const sg_config_t *cfg = s->cfg;
-    for (size_t i = 0; i < cfg->listen.n_allowed_origins; ++i) {
-        const char *o = cfg->listen.allowed_origins[i];
+    const sg_listen_conf_t *lc = via->conf;
+    for (size_t i = 0; i < lc->n_allowed_origins; ++i) {
+        const char *o = lc->allowed_origins[i];
         if (strcmp(o, "*") == 0 || h2o_lcstris(origin.base, origin.len, o, strlen(o)))
             return 1;
     }
@@ -198,7 +223,7 @@ static int origin_allowed(const sg_server_t *s, h2o_iovec_t origin, h2o_iovec_t 
                                                                                    : 0;
     if (skip == 0 || host.base == NULL)
         return 0;
-    return origin.len - skip == host.len && strncasecmp(origin.base + skip, host.base, host.len) == 0 && host_trusted(s, host);
+    return origin.len - skip == host.len && strncasecmp(origin.base + skip, host.base, host.len) == 0 && host_trusted(via, host);
 }
 
 /* GET or HEAD of a route that needs no key: /health (probes) and /dashboard (a page without data). */
@@ -229,29 +254,29 @@ static void deny(verdict_t *v, int status, int reason, const char *type)
     v->type = type;
 }
 
-/* `g`: the configuration generation the request is judged by (its keys); listen.* is the
- * start-up config's (s->cfg). */
-static void judge(const sg_server_t *s, const sg_gen_t *g, const gate_head_t *h, verdict_t *v)
+/* `g`: the configuration generation the request is judged by (its keys); `via`: the listener it
+ * came through, whose Host and Origin rules are the start-up config's (s->cfg). */
+static void judge(const sg_gate_listener_t *via, const sg_gen_t *g, const gate_head_t *h, verdict_t *v)
 {
     const sg_config_t *cfg = g->cfg;
     char q[ECHO_MAX];
     memset(v, 0, sizeof(*v));
     v->authenticated = !cfg->clients.require_key;
-    if (s->gate.enforce_host && h->host.base != NULL && !host_trusted(s, h->host)) {
+    if (via->enforce_host && h->host.base != NULL && !host_trusted(via, h->host)) {
         quote(q, sizeof(q), h->host);
         snprintf(v->msg, sizeof(v->msg),
                  "Host \"%s\" is not served here: requests must name a loopback host (localhost, 127.0.0.1, [::1])%s or one of "
-                 "listen.allowed_hosts (a guard against DNS rebinding)",
-                 q, s->gate.trust_listen_host ? ", the listen address" : "");
+                 "%s.allowed_hosts (a guard against DNS rebinding)",
+                 q, via->trust_listen_host ? ", the listen address" : "", via->conf->where);
         deny(v, 403, REASON_HOST, "forbidden");
         return;
     }
-    if (h->origin.base != NULL && (h->origins_differ || !origin_allowed(s, h->origin, h->host))) {
+    if (h->origin.base != NULL && (h->origins_differ || !origin_allowed(via, h->origin, h->host))) {
         quote(q, sizeof(q), h->origin);
         snprintf(v->msg, sizeof(v->msg),
-                 "Origin \"%s\" is not allowed: requests from web pages of other origins are refused unless listen.allowed_origins "
+                 "Origin \"%s\" is not allowed: requests from web pages of other origins are refused unless %s.allowed_origins "
                  "lists the origin",
-                 q);
+                 q, via->conf->where);
         deny(v, 403, REASON_ORIGIN, "forbidden");
         return;
     }
@@ -371,18 +396,22 @@ static void conn_close(gate_conn_t *g)
 }
 
 /* The request is h2o's from here: it finds whatever the gate read in the socket's input. An
- * HTTP/2 connection (with listen.h2c) goes to the loop's HTTP/2 context, whose body limit is
- * listen.h2c_max_body_bytes (server.c, configure_h2o); the HTTP/1 context never upgrades. */
+ * HTTP/2 connection (on a listener with h2c) goes to the loop's HTTP/2 context, whose body limit
+ * is listen's h2c_max_body_bytes (server.c, configure_h2o); the HTTP/1 context never upgrades. The
+ * connection gets its listener's host list, which marks it as that listener's. */
 static void pass(gate_conn_t *g)
 {
     h2o_socket_t *sock = g->sock;
     sg_loop_t *l = g->loop;
-    int http2 = g->http2 && l->has_h2c;
+    const sg_gate_listener_t *via = g->via;
+    int http2 = g->http2 && l->has_h2c && via->conf->h2c;
     conn_free(g);
     h2o_socket_read_stop(sock);
     h2o_socket_dont_read(sock, 0);
     sock->data = NULL;
-    h2o_accept(http2 ? &l->h2c_accept_ctx : &l->accept_ctx, sock);
+    h2o_accept_ctx_t actx = http2 ? l->h2c_accept_ctx : l->accept_ctx; /* h2o_accept() keeps no pointer to it */
+    actx.hosts = http2 ? (h2o_hostconf_t **)via->h2c_hosts : (h2o_hostconf_t **)via->hosts;
+    h2o_accept(&actx, sock);
 }
 
 /* Reads at most `max` bytes more into the socket's input. Returns the count, 0 when nothing is
@@ -469,7 +498,7 @@ static void on_head(gate_conn_t *g, size_t head_len, const gate_head_t *h, const
     g->http2 = f->upgrade_h2c;
     verdict_t v;
     sg_loop_refresh_gen(g->loop); /* keys removed by a reload are refused from the next request on */
-    judge(s, g->loop->gen, h, &v);
+    judge(g->via, g->loop->gen, h, &v);
     if (v.status != 0) {
         count(s, h->path, v.status, v.reason);
         refuse(g, h->path, v.status, v.type, v.msg, is_head_method(h->method), drain_budget(s, f, body_read));
@@ -586,7 +615,7 @@ static void on_timeout(sg_timer_t *t)
     const sg_server_t *s = g->loop->server;
     char msg[200];
     snprintf(msg, sizeof(msg), "the request body was not received in full within listen.read_timeout_ms (%u ms)",
-             s->cfg->listen.read_timeout_ms);
+             s->cfg->listen_common.read_timeout_ms);
     h2o_iovec_t path = h2o_iovec_init(NULL, 0); /* the head was parsed and is gone: find the path again */
     gate_head_t h;
     framing_t f;
@@ -596,17 +625,19 @@ static void on_timeout(sg_timer_t *t)
     refuse(g, path, 408, "request_timeout", msg, 0, 0);
 }
 
-static void conn_open(sg_loop_t *l, int fd)
+static void conn_open(sg_loop_t *l, const sg_gate_listener_t *via, int fd)
 {
     int on = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    if (!via->is_unix)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     gate_conn_t *g = sg_mem_calloc(1, sizeof(*g));
     g->loop = l;
+    g->via = via;
     g->state = G_HEAD;
     g->sock = h2o_evloop_socket_create(l->loop, fd, H2O_SOCKET_FLAG_IS_ACCEPTED_CONNECTION | H2O_SOCKET_FLAG_DONT_READ);
     g->sock->data = g;
     h2o_linklist_insert(&l->gate->conns, &g->link);
-    sg_timer_start(&l->timers, &g->timer, sg_now_ms() + l->server->cfg->listen.read_timeout_ms, on_timeout);
+    sg_timer_start(&l->timers, &g->timer, sg_now_ms() + l->server->cfg->listen_common.read_timeout_ms, on_timeout);
     h2o_socket_read_start(g->sock, on_read);
 }
 
@@ -617,8 +648,10 @@ static void on_accept(h2o_socket_t *listener, const char *err);
 static void on_resume(sg_timer_t *t)
 {
     sg_gate_loop_t *gl = H2O_STRUCT_FROM_MEMBER(sg_gate_loop_t, resume, t);
-    if (!gl->stopped && gl->loop->listener != NULL)
-        h2o_socket_read_start(gl->loop->listener, on_accept);
+    sg_loop_t *l = gl->loop;
+    for (size_t i = 0; !gl->stopped && i < l->server->n_listeners; ++i)
+        if (l->listeners[i] != NULL)
+            h2o_socket_read_start(l->listeners[i], on_accept);
 }
 
 static void pause_accepting(sg_loop_t *l, int e)
@@ -627,7 +660,8 @@ static void pause_accepting(sg_loop_t *l, int e)
     uint64_t now = sg_now_ms();
     int which = e == EMFILE ? FD_EMFILE : e == ENFILE ? FD_ENFILE : FD_OTHER;
     sg_counter_add(M.accept_paused[which], 1);
-    h2o_socket_read_stop(l->listener);
+    for (size_t i = 0; i < l->server->n_listeners; ++i) /* the descriptors are the process's: no listener could accept */
+        h2o_socket_read_stop(l->listeners[i]);
     if (gl->paused_since_ms == 0)
         gl->paused_since_ms = now;
     ++gl->unlogged_pauses;
@@ -646,7 +680,8 @@ static void pause_accepting(sg_loop_t *l, int e)
 
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
-    sg_loop_t *l = listener->data;
+    const accepting_t *acc = listener->data;
+    sg_loop_t *l = acc->gl->loop;
     if (err != NULL)
         return;
     for (int i = 0; i < 64; ++i) { /* accept a burst, then give other events a turn */
@@ -657,7 +692,7 @@ static void on_accept(h2o_socket_t *listener, const char *err)
                        (double)(sg_now_ms() - l->gate->paused_since_ms) / 1000.0);
                 l->gate->paused_since_ms = 0;
             }
-            conn_open(l, fd);
+            conn_open(l, acc->via, fd);
             continue;
         }
         if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -671,14 +706,22 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 
 /* ---- life cycle ---- */
 
-void sg_gate_init(sg_server_t *s, const sg_listen_addr_t *addr)
+void sg_gate_init(sg_server_t *s)
 {
-    const sg_config_t *cfg = s->cfg;
-    int kind = sg_listen_addr_kind(addr);
-    /* bound to loopback: only loopback names reach it legitimately; elsewhere the names clients use
-     * are unknown unless listed, and a listed one turns the check on */
-    s->gate.enforce_host = kind == SG_LISTEN_LOOPBACK || cfg->listen.n_allowed_hosts > 0;
-    s->gate.trust_listen_host = kind == SG_LISTEN_OTHER;
+    s->gate = sg_mem_calloc(s->n_listeners, sizeof(*s->gate));
+    for (size_t i = 0; i < s->n_listeners; ++i) {
+        sg_gate_listener_t *via = &s->gate[i];
+        const sg_listener_t *li = &s->listeners[i];
+        via->conf = li->conf;
+        via->is_unix = li->kind == SG_LISTEN_UNIX;
+        /* bound to loopback: only loopback names reach it legitimately; elsewhere (a wildcard,
+         * an interface, a Unix domain socket, whose clients may send any Host) the names clients
+         * use are unknown unless listed, and a listed one turns the check on */
+        via->enforce_host = li->kind == SG_LISTEN_LOOPBACK || li->conf->n_allowed_hosts > 0;
+        via->trust_listen_host = li->kind == SG_LISTEN_OTHER;
+        via->hosts[0] = s->h2o.hosts[0];
+        via->h2c_hosts[0] = s->cfg->listen_common.any_h2c ? s->h2o_h2c.hosts[0] : NULL;
+    }
     for (int i = 0; i < N_REASONS; ++i) {
         char l[48];
         snprintf(l, sizeof(l), "reason=\"%s\"", reason_names[i]);
@@ -697,13 +740,26 @@ void sg_gate_init(sg_server_t *s, const sg_listen_addr_t *addr)
     }
 }
 
+void sg_gate_dispose(sg_server_t *s)
+{
+    free(s->gate);
+    s->gate = NULL;
+}
+
 void sg_gate_start_loop(sg_loop_t *l)
 {
-    l->gate = sg_mem_calloc(1, sizeof(*l->gate));
-    l->gate->loop = l;
-    h2o_linklist_init_anchor(&l->gate->conns);
-    l->listener->data = l;
-    h2o_socket_read_start(l->listener, on_accept);
+    sg_gate_loop_t *gl = sg_mem_calloc(1, sizeof(*gl));
+    const sg_server_t *s = l->server;
+    l->gate = gl;
+    gl->loop = l;
+    h2o_linklist_init_anchor(&gl->conns);
+    gl->accepting = sg_mem_calloc(s->n_listeners, sizeof(*gl->accepting));
+    for (size_t i = 0; i < s->n_listeners; ++i) {
+        gl->accepting[i].gl = gl;
+        gl->accepting[i].via = &s->gate[i];
+        l->listeners[i]->data = &gl->accepting[i];
+        h2o_socket_read_start(l->listeners[i], on_accept);
+    }
 }
 
 void sg_gate_stop_loop(sg_loop_t *l)
@@ -711,7 +767,9 @@ void sg_gate_stop_loop(sg_loop_t *l)
     sg_gate_loop_t *gl = l->gate;
     gl->stopped = 1;
     sg_timer_stop(&l->timers, &gl->resume);
-    h2o_socket_read_stop(l->listener);
+    for (size_t i = 0; i < l->server->n_listeners; ++i)
+        if (l->listeners[i] != NULL)
+            h2o_socket_read_stop(l->listeners[i]);
     /* a connection still waiting for its first request is idle: it closes, as h2o closes idle
      * keep-alive connections; a body being read or a refusal being written finishes (its timer
      * bounds it) */
@@ -733,11 +791,21 @@ void sg_gate_dispose_loop(sg_loop_t *l)
     sg_gate_loop_t *gl = l->gate;
     while (!h2o_linklist_is_empty(&gl->conns))
         conn_close(H2O_STRUCT_FROM_MEMBER(gate_conn_t, link, gl->conns.next));
+    free(gl->accepting);
     free(gl);
     l->gate = NULL;
 }
 
 /* ---- the handler's check ---- */
+
+/* The listener a request's connection came through: its host list is that listener's (pass()). */
+static const sg_gate_listener_t *listener_of(const sg_server_t *s, h2o_req_t *req)
+{
+    for (size_t i = 0; i < s->n_listeners; ++i)
+        if (req->conn->hosts == s->gate[i].hosts || req->conn->hosts == s->gate[i].h2c_hosts)
+            return &s->gate[i];
+    return &s->gate[0]; /* not reached: every connection is handed to h2o by pass() */
+}
 
 int sg_gate_check_request(sg_loop_t *l, h2o_req_t *req)
 {
@@ -755,7 +823,7 @@ int sg_gate_check_request(sg_loop_t *l, h2o_req_t *req)
     }
     sg_clients_presented_key(req, &h.key, &h.key_why);
     verdict_t v;
-    judge(s, l->gen, &h, &v);
+    judge(listener_of(s, req), l->gen, &h, &v);
     if (!v.authenticated) /* the next request on this connection passes the gate again */
         req->http1_is_persistent = 0;
     if (v.status == 0)

@@ -21,14 +21,18 @@
 #include "listen.h"
 
 typedef struct st_sg_gate_loop_t sg_gate_loop_t;
+typedef struct st_sg_gate_listener_t sg_gate_listener_t;
 
-/** Registers the gate's metrics and reads its policy from the config; `addr` is the resolved
- * listen address (a loopback address restricts Host to loopback names). Main thread, before the
+/** Registers the gate's metrics and reads each listener's policy (s->gate) from its listen entry
+ * and the address it is bound to: a loopback address restricts Host to loopback names and the
+ * entry's allowed_hosts. Main thread, once s->listeners are open and h2o configured, before the
  * loops start. */
-void sg_gate_init(sg_server_t *s, const sg_listen_addr_t *addr);
-/** Starts accepting on the loop's listener (loop thread). */
+void sg_gate_init(sg_server_t *s);
+/** Frees s->gate, once the loops are gone. Main thread. */
+void sg_gate_dispose(sg_server_t *s);
+/** Starts accepting on every listener of the loop (loop thread). */
 void sg_gate_start_loop(sg_loop_t *l);
-/** Stops accepting (the caller closes the listener afterwards) and closes the connections that
+/** Stops accepting (the caller closes the listeners afterwards) and closes the connections that
  * have not sent a request head yet; a body being read or a refusal being written goes on. */
 void sg_gate_stop_loop(sg_loop_t *l);
 /** 1 while the gate holds connections of this loop (a first request being read, a refusal being
@@ -39,7 +43,8 @@ int sg_gate_busy(sg_loop_t *l);
 void sg_gate_dispose_loop(sg_loop_t *l);
 /**
  * The handler's first step: Host, Origin and (with clients.require_key) the API key of `req`,
- * judged exactly as the gate judges a first request. Returns 0 when the request may go on, or 1
+ * judged exactly as the gate judges a first request, by the rules of the listener its connection
+ * came through. Returns 0 when the request may go on, or 1
  * after answering it (401 or 403, JSON, the connection closed after the answer). A request that
  * goes on without a valid key while keys are required (an open route: GET /health, /dashboard)
  * also ends its connection after the answer.

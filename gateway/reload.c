@@ -12,6 +12,10 @@
  *
  * Disposal runs here because it may destroy a plugin instance (which joins the plugin's threads):
  * never on a loop, never on a plugin thread that might be the one to join.
+ *
+ * systemd (Type=notify) hears of each reload: RELOADING=1 when it begins, READY=1 when it is over,
+ * applied or refused (notify.h). Once a shutdown began (sg_reload_refuse) neither is sent, so
+ * nothing follows the gateway's STOPPING=1.
  */
 #include "reload.h"
 #include "server.h"
@@ -20,6 +24,7 @@
 #include "dispatch.h"
 #include "fusion.h"
 #include "json.h"
+#include "notify.h"
 #include "trace.h"
 
 #include <limits.h>
@@ -37,6 +42,7 @@ typedef struct st_job_t {
     struct st_job_t **slot; /* in the request's pool: cleared when it is answered */
     int status;             /* of the answer: 200, 422 or 503 */
     sg_buf_t body;          /* the JSON answer */
+    char outcome[240];      /* one line for systemd's STATUS= */
 } job_t;
 
 static struct {
@@ -149,9 +155,12 @@ void sg_reload_warnings(const sg_gen_t *prev, const sg_gen_t *g, sg_buf_t *out)
         if (strcmp(running->restart_json[i], g->cfg->restart_json[i]) != 0)
             sg_buf_appendf(out, "%s changed: it takes effect at a restart (the running value stays until then)\n",
                            sg_config_restart_keys[i]);
-    if (g->cfg->clients.require_key && running->listen.h2c)
-        sg_buf_appendf(out, "clients.require_key is on but listen.h2c stays on until a restart: HTTP/2 streams are "
-                            "authenticated only after their body is read\n");
+    for (size_t i = 0; g->cfg->clients.require_key && i < running->n_listen; ++i)
+        if (running->listen[i].h2c)
+            sg_buf_appendf(out,
+                           "clients.require_key is on but %s.h2c stays on until a restart: HTTP/2 streams are "
+                           "authenticated only after their body is read\n",
+                           running->listen[i].where);
 }
 
 /* The answer of a reload that was applied, and its log lines. */
@@ -195,6 +204,8 @@ static void report(job_t *job, const sg_gen_t *prev, const sg_gen_t *g, uint64_t
         text_names(&text, texts[i], &d[i]);
     SG_LOG(SG_LL_INFO, "reload", "configuration %s reloaded in %.0f ms: generation %llu serves new requests (%s)", R.path, ms,
            (unsigned long long)g->id, text.len != 0 ? text.base : "nothing changed");
+    snprintf(job->outcome, sizeof(job->outcome), "configuration reloaded: generation %llu serves new requests%s",
+             (unsigned long long)g->id, d[D_RESTART].n != 0 ? " (some changes need a restart)" : "");
     for (char *p = warn.base, *nl; p != NULL && (nl = memchr(p, '\n', warn.len - (size_t)(p - warn.base))) != NULL; p = nl + 1)
         SG_LOG(SG_LL_WARN, "reload", "%.*s", (int)(nl - p), p);
     for (int i = 0; i < D_COUNT; ++i)
@@ -240,6 +251,11 @@ static void run(job_t *job)
     sg_counter_add(R.m_failed, 1);
     SG_LOG(SG_LL_ERROR, "reload", "configuration reload refused, the running configuration keeps serving: %s", msg);
     refuse(job, 422, "invalid_config", msg);
+    snprintf(job->outcome, sizeof(job->outcome), "configuration reload refused, the running configuration keeps serving: %.150s",
+             msg);
+    for (char *p = job->outcome; *p != '\0'; ++p) /* one line of the datagram */
+        if (*p == '\n')
+            *p = ' ';
 }
 
 /* Hands a finished job to its loop, or frees it (SIGHUP). */
@@ -278,11 +294,20 @@ static void *reload_main(void *arg)
         if ((R.head = job->next) == NULL)
             R.tail = &R.head;
         int stopping = R.stopping;
+        if (!stopping) /* under the mutex: sg_reload_refuse() orders it before STOPPING=1 */
+            sg_notify_reloading();
         pthread_mutex_unlock(&R.mu);
         if (stopping)
             refuse(job, 503, "unavailable", "the gateway is shutting down");
         else
             run(job);
+        pthread_mutex_lock(&R.mu);
+        if (!stopping && !R.stopping) {
+            char state[300];
+            snprintf(state, sizeof(state), "READY=1\nSTATUS=%s", job->outcome);
+            sg_notify_event(state);
+        }
+        pthread_mutex_unlock(&R.mu);
         job_done(job);
         pthread_mutex_lock(&R.mu);
         --R.pending;
@@ -347,6 +372,13 @@ void sg_reload_signal(void)
                R.stopping ? "the gateway is shutting down" : "too many reloads queued; ignored");
         free(job);
     }
+}
+
+void sg_reload_refuse(void)
+{
+    pthread_mutex_lock(&R.mu);
+    R.stopping = 1;
+    pthread_mutex_unlock(&R.mu);
 }
 
 void sg_reload_quiesce(void)

@@ -1,14 +1,15 @@
 /*
  * reload.h -- reloading the configuration without a restart (docs/operations.md, "Reloading the
- * configuration"). SIGHUP (also sent by `searchgate --reload PIDFILE`) and an admin-key POST
- * /admin/reload re-read the config file on the reload thread, build a new generation from it
+ * configuration"). SIGHUP (also sent by `searchgate --reload PIDFILE` and systemd's ExecReload)
+ * and an admin-key POST /admin/reload re-read the config file on the reload thread, build a new generation from it
  * (gen.h) and publish it; a config that --check would refuse is refused as a whole, with the same
  * message, and the running one keeps serving. The same thread disposes of the generations nobody
  * uses any more (destroying the plugin instances of routes a reload removed or replaced).
  *
  * What a reload changes: clients and keys, rate limits, budgets, limits, route settings, routes
  * added, removed or recreated (their plugin config or the files it names changed), fusion and
- * rerank routes, traces, the log level. What it does not: listen.*, threads, cache.l1_bytes,
+ * rerank routes, traces, the log level. What it does not: listen (any of its forms: the object,
+ * the array of entries, their sockets, address files and policies), threads, cache.l1_bytes,
  * cache.redis, mcp.*, limits.max_body_bytes -- the reply and the log line name those that changed
  * and keep the running values until a restart.
  */
@@ -28,8 +29,11 @@ struct st_sg_loop_t;
  * `default_plugin_dir`. Main thread.
  */
 void sg_reload_start(struct st_sg_server_t *s, const char *config_path, const char *default_plugin_dir);
-/** Shutdown begins: refuses new reloads (503), lets the one running finish and answers the queued
- * ones 503. The thread keeps disposing of generations. Main thread, while the loops still serve. */
+/** Shutdown begins: new reloads are refused (503) and, from now on, none tells systemd RELOADING=1
+ * or READY=1; returns at once. Main thread, before it tells systemd STOPPING=1. */
+void sg_reload_refuse(void);
+/** Refuses new reloads (503), lets the one running finish and answers the queued ones 503. The
+ * thread keeps disposing of generations. Main thread, while the loops still serve. */
 void sg_reload_quiesce(void);
 /** After the loops stopped: disposes of what is left to dispose and joins the thread; generations
  * released afterwards are disposed on the releasing thread. Main thread. */

@@ -227,11 +227,14 @@ static void on_health(h2o_req_t *req)
                             : "down (bypassed)");
     sg_jw_end(&w);
     sg_jw_kfixed(&w, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
-    sg_jw_kstr(&w, "status", ok ? "ok" : "degraded");
+    /* shutting down: a load balancer's health check takes this replica out while it still serves */
+    int draining = atomic_load(&s->draining) || atomic_load(&s->stopping);
+    sg_jw_kstr(&w, "status", draining ? "draining" : ok ? "ok" : "degraded");
     sg_jw_end(&w);
-    sg_send_json(req, ok ? 200 : 503, b.base, b.len);
+    int status = ok && !draining ? 200 : 503;
+    sg_send_json(req, status, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_HEALTH, ok ? 200 : 503);
+    count(req, R_HEALTH, status);
 }
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
@@ -644,7 +647,7 @@ static int has_connections(sg_loop_t *l)
     return ctx_has_connections(&l->ctx) || (l->has_h2c && ctx_has_connections(&l->h2c_ctx)) || sg_gate_busy(l);
 }
 
-/* The loop's h2o contexts (the HTTP/2 one with listen.h2c), and which is whose: entry 0 of a
+/* The loop's h2o contexts (the HTTP/2 one when a listener has h2c), and which is whose: entry 0 of a
  * context's storage is its loop (sg_loop_of). Loop thread. */
 static void contexts_init(sg_loop_t *l)
 {
@@ -654,7 +657,7 @@ static void contexts_init(sg_loop_t *l)
     *h2o_context_get_storage(&l->ctx, &key, NULL) = l;
     l->accept_ctx.ctx = &l->ctx;
     l->accept_ctx.hosts = s->h2o.hosts;
-    l->has_h2c = s->cfg->listen.h2c;
+    l->has_h2c = s->cfg->listen_common.any_h2c;
     if (l->has_h2c) {
         h2o_context_init(&l->h2c_ctx, l->loop, &s->h2o_h2c);
         *h2o_context_get_storage(&l->h2c_ctx, &key, NULL) = l;
@@ -697,7 +700,7 @@ static void drain(sg_loop_t *l)
     }
 }
 
-/* Everything h2o about a loop -- the evloop, the context and its queue, the listener socket,
+/* Everything h2o about a loop -- the evloop, the context and its queue, the listener sockets,
  * the Redis connection -- is created, run and disposed on the loop's own thread: h2o keeps
  * per-thread buffer free lists (__thread prototypes) that a socket created on one thread and
  * read on another would corrupt.
@@ -712,8 +715,10 @@ static void loop_init(sg_loop_t *l)
     sg_server_t *s = l->server;
     l->loop = h2o_evloop_create();
     contexts_init(l);
-    l->listener = h2o_evloop_socket_create(l->loop, l->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-    sg_gate_start_loop(l); /* accepting (gate.c) */
+    l->listeners = sg_mem_calloc(s->n_listeners, sizeof(*l->listeners));
+    for (size_t i = 0; i < s->n_listeners; ++i)
+        l->listeners[i] = h2o_evloop_socket_create(l->loop, l->listen_fds[i], H2O_SOCKET_FLAG_DONT_READ);
+    sg_gate_start_loop(l); /* accepting on every listener (gate.c) */
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     l->gen = sg_gen_acquire(s); /* the loop's reference on the current generation (gen.h) */
@@ -721,6 +726,21 @@ static void loop_init(sg_loop_t *l)
     if (s->cfg->cache.redis.enabled)
         l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
     sg_mcp_init_loop(l);
+}
+
+/* Shutdown, on the loop's thread: no more accepts (connections with no request handed over yet
+ * close), the listeners closed, h2o asked to end its connections, SSE streams ended. */
+static void stop_accepting(sg_loop_t *l)
+{
+    sg_gate_stop_loop(l);
+    for (size_t i = 0; i < l->server->n_listeners; ++i) {
+        h2o_socket_close(l->listeners[i]);
+        l->listeners[i] = NULL;
+    }
+    context_shutdown(&l->ctx);
+    if (l->has_h2c)
+        context_shutdown(&l->h2c_ctx);
+    sg_mcp_stop_loop(l); /* SSE streams end now, not at the grace's end */
 }
 
 static void *loop_main(void *arg)
@@ -736,13 +756,7 @@ static void *loop_main(void *arg)
         sg_loop_refresh_gen(l); /* an idle loop lets go of a generation a reload replaced */
         if (atomic_load(&s->stopping) && grace_end == 0) {
             grace_end = sg_now_ms() + l->gen->cfg->shutdown_grace_ms;
-            sg_gate_stop_loop(l); /* no more accepts; connections with no request handed over yet close */
-            h2o_socket_close(l->listener);
-            l->listener = NULL;
-            context_shutdown(&l->ctx);
-            if (l->has_h2c)
-                context_shutdown(&l->h2c_ctx);
-            sg_mcp_stop_loop(l); /* SSE streams end now, not at the grace's end */
+            stop_accepting(l);
         }
         if (grace_end != 0 && !has_connections(l)) {
             context_stop_goaway(&l->ctx);
@@ -765,6 +779,7 @@ static void *loop_main(void *arg)
         }
         h2o_evloop_run(l->loop, sg_timers_next_wait(&l->timers, grace_end != 0 ? 50 : 500));
         sg_timers_run(&l->timers);
+        atomic_store_explicit(&l->alive_ms, sg_now_ms(), memory_order_relaxed);
     }
     sg_gate_dispose_loop(l);           /* what the gate still holds (the grace ran out) */
     pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
@@ -788,7 +803,20 @@ static void *loop_main(void *arg)
     sg_timers_dispose(&l->timers);
     sg_gen_release(l->gen);
     l->gen = NULL;
+    free(l->listeners);
+    l->listeners = NULL;
     return NULL;
+}
+
+int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms)
+{
+    uint64_t now = sg_now_ms();
+    for (int i = 0; i < s->n_loops; ++i) {
+        uint64_t seen = atomic_load_explicit(&s->loops[i].alive_ms, memory_order_relaxed);
+        if (now > seen && now - seen > max_age_ms)
+            return 0;
+    }
+    return 1;
 }
 
 int sg_server_start(sg_server_t *s, char *err, size_t err_size);
@@ -814,12 +842,12 @@ static void register_http_metrics(sg_server_t *s)
 
 /*
  * One h2o configuration: the routes' handler and filters on every path, bodies over `max_entity`
- * refused by h2o while it reads them. There are two when listen.h2c is on. h2o 2.2.5 reads the
+ * refused by h2o while it reads them. There are two when a listener has h2c on. h2o 2.2.5 reads the
  * whole body of every HTTP/2 stream before a handler runs, up to max_request_entity_size each and
  * 100 streams per connection (its fixed SETTINGS_MAX_CONCURRENT_STREAMS; the setting
  * http2.max_concurrent_requests_per_connection only bounds the requests it *runs* at once, not the
  * bodies it reads), so an HTTP/2 connection can make it hold 100 times that limit. HTTP/2
- * connections therefore run on a context of their own whose limit is listen.h2c_max_body_bytes,
+ * connections therefore run on a context of their own whose limit is listen's h2c_max_body_bytes,
  * and it alone upgrades HTTP/1 (`upgrade`); the gate hands it the connections that open with
  * the HTTP/2 preface or ask for Upgrade: h2c (gate.c). HTTP/1's own limit stays twice
  * limits.max_body_bytes: one request at a time per connection.
@@ -833,7 +861,7 @@ static h2o_hostconf_t *configure_h2o(h2o_globalconf_t *conf, const sg_config_t *
      * first request of a connection under the same limit (gate.c). It only covers reading a
      * request and idle keep-alive: a long backend call is bounded by the route's deadline instead
      * (checked: a 4 s call with a 2 s req_timeout completes). */
-    conf->http1.req_timeout = cfg->listen.read_timeout_ms;
+    conf->http1.req_timeout = cfg->listen_common.read_timeout_ms;
     conf->http1.upgrade_to_http2 = upgrade;
     h2o_hostconf_t *hostconf = h2o_config_register_host(conf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *pc = h2o_config_register_path(hostconf, "/", 0);
@@ -850,44 +878,31 @@ int sg_server_start(sg_server_t *s, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
     /* the listeners first: a port in use fails start-up before anything else is set up */
-    sg_listen_addr_t addr;
-    if (sg_listen_resolve(cfg->host, cfg->port, &addr, err, err_size) != 0 || sg_listen_probe(&addr, err, err_size) != 0)
-        return -1;
     int n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
-    int *fds = sg_mem_alloc((size_t)n_loops * sizeof(*fds));
-    uint16_t port = cfg->port;
-    int opened = 0;
-    for (; opened < n_loops; ++opened) {
-        uint16_t bound = 0;
-        fds[opened] = sg_listen_open(&addr, port, &bound, err, err_size);
-        if (fds[opened] < 0)
-            break;
-        port = bound; /* port 0: every loop binds the port the first one got */
-    }
-    /* another process may have joined the port between the probe and our binds */
-    if (opened < n_loops || sg_listen_check_exclusive(&addr, port, fds, (size_t)n_loops, err, err_size) != 0) {
-        for (int i = 0; i < opened; ++i)
-            close(fds[i]);
-        free(fds);
+    int *fds;
+    int n = sg_listen_open_all(cfg, n_loops, &s->listeners, &fds, err, err_size);
+    if (n < 0)
         return -1;
-    }
-    s->bound_port = port;
+    s->n_listeners = (size_t)n;
     s->n_loops = n_loops;
     sg_respond_init(s); /* the response budget, before any request */
     s->loops = sg_mem_calloc((size_t)n_loops, sizeof(*s->loops));
     for (int i = 0; i < n_loops; ++i) {
         s->loops[i].id = i;
         s->loops[i].server = s;
-        s->loops[i].listen_fd = fds[i];
+        s->loops[i].alive_ms = sg_now_ms();
+        s->loops[i].listen_fds = sg_mem_alloc(s->n_listeners * sizeof(int));
+        for (size_t k = 0; k < s->n_listeners; ++k)
+            s->loops[i].listen_fds[k] = fds[k * (size_t)n_loops + (size_t)i];
     }
     free(fds);
 
     /* h2o refuses larger bodies itself, before reading them (made JSON by on_setup_json_errors);
      * up to twice the limit the handler answers with a JSON 413 that names limits.max_body_bytes */
     s->hostconf = configure_h2o(&s->h2o, cfg, cfg->limits.max_body_bytes * 2, 0);
-    if (cfg->listen.h2c) /* HTTP/2 without TLS: its connections get their own bound (see configure_h2o) */
-        configure_h2o(&s->h2o_h2c, cfg, cfg->listen.h2c_max_body_bytes, 1);
-    sg_gate_init(s, &addr);
+    if (cfg->listen_common.any_h2c) /* HTTP/2 without TLS: its connections get their own bound (see configure_h2o) */
+        configure_h2o(&s->h2o_h2c, cfg, cfg->listen_common.h2c_max_body_bytes, 1);
+    sg_gate_init(s);
     s->body_bytes_parsed =
         sg_metrics_counter("searchgate_request_body_bytes_parsed_total",
                            "Bytes of request bodies handed to the JSON parser (/retrieve, /access, /mcp, /messages).", "");
@@ -915,12 +930,15 @@ void sg_server_dispose(sg_server_t *s)
     if (s->loops == NULL)
         return;
     pthread_barrier_wait(&s->barrier); /* the plugins are destroyed: the loops deliver and dispose */
-    for (int i = 0; i < s->n_loops; ++i)
+    for (int i = 0; i < s->n_loops; ++i) {
         pthread_join(s->loops[i].tid, NULL);
+        free(s->loops[i].listen_fds);
+    }
     pthread_barrier_destroy(&s->barrier);
     free(s->loops);
     s->loops = NULL;
+    sg_gate_dispose(s);
     h2o_config_dispose(&s->h2o);
-    if (s->cfg->listen.h2c)
+    if (s->cfg->listen_common.any_h2c)
         h2o_config_dispose(&s->h2o_h2c);
 }

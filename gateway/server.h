@@ -2,7 +2,8 @@
  * server.h -- the gateway's runtime state: the event-loop threads and the server that owns them
  * (routes, clients, the h2o configuration), and the HTTP responses every route writes.
  *
- * Threads. N loop threads each own an h2o context, a SO_REUSEPORT listener and a timer heap.
+ * Threads. N loop threads each own an h2o context, a descriptor of every listener (a SO_REUSEPORT
+ * socket of their own for TCP) and a timer heap.
  * Everything attached to a query (query.h) is touched only by its loop thread. Plugin threads
  * complete calls; completions travel back to loops through h2o_multithread messages. Objects that
  * cross threads (blobs, flights, calls) are either immutable after publication, reference-counted
@@ -39,11 +40,12 @@ struct st_sg_loop_t {
     h2o_evloop_t *loop;
     h2o_context_t ctx; /* HTTP/1 */
     h2o_accept_ctx_t accept_ctx;
-    int has_h2c;                     /* listen.h2c: HTTP/2 connections run on a context of their own */
-    h2o_context_t h2c_ctx;           /* (server.c, configure_h2o) */
-    h2o_accept_ctx_t h2c_accept_ctx; /* what the gate hands them to (gate.c) */
-    int listen_fd;
-    h2o_socket_t *listener;
+    int has_h2c;                           /* some listener serves h2c: HTTP/2 connections run on a context of their own */
+    h2o_context_t h2c_ctx;                 /* (server.c, configure_h2o) */
+    h2o_accept_ctx_t h2c_accept_ctx;       /* what the gate hands them to (gate.c) */
+    int *listen_fds;                       /* this loop's descriptor of each of the server's listeners */
+    h2o_socket_t **listeners;              /* their h2o sockets (NULL once closed) */
+    _Atomic uint64_t alive_ms;             /* when the loop last went round (sg_server_loops_alive) */
     h2o_multithread_receiver_t deliveries; /* sg_waiter_t: results for requests of this loop */
     h2o_multithread_receiver_t finished;   /* sg_call_t: calls started by this loop that completed */
     sg_timers_t timers;                    /* deadlines of any length (timer.h) */
@@ -77,13 +79,15 @@ struct st_sg_server_t {
      * limits.max_body_bytes) is read here; everything else from the current generation (gen.h) */
     sg_config_t *cfg;
     h2o_globalconf_t h2o;     /* HTTP/1 */
-    h2o_globalconf_t h2o_h2c; /* HTTP/2 connections (listen.h2c): their own body limit */
+    h2o_globalconf_t h2o_h2c; /* HTTP/2 connections (listen h2c): their own body limit */
     h2o_hostconf_t *hostconf; /* of `h2o` */
     sg_loop_t *loops;
     int n_loops;
-    uint16_t bound_port;
+    struct st_sg_listener_t *listeners; /* every listen entry (listen.h) */
+    size_t n_listeners;
     pthread_barrier_t barrier; /* the loops and the main thread meet at start-up and shutdown */
     atomic_int stopping;
+    atomic_int draining; /* shutting down: /health answers 503 "draining" so load balancers stop sending */
     uint64_t started_ms;
     /* generations (gen.h): the current one (a reference) and every one still referenced, under gen_mutex */
     pthread_mutex_t gen_mutex;
@@ -96,10 +100,9 @@ struct st_sg_server_t {
     sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
     sg_response_budget_t responses;               /* response memory held by the process (respond.h) */
     sg_counter_t *body_bytes_parsed;              /* request bodies handed to the JSON parser */
-    struct {
-        int enforce_host;      /* Host must be a loopback name, the listen address or in listen.allowed_hosts */
-        int trust_listen_host; /* the listen address is not a wildcard: a Host naming it is the gateway's own */
-    } gate;                    /* set by sg_gate_init(), read-only afterwards */
+    /* one per listener, in s->listeners order: who may talk to it (gate.c); set by sg_gate_init(),
+     * read-only afterwards */
+    struct st_sg_gate_listener_t *gate;
 };
 
 /* There is no global server: main() owns the one instance. A request reaches it through the loop
@@ -116,6 +119,8 @@ const char *sg_http_reason(int status);
 /** The index into sg_server_t.http_requests of the operations route `path` names (exactly: /,
  * /health, /metrics, /stats, /dashboard), else the one of every other path. */
 int sg_server_route_index(h2o_iovec_t path);
+/** Whether every loop went round within the last `max_age_ms` (for the systemd watchdog). */
+int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms);
 /** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
 void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
 /** Counts a response of the operations routes (/, /health, /metrics, /stats, /dashboard,

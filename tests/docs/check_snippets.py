@@ -381,7 +381,7 @@ class Checker:
                 kinds.add("overrides")
                 for e in fk.overrides(cmd, self.check_url):
                     self.fail(sn, e)
-            if "$RAG_SERVER_ADDR_DIR" in cmd:
+            if "$RAG_SERVER_ADDR_DIR/" in cmd:  # a file in it (not `mkdir -p "$RAG_SERVER_ADDR_DIR"`)
                 kinds.add("asearcher-address")
                 for e in fk.asearcher_address_file(cmd):
                     self.fail(sn, e)

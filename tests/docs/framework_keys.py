@@ -198,7 +198,12 @@ def overrides(command, check_url):
 
 def asearcher_address_file(command):
     """AReaL/ASearcher/utils/search_utils.py get_server_list: $RAG_SERVER_ADDR_DIR/Host*_IP*.txt,
-    each line an address host:port (the client adds http:// and the path)."""
+    each line an address host:port (the client adds http:// and the path). Written by hand (echo),
+    or by the gateway itself (`searchgate --address-file`, which writes host:port)."""
+    m = re.search(r"--address-file[ =]\"?\$RAG_SERVER_ADDR_DIR/([^\"\s]+)\"?", command)
+    if m:
+        name = m.group(1)
+        return [] if re.match(r"^Host.*_IP.*\.txt$", name) else ["ASearcher address file %s: the client globs Host*_IP*.txt" % name]
     m = re.search(r"(?:echo|printf)\s+(?:'%s'\s+)?(\S+)\s*>\s*\"?\$RAG_SERVER_ADDR_DIR/([^\"\s]+)\"?", command)
     if not m:
         return ["ASearcher address file: expected `echo HOST:PORT > \"$RAG_SERVER_ADDR_DIR/Host<ip>_IP<port>.txt\"`"]

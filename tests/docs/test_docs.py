@@ -115,6 +115,7 @@ tools:
 ```sh
 python3 -m trainer environment.skyrl_gym.search.url=http://127.0.0.1:8000/retrieve
 echo 127.0.0.1:8000 > "$RAG_SERVER_ADDR_DIR/gateway.txt"
+searchgate --config gw.json --port 0 --address-file "$RAG_SERVER_ADDR_DIR/gw.addr"
 curl -s localhost:8000/retrieve/nosuch -d '{"queries": ["x"]}'
 ```
 
@@ -141,7 +142,8 @@ class SeededPage(unittest.TestCase):
         text = "\n".join(c.failures)
         lines = {int(m) for m in re.findall(r"^docs/seeded\.md:(\d+)", text, re.M)}
         expect = ["searchgate --check refuses it", "not valid JSON", "server_addr must be host:port",
-                  "SkyRL override environment.skyrl_gym.search.url", "the client globs Host*_IP*.txt",
+                  "SkyRL override environment.skyrl_gym.search.url", "gateway.txt: the client globs Host*_IP*.txt",
+                  "gw.addr: the client globs Host*_IP*.txt",
                   "/retrieve/nosuch -d '{\"queries\": [\"x\"]}'` gets HTTP 404", "its url must end in /sse", "link to other.md#nowhere: no such file",
                   "link to api.md#no-such-heading: api.md has no heading #no-such-heading"]
         for e in expect:

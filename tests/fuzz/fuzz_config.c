@@ -64,7 +64,10 @@ static void check_client(const sg_client_conf_t *c, int keyed)
 
 static void check_config(const sg_config_t *cfg)
 {
-    FUZZ_CHECK(cfg->host != NULL && cfg->base_dir != NULL); /* plugin_dir NULL: beside the binary */
+    FUZZ_CHECK(cfg->base_dir != NULL); /* plugin_dir NULL: beside the binary */
+    FUZZ_CHECK(cfg->n_listen >= 1 && cfg->n_listen <= 2 * SG_LISTEN_MAX);
+    for (size_t i = 0; i < cfg->n_listen; ++i) /* each a TCP listener or a Unix domain socket */
+        FUZZ_CHECK((cfg->listen[i].host != NULL) != (cfg->listen[i].unix_path != NULL));
     FUZZ_CHECK(cfg->threads >= 0 && cfg->threads <= 1024);
     FUZZ_CHECK(cfg->log_level >= 0 && cfg->log_level <= 3);
     FUZZ_CHECK(cfg->limits.max_body_bytes >= 1024 && cfg->limits.max_queries >= 1 && cfg->limits.max_query_bytes >= 1);

@@ -71,7 +71,8 @@ def request(port, method, path, body=None, headers=None, timeout=60, host="127.0
 class Gateway:
     """A searchgate process on a free port, with a config given as a dict."""
 
-    def __init__(self, config, threads=2, extra_args=(), env=None, config_dir=None, expect_fail=False, preexec_fn=None):
+    def __init__(self, config, threads=2, extra_args=(), env=None, config_dir=None, expect_fail=False, preexec_fn=None,
+                 port_arg=True):
         self.dir = tempfile.mkdtemp(prefix="sgtest-")
         self.config = dict(config)
         self.config.setdefault("listen", {"host": "127.0.0.1", "port": 0})
@@ -84,23 +85,27 @@ class Gateway:
         e = dict(os.environ)
         e.setdefault("LSAN_OPTIONS", "suppressions=" + os.path.join(SOURCE_DIR, "tests", "lsan.supp"))
         e.update(env or {})
-        self.proc = subprocess.Popen([binary("searchgate"), "--config", self.config_path, "--port", "0"] + list(extra_args),
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=e, preexec_fn=preexec_fn)
+        # port_arg: "--port 0" (a free port for the first TCP listener; one is added to a config
+        # that only has a Unix domain socket)
+        self.proc = subprocess.Popen([binary("searchgate"), "--config", self.config_path] + (["--port", "0"] if port_arg else []) +
+                                     list(extra_args), stdout=self.log, stderr=subprocess.STDOUT, env=e, preexec_fn=preexec_fn)
         self.port = None
         self.metrics_headers = None  # the key /metrics needs when keys are in use (clients.admin_key_env, require_key)
         if expect_fail:
             return
         deadline = time.time() + scaled(30)
+        started = False
         while time.time() < deadline:
             text = self.read_log()
-            m = re.search(r"listening on http://[^:]+:(\d+)", text)
+            m = re.search(r"listening on (http://[^:]+:(\d+)|unix:)", text)  # the first listener; unix: for a socket only
             if m:
-                self.port = int(m.group(1))
+                self.port = int(m.group(2)) if m.group(2) else None
+                started = True
                 break
             if self.proc.poll() is not None:
                 raise RuntimeError("searchgate exited with %s:\n%s" % (self.proc.returncode, text))
             time.sleep(0.02)
-        if self.port is None:
+        if not started:
             self.proc.kill()
             raise RuntimeError("searchgate did not start:\n" + self.read_log())
 

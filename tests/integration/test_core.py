@@ -628,8 +628,13 @@ class StartupErrors(unittest.TestCase):
 
     def test_version_and_help(self):
         out = subprocess.run([sgtest.binary("searchgate"), "--version"], capture_output=True, text=True)
-        self.assertEqual(out.returncode, 0)
-        self.assertIn("searchgate", out.stdout)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        # the version, the git revision, the plugin ABI and the libraries in use (issue 20)
+        self.assertRegex(out.stdout, r"^searchgate \d+\.\d+\.\d+ \(git ([0-9a-f]{7,}(-dirty)?|unknown)\)\n")
+        for line in (r"plugin ABI\s+\d+\.\d+$", r"h2o\s+2\.2\.5 ", r"hiredis\s+\d+\.\d+\.\d+$", r"libcurl\s+\d+\.\d+\.\d+$",
+                     r"BLAS\s+OpenBLAS \d+\.\d+\.\d+, \w+ kernels", r"FAISS\s+\d+\.\d+\.\d+", r"OpenSSL\s+OpenSSL \d",
+                     r"plugins\s+%s: .*\bbm25\b" % re.escape(os.path.join(sgtest.BUILD_DIR, "plugins"))):
+            self.assertRegex(out.stdout, re.compile("^" + line, re.M))
         out = subprocess.run([sgtest.binary("searchgate"), "--help"], capture_output=True, text=True)
         self.assertIn("--config", out.stdout)
         out = subprocess.run([sgtest.binary("searchgate")], capture_output=True, text=True)

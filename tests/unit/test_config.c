@@ -23,8 +23,12 @@ static void test_minimal_defaults(void **state)
     sg_config_t cfg;
     char err[512];
     assert_int_equal(parse("{\"backends\":[" BACKEND "]}", &cfg, err), 0);
-    assert_string_equal(cfg.host, "127.0.0.1");
-    assert_int_equal(cfg.port, 8000);
+    assert_int_equal(cfg.n_listen, 1);
+    assert_string_equal(cfg.listen[0].host, "127.0.0.1");
+    assert_int_equal(cfg.listen[0].port, 8000);
+    assert_null(cfg.listen[0].unix_path);
+    assert_null(cfg.listen[0].address_file);
+    assert_int_equal(cfg.shutdown_drain_ms, 0);
     assert_int_equal(cfg.threads, 0);
     assert_int_equal(cfg.n_backends, 1);
     assert_int_equal(cfg.default_backend, 0);
@@ -63,16 +67,62 @@ static void test_mcp(void **state)
     sg_config_free(&cfg);
 }
 
-static void test_listen(void **state)
+/* listen: the object form (TCP, a Unix socket, or both) and the array form */
+static void test_listen_sockets(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(
+        parse("{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"run/sg.sock\"},\"shutdown_drain_ms\":1500}", &cfg, err), 0);
+    assert_int_equal(cfg.n_listen, 1); /* unix alone: no TCP listener */
+    assert_null(cfg.listen[0].host);
+    assert_string_equal(cfg.listen[0].unix_path, "/etc/sg/run/sg.sock");
+    assert_int_equal(cfg.listen[0].unix_mode, 0660);
+    assert_int_equal(cfg.shutdown_drain_ms, 1500);
+    /* the command line's --port adds a TCP listener to a Unix-only config */
+    sg_listen_conf_t *l = sg_config_tcp_listener(&cfg);
+    assert_int_equal(cfg.n_listen, 2);
+    assert_string_equal(l->host, "127.0.0.1");
+    assert_int_equal(l->port, 8000);
+    sg_config_free(&cfg);
+
+    assert_int_equal(parse("{\"backends\":[" BACKEND "],\"listen\":{\"port\":0,\"unix\":\"/run/s\",\"unix_mode\":\"600\","
+                           "\"address_file\":\"addr\"}}",
+                           &cfg, err),
+                     0);
+    assert_int_equal(cfg.n_listen, 2); /* beside TCP */
+    assert_string_equal(cfg.listen[0].host, "127.0.0.1");
+    assert_int_equal(cfg.listen[0].port, 0);
+    assert_string_equal(cfg.listen[0].address_file, "/etc/sg/addr");
+    assert_string_equal(cfg.listen[1].unix_path, "/run/s");
+    assert_int_equal(cfg.listen[1].unix_mode, 0600);
+    assert_ptr_equal(sg_config_tcp_listener(&cfg), &cfg.listen[0]);
+    sg_config_free(&cfg);
+
+    assert_int_equal(parse("{\"backends\":[" BACKEND "],\"listen\":[{\"host\":\"127.0.0.1\",\"port\":8000},"
+                           "{\"host\":\"10.0.0.5\",\"port\":9100},{\"unix\":\"/run/x\"}]}",
+                           &cfg, err),
+                     0);
+    assert_int_equal(cfg.n_listen, 3);
+    assert_string_equal(cfg.listen[1].host, "10.0.0.5");
+    assert_int_equal(cfg.listen[1].port, 9100);
+    assert_string_equal(cfg.listen[1].where, "listen[1]");
+    assert_string_equal(cfg.listen[2].unix_path, "/run/x");
+    sg_config_free(&cfg);
+}
+
+/* listen's policy: who may talk to it (allowed_hosts, allowed_origins), h2c, the read timeout */
+static void test_listen_policy(void **state)
 {
     (void)state;
     sg_config_t cfg;
     char err[512];
     assert_int_equal(parse("{\"backends\":[" BACKEND "]}", &cfg, err), 0);
-    assert_int_equal(cfg.listen.n_allowed_hosts, 0);
-    assert_int_equal(cfg.listen.n_allowed_origins, 0);
-    assert_true(cfg.listen.h2c);
-    assert_int_equal(cfg.listen.read_timeout_ms, 10000);
+    assert_int_equal(cfg.listen[0].n_allowed_hosts, 0);
+    assert_int_equal(cfg.listen[0].n_allowed_origins, 0);
+    assert_true(cfg.listen[0].h2c);
+    assert_int_equal(cfg.listen_common.read_timeout_ms, 10000);
     sg_config_free(&cfg);
     /* h2c follows require_key unless set; lists are kept in lower case */
     setenv("SG_UNIT_LISTEN_KEY", "k", 1);
@@ -80,7 +130,7 @@ static void test_listen(void **state)
     char json[1024];
     snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],%s}", keyed);
     assert_int_equal(parse(json, &cfg, err), 0);
-    assert_false(cfg.listen.h2c);
+    assert_false(cfg.listen[0].h2c);
     sg_config_free(&cfg);
     snprintf(json, sizeof(json),
              "{\"backends\":[" BACKEND
@@ -88,13 +138,13 @@ static void test_listen(void **state)
              "\"*.lab.example\",\"[FD00::5]\",\"*\"],\"allowed_origins\":[\"HTTP://LocalHost:6274\",\"null\",\"*\"]}}",
              keyed);
     assert_int_equal(parse(json, &cfg, err), 0);
-    assert_true(cfg.listen.h2c);
-    assert_int_equal(cfg.listen.read_timeout_ms, 2500);
-    assert_int_equal(cfg.listen.n_allowed_hosts, 4);
-    assert_string_equal(cfg.listen.allowed_hosts[0], "gw.example.org");
-    assert_string_equal(cfg.listen.allowed_hosts[2], "[fd00::5]");
-    assert_int_equal(cfg.listen.n_allowed_origins, 3);
-    assert_string_equal(cfg.listen.allowed_origins[0], "http://localhost:6274");
+    assert_true(cfg.listen[0].h2c);
+    assert_int_equal(cfg.listen_common.read_timeout_ms, 2500);
+    assert_int_equal(cfg.listen[0].n_allowed_hosts, 4);
+    assert_string_equal(cfg.listen[0].allowed_hosts[0], "gw.example.org");
+    assert_string_equal(cfg.listen[0].allowed_hosts[2], "[fd00::5]");
+    assert_int_equal(cfg.listen[0].n_allowed_origins, 3);
+    assert_string_equal(cfg.listen[0].allowed_origins[0], "http://localhost:6274");
     sg_config_free(&cfg);
     static const char *const bad[][2] = {
         {"\"allowed_hosts\":[\"gw.example.org:80\"]", "listen.allowed_hosts: expected host names"},
@@ -117,6 +167,67 @@ static void test_listen(void **state)
     }
 }
 
+/* listen entries each have their own policy; read_timeout_ms and h2c_max_body_bytes are shared:
+ * the entries that set them must agree */
+static void test_listen_entries(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+    assert_int_equal(parse("{\"backends\":[" BACKEND "],\"listen\":[{\"port\":8000,\"allowed_hosts\":[\"gw.lab\"],\"h2c\":false},"
+                           "{\"host\":\"10.0.0.5\",\"port\":9100,\"read_timeout_ms\":2500,\"allowed_origins\":[\"http://x\"]},"
+                           "{\"unix\":\"/run/x\",\"port\":8001,\"allowed_hosts\":[\"a\",\"b\"],\"read_timeout_ms\":2500}]}",
+                           &cfg, err),
+                     0);
+    assert_int_equal(cfg.n_listen, 4); /* the third entry is a TCP and a Unix listener */
+    assert_int_equal(cfg.listen[0].n_allowed_hosts, 1);
+    assert_string_equal(cfg.listen[0].allowed_hosts[0], "gw.lab");
+    assert_int_equal(cfg.listen[0].n_allowed_origins, 0);
+    assert_false(cfg.listen[0].h2c);
+    assert_int_equal(cfg.listen[1].n_allowed_hosts, 0);
+    assert_int_equal(cfg.listen[1].n_allowed_origins, 1);
+    assert_true(cfg.listen[1].h2c); /* the default: no keys required */
+    for (int i = 2; i < 4; ++i) {   /* both listeners of one entry share its policy (copies) */
+        assert_string_equal(cfg.listen[i].where, "listen[2]");
+        assert_int_equal(cfg.listen[i].n_allowed_hosts, 2);
+        assert_string_equal(cfg.listen[i].allowed_hosts[1], "b");
+    }
+    assert_ptr_not_equal(cfg.listen[2].allowed_hosts, cfg.listen[3].allowed_hosts);
+    assert_int_equal(cfg.listen[2].port, 8001);
+    assert_string_equal(cfg.listen[3].unix_path, "/run/x");
+    assert_true(cfg.listen_common.any_h2c);
+    assert_int_equal(cfg.listen_common.read_timeout_ms, 2500);               /* set by two entries, alike */
+    assert_int_equal(cfg.listen_common.h2c_max_body_bytes, (size_t)1 << 20); /* set by none */
+    sg_config_free(&cfg);
+
+    assert_int_equal(
+        parse("{\"backends\":[" BACKEND "],\"listen\":[{\"port\":1,\"h2c\":false},{\"port\":2,\"h2c\":false}]}", &cfg, err), 0);
+    assert_false(cfg.listen_common.any_h2c);
+    sg_config_free(&cfg);
+
+    static const char *const bad[][2] = {
+        {"[{\"port\":1,\"read_timeout_ms\":2000},{\"port\":2,\"read_timeout_ms\":3000}]",
+         "listen[1].read_timeout_ms: differs from listen[0].read_timeout_ms (2000): it applies to every listener"},
+        {"[{\"port\":1},{\"port\":2,\"h2c_max_body_bytes\":4096},{\"unix\":\"/run/y\",\"h2c_max_body_bytes\":8192}]",
+         "listen[2].h2c_max_body_bytes: differs from listen[1].h2c_max_body_bytes (4096)"},
+        {"[{\"port\":1},{\"port\":2,\"allowed_hosts\":[\"a:1\"]}]", "listen[1].allowed_hosts: expected host names"},
+        {"[{\"port\":1},{\"unix\":\"/run/z\",\"h2c\":1}]", "listen[1].h2c: expected"},
+        {"[{\"port\":1},{\"port\":2,\"read_timeout_ms\":50}]", "listen[1].read_timeout_ms: expected an integer in [100, 600000]"},
+        {"[{\"port\":1},{\"prot\":2}]", "listen[1].prot: unknown key (allowed: host, port, unix, unix_mode, address_file, "
+                                        "allowed_hosts, allowed_origins, h2c, h2c_max_body_bytes, read_timeout_ms)"},
+        {"[{\"port\":1},7]", "listen[1]: expected a JSON object"},
+        {"[]", "listen: expected an object, or an array of 1 to 16 listener objects"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        char json[1024];
+        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"listen\":%s}", bad[i][0]);
+        assert_int_equal(parse(json, &cfg, err), -1);
+        if (strstr(err, bad[i][1]) == NULL)
+            fail_msg("%s: got \"%s\"", bad[i][0], err);
+        sg_config_free(&cfg);
+    }
+}
+
 static void test_full(void **state)
 {
     (void)state;
@@ -131,8 +242,9 @@ static void test_full(void **state)
                        ",{\"name\":\"b\",\"plugin\":\"./x/sg_b.so\",\"config\":{\"k\":[1]},\"topk\":5,\"fallback\":\"ex\","
                        "\"cache\":false}]}";
     assert_int_equal(parse(json, &cfg, err), 0);
-    assert_string_equal(cfg.host, "0.0.0.0");
-    assert_int_equal(cfg.port, 9000);
+    assert_int_equal(cfg.n_listen, 1);
+    assert_string_equal(cfg.listen[0].host, "0.0.0.0");
+    assert_int_equal(cfg.listen[0].port, 9000);
     assert_int_equal(cfg.default_backend, 1);
     assert_string_equal(cfg.backends[1].plugin_path, "/etc/sg/./x/sg_b.so");
     assert_string_equal(cfg.backends[1].config_json, "{\"k\":[1]}");
@@ -214,6 +326,23 @@ static void test_errors(void **state)
          "default_backend: expected the name of a configured backend, got \"nope\""},
         {"{\"backends\":[" BACKEND "],\"listen\":{\"port\":70000}}", "listen.port: expected an integer in [0, 65535], got 70000"},
         {"{\"backends\":[" BACKEND "],\"listen\":{\"addr\":\"x\"}}", "listen.addr: unknown key"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[]}", "listen: expected an object, or an array of 1 to 16 listener objects"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[{\"port\":1},7]}", "listen[1]: expected a JSON object, got 7"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[{\"port\":1},{\"port\":-1}]}",
+         "listen[1].port: expected an integer in [0, 65535]"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"/s\",\"unix_mode\":\"0800\"}}",
+         "listen.unix_mode: expected permission bits as an octal string, like \"0660\", got \"0800\""},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"/s\",\"unix_mode\":660}}",
+         "listen.unix_mode: expected permission bits"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"port\":1,\"unix_mode\":\"0600\"}}",
+         "listen.unix_mode: only applies with \"unix\""},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"/s\",\"address_file\":\"/a\"}}",
+         "listen.address_file: is written for a TCP listener"},
+        {"{\"backends\":[" BACKEND "],\"listen\":[{\"unix\":\"/s\"},{\"unix\":\"/s\"}]}",
+         "listen[1].unix: is already the socket of listen[0]"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"unix\":\"\"}}", "listen.unix: expected"},
+        {"{\"backends\":[" BACKEND "],\"listen\":{\"host\":\"\"}}", "listen.host: expected a non-empty string"},
+        {"{\"backends\":[" BACKEND "],\"shutdown_drain_ms\":-1}", "shutdown_drain_ms: expected an integer in [0, 600000]"},
         {"{\"backends\":[" BACKEND "],\"limits\":{\"max_queries\":0}}",
          "limits.max_queries: expected an integer in [1, 1000000], got 0"},
         {"{\"backends\":[" BACKEND "],\"log_level\":\"loud\"}", "log_level: expected one of"},
@@ -509,7 +638,9 @@ int main(void)
                                        cmocka_unit_test(test_strict_document),
                                        cmocka_unit_test(test_load_file),
                                        cmocka_unit_test(test_mcp),
-                                       cmocka_unit_test(test_listen),
+                                       cmocka_unit_test(test_listen_sockets),
+                                       cmocka_unit_test(test_listen_policy),
+                                       cmocka_unit_test(test_listen_entries),
                                        cmocka_unit_test(test_redis)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
