@@ -4,11 +4,17 @@
   `--address-file` / `listen.address_file` publish `host:port` atomically once the gateway serves,
   removed on exit (a SLURM job or an RLinf/ASearcher worker reads it instead of guessing);
 * `listen.unix` serves on a Unix domain socket (curl --unix-socket), beside or instead of TCP;
-* several `listen` entries (the array form) all serve;
+* several `listen` entries (the array form) all serve, each under its own Host/Origin rules and
+  h2c setting (the connection gate knows which listener a connection came through, on its first
+  request and on the later ones h2o reads); a Unix domain socket's peer has no address: Host is not
+  restricted there unless the entry lists allowed_hosts, and an anonymous client is the user its
+  process runs as ("uid:N");
 * sd_notify: a test-owned NOTIFY_SOCKET datagram socket receives READY=1 (after the address file
-  exists and the port accepts), WATCHDOG=1 pings, then STOPPING=1;
+  exists and the port accepts), WATCHDOG=1 pings, RELOADING=1 ... READY=1 around a SIGHUP reload
+  (applied or refused), then STOPPING=1 and nothing after it;
 * shutdown_drain_ms: /health answers 503 "draining" while requests are still served.
 """
+import http.client
 import json
 import os
 import re
@@ -46,6 +52,33 @@ def curl_unix(path, url, data=None):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
     body, _, code = out.rpartition("\n")
     return int(code or 0), body
+
+
+def raw_request(sock_or_port, host, path="/retrieve", body=b'{"queries":["paris"],"topk":1}', ip="127.0.0.1"):
+    """(status, body) of one HTTP/1.1 request with this Host, over TCP (a port) or a Unix socket (a path)."""
+    if isinstance(sock_or_port, str):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(sock_or_port)
+    else:
+        s = socket.create_connection((ip, sock_or_port))
+    with s:
+        s.settimeout(sgtest.scaled(20))
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (path.encode(), host.encode(), len(body), body))
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), rest.decode("utf-8", "replace")
+
+
+def listener_ports(gw, n):
+    """The ports of the first `n` TCP listeners, from the log's "listening on" line."""
+    line = gw.read_log().split("listening on ", 1)[1].split(" (", 1)[0]
+    return [int(u.rsplit(":", 1)[1]) for u in line.split(", ") if u.startswith("http://")][:n]
 
 
 def run_once(cfg, *args, timeout=60):
@@ -244,6 +277,115 @@ class SeveralListeners(unittest.TestCase):
             self.assertIn("listen[1] (0.0.0.0:%d) takes the connections of listen[0] (127.0.0.1:%d)" % (port, port), out)
 
 
+class ListenerRules(unittest.TestCase):
+    """Each listen entry has its own Host/Origin rules and h2c; the gate applies the rules of the
+    listener a connection came through, on its first request (read by the gate) and on later ones
+    (read by h2o, checked by the handler)."""
+
+    def test_each_entry_has_its_own_host_rule(self):
+        cfg = {"backends": [example_backend()],
+               "listen": [{"host": "127.0.0.1", "port": 0},
+                          {"host": "127.0.0.2", "port": 0, "allowed_hosts": ["gw.lab"], "allowed_origins": ["http://ui.lab"]}]}
+        gw = Gateway(cfg)
+        try:
+            p0, p1 = listener_ports(gw, 2)
+            st, body = raw_request(p0, "gw.lab")
+            self.assertEqual(st, 403, body)
+            self.assertIn("listen[0].allowed_hosts", body)
+            self.assertEqual(raw_request(p1, "gw.lab:%d" % p1, ip="127.0.0.2")[0], 200)
+            self.assertEqual(raw_request(p1, "evil.example", ip="127.0.0.2")[0], 403)
+            # keep-alive: the second request of a connection is h2o's, judged by the same listener's rules
+            for port, ip, host_ok, origin_ok in ((p0, "127.0.0.1", False, False), (p1, "127.0.0.2", True, True)):
+                conn = http.client.HTTPConnection(ip, port, timeout=sgtest.scaled(20))
+                conn.request("GET", "/health")
+                r = conn.getresponse()
+                r.read()
+                self.assertEqual(r.status, 200)
+                conn.request("POST", "/retrieve", b'{"queries":["paris"]}', {"Host": "gw.lab", "Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                self.assertEqual(r.status, 200 if host_ok else 403, (ip, "Host"))
+                if host_ok:
+                    conn.request("POST", "/retrieve", b'{"queries":["paris"]}', {"Origin": "http://ui.lab"})
+                    r = conn.getresponse()
+                    r.read()
+                    self.assertEqual(r.status, 200 if origin_ok else 403, (ip, "Origin"))
+                conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", p0, timeout=sgtest.scaled(20))
+            conn.request("GET", "/health")
+            conn.getresponse().read()
+            conn.request("POST", "/retrieve", b'{"queries":["paris"]}', {"Origin": "http://ui.lab"})
+            self.assertEqual(conn.getresponse().status, 403)  # listen[1]'s origin, not listen[0]'s
+            conn.close()
+        finally:
+            gw.stop()
+
+    def test_h2c_per_entry(self):
+        cfg = {"backends": [example_backend()],
+               "listen": [{"host": "127.0.0.1", "port": 0, "h2c": False}, {"host": "127.0.0.2", "port": 0}]}
+        gw = Gateway(cfg)
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+        try:
+            p0, p1 = listener_ports(gw, 2)
+            for ip, port, http2 in (("127.0.0.1", p0, False), ("127.0.0.2", p1, True)):
+                with socket.create_connection((ip, port), timeout=sgtest.scaled(10)) as s:
+                    s.sendall(preface)
+                    got = b""
+                    while len(got) < 12:
+                        chunk = s.recv(64)
+                        if not chunk:
+                            break
+                        got += chunk
+                if http2:  # the server's SETTINGS frame: type 4 on stream 0
+                    self.assertEqual(got[3], 4, got)
+                else:  # the HTTP/1 context does not speak HTTP/2
+                    self.assertTrue(got.startswith(b"HTTP/1.1 400"), got)
+        finally:
+            gw.stop()
+
+    def test_unix_socket_takes_any_host_and_names_the_user(self):
+        """A Unix socket's clients send whatever Host their library makes of the URL (requests-unixsocket:
+        the quoted path): no DNS rebinding reaches a socket file, so Host is not restricted there, while
+        the loopback TCP listener of the same gateway still restricts it. An anonymous client on the
+        socket is its peer's user (SO_PEERCRED), which a rate limit counts as one client."""
+        d = tempfile.mkdtemp(prefix="sgunix-")
+        path = os.path.join(d, "gw.sock")
+        cfg = {"backends": [example_backend()],
+               "clients": {"default": {"rate": 0.01, "burst": 1, "mode": "reject"}},
+               "listen": [{"host": "127.0.0.1", "port": 0}, {"unix": path}]}
+        gw = Gateway(cfg)
+        try:
+            quoted = path.replace("/", "%2F")
+            st, body = raw_request(path, quoted)
+            self.assertEqual(st, 200, body)
+            st, body = raw_request(path, quoted)  # the same client: the burst of 1 is spent
+            self.assertEqual(st, 429, body)
+            self.assertIn("rate limit of client uid:%d exceeded" % os.getuid(), body)
+            st, body = raw_request(gw.port, quoted)
+            self.assertEqual(st, 403, body)  # loopback TCP: loopback names only
+            st, body = raw_request(gw.port, "localhost")  # TCP peers are their address, another client
+            self.assertEqual(st, 200, body)
+            st, body = raw_request(gw.port, "localhost")
+            self.assertIn("rate limit of client ip:127.0.0.1 exceeded", body)
+        finally:
+            gw.stop()
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_unix_entry_with_allowed_hosts_checks_host(self):
+        d = tempfile.mkdtemp(prefix="sgunix-")
+        path = os.path.join(d, "gw.sock")
+        gw = Gateway({"backends": [example_backend()], "listen": {"unix": path, "allowed_hosts": ["gw.lab"]}}, port_arg=False)
+        try:
+            self.assertEqual(raw_request(path, "gw.lab")[0], 200)
+            self.assertEqual(raw_request(path, "localhost")[0], 200)
+            st, body = raw_request(path, "evil.example")
+            self.assertEqual(st, 403, body)
+            self.assertIn("listen.allowed_hosts", body)
+        finally:
+            gw.stop()
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class SdNotify(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="sgnotify-")
@@ -280,6 +422,53 @@ class SdNotify(unittest.TestCase):
             while not any("STOPPING=1" in m for m in msgs):
                 msgs.append(self.recv(10))
             self.assertEqual(gw.wait_exit(), 0)
+        finally:
+            if gw.proc.poll() is None:
+                gw.proc.kill()
+                gw.wait_exit()
+
+    def test_reload_tells_systemd(self):
+        """SIGHUP (systemd's ExecReload): RELOADING=1 (with MONOTONIC_USEC, for Type=notify-reload)
+        when the reload begins, READY=1 when it is over -- applied, or refused with the old config
+        serving on -- and nothing after STOPPING=1. A listen change is restart-only: reported, the
+        listeners stay."""
+        sock = os.path.join(self.dir, "gw.sock")
+        gw = Gateway({"backends": [example_backend()]}, expect_fail=True, env={"NOTIFY_SOCKET": self.npath})
+        try:
+            self.assertIn("READY=1", self.recv(30).split("\n"))
+            gw.port = listener_ports(gw, 1)[0]
+            cfg = dict(gw.config, listen=[{"host": "127.0.0.1", "port": 0}, {"unix": sock}], log_level="debug")
+            with open(gw.config_path, "w") as f:
+                json.dump(cfg, f)
+            before = time.clock_gettime(time.CLOCK_MONOTONIC)
+            gw.proc.send_signal(signal.SIGHUP)
+            reloading = self.recv(30).split("\n")
+            self.assertIn("RELOADING=1", reloading)
+            usec = [int(m.split("=", 1)[1]) for m in reloading if m.startswith("MONOTONIC_USEC=")]
+            self.assertEqual(len(usec), 1, reloading)
+            self.assertGreaterEqual(usec[0], int(before * 1e6))
+            ready = self.recv(30).split("\n")
+            self.assertIn("READY=1", ready)
+            self.assertIn("STATUS=configuration reloaded: generation 2 serves new requests (some changes need a restart)", ready)
+            self.assertIn("restart needed for listen", gw.read_log())
+            self.assertFalse(os.path.exists(sock))  # restart-only: no new listener
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)
+            # a refused reload is over too: READY=1, and the running configuration serves on
+            with open(gw.config_path, "w") as f:
+                f.write('{"backends": []}')
+            gw.proc.send_signal(signal.SIGHUP)
+            self.assertIn("RELOADING=1", self.recv(30).split("\n"))
+            ready = self.recv(30).split("\n")
+            self.assertIn("READY=1", ready)
+            self.assertTrue(any(m.startswith("STATUS=configuration reload refused, the running configuration keeps serving: "
+                                             "config %s: backends: expected a non-empty array" % gw.config_path) for m in ready), ready)
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)
+            gw.proc.send_signal(signal.SIGTERM)
+            self.assertIn("STOPPING=1", self.recv(10).split("\n"))
+            self.assertEqual(gw.wait_exit(), 0)
+            self.nsock.settimeout(0.5)
+            with self.assertRaises(socket.timeout):
+                self.fail("after STOPPING=1: %r" % self.nsock.recv(4096))
         finally:
             if gw.proc.poll() is None:
                 gw.proc.kill()
@@ -334,17 +523,27 @@ class Shutdown(unittest.TestCase):
         self.assertEqual(gw.wait_exit(timeout=10), 0)
         self.assertIn("again: ending the drain now", gw.stop())
 
-    def test_sighup_does_not_kill(self):
-        """systemd's ExecReload sends SIGHUP: the gateway must survive it (and say it changed nothing)."""
-        gw = Gateway({"backends": [example_backend()]})
+    def test_no_reload_while_draining(self):
+        """A reload asked for while the gateway drains is refused (SIGHUP logged, POST /admin/reload
+        503): a stopping gateway keeps the configuration it is finishing with."""
+        os.environ["SG_LISTEN_ADMIN"] = "adm"
+        gw = Gateway({"backends": [example_backend()], "shutdown_drain_ms": 60000, "clients": {"admin_key_env": "SG_LISTEN_ADMIN"}})
         try:
-            gw.proc.send_signal(signal.SIGHUP)
+            gw.proc.send_signal(signal.SIGTERM)
             deadline = time.time() + sgtest.scaled(5)
-            while "SIGHUP" not in gw.read_log():
-                self.assertIsNone(gw.proc.poll(), gw.read_log())
+            while "draining for" not in gw.read_log():
                 self.assertLess(time.time(), deadline, gw.read_log())
                 time.sleep(0.01)
-            self.assertEqual(gw.retrieve(["paris"]).status, 200)
+            r = gw.post("/admin/reload", b"", headers={"X-API-Key": "adm"})
+            self.assertEqual(r.status, 503, r)
+            self.assertIn("shutting down", r.json()["error"]["message"])
+            gw.proc.send_signal(signal.SIGHUP)
+            while "SIGHUP while shutting down: not reloading" not in gw.read_log():
+                self.assertLess(time.time(), deadline, gw.read_log())
+                time.sleep(0.01)
+            self.assertEqual(gw.retrieve(["paris"]).status, 200)  # still serving
+            gw.proc.send_signal(signal.SIGINT)
+            self.assertEqual(gw.wait_exit(timeout=10), 0)
         finally:
             gw.stop()
 
