@@ -272,6 +272,31 @@ class ReloadTest(unittest.TestCase):
         self.assertEqual(self.post("/retrieve/bm", ["paris"], "load-key").status, 200)
         write(self.gw.config_path, config(self.index, self.tmp, 0, self.seed))
 
+    def test_5_listen_forms_are_restart_only(self):
+        """Every form of listen (the array of entries, a Unix domain socket, an address file, an
+        entry's policy) is a restart-only setting: named, and the running listeners stay as they are."""
+        sock, addr = os.path.join(self.tmp, "gw.sock"), os.path.join(self.tmp, "gw.addr")
+        running = {"host": "127.0.0.1", "port": 0}
+        for listen in ([running],
+                       dict(running, unix=sock),
+                       dict(running, address_file=addr),
+                       [running, {"host": "127.0.0.2", "port": 0}],
+                       dict(running, allowed_hosts=["gw.lab"]),
+                       dict(running, read_timeout_ms=2500)):
+            cfg = config(self.index, self.tmp, 0, self.seed)
+            cfg["listen"] = listen
+            r = self.reload(cfg)
+            self.assertEqual(r.status, 200, (listen, r))
+            self.assertEqual(r.json()["restart_required"], ["listen"], listen)
+            self.assertTrue(any(w.startswith("listen changed: it takes effect at a restart") for w in r.json()["warnings"]), r)
+            self.assertEqual(self.post("/retrieve/bm", ["paris"], "load-key").status, 200)
+        self.assertFalse(os.path.exists(sock), "a reload opened a listener")
+        self.assertFalse(os.path.exists(addr), "a reload wrote an address file")
+        self.assertNotIn("127.0.0.2", self.gw.read_log().split("listening on", 1)[1].split("\n", 1)[0])
+        # and back to the running form: nothing to restart for
+        r = self.reload(config(self.index, self.tmp, 0, self.seed))
+        self.assertEqual(r.json()["restart_required"], [], r)
+
 
 class RouteLimits(unittest.TestCase):
     """A kept route's new max_inflight governs its admission at once (the admission state is the
