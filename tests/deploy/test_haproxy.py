@@ -6,9 +6,11 @@ Under a steady /retrieve load through HAProxy:
     while it is down, and it gets traffic again once HAProxy sees it healthy;
   * one gateway is SIGTERMed with shutdown_drain_ms: HAProxy's health check takes it out while it
     still serves (/health says "draining"), it exits cleanly, and it is restarted: 0 failures;
-  * the cache is shared: a query answered by one replica is a Redis hit on another.
-The config-reload step is reload_gateway_config() below, a separate step that configuration
-reload (issue 20, item 2) fills in; until then its test is reported as skipped, saying why.
+  * the cache is shared: a query answered by one replica is a Redis hit on another;
+  * one gateway's config is reloaded in place (`searchgate --reload PIDFILE`, the SIGHUP systemd's
+    ExecReload sends): 0 failures, the process and its connections stay, and it serves with the
+    new config right after.
+Each phase prints its figures (`ctest -R deploy_haproxy -V | grep FIGURES`).
 """
 import http.client
 import json
@@ -51,7 +53,8 @@ class Replica:
         self.gw = None
 
     def start(self):
-        self.gw = Gateway(gateway_config(self.redis_port), extra_args=["--port", str(self.port)])
+        self.pid_file = os.path.join(tempfile.gettempdir(), "sg-haproxy-%s-%d.pid" % (self.name, self.port))
+        self.gw = Gateway(gateway_config(self.redis_port), extra_args=["--port", str(self.port), "--pid-file", self.pid_file])
         assert self.gw.port == self.port
         return self
 
@@ -206,12 +209,31 @@ def figures(phase, haproxy, load_ok, base, **times):
           (phase, load_ok, retr, redis, ", ".join("%s %.2f s" % kv for kv in times.items())), flush=True)
 
 
-def reload_gateway_config(replica, new_config):
-    """Reloads `replica`'s config in place (the process and its connections stay). Configuration
-    reload is issue 20 item 2, not built yet: this step is left to it (SIGHUP, then wait for the
-    reload's log line), and the test that calls it is reported as skipped until then."""
-    raise unittest.SkipTest("configuration reload (issue 20, item 2) is not implemented yet: "
-                            "reload_gateway_config() is the step it fills in")
+def reload_gateway_config(replica, new_config, timeout=60):
+    """Reloads `replica`'s config in place, as an operator does: the new file replaces the old one
+    atomically, then `searchgate --reload PIDFILE` (SIGHUP to the process the pid file names, what
+    systemd's ExecReload sends). Waits for the reload's log line; returns its (generation, seconds
+    from the signal to the new generation serving)."""
+    gw = replica.gw
+    before = len(re.findall(r"configuration \S+ reloaded in", gw.read_log()))
+    tmp = gw.config_path + ".new"
+    with open(tmp, "w") as f:
+        json.dump(dict(gw.config, **new_config), f)
+    os.rename(tmp, gw.config_path)
+    started = time.time()
+    out = subprocess.run([sgtest.binary("searchgate"), "--reload", replica.pid_file], capture_output=True, text=True,
+                         timeout=sgtest.scaled(30))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "asked process %d to reload" % gw.proc.pid in out.stdout, out.stdout
+    deadline = started + sgtest.scaled(timeout)
+    while True:
+        done = re.findall(r"configuration \S+ reloaded in \d+ ms: generation (\d+) serves new requests", gw.read_log())
+        if len(done) > before:
+            return int(done[-1]), time.time() - started
+        refused = "configuration reload refused" in gw.read_log()
+        if refused or time.time() > deadline or gw.proc.poll() is not None:
+            raise AssertionError("%s: no reload:\n%s" % (replica.name, gw.read_log()[-3000:]))
+        time.sleep(0.01)
 
 
 class ReplicasBehindHAProxy(unittest.TestCase):
@@ -332,18 +354,31 @@ class ReplicasBehindHAProxy(unittest.TestCase):
         self.assertEqual(sum(g.gw.metric("searchgate_backend_calls_total") for g in live), calls)
 
     def test_4_reload_one_gateway_under_load(self):
-        """Reload one replica's config under load: 0 failures, and it serves with the new config."""
+        """Reload one replica's config under load: 0 failures, the same process keeps serving its
+        share, and it answers with the new config right after."""
         gw1 = self.replicas[0]
+        pid = gw1.gw.proc.pid
+        base = retries(self.haproxy)
         load = Load(self.haproxy.port)
+        times = {}
         try:
-            wait_for_requests(load, 100)
-            reload_gateway_config(gw1, gateway_config(self.redis.port, topk=1))
-            wait_for_requests(load, 200)
-            r = gw1.gw.post("/retrieve", {"queries": ["reload probe"]})  # no topk: the route's new default
+            wait_for_requests(load, 150)
+            served = gw1.served()
+            r = gw1.gw.post("/retrieve", {"queries": ["reload probe"]})  # no topk: the route's default
+            self.assertEqual(len(r.json()["result"][0]), 3)
+            generation, times["signal to new generation"] = reload_gateway_config(gw1, gateway_config(self.redis.port, topk=1))
+            self.assertEqual(generation, 2)
+            r = gw1.gw.post("/retrieve", {"queries": ["reload probe 2"]})  # the route's new default topk
             self.assertEqual(r.status, 200)
             self.assertEqual(len(r.json()["result"][0]), 1)
+            self.assertEqual(self.haproxy.states()["gw1"], "UP")  # never out of the rotation
+            wait_for_requests(load, 300)
+            self.assertGreater(gw1.served(), served + 1, "the reloaded replica keeps its share")
+            self.assertEqual(gw1.gw.proc.pid, pid)
+            self.assertEqual(self.haproxy.states()["gw1"], "UP")
         finally:
-            self.assert_no_failures(load, "reload")
+            ok = self.assert_no_failures(load, "reload")
+        figures("config reload of one replica", self.haproxy, ok, base, **times)
 
 
 if __name__ == "__main__":
