@@ -7,7 +7,8 @@ configuration uses; the bare root is cached as a tarball in the build tree for t
 installs the package there with apt-get (which resolves its declared dependencies from the
 mirror), then checks inside it: `searchgate --version`; the searchgate system user and the demo
 index its postinst built; `--check` of the shipped /etc/searchgate/searchgate.json as that user;
-the installed gateway serving /retrieve on loopback with READY=1 on a NOTIFY_SOCKET; the unit
+the installed gateway serving /retrieve on loopback with READY=1 on a NOTIFY_SOCKET, and reloading
+its config when the unit's own ExecReload command runs (RELOADING=1, then READY=1); the unit
 passing `systemd-analyze verify`; and a purge removing it all.
 """
 import json
@@ -196,13 +197,25 @@ class DebianPackage(unittest.TestCase):
                                      "/etc/searchgate/searchgate.json", "--port", str(port), "--address-file",
                                      "/run/searchgate/address"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             try:
-                self.assertIn("READY=1", ns.recv(4096).decode())
+                ready = ns.recv(4096).decode().split("\n")
+                self.assertIn("READY=1", ready)
+                self.assertIn("MAINPID=%d" % proc.pid, ready)  # chroot exec()s the gateway: the same process
                 with open(os.path.join(run_dir, "address")) as f:
                     self.assertEqual(f.read(), "127.0.0.1:%d" % port)
                 r = request(port, "POST", "/retrieve", {"queries": ["what is a volcano"], "topk": 2, "return_scores": True})
                 self.assertEqual(r.status, 200, r)
                 self.assertEqual(len(r.json()["result"][0]), 2)
                 self.assertEqual(request(port, "GET", "/health").status, 200)
+                # `systemctl reload`: the unit's own ExecReload command, with $MAINPID as systemd fills it in
+                with open(os.path.join(self.root, "lib", "systemd", "system", "searchgate.service")) as f:
+                    exec_reload = re.search(r"^ExecReload=(.*)$", f.read(), re.M).group(1)
+                self.chroot(exec_reload.replace("$MAINPID", str(proc.pid)).split())
+                self.assertIn("RELOADING=1", ns.recv(4096).decode().split("\n"))
+                done = ns.recv(4096).decode().split("\n")
+                self.assertIn("READY=1", done)
+                self.assertIn("STATUS=configuration reloaded: generation 2 serves new requests", done)
+                r = request(port, "POST", "/retrieve", {"queries": ["what is a volcano"], "topk": 2})
+                self.assertEqual(r.status, 200, r)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 out = proc.communicate(timeout=60)[0].decode()
