@@ -66,8 +66,20 @@ static void check_config(const sg_config_t *cfg)
 {
     FUZZ_CHECK(cfg->base_dir != NULL); /* plugin_dir NULL: beside the binary */
     FUZZ_CHECK(cfg->n_listen >= 1 && cfg->n_listen <= 2 * SG_LISTEN_MAX);
-    for (size_t i = 0; i < cfg->n_listen; ++i) /* each a TCP listener or a Unix domain socket */
-        FUZZ_CHECK((cfg->listen[i].host != NULL) != (cfg->listen[i].unix_path != NULL));
+    int any_h2c = 0;
+    for (size_t i = 0; i < cfg->n_listen; ++i) { /* each a TCP listener or a Unix domain socket */
+        const sg_listen_conf_t *l = &cfg->listen[i];
+        FUZZ_CHECK((l->host != NULL) != (l->unix_path != NULL));
+        FUZZ_CHECK(l->h2c == 0 || l->h2c == 1); /* the default resolved from clients.require_key */
+        for (size_t k = 0; k < l->n_allowed_hosts; ++k)
+            FUZZ_CHECK(l->allowed_hosts[k] != NULL && l->allowed_hosts[k][0] != '\0');
+        for (size_t k = 0; k < l->n_allowed_origins; ++k)
+            FUZZ_CHECK(l->allowed_origins[k] != NULL && l->allowed_origins[k][0] != '\0');
+        any_h2c |= l->h2c;
+    }
+    FUZZ_CHECK(cfg->listen_common.any_h2c == any_h2c);
+    FUZZ_CHECK(cfg->listen_common.read_timeout_ms >= 100 && cfg->listen_common.read_timeout_ms <= 600000);
+    FUZZ_CHECK(cfg->listen_common.h2c_max_body_bytes >= 1024 && cfg->listen_common.h2c_max_body_bytes <= ((size_t)1 << 30));
     FUZZ_CHECK(cfg->threads >= 0 && cfg->threads <= 1024);
     FUZZ_CHECK(cfg->log_level >= 0 && cfg->log_level <= 3);
     FUZZ_CHECK(cfg->limits.max_body_bytes >= 1024 && cfg->limits.max_queries >= 1 && cfg->limits.max_query_bytes >= 1);
