@@ -11,7 +11,7 @@ every query asked once before timing: the fusion is then pure fan-out + merge).
 
 Usage: bench_fusion.py [--build build] [--index DIR] [--queries 300] [--topk 5] [--delay-ms 2]
   --index: an existing BM25 index (e.g. build/demo/bm25); without it one is built over a random
-  20,000-passage corpus. Wrap timing runs in `flock /work/heavy.lock` on shared machines.
+  20,000-passage corpus. Take timings on a quiet machine: nothing else building or testing.
 """
 import argparse
 import http.client

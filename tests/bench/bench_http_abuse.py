@@ -12,7 +12,7 @@ way the issue measured it, for any build (run it on the build before and after a
 Usage: bench_http_abuse.py [--build build] [--what unauth,fdlimit] [--bodies 100] [--size-mb 16]
                            [--concurrency 10] [--fds 256] [--idle 300] [--duration 5]
 The gateway is the example plugin (the requests never reach a backend), 2 loop threads, Redis off.
-Figures from a shared or loaded machine mean little: wrap runs in `flock /work/heavy.lock` there.
+Figures from a shared or loaded machine mean little: run it on a quiet one.
 """
 import argparse
 import json

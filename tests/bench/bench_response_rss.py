@@ -18,7 +18,7 @@ its idle RSS, the statuses the clients got and the wall time:
 A memory guard kills a gateway whose RSS passes --rss-cap-mib (reported as "killed"), so the
 before build's 16 x 1.45 GB cannot take the machine down. Run it on a quiet machine, e.g.
 
-  tests/bench/bench_response_rss.py --before /work/wt/base/build --after build \\
+  tests/bench/bench_response_rss.py --before ../before/build --after build \\
       --index build/demo/bm25 --sizes 1,4,16
 
 (build/demo/bm25 comes from build/prepare-default). A quick check that it runs:
@@ -40,7 +40,7 @@ import threading
 import time
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-ap.add_argument("--before", help="build directory of the unfixed gateway (e.g. /work/wt/base/build)")
+ap.add_argument("--before", help="build directory of the unfixed gateway (e.g. a worktree of the commit before, built the same way)")
 ap.add_argument("--after", help="build directory of the fixed gateway (e.g. build)")
 ap.add_argument("--index", required=True, help="a BM25 index directory (build/demo/bm25 from build/prepare-default)")
 ap.add_argument("--sizes", default="1,4,16", help="concurrent requests, comma-separated")

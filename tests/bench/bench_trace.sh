@@ -4,7 +4,7 @@
 # to a file. Goal: traced >= 0.90 of untraced requests/s. Then checks that the trace has one line
 # per query answered (written + dropped = answered) and reports any drops.
 #   ROUNDS (default 3) alternates off/on runs and reports each and the medians; DUR seconds per run.
-#   With BASE_BUILD_DIR (the code before traces, e.g. /work/wt/base/build) its untraced gateway is
+#   With BASE_BUILD_DIR (the code before traces, built the same way) its untraced gateway is
 #   run in the same rounds, to show the hooks cost nothing when tracing is off.
 # Usage: tests/bench/bench_trace.sh [BUILD_DIR] [BASE_BUILD_DIR]   (needs wrk: .ci/deps.sh bench)
 set -eu

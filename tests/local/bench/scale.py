@@ -18,7 +18,7 @@ Then, for each index, searchgate with the e5-base-shaped random model (make_mode
 --ref adds the Search-R1 style reference server (ref_server.py) on the Flat index of each N.
 Results go to --out (JSON), and a table to stdout.
 
-    flock /work/heavy.lock /usr/bin/python3 scale.py --build BUILD --data /work/scale-data \\
+    /usr/bin/python3 scale.py --build BUILD --data DATA_DIR \\
         --rows 100000 --rows 1000000 --rows 4000000 [--kinds flat,ivfsq8,ivfpq,hnsw] [--ref 1000000] \\
         [--seconds 30] --out scale.json
 """

@@ -5,7 +5,7 @@ number of requests handled at once, and can misbehave on purpose: delay, close w
 answer, answer garbage or an oversized body.
 
 An app is a function `app(req) -> Reply`; `req` is a Request. The fake servers in this folder
-are apps that follow the public API documents in /work/shared/protocols.md (sections 7 and 8),
+are apps that follow the public API documents of Qdrant and serper.dev (docs/protocols.md),
 including their request validation.
 """
 import http.server
