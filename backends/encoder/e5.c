@@ -102,6 +102,7 @@ struct sg_e5_model {
     void *dnnl;             /* dlopen handle of libdnnl */
     uint16_t *bf16_block;   /* every linear weight in bf16 */
     float *ref_block;       /* the reference kernel's widened copy */
+    float *centre;          /* int8: per layer, each product's mean input over the calibration texts (CENTRE_FLOATS) */
 };
 
 struct sg_e5_workspace {
@@ -121,6 +122,7 @@ struct sg_e5_workspace {
     uint32_t *lens;   /* per text: number of ids */
     size_t cap_texts;
     uint64_t tokens; /* tokens run through the layers, ever */
+    double *calib;   /* int8 calibration only: per layer, the column sums of each product's input */
 };
 
 /* ---- helpers ---- */
@@ -500,6 +502,7 @@ void sg_e5_free(sg_e5_model *m)
     free(m->owned);
     free(m->bf16_block);
     free(m->ref_block);
+    free(m->centre);
     for (int i = 0; m->layers != NULL && i < m->cfg.layers; ++i) {
         for (int p = 0; p < N_PROD; ++p) {
             sg_kern_f32_free(&m->layers[i].pf[p]);
@@ -895,10 +898,11 @@ static void plan_product(prod_t *p, unsigned threads, size_t w_bytes, size_t x_r
     p->rchunks = (p->t + p->rows_per - 1) / p->rows_per;
 }
 
-/* precision int8: the input of a product quantised per row, by row slices in a team */
+/* precision int8: the input of a product (minus its centre) quantised per row, by row slices in a team */
 typedef struct st_quant_job_t {
     sg_e5_workspace *w;
     const float *x;
+    const sg_kern_q8w_t *qw;
     int in, kern;
     size_t t, per;
 } quant_job_t;
@@ -908,16 +912,16 @@ static void quant_task(void *arg, size_t i, unsigned slot)
     (void)slot;
     quant_job_t *j = arg;
     size_t r0 = i * j->per, r1 = r0 + j->per < j->t ? r0 + j->per : j->t;
-    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, r0, r1, &j->w->qx);
+    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, j->qw, r0, r1, &j->w->qx);
 }
 
-static int quantize_input(sg_e5_workspace *w, const float *x, size_t t, int in)
+static int quantize_input(sg_e5_workspace *w, const sg_kern_q8w_t *qw, const float *x, size_t t, int in)
 {
     const sg_e5_model *m = w->m;
     if (sg_kern_q8x_reserve(&w->qx, t, in) != 0)
         return -1;
     unsigned threads = sg_par_threads(w->par);
-    quant_job_t j = {w, x, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, t, t};
+    quant_job_t j = {w, x, qw, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, t, t};
     if (threads > 1 && t >= 64)
         j.per = (t + threads - 1) / threads;
     sg_par_run(w->par, (t + j.per - 1) / j.per, quant_task, &j);
@@ -958,6 +962,24 @@ static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
     sg_kern_q8_epilogue(qw, qx, r0, r1, j0, j1, j->y, j->ldy, j->gelu);
 }
 
+/* int8 centres: per layer the inputs of QKV (hidden), O (hidden), INTER (hidden), OUT (intermediate) */
+static size_t centre_floats(const sg_e5_config *c)
+{
+    return 3 * (size_t)c->hidden + (size_t)c->intermediate;
+}
+
+static size_t centre_offset(const sg_e5_config *c, int layer, int which)
+{
+    return (size_t)layer * centre_floats(c) + (size_t)which * (size_t)c->hidden;
+}
+
+static void calib_add(double *sum, const float *x, size_t t, int in)
+{
+    for (size_t r = 0; r < t; ++r)
+        for (int k = 0; k < in; ++k)
+            sum[k] += x[r * (size_t)in + (size_t)k];
+}
+
 /* One product of layer L: y = x . W^T + b (GELU when asked), then y = LayerNorm(y + res) when
  * `ln` is not NULL. Returns 0, or -1 when out of memory. */
 static int product(sg_e5_workspace *w, const layer_t *L, int which, const float *x, size_t t, int in, float *y, int out, int gelu,
@@ -966,6 +988,8 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
     const sg_e5_model *m = w->m;
     unsigned threads = sg_par_threads(w->par);
     int ln_done = 0;
+    if (w->calib != NULL) /* int8 calibration: the input's column sums */
+        calib_add(w->calib + centre_offset(&m->cfg, (int)(L - m->layers), which), x, t, in);
     if (m->engine == ENG_BLAS) {
         const int h = m->cfg.hidden;
         const lin_t *all[4][3] = {{&L->q, &L->k, &L->v}, {&L->o}, {&L->inter}, {&L->out}};
@@ -973,7 +997,7 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
         if (linear_par(w, which == P_QKV ? 3 : 1, all[which], x, t, in, which == P_QKV ? h : out, ys, (size_t)out, gelu) != 0)
             return -1;
     } else if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN) {
-        if (quantize_input(w, x, t, in) != 0)
+        if (quantize_input(w, &L->pq[which], x, t, in) != 0)
             return -1;
         int chunks, by_rows;
         blas_split(threads, 1, t, out, &chunks, &by_rows);
@@ -981,7 +1005,7 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
         sg_par_run(w->par, (size_t)chunks, dnnl_q8_task, &j);
     } else {
         int q8 = m->engine == ENG_INT8;
-        if (q8 && quantize_input(w, x, t, in) != 0)
+        if (q8 && quantize_input(w, &L->pq[which], x, t, in) != 0)
             return -1;
         prod_t p = {w,
                     q8 ? (const void *)&L->pq[which] : (const void *)&L->pf[which],
@@ -1484,9 +1508,132 @@ static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
     return 0;
 }
 
-/* The weights of layer L's product `which` as the own kernels take them: Q, K and V stacked. */
-static int pack_product(const layer_t *L, int which, int int8, sg_kern_f32w_t *pf, sg_kern_q8w_t *pq, int h, int inter)
+/* int8 calibration: generic English questions, encoded as queries ("query: " first) in float32. The
+ * mean of each product's input over their tokens is that product's centre (kern.h): whatever part
+ * of an input every token shares (the [CLS], [SEP] and prefix tokens, the anisotropy of a BERT's
+ * hidden states) then goes through the float32 weights once, in the bias, and only the rest is
+ * quantised. Any centre keeps the product exact; a good one makes the quantised part small. The
+ * texts are part of the scheme: changing them changes the int8 numbers (and needs a new identity
+ * suffix). */
+static const char *const calib_texts[] = {
+    "who wrote the novel pride and prejudice",
+    "what is the capital city of australia",
+    "when did the first man land on the moon",
+    "how many bones are in the adult human body",
+    "where is the headquarters of the united nations",
+    "why do leaves change colour in autumn",
+    "what is the difference between a virus and a bacterium",
+    "who was the first president of the united states",
+    "which river flows through the city of cairo",
+    "how does a nuclear reactor produce electricity",
+    "what year did the berlin wall fall",
+    "who painted the ceiling of the sistine chapel",
+    "what is the boiling point of water at sea level",
+    "how long does it take light from the sun to reach earth",
+    "which country has the largest population in africa",
+    "who discovered penicillin and when",
+    "what causes the tides in the ocean",
+    "how many players are on a football team",
+    "what language is spoken in brazil",
+    "when was the declaration of independence signed",
+    "who composed the four seasons",
+    "what is the tallest mountain in north america",
+    "how do vaccines train the immune system",
+    "where did the olympic games originate",
+    "what is the chemical symbol for gold",
+    "who is the author of one hundred years of solitude",
+    "when did the roman empire fall",
+    "how many time zones does russia have",
+    "what is photosynthesis in simple terms",
+    "which planet has the most moons",
+    "who invented the printing press",
+    "what is the population of tokyo",
+    "how deep is the mariana trench",
+    "when did world war one begin",
+    "who played the lead role in the film casablanca",
+    "what is the main ingredient of hummus",
+    "how are earthquakes measured",
+    "which element has the atomic number one",
+    "who founded the company that makes the iphone",
+    "what is the longest river in europe",
+    "how many strings does a standard guitar have",
+    "where is the great barrier reef located",
+    "when was the eiffel tower built",
+    "who wrote the theory of general relativity",
+    "what is inflation in economics",
+    "how do bees make honey",
+    "which ocean is the deepest",
+    "who was cleopatra married to",
+    "what is the speed of sound in air",
+    "how many countries are members of the european union",
+    "what does dna stand for",
+    "when did the titanic sink and how many people died",
+    "who is known as the father of modern computing",
+    "what is the largest desert in the world",
+    "how does the heart pump blood through the body",
+    "which city hosted the summer olympics in 2008",
+    "who sang the song bohemian rhapsody",
+    "what is the freezing point of salt water",
+    "how many calories are in a banana",
+    "where was the battle of hastings fought",
+    "what is the currency of switzerland",
+    "who directed the movie jurassic park",
+    "how old is the universe according to scientists",
+    "which animal is the fastest on land",
+};
+
+/* The centres of every product (m->centre), from a float32 pass over calib_texts with the model's
+ * current engine; rounded to bfloat16 precision so that engines whose float32 sums differ in the
+ * last bits give the same centres (and the same int8 numbers). Returns 0, or -1 when out of memory. */
+static int calibrate(sg_e5_model *m)
 {
+    enum { N = sizeof(calib_texts) / sizeof(calib_texts[0]) };
+    const size_t per = centre_floats(&m->cfg), total = per * (size_t)m->cfg.layers;
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    float *out = malloc((size_t)N * (size_t)m->cfg.hidden * sizeof(float));
+    m->centre = malloc(total * sizeof(float));
+    int rc = -1;
+    if (w == NULL || out == NULL || m->centre == NULL || (w->calib = calloc(total, sizeof(double))) == NULL)
+        goto out;
+    size_t lens[N];
+    for (size_t i = 0; i < N; ++i)
+        lens[i] = strlen(calib_texts[i]);
+    char err[256];
+    if (sg_e5_encode(m, w, "query: ", calib_texts, lens, N, 128, out, err, sizeof(err)) != 0 || w->tokens == 0)
+        goto out;
+    for (size_t i = 0; i < total; ++i)
+        m->centre[i] = from_bf16(to_bf16((float)(w->calib[i] / (double)w->tokens)));
+    rc = 0;
+out:
+    if (rc != 0) {
+        free(m->centre);
+        m->centre = NULL;
+    }
+    if (w != NULL)
+        free(w->calib);
+    sg_e5_workspace_free(w);
+    free(out);
+    return rc;
+}
+
+const char *const *sg__e5_calib_texts(size_t *n)
+{
+    *n = sizeof(calib_texts) / sizeof(calib_texts[0]);
+    return calib_texts;
+}
+
+const float *sg__e5_int8_centre(const sg_e5_model *m, int layer, int which)
+{
+    if (m->centre == NULL || layer < 0 || layer >= m->cfg.layers || which < 0 || which >= N_PROD)
+        return NULL;
+    return m->centre + centre_offset(&m->cfg, layer, which);
+}
+
+/* The weights of layer L's product `which` as the own kernels take them: Q, K and V stacked; for
+ * int8 with the product's centre. */
+static int pack_product(const sg_e5_model *m, const layer_t *L, int which, int int8, sg_kern_f32w_t *pf, sg_kern_q8w_t *pq)
+{
+    const int h = m->cfg.hidden, inter = m->cfg.intermediate;
     const lin_t *all[4][3] = {{&L->q, &L->k, &L->v}, {&L->o}, {&L->inter}, {&L->out}};
     int parts = which == P_QKV ? 3 : 1;
     const float *w[3], *b[3];
@@ -1496,7 +1643,8 @@ static int pack_product(const layer_t *L, int which, int int8, sg_kern_f32w_t *p
         b[i] = all[which][i]->b;
         n[i] = which == P_INTER ? inter : h;
     }
-    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8)
+    const float *mu = int8 && m->centre != NULL ? m->centre + centre_offset(&m->cfg, (int)(L - m->layers), which) : NULL;
+    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8, mu, mu != NULL)
                 : sg_kern_f32_pack(pf, parts, w, b, n, which == P_OUT ? inter : h);
 }
 
@@ -1508,7 +1656,7 @@ static int pack_layers(sg_e5_model *m, int int8, int keep_rows)
     for (int li = 0; li < c->layers; ++li) {
         layer_t *L = &m->layers[li];
         for (int p = 0; p < N_PROD; ++p) {
-            if (pack_product(L, p, int8, &L->pf[p], &L->pq[p], c->hidden, c->intermediate) != 0)
+            if (pack_product(m, L, p, int8, &L->pf[p], &L->pq[p]) != 0)
                 return -1;
             if (int8 && keep_rows && sg_kern_q8_keep_rows(&L->pq[p]) != 0)
                 return -1;
@@ -1610,6 +1758,10 @@ int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_siz
         snprintf(err, err_size, "the %s int8 kernels cannot run on this CPU", sg_kern_name(kern));
         return -1;
     }
+    if (m->centre == NULL && calibrate(m) != 0) {
+        snprintf(err, err_size, "out of memory calibrating the int8 centres");
+        return -1;
+    }
     unpack_layers(m);
     if (pack_layers(m, bits, kern == SG_E5_INT8_ONEDNN) != 0) {
         unpack_layers(m);
@@ -1619,7 +1771,7 @@ int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_siz
     if (m->precision == SG_E5_INT8) /* another scheme: drop the old suffix */
         *strrchr(m->identity, '.') = '\0';
     size_t l = strlen(m->identity);
-    snprintf(m->identity + l, sizeof(m->identity) - l, bits == 7 ? ".int8w7" : ".int8");
+    snprintf(m->identity + l, sizeof(m->identity) - l, bits == 7 ? ".int8w7c" : ".int8c");
     m->precision = SG_E5_INT8;
     m->engine = ENG_INT8;
     m->kern = kern;

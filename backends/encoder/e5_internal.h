@@ -28,6 +28,18 @@ int sg__e5_fingerprint(const char *path, uint64_t *size, uint64_t *hash, char *e
 typedef struct sg_e5_model sg_e5_model;
 int sg__e5_set_bf16_reference(sg_e5_model *m, char *err, size_t err_size);
 
+/**
+ * precision int8's calibration (e5.c): the texts whose float32 pass gives every product's centre,
+ * encoded as queries ("query: " first, at most 128 tokens). Returns the array (static), count in *n.
+ */
+const char *const *sg__e5_calib_texts(size_t *n);
+/**
+ * The centre of layer `layer`'s product `which` (0: Q, K and V; 1: attention output; 2:
+ * intermediate; 3: output) as int8 uses it (hidden floats, intermediate for 3), or NULL before
+ * sg_e5_set_int8.
+ */
+const float *sg__e5_int8_centre(const sg_e5_model *m, int layer, int which);
+
 /* ---- the BERT core for other heads (the cross-encoder, xenc.c) ---- */
 
 typedef struct sg_e5_workspace sg_e5_workspace;

@@ -154,13 +154,55 @@ static inline int quant(float v, float inv)
     return q > 127 ? 127 : q < -127 ? -127 : (int)q;
 }
 
+/* ---- the int8 rotation (kern.h): v = H D v / 8 per block of SG_KERN_ROT ---- */
+
+/* D: -1 where bit 0 of murmur3's finaliser of the position in the row is set */
+static float rot_sign(int kk)
+{
+    uint32_t h = (uint32_t)kk;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return (h & 1) ? -1.0f : 1.0f;
+}
+
+/* H (Sylvester's order) on one block in place: stages h = 1, 2, 4 ... 32, each pair (j, j + h) with
+ * bit h of j clear becoming (a + b, a - b); then / 8. The SIMD versions do the same operations on
+ * the same operands, so every kernel gives the same bits. */
+static void fwht_block(float *v)
+{
+    for (int h = 1; h < SG_KERN_ROT; h <<= 1) {
+        for (int i = 0; i < SG_KERN_ROT; i += 2 * h) {
+            for (int j = i; j < i + h; ++j) {
+                float a = v[j], b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+        }
+    }
+    for (int j = 0; j < SG_KERN_ROT; ++j)
+        v[j] *= 0.125f;
+}
+
+/* block `blk` of row x as the product sees it: (x - mu) * D, rotated */
+static void rot_block(const float *x, const float *mu, const float *sign, int blk, float *v)
+{
+    const int k0 = blk * SG_KERN_ROT;
+    for (int j = 0; j < SG_KERN_ROT; ++j)
+        v[j] = (mu != NULL ? x[k0 + j] - mu[k0 + j] : x[k0 + j]) * sign[k0 + j];
+    fwht_block(v);
+}
+
 static size_t q8_offset(const sg_kern_q8w_t *qw, int j, int kk)
 {
     return ((size_t)(j / SG_KERN_PANEL) * (size_t)(qw->kp / 4) + (size_t)(kk / 4)) * (SG_KERN_PANEL * 4) +
            (size_t)(j % SG_KERN_PANEL) * 4 + (size_t)(kk % 4);
 }
 
-int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits)
+int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits,
+                    const float *mu, int rotate)
 {
     memset(qw, 0, sizeof(*qw));
     const int levels = bits == 7 ? 63 : 127;
@@ -177,16 +219,41 @@ int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const f
     qw->scale = aligned(cols * sizeof(float));
     qw->comp = aligned(cols * sizeof(int32_t));
     qw->b = aligned(cols * sizeof(float));
-    if (qw->w == NULL || qw->scale == NULL || qw->comp == NULL || qw->b == NULL) {
+    if (mu != NULL)
+        qw->mu = aligned((size_t)qw->kp * sizeof(float));
+    rotate = rotate && k % SG_KERN_ROT == 0;
+    float *rw = NULL; /* one rotated weight row */
+    if (rotate) {
+        qw->sign = aligned((size_t)k * sizeof(float));
+        rw = aligned((size_t)k * sizeof(float));
+    }
+    if (qw->w == NULL || qw->scale == NULL || qw->comp == NULL || qw->b == NULL || (mu != NULL && qw->mu == NULL) ||
+        (rotate && (qw->sign == NULL || rw == NULL))) {
+        free(rw);
         sg_kern_q8_free(qw);
         return -1;
     }
+    for (int kk = 0; rotate && kk < k; ++kk)
+        qw->sign[kk] = rot_sign(kk);
     memset(qw->w, 0, cols * (size_t)qw->kp);
     memset(qw->scale, 0, cols * sizeof(float));
     memset(qw->comp, 0, cols * sizeof(int32_t));
     memset(qw->b, 0, cols * sizeof(float));
+    if (mu != NULL) {
+        memset(qw->mu, 0, (size_t)qw->kp * sizeof(float));
+        memcpy(qw->mu, mu, (size_t)k * sizeof(float));
+    }
     for (int j = 0; j < total; ++j) {
         const float *row = stacked_row(parts, w, b, n, k, j, &qw->b[j]);
+        double wmu = 0;
+        for (int kk = 0; mu != NULL && kk < k; ++kk)
+            wmu += (double)row[kk] * mu[kk];
+        qw->b[j] = (float)(qw->b[j] + wmu); /* W mu through the float32 weights: only x - mu meets the quantised ones */
+        if (rotate) { /* W D H / 8: the row rotated like an input row, so that (W D H / 8) (H D c / 8) = W c */
+            for (int blk = 0; blk < k / SG_KERN_ROT; ++blk)
+                rot_block(row, NULL, qw->sign, blk, rw + blk * SG_KERN_ROT);
+            row = rw;
+        }
         float mx = 0;
         for (int kk = 0; kk < k; ++kk)
             mx = fmaxf(mx, fabsf(row[kk]));
@@ -200,6 +267,7 @@ int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const f
         }
         qw->comp[j] = 128 * sum;
     }
+    free(rw);
     return 0;
 }
 
@@ -223,6 +291,8 @@ void sg_kern_q8_free(sg_kern_q8w_t *qw)
     free(qw->scale);
     free(qw->comp);
     free(qw->b);
+    free(qw->mu);
+    free(qw->sign);
     memset(qw, 0, sizeof(*qw));
 }
 
@@ -284,21 +354,49 @@ static void f32_tile_scalar(const sg_kern_f32w_t *pw, const float *x, size_t ldx
     }
 }
 
-static void q8_quantize_scalar(const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+static void q8_quantize_scalar(const float *x, size_t ldx, int k, const float *mu, size_t r0, size_t r1, sg_kern_q8x_t *qx)
 {
     for (size_t r = r0; r < r1; ++r) {
         const float *xr = x + r * ldx;
         float mx = 0;
         for (int kk = 0; kk < k; ++kk)
-            mx = fmaxf(mx, fabsf(xr[kk]));
+            mx = fmaxf(mx, fabsf(mu != NULL ? xr[kk] - mu[kk] : xr[kk]));
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
         qx->scale[r] = mx / 127.0f;
         int8_t *s = qx->s + r * (size_t)qx->kp;
         uint8_t *u = qx->u + r * (size_t)qx->kp;
         for (int kk = 0; kk < qx->kp; ++kk) {
-            int q = kk < k ? quant(xr[kk], inv) : 0;
+            int q = kk < k ? quant(mu != NULL ? xr[kk] - mu[kk] : xr[kk], inv) : 0;
             s[kk] = (int8_t)q;
             u[kk] = (uint8_t)(q + 128);
+        }
+    }
+}
+
+/* rotated rows (k a multiple of SG_KERN_ROT): each block rotated twice, for the maximum and to quantise */
+static void q8_quantize_rot_scalar(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                   sg_kern_q8x_t *qx)
+{
+    float v[SG_KERN_ROT];
+    for (size_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * ldx;
+        float mx = 0;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block(xr, mu, sign, blk, v);
+            for (int j = 0; j < SG_KERN_ROT; ++j)
+                mx = fmaxf(mx, fabsf(v[j]));
+        }
+        float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        qx->scale[r] = mx / 127.0f;
+        int8_t *s = qx->s + r * (size_t)qx->kp;
+        uint8_t *u = qx->u + r * (size_t)qx->kp;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block(xr, mu, sign, blk, v);
+            for (int j = 0; j < SG_KERN_ROT; ++j) {
+                int q = quant(v[j], inv);
+                s[blk * SG_KERN_ROT + j] = (int8_t)q;
+                u[blk * SG_KERN_ROT + j] = (uint8_t)(q + 128);
+            }
         }
     }
 }
@@ -591,7 +689,14 @@ static void f32_tile_simd(int kern, const sg_kern_f32w_t *pw, const float *x, si
 
 /* ---- int8: quantisation ---- */
 
-T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+/* x[r] - mu (mu NULL: x[r]) at kk, the lanes past k zero */
+T512 INLINE __m512 centred512(const float *xr, const float *mu, int kk, __mmask16 mk)
+{
+    __m512 v = _mm512_maskz_loadu_ps(mk, xr + kk);
+    return mu != NULL ? _mm512_sub_ps(v, _mm512_maskz_loadu_ps(mk, mu + kk)) : v;
+}
+
+T512 static void q8_quantize_512(const float *x, size_t ldx, int k, const float *mu, size_t r0, size_t r1, sg_kern_q8x_t *qx)
 {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (size_t r = r0; r < r1; ++r) {
@@ -599,9 +704,9 @@ T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, s
         __m512 m = _mm512_setzero_ps();
         int kk = 0;
         for (; kk + 16 <= k; kk += 16)
-            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(xr + kk)));
+            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, centred512(xr, mu, kk, (__mmask16)0xffff)));
         if (kk < k)
-            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps((__mmask16)((1u << (k - kk)) - 1), xr + kk)));
+            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, centred512(xr, mu, kk, (__mmask16)((1u << (k - kk)) - 1))));
         float mx = _mm512_reduce_max_ps(m);
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
         qx->scale[r] = mx / 127.0f;
@@ -611,7 +716,7 @@ T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, s
         for (kk = 0; kk < qx->kp; kk += 16) {
             int c = k - kk;
             __mmask16 mk = c >= 16 ? (__mmask16)0xffff : c > 0 ? (__mmask16)((1u << c) - 1) : 0;
-            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xr + kk), vinv);
+            __m512 v = _mm512_mul_ps(centred512(xr, mu, kk, mk), vinv);
             v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
             __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
             __m128i uq = _mm_xor_si128(q, _mm_set1_epi8((char)0x80));
@@ -627,7 +732,13 @@ T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, s
     }
 }
 
-T256 static void q8_quantize_256(const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+T256 INLINE __m256 centred256(const float *xr, const float *mu, int kk)
+{
+    __m256 v = _mm256_loadu_ps(xr + kk);
+    return mu != NULL ? _mm256_sub_ps(v, _mm256_loadu_ps(mu + kk)) : v;
+}
+
+T256 static void q8_quantize_256(const float *x, size_t ldx, int k, const float *mu, size_t r0, size_t r1, sg_kern_q8x_t *qx)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t r = r0; r < r1; ++r) {
@@ -635,20 +746,20 @@ T256 static void q8_quantize_256(const float *x, size_t ldx, int k, size_t r0, s
         __m256 m = _mm256_setzero_ps();
         int kk = 0;
         for (; kk + 8 <= k; kk += 8)
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xr + kk)));
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, centred256(xr, mu, kk)));
         float lanes[8], mx = 0;
         _mm256_storeu_ps(lanes, m);
         for (int i = 0; i < 8; ++i)
             mx = fmaxf(mx, lanes[i]);
         for (; kk < k; ++kk)
-            mx = fmaxf(mx, fabsf(xr[kk]));
+            mx = fmaxf(mx, fabsf(mu != NULL ? xr[kk] - mu[kk] : xr[kk]));
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
         qx->scale[r] = mx / 127.0f;
         int8_t *s = qx->s + r * (size_t)qx->kp;
         uint8_t *u = qx->u + r * (size_t)qx->kp;
         const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
         for (kk = 0; kk + 8 <= k; kk += 8) {
-            __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + kk), vinv), lo), hi);
+            __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(centred256(xr, mu, kk), vinv), lo), hi);
             __m256i q32 = _mm256_cvtps_epi32(v);
             __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
             __m128i q8 = _mm_packs_epi16(q16, q16);
@@ -656,9 +767,144 @@ T256 static void q8_quantize_256(const float *x, size_t ldx, int k, size_t r0, s
             _mm_storel_epi64((__m128i *)(u + kk), _mm_xor_si128(q8, _mm_set1_epi8((char)0x80)));
         }
         for (; kk < qx->kp; ++kk) {
-            int q = kk < k ? quant(xr[kk], inv) : 0;
+            int q = kk < k ? quant(mu != NULL ? xr[kk] - mu[kk] : xr[kk], inv) : 0;
             s[kk] = (int8_t)q;
             u[kk] = (uint8_t)(q + 128);
+        }
+    }
+}
+
+/* One in-vector stage of the rotation: lanes with bit h clear get v + t, the others t - v, where t
+ * is v with the lanes of the pair swapped (fwht_block's a + b and a - b). */
+T512 INLINE __m512 fwht_stage512(__m512 v, __m512 t, __mmask16 hi)
+{
+    return _mm512_mask_sub_ps(_mm512_add_ps(v, t), hi, t, v);
+}
+
+/* fwht_block on four vectors: stages 1, 2, 4, 8 inside each, then 16 and 32 across them */
+T512 INLINE void fwht512(__m512 *v)
+{
+    for (int i = 0; i < 4; ++i) {
+        __m512 x = v[i];
+        x = fwht_stage512(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
+        x = fwht_stage512(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
+        x = fwht_stage512(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
+        v[i] = fwht_stage512(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
+    }
+    for (int h = 1; h <= 2; h <<= 1) {
+        for (int i = 0; i < 4; ++i) {
+            if (i & h)
+                continue;
+            __m512 a = v[i], b = v[i + h];
+            v[i] = _mm512_add_ps(a, b);
+            v[i + h] = _mm512_sub_ps(a, b);
+        }
+    }
+    for (int i = 0; i < 4; ++i)
+        v[i] = _mm512_mul_ps(v[i], _mm512_set1_ps(0.125f));
+}
+
+T512 INLINE void rot_block512(const float *xr, const float *mu, const float *sign, int blk, __m512 *v)
+{
+    const int k0 = blk * SG_KERN_ROT;
+    for (int i = 0; i < 4; ++i)
+        v[i] = _mm512_mul_ps(centred512(xr, mu, k0 + 16 * i, (__mmask16)0xffff), _mm512_loadu_ps(sign + k0 + 16 * i));
+    fwht512(v);
+}
+
+T512 static void q8_quantize_rot512(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                    sg_kern_q8x_t *qx)
+{
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 v[4];
+    for (size_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * ldx;
+        __m512 m = _mm512_setzero_ps();
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block512(xr, mu, sign, blk, v);
+            for (int i = 0; i < 4; ++i)
+                m = _mm512_max_ps(m, _mm512_and_ps(v[i], abs));
+        }
+        float mx = _mm512_reduce_max_ps(m);
+        float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        qx->scale[r] = mx / 127.0f;
+        const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        int8_t *s = qx->s + r * (size_t)qx->kp;
+        uint8_t *u = qx->u + r * (size_t)qx->kp;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block512(xr, mu, sign, blk, v);
+            for (int i = 0; i < 4; ++i) {
+                __m512 q32 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v[i], vinv), lo), hi);
+                __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q32));
+                _mm_storeu_si128((__m128i *)(s + blk * SG_KERN_ROT + 16 * i), q);
+                _mm_storeu_si128((__m128i *)(u + blk * SG_KERN_ROT + 16 * i), _mm_xor_si128(q, _mm_set1_epi8((char)0x80)));
+            }
+        }
+    }
+}
+
+/* the same on eight 8-float vectors: stages 1, 2, 4 inside each, 8, 16 and 32 across them */
+T256 INLINE __m256 fwht_stage256(__m256 v, __m256 t, const int hi)
+{
+    __m256 sum = _mm256_add_ps(v, t), diff = _mm256_sub_ps(t, v);
+    return hi == 0xAA   ? _mm256_blend_ps(sum, diff, 0xAA)
+           : hi == 0xCC ? _mm256_blend_ps(sum, diff, 0xCC)
+                        : _mm256_blend_ps(sum, diff, 0xF0);
+}
+
+T256 INLINE void rot_block256(const float *xr, const float *mu, const float *sign, int blk, __m256 *v)
+{
+    const int k0 = blk * SG_KERN_ROT;
+    for (int i = 0; i < 8; ++i) {
+        __m256 x = _mm256_mul_ps(centred256(xr, mu, k0 + 8 * i), _mm256_loadu_ps(sign + k0 + 8 * i));
+        x = fwht_stage256(x, _mm256_permute_ps(x, 0xB1), 0xAA);
+        x = fwht_stage256(x, _mm256_permute_ps(x, 0x4E), 0xCC);
+        v[i] = fwht_stage256(x, _mm256_permute2f128_ps(x, x, 0x01), 0xF0);
+    }
+    for (int h = 1; h <= 4; h <<= 1) {
+        for (int i = 0; i < 8; ++i) {
+            if (i & h)
+                continue;
+            __m256 a = v[i], b = v[i + h];
+            v[i] = _mm256_add_ps(a, b);
+            v[i + h] = _mm256_sub_ps(a, b);
+        }
+    }
+    for (int i = 0; i < 8; ++i)
+        v[i] = _mm256_mul_ps(v[i], _mm256_set1_ps(0.125f));
+}
+
+T256 static void q8_quantize_rot256(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                    sg_kern_q8x_t *qx)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[8];
+    for (size_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * ldx;
+        __m256 m = _mm256_setzero_ps();
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block256(xr, mu, sign, blk, v);
+            for (int i = 0; i < 8; ++i)
+                m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs));
+        }
+        float lanes[8], mx = 0;
+        _mm256_storeu_ps(lanes, m);
+        for (int i = 0; i < 8; ++i)
+            mx = fmaxf(mx, lanes[i]);
+        float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        qx->scale[r] = mx / 127.0f;
+        const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+        int8_t *s = qx->s + r * (size_t)qx->kp;
+        uint8_t *u = qx->u + r * (size_t)qx->kp;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block256(xr, mu, sign, blk, v);
+            for (int i = 0; i < 8; ++i) {
+                __m256i q32 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], vinv), lo), hi));
+                __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+                __m128i q8 = _mm_packs_epi16(q16, q16);
+                _mm_storel_epi64((__m128i *)(s + blk * SG_KERN_ROT + 8 * i), q8);
+                _mm_storel_epi64((__m128i *)(u + blk * SG_KERN_ROT + 8 * i), _mm_xor_si128(q8, _mm_set1_epi8((char)0x80)));
+            }
         }
     }
 }
@@ -1046,20 +1292,36 @@ void sg_kern_f32_tile(int kern, const sg_kern_f32w_t *pw, const float *x, size_t
     f32_tile_scalar(pw, x, ldx, r0, r1, p0, p1, y, ldy, gelu);
 }
 
-void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, const sg_kern_q8w_t *qw, size_t r0, size_t r1,
+                         sg_kern_q8x_t *qx)
 {
+    const float *mu = qw != NULL ? qw->mu : NULL;
+    if (qw != NULL && qw->sign != NULL) {
+#if SG_KERN_SIMD
+        if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX512) {
+            q8_quantize_rot512(x, ldx, k, mu, qw->sign, r0, r1, qx);
+            return;
+        }
+        if (kern == SG_KERN_AVX2) {
+            q8_quantize_rot256(x, ldx, k, mu, qw->sign, r0, r1, qx);
+            return;
+        }
+#endif
+        q8_quantize_rot_scalar(x, ldx, k, mu, qw->sign, r0, r1, qx);
+        return;
+    }
 #if SG_KERN_SIMD
     if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX512) {
-        q8_quantize_512(x, ldx, k, r0, r1, qx);
+        q8_quantize_512(x, ldx, k, mu, r0, r1, qx);
         return;
     }
     if (kern == SG_KERN_AVX2) {
-        q8_quantize_256(x, ldx, k, r0, r1, qx);
+        q8_quantize_256(x, ldx, k, mu, r0, r1, qx);
         return;
     }
 #endif
     (void)kern;
-    q8_quantize_scalar(x, ldx, k, r0, r1, qx);
+    q8_quantize_scalar(x, ldx, k, mu, r0, r1, qx);
 }
 
 void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,

@@ -49,6 +49,8 @@ enum {
 
 /** The width of a panel: output columns per packed block. */
 #define SG_KERN_PANEL 16
+/** The int8 rotation's block: inputs rotated in blocks of this many (see above). */
+#define SG_KERN_ROT 64
 
 /** "scalar", "avx2", "avx512", "avx512-vnni" ("blas" for SG_KERN_NONE). */
 const char *sg_kern_name(int kern);
@@ -92,14 +94,22 @@ typedef struct st_sg_kern_q8w_t {
     int8_t *rows;     /* [n][kp] row-major (oneDNN's layout), only after sg_kern_q8_keep_rows */
     float *scale;     /* [np * 16]: w[j, k] ~ q[j, k] * scale[j] */
     int32_t *comp;    /* [np * 16]: 128 * sum_k q[j, k] */
-    float *b;         /* [np * 16]: the bias */
+    float *b;         /* [np * 16]: the bias, plus W mu when centred */
+    float *mu;        /* [kp] or NULL: the centre subtracted from every input row before it is quantised */
+    float *sign;      /* [k] or NULL: the rotation's D (+1 / -1), when inputs and weights are rotated */
 } sg_kern_q8w_t;
 
 /**
  * Like sg_kern_f32_pack, quantising each output channel to `bits` (8 or 7) bits: scale =
- * max|w_j| / 127 (or 63), q = round(w / scale) to nearest even. Returns 0, or -1 when out of memory.
+ * max|w_j| / 127 (or 63), q = round(w / scale) to nearest even. With a centre `mu` (k floats, copied;
+ * NULL: none) the layer computes y = W_q (x - mu) + (W mu + b): W mu is added to the bias here, in
+ * double over the float32 weights, so only the centred input meets the quantised weights. With
+ * `rotate` (and k a multiple of SG_KERN_ROT) each weight row is rotated as the inputs will be
+ * before it is quantised. sg_kern_q8_quantize with this qw prepares the inputs to match. Returns
+ * 0, or -1 when out of memory.
  */
-int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits);
+int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits,
+                    const float *mu, int rotate);
 /** Also keeps the weights row-major ([n][kp]) for oneDNN. Returns 0, or -1 when out of memory. */
 int sg_kern_q8_keep_rows(sg_kern_q8w_t *qw);
 void sg_kern_q8_free(sg_kern_q8w_t *qw);
@@ -119,10 +129,13 @@ typedef struct st_sg_kern_q8x_t {
 int sg_kern_q8x_reserve(sg_kern_q8x_t *qx, size_t rows, int k);
 void sg_kern_q8x_free(sg_kern_q8x_t *qx);
 /**
- * Quantises rows r0 <= r < r1 of x (k floats each, row stride ldx): scale = max|x[r]| / 127,
- * q = round(x / scale) to nearest even (0 for an all-zero row). Every kernel gives the same bytes.
+ * Quantises rows r0 <= r < r1 of x (k floats each, row stride ldx) as the product `qw` takes them
+ * (NULL: neither centred nor rotated): c = x[r] - qw->mu (one float32 subtraction), rotated when
+ * qw->sign is set, then scale = max|c| / 127, q = round(c / scale) to nearest even (0 for an
+ * all-zero row). Every kernel gives the same bytes.
  */
-void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx);
+void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, const sg_kern_q8w_t *qw, size_t r0, size_t r1,
+                         sg_kern_q8x_t *qx);
 /** Like sg_kern_f32_tile, from quantised rows. */
 void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
                      size_t ldy, int gelu);

@@ -11,6 +11,9 @@
  *     equal to a dequantised double reference computed here from the quantised operands, for 8-
  *     and 7-bit weights, including inputs whose products would saturate a u8 x s8 16-bit sum;
  *   - the epilogue that oneDNN's int32 results go through gives the tiles' floats;
+ *   - centred and rotated int8 (inputs minus a centre, rotated in blocks of 64 with the weights
+ *     rotated alike): the same bytes from every kernel, following the matrix form of the rotation,
+ *     and a product much closer to float32's than plain int8 when the inputs share a large part;
  *   - fused attention equals a double-precision softmax(q k^T) v for lengths 1 .. 70 and several
  *     head sizes.
  */
@@ -150,7 +153,7 @@ static void test_q8_quantize(void **state)
         sg_kern_q8x_t ref = {0}, got = {0};
         assert_int_equal(sg_kern_q8x_reserve(&ref, (size_t)rows, k), 0);
         assert_int_equal(sg_kern_q8x_reserve(&got, (size_t)rows, k), 0);
-        sg_kern_q8_quantize(SG_KERN_SCALAR, x, (size_t)k, k, 0, (size_t)rows, &ref);
+        sg_kern_q8_quantize(SG_KERN_SCALAR, x, (size_t)k, k, NULL, 0, (size_t)rows, &ref);
         for (int r = 0; r < rows; ++r) {
             float mx = 0;
             for (int i = 0; i < k; ++i)
@@ -167,7 +170,7 @@ static void test_q8_quantize(void **state)
                 continue;
             memset(got.s, 0x55, (size_t)rows * (size_t)got.kp);
             memset(got.u, 0x55, (size_t)rows * (size_t)got.kp);
-            sg_kern_q8_quantize(q8_kernels[i], x, (size_t)k, k, 0, (size_t)rows, &got);
+            sg_kern_q8_quantize(q8_kernels[i], x, (size_t)k, k, NULL, 0, (size_t)rows, &got);
             assert_memory_equal(got.s, ref.s, (size_t)rows * (size_t)ref.kp);
             assert_memory_equal(got.u, ref.u, (size_t)rows * (size_t)ref.kp);
             assert_memory_equal(got.scale, ref.scale, sizeof(float) * (size_t)rows);
@@ -190,11 +193,11 @@ static void check_q8_shape(int rows, int n, int k, int bits, int extreme, uint32
         b[i] = frand();
     const float *ws[1] = {w}, *bs[1] = {b};
     sg_kern_q8w_t qw;
-    assert_int_equal(sg_kern_q8_pack(&qw, 1, ws, bs, &n, k, bits), 0);
+    assert_int_equal(sg_kern_q8_pack(&qw, 1, ws, bs, &n, k, bits, NULL, 0), 0);
     assert_int_equal(qw.bits, bits);
     sg_kern_q8x_t qx = {0};
     assert_int_equal(sg_kern_q8x_reserve(&qx, (size_t)rows, k), 0);
-    sg_kern_q8_quantize(SG_KERN_SCALAR, x, (size_t)k, k, 0, (size_t)rows, &qx);
+    sg_kern_q8_quantize(SG_KERN_SCALAR, x, (size_t)k, k, NULL, 0, (size_t)rows, &qx);
     const int ldy = n + 2, levels = bits == 7 ? 63 : 127;
     float *y = malloc(sizeof(float) * (size_t)rows * ldy), *y0 = malloc(sizeof(float) * (size_t)rows * ldy);
     int first = 1;
@@ -271,6 +274,131 @@ static void test_q8_products(void **state)
             sg_kern_runs(SG_KERN_VNNI, 1, f) ? " avx512-vnni" : "");
 }
 
+/* kern.h's rotation written out as a matrix: v'[i] = sum_j (-1)^popcount(i & j) D[j] v[j] / 8 per
+ * block of 64, with D[j] = -1 where bit 0 of murmur3's finaliser of the position is set */
+static double ref_rotated(const double *c, int kk)
+{
+    int blk = kk / 64 * 64, i = kk % 64;
+    double acc = 0;
+    for (int j = 0; j < 64; ++j) {
+        uint32_t h = (uint32_t)(blk + j);
+        h ^= h >> 16;
+        h *= 0x85ebca6bu;
+        h ^= h >> 13;
+        h *= 0xc2b2ae35u;
+        h ^= h >> 16;
+        acc += (__builtin_popcount((unsigned)(i & j)) % 2 ? -1.0 : 1.0) * ((h & 1) ? -1.0 : 1.0) * c[blk + j];
+    }
+    return acc / 8;
+}
+
+/* Centred and rotated products (kern.h): every kernel quantises x - mu, rotated, to the same bytes,
+ * which follow the matrix form of the rotation (a step at most where float32 and double round to
+ * either side of an edge); every kernel's product is the same floats; and with inputs that share
+ * a large common part, the product is far closer to x . W^T + b with the centre than without. */
+static void check_q8_centred(int rows, int n, int k, uint32_t f)
+{
+    float *x = malloc(sizeof(float) * (size_t)rows * (size_t)k), *w = malloc(sizeof(float) * (size_t)n * (size_t)k);
+    float *b = malloc(sizeof(float) * (size_t)n), *mu = malloc(sizeof(float) * (size_t)k);
+    for (int i = 0; i < k; ++i)
+        mu[i] = 4.0f * frand();
+    for (int i = 0; i < rows * k; ++i)
+        x[i] = mu[i % k] + 0.1f * frand() + (i % 97 == 0 ? 0.5f : 0.0f); /* a shared part, a little of its own */
+    for (int i = 0; i < n * k; ++i)
+        w[i] = frand();
+    for (int i = 0; i < n; ++i)
+        b[i] = frand();
+    const float *ws[1] = {w}, *bs[1] = {b};
+    sg_kern_q8w_t qw, plain;
+    assert_int_equal(sg_kern_q8_pack(&qw, 1, ws, bs, &n, k, 8, mu, 1), 0);
+    assert_int_equal(sg_kern_q8_pack(&plain, 1, ws, bs, &n, k, 8, NULL, 0), 0);
+    assert_true((qw.sign != NULL) == (k % SG_KERN_ROT == 0));
+    sg_kern_q8x_t ref = {0}, got = {0}, px = {0};
+    assert_int_equal(sg_kern_q8x_reserve(&ref, (size_t)rows, k), 0);
+    assert_int_equal(sg_kern_q8x_reserve(&got, (size_t)rows, k), 0);
+    assert_int_equal(sg_kern_q8x_reserve(&px, (size_t)rows, k), 0);
+    sg_kern_q8_quantize(SG_KERN_SCALAR, x, (size_t)k, k, &qw, 0, (size_t)rows, &ref);
+    sg_kern_q8_quantize(SG_KERN_SCALAR, x, (size_t)k, k, &plain, 0, (size_t)rows, &px);
+    double *c = malloc(sizeof(double) * (size_t)k), *cr = malloc(sizeof(double) * (size_t)k);
+    size_t off = 0;
+    for (int r = 0; r < rows; ++r) {
+        double mx = 0;
+        for (int i = 0; i < k; ++i)
+            c[i] = (double)(x[r * k + i] - mu[i]);
+        for (int i = 0; i < k; ++i)
+            mx = fmax(mx, fabs(cr[i] = qw.sign != NULL ? ref_rotated(c, i) : c[i]));
+        assert_true(fabs(ref.scale[r] - mx / 127) <= 1e-5 * mx);
+        for (int i = 0; i < k; ++i) {
+            int want = (int)nearbyint(cr[i] * 127 / mx), q = ref.s[(size_t)r * ref.kp + i];
+            assert_true(abs(q - want) <= 1);
+            off += q != want;
+        }
+    }
+    assert_true(off * 100 <= (size_t)rows * (size_t)k); /* edges are rare */
+    for (size_t i = 1; i < sizeof(q8_kernels) / sizeof(q8_kernels[0]); ++i) {
+        if (!sg_kern_runs(q8_kernels[i], 1, f))
+            continue;
+        memset(got.s, 0x55, (size_t)rows * (size_t)got.kp);
+        memset(got.u, 0x55, (size_t)rows * (size_t)got.kp);
+        sg_kern_q8_quantize(q8_kernels[i], x, (size_t)k, k, &qw, 0, (size_t)rows, &got);
+        assert_memory_equal(got.s, ref.s, (size_t)rows * (size_t)ref.kp);
+        assert_memory_equal(got.u, ref.u, (size_t)rows * (size_t)ref.kp);
+        assert_memory_equal(got.scale, ref.scale, sizeof(float) * (size_t)rows);
+    }
+    float *y = malloc(sizeof(float) * (size_t)rows * (size_t)n), *y0 = malloc(sizeof(float) * (size_t)rows * (size_t)n);
+    float *yp = malloc(sizeof(float) * (size_t)rows * (size_t)n);
+    int first = 1;
+    for (size_t ki = 0; ki < sizeof(q8_kernels) / sizeof(q8_kernels[0]); ++ki) {
+        if (!sg_kern_runs(q8_kernels[ki], 1, f))
+            continue;
+        sg_kern_q8_tile(q8_kernels[ki], &qw, &ref, 0, (size_t)rows, 0, qw.np, y, (size_t)n, 0);
+        if (first)
+            memcpy(y0, y, sizeof(float) * (size_t)rows * (size_t)n);
+        else
+            assert_memory_equal(y, y0, sizeof(float) * (size_t)rows * (size_t)n);
+        first = 0;
+    }
+    sg_kern_q8_tile(SG_KERN_SCALAR, &plain, &px, 0, (size_t)rows, 0, plain.np, yp, (size_t)n, 0);
+    double err = 0, err_plain = 0, norm = 0;
+    for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < n; ++j) {
+            double want = b[j];
+            for (int i = 0; i < k; ++i)
+                want += (double)x[r * k + i] * w[(size_t)j * k + i];
+            err += (y0[r * n + j] - want) * (y0[r * n + j] - want);
+            err_plain += (yp[r * n + j] - want) * (yp[r * n + j] - want);
+            norm += want * want;
+        }
+    }
+    fprintf(stderr, "int8 k %d: relative error %.2e centred%s, %.2e plain\n", k, sqrt(err / norm), qw.sign ? " and rotated" : "",
+            sqrt(err_plain / norm));
+    assert_true(err * 25 < err_plain); /* the shared part no longer meets the quantised weights */
+    sg_kern_q8_free(&qw);
+    sg_kern_q8_free(&plain);
+    sg_kern_q8x_free(&ref);
+    sg_kern_q8x_free(&got);
+    sg_kern_q8x_free(&px);
+    free(x);
+    free(w);
+    free(b);
+    free(mu);
+    free(c);
+    free(cr);
+    free(y);
+    free(y0);
+    free(yp);
+}
+
+static void test_q8_centred_rotated(void **state)
+{
+    (void)state;
+    uint32_t f = features();
+    check_q8_centred(7, 40, 64, f);
+    check_q8_centred(5, 33, 768, f);
+    check_q8_centred(3, 20, 3072, f);
+    check_q8_centred(6, 17, 100, f); /* not a multiple of 64: centred, not rotated */
+}
+
 static void test_kernel_choice(void **state)
 {
     (void)state;
@@ -344,8 +472,8 @@ static void test_attention(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel_choice), cmocka_unit_test(test_f32_products), cmocka_unit_test(test_q8_quantize),
-        cmocka_unit_test(test_q8_products),   cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_kernel_choice), cmocka_unit_test(test_f32_products),       cmocka_unit_test(test_q8_quantize),
+        cmocka_unit_test(test_q8_products),   cmocka_unit_test(test_q8_centred_rotated), cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
