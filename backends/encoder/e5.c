@@ -102,7 +102,8 @@ struct sg_e5_model {
     void *dnnl;             /* dlopen handle of libdnnl */
     uint16_t *bf16_block;   /* every linear weight in bf16 */
     float *ref_block;       /* the reference kernel's widened copy */
-    float *centre;          /* int8: per layer, each product's mean input over the calibration texts (CENTRE_FLOATS) */
+    float *centre;          /* int8: per layer, each product's mean input over the calibration texts (centre_floats) */
+    unsigned q8_scheme;     /* int8: SG__E5_Q8_* */
 };
 
 struct sg_e5_workspace {
@@ -114,12 +115,15 @@ struct sg_e5_workspace {
     uint16_t *xb;                       /* precision bf16: the input of the current linear layer in bf16 ... */
     float *xr;                          /* ... or, with the reference kernel, rounded to bf16 and widened back */
     size_t cap_x16;
-    sg_kern_q8x_t qx; /* precision int8: the input of the current linear layer, quantised */
-    size_t *rows;     /* per sequence of a pass: its first token row */
-    size_t *order;    /* sequences of a pass, longest first (attention tasks) */
-    unsigned slots;   /* scores holds this many slots */
-    int32_t *ids;     /* token ids of the current encode call */
-    uint32_t *lens;   /* per text: number of ids */
+    sg_kern_q8x_t qx;  /* precision int8: the input of the current linear layer, quantised */
+    sg_kern_q8x_t qx2; /* ... and its second term, when split */
+    int32_t *acc2;     /* int8 through oneDNN, split: the second term's sums */
+    size_t cap_acc2;
+    size_t *rows;   /* per sequence of a pass: its first token row */
+    size_t *order;  /* sequences of a pass, longest first (attention tasks) */
+    unsigned slots; /* scores holds this many slots */
+    int32_t *ids;   /* token ids of the current encode call */
+    uint32_t *lens; /* per text: number of ids */
     size_t cap_texts;
     uint64_t tokens; /* tokens run through the layers, ever */
     double *calib;   /* int8 calibration only: per layer, the column sums of each product's input */
@@ -566,6 +570,8 @@ void sg_e5_workspace_free(sg_e5_workspace *w)
     free(w->xr);
     free(w->order);
     sg_kern_q8x_free(&w->qx);
+    sg_kern_q8x_free(&w->qx2);
+    free(w->acc2);
     free(w->x);
     free(w->tmp);
     free(w->qkv);
@@ -831,6 +837,7 @@ typedef struct st_prod_t {
     double eps;
     size_t rows_per, rchunks, block; /* rows per task, row slices, rows per pass over the panels */
     int pchunks;                     /* panel slices */
+    int split;                       /* int8: the input in two terms (w->qx, then w->qx2 added) */
 } prod_t;
 
 /* panel slice edges: multiples of 4 panels (the AVX-512 tiles' width) when the slices are wide */
@@ -853,10 +860,15 @@ static void prod_task(void *arg, size_t i, unsigned slot)
     int p0 = panel_edge(p->np, p->pchunks, pc), p1 = panel_edge(p->np, p->pchunks, pc + 1);
     for (size_t a = r0; a < r1; a += p->block) {
         size_t b = a + p->block < r1 ? a + p->block : r1;
-        if (m->engine == ENG_INT8)
-            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, p->gelu);
-        else
+        if (m->engine == ENG_INT8 && p->split) {
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, 0);
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx2, a, b, p0, p1, p->y, p->ldy,
+                            SG_KERN_Q8_ADD | (p->gelu ? SG_KERN_Q8_GELU : 0));
+        } else if (m->engine == ENG_INT8) {
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, p->gelu ? SG_KERN_Q8_GELU : 0);
+        } else {
             sg_kern_f32_tile(m->kern, p->pw, p->x, (size_t)p->in, a, b, p0, p1, p->y, p->ldy, p->gelu);
+        }
         if (p->ln != NULL && p->pchunks == 1) /* whole rows: residual + LayerNorm while they are in cache */
             layer_norm(p->y + a * p->ldy, p->res + a * p->ldy, b - a, (int)p->ldy, p->ln, p->eps);
     }
@@ -903,7 +915,7 @@ typedef struct st_quant_job_t {
     sg_e5_workspace *w;
     const float *x;
     const sg_kern_q8w_t *qw;
-    int in, kern;
+    int in, kern, split;
     size_t t, per;
 } quant_job_t;
 
@@ -912,16 +924,16 @@ static void quant_task(void *arg, size_t i, unsigned slot)
     (void)slot;
     quant_job_t *j = arg;
     size_t r0 = i * j->per, r1 = r0 + j->per < j->t ? r0 + j->per : j->t;
-    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, j->qw, r0, r1, &j->w->qx);
+    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, j->qw, r0, r1, &j->w->qx, j->split ? &j->w->qx2 : NULL);
 }
 
-static int quantize_input(sg_e5_workspace *w, const sg_kern_q8w_t *qw, const float *x, size_t t, int in)
+static int quantize_input(sg_e5_workspace *w, const sg_kern_q8w_t *qw, const float *x, size_t t, int in, int split)
 {
     const sg_e5_model *m = w->m;
-    if (sg_kern_q8x_reserve(&w->qx, t, in) != 0)
+    if (sg_kern_q8x_reserve(&w->qx, t, in) != 0 || (split && sg_kern_q8x_reserve(&w->qx2, t, in) != 0))
         return -1;
     unsigned threads = sg_par_threads(w->par);
-    quant_job_t j = {w, x, qw, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, t, t};
+    quant_job_t j = {w, x, qw, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, split, t, t};
     if (threads > 1 && t >= 64)
         j.per = (t + threads - 1) / threads;
     sg_par_run(w->par, (t + j.per - 1) / j.per, quant_task, &j);
@@ -935,7 +947,7 @@ typedef struct st_dnnl_q8_job_t {
     const sg_kern_q8w_t *qw;
     float *y;
     size_t t, ldy;
-    int chunks, by_rows, gelu;
+    int chunks, by_rows, gelu, split;
 } dnnl_q8_job_t;
 
 static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
@@ -956,10 +968,25 @@ static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
     if (r0 >= r1 || j0 >= j1)
         return;
     static const int32_t zero = 0;
+    const unsigned gelu = j->gelu ? SG_KERN_Q8_GELU : 0;
     j->w->m->q8_gemm('N', 'T', 'F', (int64_t)(r1 - r0), j1 - j0, qx->kp, 1.0f, qx->u + r0 * (size_t)qx->kp, qx->kp, 0,
                      qw->rows + (size_t)j0 * (size_t)qx->kp, qx->kp, 0, 0.0f, (int32_t *)(void *)(j->y + r0 * j->ldy + j0),
                      (int64_t)j->ldy, &zero);
-    sg_kern_q8_epilogue(qw, qx, r0, r1, j0, j1, j->y, j->ldy, j->gelu);
+    sg_kern_q8_epilogue(qw, qx, r0, r1, j0, j1, NULL, 0, j->y, j->ldy, j->split ? 0 : gelu);
+    if (!j->split)
+        return;
+    const sg_kern_q8x_t *qx2 = &j->w->qx2; /* the second term: its sums beside y, then added */
+    j->w->m->q8_gemm('N', 'T', 'F', (int64_t)(r1 - r0), j1 - j0, qx->kp, 1.0f, qx2->u + r0 * (size_t)qx->kp, qx->kp, 0,
+                     qw->rows + (size_t)j0 * (size_t)qx->kp, qx->kp, 0, 0.0f, j->w->acc2 + r0 * j->ldy + j0, (int64_t)j->ldy,
+                     &zero);
+    sg_kern_q8_epilogue(qw, qx2, r0, r1, j0, j1, j->w->acc2, j->ldy, j->y, j->ldy, SG_KERN_Q8_ADD | gelu);
+}
+
+/* int8: whether product `which` takes its input in two terms (the scheme's SPLIT_OUT: the FFN
+ * output's, whose GELU input is the hardest to quantise) */
+static int q8_split(const sg_e5_model *m, int which, int in)
+{
+    return (m->q8_scheme & SG__E5_Q8_SPLIT_OUT) && which == P_OUT && in <= SG_KERN_Q8_SPLIT_MAX;
 }
 
 /* int8 centres: per layer the inputs of QKV (hidden), O (hidden), INTER (hidden), OUT (intermediate) */
@@ -997,15 +1024,23 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
         if (linear_par(w, which == P_QKV ? 3 : 1, all[which], x, t, in, which == P_QKV ? h : out, ys, (size_t)out, gelu) != 0)
             return -1;
     } else if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN) {
-        if (quantize_input(w, &L->pq[which], x, t, in) != 0)
+        int split = q8_split(m, which, in);
+        if (quantize_input(w, &L->pq[which], x, t, in, split) != 0)
             return -1;
+        if (split && t * (size_t)out > w->cap_acc2) {
+            int32_t *a = realloc(w->acc2, t * (size_t)out * sizeof(int32_t) + 16);
+            if (a == NULL)
+                return -1;
+            w->acc2 = a;
+            w->cap_acc2 = t * (size_t)out;
+        }
         int chunks, by_rows;
         blas_split(threads, 1, t, out, &chunks, &by_rows);
-        dnnl_q8_job_t j = {w, &L->pq[which], y, t, (size_t)out, chunks, by_rows, gelu};
+        dnnl_q8_job_t j = {w, &L->pq[which], y, t, (size_t)out, chunks, by_rows, gelu, split};
         sg_par_run(w->par, (size_t)chunks, dnnl_q8_task, &j);
     } else {
-        int q8 = m->engine == ENG_INT8;
-        if (q8 && quantize_input(w, &L->pq[which], x, t, in) != 0)
+        int q8 = m->engine == ENG_INT8, split = q8 && q8_split(m, which, in);
+        if (q8 && quantize_input(w, &L->pq[which], x, t, in, split) != 0)
             return -1;
         prod_t p = {w,
                     q8 ? (const void *)&L->pq[which] : (const void *)&L->pf[which],
@@ -1022,7 +1057,8 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
                     0,
                     0,
                     0,
-                    0};
+                    0,
+                    split};
         size_t elem = q8 ? 1 : sizeof(float);
         plan_product(&p, threads, (size_t)out * (size_t)in * elem, (size_t)in * elem);
         sg_par_run(w->par, p.rchunks * (size_t)p.pchunks, prod_task, &p);
@@ -1643,8 +1679,10 @@ static int pack_product(const sg_e5_model *m, const layer_t *L, int which, int i
         b[i] = all[which][i]->b;
         n[i] = which == P_INTER ? inter : h;
     }
-    const float *mu = int8 && m->centre != NULL ? m->centre + centre_offset(&m->cfg, (int)(L - m->layers), which) : NULL;
-    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8, mu, mu != NULL)
+    const float *mu = int8 && (m->q8_scheme & SG__E5_Q8_CENTRE) && m->centre != NULL
+                          ? m->centre + centre_offset(&m->cfg, (int)(L - m->layers), which)
+                          : NULL;
+    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8, mu, (m->q8_scheme & SG__E5_Q8_ROTATE) != 0)
                 : sg_kern_f32_pack(pf, parts, w, b, n, which == P_OUT ? inter : h);
 }
 
@@ -1733,11 +1771,16 @@ static int probe_dnnl_q8(q8_gemm_fn gemm, char *err, size_t err_size)
 
 int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_size)
 {
+    return sg__e5_set_int8_scheme(m, kern, bits, SG__E5_Q8_DEFAULT, err, err_size);
+}
+
+int sg__e5_set_int8_scheme(sg_e5_model *m, int kern, int bits, unsigned scheme, char *err, size_t err_size)
+{
     if (bits != 8 && bits != 7) {
         snprintf(err, err_size, "int8 weights have 8 or 7 bits, not %d", bits);
         return -1;
     }
-    if (m->precision == SG_E5_INT8 && m->kern == kern && m->layers[0].pq[0].bits == bits)
+    if (m->precision == SG_E5_INT8 && m->kern == kern && m->layers[0].pq[0].bits == bits && m->q8_scheme == scheme)
         return 0;
     if (m->precision == SG_E5_BF16) {
         snprintf(err, err_size, "the model already runs in bf16");
@@ -1758,11 +1801,12 @@ int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_siz
         snprintf(err, err_size, "the %s int8 kernels cannot run on this CPU", sg_kern_name(kern));
         return -1;
     }
-    if (m->centre == NULL && calibrate(m) != 0) {
+    if ((scheme & SG__E5_Q8_CENTRE) && m->centre == NULL && calibrate(m) != 0) {
         snprintf(err, err_size, "out of memory calibrating the int8 centres");
         return -1;
     }
     unpack_layers(m);
+    m->q8_scheme = scheme;
     if (pack_layers(m, bits, kern == SG_E5_INT8_ONEDNN) != 0) {
         unpack_layers(m);
         snprintf(err, err_size, "out of memory for the int8 weights");
@@ -1770,8 +1814,10 @@ int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_siz
     }
     if (m->precision == SG_E5_INT8) /* another scheme: drop the old suffix */
         *strrchr(m->identity, '.') = '\0';
-    size_t l = strlen(m->identity);
-    snprintf(m->identity + l, sizeof(m->identity) - l, bits == 7 ? ".int8w7c" : ".int8c");
+    size_t l = strlen(m->identity); /* .int8, w7 for 7-bit weights, then the scheme's letters */
+    snprintf(m->identity + l, sizeof(m->identity) - l, ".int8%s%s%s%s", bits == 7 ? "w7" : "",
+             (scheme & SG__E5_Q8_CENTRE) ? "c" : "", (scheme & SG__E5_Q8_ROTATE) ? "r" : "",
+             (scheme & SG__E5_Q8_SPLIT_OUT) ? "s" : "");
     m->precision = SG_E5_INT8;
     m->engine = ENG_INT8;
     m->kern = kern;
@@ -1824,10 +1870,16 @@ const char *sg_e5_engine(const sg_e5_model *m, char *buf, size_t size)
 {
     const char *prec = m->precision == SG_E5_BF16 ? "bf16" : m->precision == SG_E5_INT8 ? "int8" : "float32";
     int bits = m->engine == ENG_INT8 ? m->layers[0].pq[0].bits : 0;
+    const unsigned sc = m->q8_scheme;
+    char scheme[128];
+    snprintf(scheme, sizeof(scheme), "%s%s%s%s", (sc & SG__E5_Q8_CENTRE) ? "; inputs centred" : "",
+             (sc & SG__E5_Q8_ROTATE) ? ((sc & SG__E5_Q8_CENTRE) ? " and rotated" : "; inputs rotated") : "",
+             (sc & SG__E5_Q8_SPLIT_OUT) ? "; the FFN output's input in two int8 terms" : "",
+             sc == 0 ? "; plain per-channel / per-token" : "");
     if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN)
-        snprintf(buf, size, "int8 (%d-bit weights) through oneDNN's dnnl_gemm_u8s8s32", bits);
+        snprintf(buf, size, "int8 (%d-bit weights) through oneDNN's dnnl_gemm_u8s8s32%s", bits, scheme);
     else if (m->engine == ENG_INT8)
-        snprintf(buf, size, "int8 (%d-bit weights), own %s kernels", bits, sg_kern_name(m->kern));
+        snprintf(buf, size, "int8 (%d-bit weights), own %s kernels%s", bits, sg_kern_name(m->kern), scheme);
     else if (m->engine != ENG_BLAS)
         snprintf(buf, size, "%s, own %s kernels over weights packed at load", prec, sg_kern_name(m->kern));
     else if (m->precision == SG_E5_BF16)

@@ -51,6 +51,11 @@ enum {
 #define SG_KERN_PANEL 16
 /** The int8 rotation's block: inputs rotated in blocks of this many (see above). */
 #define SG_KERN_ROT 64
+/** The longest rows sg_kern_q8_quantize splits into two terms. */
+#define SG_KERN_Q8_SPLIT_MAX 4096
+/** sg_kern_q8_tile / sg_kern_q8_epilogue flags: GELU after the epilogue; ADD: y's current values in
+ * place of the bias (the second term of a split input). */
+enum { SG_KERN_Q8_GELU = 1, SG_KERN_Q8_ADD = 2 };
 
 /** "scalar", "avx2", "avx512", "avx512-vnni" ("blas" for SG_KERN_NONE). */
 const char *sg_kern_name(int kern);
@@ -132,20 +137,27 @@ void sg_kern_q8x_free(sg_kern_q8x_t *qx);
  * Quantises rows r0 <= r < r1 of x (k floats each, row stride ldx) as the product `qw` takes them
  * (NULL: neither centred nor rotated): c = x[r] - qw->mu (one float32 subtraction), rotated when
  * qw->sign is set, then scale = max|c| / 127, q = round(c / scale) to nearest even (0 for an
- * all-zero row). Every kernel gives the same bytes.
+ * all-zero row). With `qx2` (k <= SG_KERN_Q8_SPLIT_MAX) the input is split into two terms: the
+ * rest e = c - q * scale (one fused multiply-add) is quantised the same way into qx2's row r, so
+ * that x ~ s1 q1 + s2 q2 carries about 15 bits; the product is then two tiles, the second with
+ * SG_KERN_Q8_ADD. Every kernel gives the same bytes.
  */
 void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, const sg_kern_q8w_t *qw, size_t r0, size_t r1,
-                         sg_kern_q8x_t *qx);
-/** Like sg_kern_f32_tile, from quantised rows. */
-void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
-                     size_t ldy, int gelu);
+                         sg_kern_q8x_t *qx, sg_kern_q8x_t *qx2);
 /**
- * The epilogue alone, for products computed elsewhere (oneDNN): y[r, j] holds the int32 sum of
- * (q_x + 128) * q_w (its bytes, as dnnl_gemm_u8s8s32 writes them) for j0 <= j < j1; replaced by
- * the float32 output, as sg_kern_q8_tile gives it.
+ * Like sg_kern_f32_tile, from quantised rows: y = (acc * s_w) * s_x + b, or with SG_KERN_Q8_ADD
+ * y = (acc * s_w) * s_x + y (one fused multiply-add either way); then GELU with SG_KERN_Q8_GELU.
  */
-void sg_kern_q8_epilogue(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int j0, int j1, float *y,
-                         size_t ldy, int gelu);
+void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
+                     size_t ldy, unsigned flags);
+/**
+ * The epilogue alone, for products computed elsewhere (oneDNN): the int32 sums of (q_x + 128) * q_w
+ * for rows r0 <= r < r1 and columns j0 <= j < j1 are in acc (row stride ldacc), or with acc NULL
+ * in y's own bytes (as dnnl_gemm_u8s8s32 writes them); y gets the float32 output, as
+ * sg_kern_q8_tile gives it with the same flags.
+ */
+void sg_kern_q8_epilogue(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int j0, int j1, const int32_t *acc,
+                         size_t ldacc, float *y, size_t ldy, unsigned flags);
 
 /* ---- elementwise and attention ---- */
 

@@ -433,14 +433,17 @@ static void test_encoder_own_kernels_goldens(void **state)
 }
 
 /* A plain C reference of the forward in double, with each linear layer as precision int8 defines
- * it (kern.h, e5.c): the input minus the product's centre mu, rotated in blocks of 64 (signs D,
- * then the Hadamard transform / 8, in float32 as kern.h specifies it), quantised per token (|q| <=
- * 127); the weight rows rotated alike and quantised per output channel (|q| <= 127, or 63 with 7
- * bits), both rounded to nearest even; the dequantised product plus b + W mu. With bits 0: plain
- * float32 weights in double, adding each product's input to `sums` (the calibration pass). */
+ * it (kern.h, e5.c) for a scheme (SG__E5_Q8_*): the input minus the product's centre mu (CENTRE),
+ * rotated in blocks of 64 (ROTATE: signs D, then the Hadamard transform / 8, in float32 as kern.h
+ * specifies it), quantised per token (|q| <= 127), for the FFN output with SPLIT also the rest
+ * c - q1 s1 (a fused multiply-add) quantised again; the weight rows rotated alike and quantised
+ * per output channel (|q| <= 127, or 63 with 7 bits), both rounded to nearest even; the
+ * dequantised product plus b + W mu. With bits 0: plain float32 weights in double, adding each
+ * product's input to `sums` (the calibration pass). */
 typedef struct {
     const sg_e5_config *c;
     int bits;
+    unsigned scheme;
     const sg_e5_model *m; /* its int8 centres */
     int layer;
     double *sums; /* bits 0: per layer, the column sums of the inputs of the four products */
@@ -473,37 +476,45 @@ static void ref_hadamard(float *v, int n)
     }
 }
 
-/* v (n floats) as the product sees it: minus mu (NULL: none), then rotated when n % 64 == 0 */
-static void ref_prepare(float *v, const float *mu, int n)
+/* v (n floats) as the product sees it: minus mu (NULL: none), then rotated when asked and n % 64 == 0 */
+static void ref_prepare(float *v, const float *mu, int n, int rotate)
 {
+    rotate = rotate && n % 64 == 0;
     for (int k = 0; k < n; ++k)
-        v[k] = (mu != NULL ? v[k] - mu[k] : v[k]) * (n % 64 == 0 ? ref_sign(k) : 1.0f);
-    for (int blk = 0; n % 64 == 0 && blk < n / 64; ++blk) {
+        v[k] = (mu != NULL ? v[k] - mu[k] : v[k]) * (rotate ? ref_sign(k) : 1.0f);
+    for (int blk = 0; rotate && blk < n / 64; ++blk) {
         ref_hadamard(v + blk * 64, 64);
         for (int j = 0; j < 64; ++j)
             v[blk * 64 + j] *= 0.125f;
     }
 }
 
-/* rows of `n` floats quantised to +-levels per row and dequantised, into d */
-static void ref_quantise(const float *v, int n, int levels, double *d)
+/* rows of `n` floats quantised to +-levels per row and dequantised, into d; with `rest`, also what
+ * the second term quantises: v - q * scale (one fused multiply-add in float32) */
+static void ref_quantise(const float *v, int n, int levels, double *d, float *rest)
 {
     float mx = 0;
     for (int k = 0; k < n; ++k)
         mx = fmaxf(mx, fabsf(v[k]));
-    for (int k = 0; k < n; ++k)
-        d[k] = mx > 0 ? nearbyintf(v[k] * ((float)levels / mx)) * (double)(mx / (float)levels) : 0;
+    for (int k = 0; k < n; ++k) {
+        float q = mx > 0 ? nearbyintf(v[k] * ((float)levels / mx)) : 0;
+        d[k] = q * (double)(mx / (float)levels);
+        if (rest != NULL)
+            rest[k] = fmaf(-q, mx / (float)levels, v[k]);
+    }
 }
 
 static void ref_linear(const qref_t *r, int which, const double *x, size_t t, int in, const float *w, const float *b, int out,
                        double *y)
 {
-    const float *mu = r->bits != 0 ? sg__e5_int8_centre(r->m, r->layer, which) : NULL;
-    if (r->bits != 0)
+    const float *mu = r->bits != 0 && (r->scheme & SG__E5_Q8_CENTRE) ? sg__e5_int8_centre(r->m, r->layer, which) : NULL;
+    const int rotate = (r->scheme & SG__E5_Q8_ROTATE) != 0, split = (r->scheme & SG__E5_Q8_SPLIT_OUT) && which == 3;
+    if (r->bits != 0 && (r->scheme & SG__E5_Q8_CENTRE))
         assert_non_null(mu);
     double *wd = malloc(sizeof(double) * (size_t)out * (size_t)in), *xd = malloc(sizeof(double) * (size_t)in);
     double *wmu = calloc((size_t)out, sizeof(double));
-    float *v = malloc(sizeof(float) * (size_t)in);
+    float *v = malloc(sizeof(float) * (size_t)in), *rest = malloc(sizeof(float) * (size_t)in);
+    double *xd2 = malloc(sizeof(double) * (size_t)in);
     for (int j = 0; j < out; ++j) {
         for (int k = 0; k < in; ++k) {
             v[k] = w[(size_t)j * in + k];
@@ -514,8 +525,8 @@ static void ref_linear(const qref_t *r, int which, const double *x, size_t t, in
                 wd[(size_t)j * in + k] = v[k];
             continue;
         }
-        ref_prepare(v, NULL, in);
-        ref_quantise(v, in, r->bits == 7 ? 63 : 127, wd + (size_t)j * in);
+        ref_prepare(v, NULL, in, rotate);
+        ref_quantise(v, in, r->bits == 7 ? 63 : 127, wd + (size_t)j * in, NULL);
     }
     for (size_t i = 0; i < t; ++i) {
         for (int k = 0; k < in; ++k) {
@@ -527,8 +538,13 @@ static void ref_linear(const qref_t *r, int which, const double *x, size_t t, in
                     x[i * in + k];
         }
         if (r->bits != 0) {
-            ref_prepare(v, mu, in);
-            ref_quantise(v, in, 127, xd);
+            ref_prepare(v, mu, in, rotate);
+            ref_quantise(v, in, 127, xd, split ? rest : NULL);
+        }
+        if (r->bits != 0 && split) {
+            ref_quantise(rest, in, 127, xd2, NULL);
+            for (int k = 0; k < in; ++k)
+                xd[k] += xd2[k];
         }
         for (int j = 0; j < out; ++j) {
             double acc = 0;
@@ -541,6 +557,8 @@ static void ref_linear(const qref_t *r, int which, const double *x, size_t t, in
     free(xd);
     free(wmu);
     free(v);
+    free(rest);
+    free(xd2);
 }
 
 static void ref_layer_norm(double *x, const double *res, size_t t, int h, const float *g, const float *b, double eps)
@@ -646,7 +664,7 @@ static double *ref_centres(const sg_e5_model *m)
         int32_t ids[128];
         int k = sg_e5_tokenize(m, "query: ", texts[i], strlen(texts[i]), 128, ids);
         assert_true(k > 2);
-        qref_t r = {c, 0, NULL, 0, sums, 0};
+        qref_t r = {c, 0, 0, NULL, 0, sums, 0};
         ref_forward(m, &r, ids, k, out);
         tokens += (size_t)k;
     }
@@ -671,71 +689,93 @@ static void test_encoder_int8_reference(void **state)
     const sg_e5_config *c = sg_e5_get_config(base);
     double *centres = ref_centres(base);
     const int kerns[] = {SG_KERN_SCALAR, SG_KERN_AVX2, SG_KERN_VNNI, SG_E5_INT8_ONEDNN};
-    for (int bits = 8; bits >= 7; --bits) {
-        for (size_t ki = 0; ki < sizeof(kerns) / sizeof(kerns[0]); ++ki) {
-            sg_e5_model *m = load_model();
-            char err[512];
-            assert_null(sg__e5_int8_centre(m, 0, 0));
-            int rc = sg_e5_set_int8(m, kerns[ki], bits, err, sizeof(err));
-            if (kerns[ki] == SG_E5_INT8_ONEDNN) {
-                if (rc != 0) {
-                    fprintf(stderr, "int8 through oneDNN not here: %s\n", err);
-                    assert_non_null(strstr(err, "oneDNN"));
+    static const struct {
+        unsigned scheme;
+        const char *letters;
+    } schemes[] = {{SG__E5_Q8_DEFAULT, "cr"},
+                   {0, ""},
+                   {SG__E5_Q8_CENTRE, "c"},
+                   {SG__E5_Q8_CENTRE | SG__E5_Q8_ROTATE | SG__E5_Q8_SPLIT_OUT, "crs"}};
+    for (size_t si = 0; si < sizeof(schemes) / sizeof(schemes[0]); ++si) {
+        const unsigned scheme = schemes[si].scheme;
+        for (int bits = 8; bits >= 7; --bits) {
+            for (size_t ki = 0; ki < sizeof(kerns) / sizeof(kerns[0]); ++ki) {
+                sg_e5_model *m = load_model();
+                char err[512], suffix[32];
+                assert_null(sg__e5_int8_centre(m, 0, 0));
+                int rc = scheme == SG__E5_Q8_DEFAULT ? sg_e5_set_int8(m, kerns[ki], bits, err, sizeof(err))
+                                                     : sg__e5_set_int8_scheme(m, kerns[ki], bits, scheme, err, sizeof(err));
+                if (kerns[ki] == SG_E5_INT8_ONEDNN) {
+                    if (rc != 0) {
+                        fprintf(stderr, "int8 through oneDNN not here: %s\n", err);
+                        assert_non_null(strstr(err, "oneDNN"));
+                    }
+                } else {
+                    assert_int_equal(rc, sg_kern_runs(kerns[ki], 1, f) ? 0 : -1);
                 }
-            } else {
-                assert_int_equal(rc, sg_kern_runs(kerns[ki], 1, f) ? 0 : -1);
-            }
-            if (rc != 0) {
-                sg_e5_free(m);
-                continue;
-            }
-            assert_int_equal(sg_e5_precision(m), SG_E5_INT8);
-            assert_string_equal(strrchr(sg_e5_identity(m), '.'), bits == 7 ? ".int8w7c" : ".int8c");
-            /* the centres: the reference's means, rounded to bfloat16 (8 significant bits) */
-            double worst_mu = 0;
-            for (int l = 0; l < c->layers; ++l) {
-                for (int p = 0; p < 4; ++p) {
-                    const float *mu = sg__e5_int8_centre(m, l, p);
-                    assert_non_null(mu);
-                    const double *want = centres + (size_t)l * (3 * c->hidden + c->intermediate) + (size_t)p * c->hidden;
-                    for (int k = 0; k < (p == 3 ? c->intermediate : c->hidden); ++k) {
-                        double d = fabs(mu[k] - want[k]);
-                        worst_mu = fmax(worst_mu, d);
-                        assert_true(d <= fabs(want[k]) / 256 + 1e-6);
+                if (rc != 0) {
+                    sg_e5_free(m);
+                    continue;
+                }
+                assert_int_equal(sg_e5_precision(m), SG_E5_INT8);
+                snprintf(suffix, sizeof(suffix), ".int8%s%s", bits == 7 ? "w7" : "", schemes[si].letters);
+                assert_string_equal(strrchr(sg_e5_identity(m), '.'), suffix);
+                /* the centres: the reference's means, rounded to bfloat16 (8 significant bits) */
+                double worst_mu = 0;
+                if (!(scheme & SG__E5_Q8_CENTRE))
+                    assert_null(sg__e5_int8_centre(m, 0, 0));
+                for (int l = 0; (scheme & SG__E5_Q8_CENTRE) && l < c->layers; ++l) {
+                    for (int p = 0; p < 4; ++p) {
+                        const float *mu = sg__e5_int8_centre(m, l, p);
+                        assert_non_null(mu);
+                        const double *want = centres + (size_t)l * (3 * c->hidden + c->intermediate) + (size_t)p * c->hidden;
+                        for (int k = 0; k < (p == 3 ? c->intermediate : c->hidden); ++k) {
+                            double d = fabs(mu[k] - want[k]);
+                            worst_mu = fmax(worst_mu, d);
+                            assert_true(d <= fabs(want[k]) / 256 + 1e-6);
+                        }
                     }
                 }
-            }
-            qref_t r = {c, bits, m, 0, NULL, 0};
-            for (size_t i = 0; i < n; ++i)
-                ref_forward(base, &r, g[i].ids, g[i].n_ids, ref + i * 64);
-            int32_t ids[256];
-            for (size_t i = 0; i < n; ++i) { /* the same tokens whatever the precision */
-                int k = sg_e5_tokenize(m, "query: ", g[i].text, g[i].len, 256, ids);
-                assert_int_equal(k, g[i].n_ids);
-                assert_memory_equal(ids, g[i].ids, (size_t)k * sizeof(int32_t));
-            }
-            encode_goldens(m, g, n, out);
-            /* float32 and double agree to ~1e-7 until an activation lands within that of a rounding
-             * edge (x.5 steps) on one side and not on the other: one step of one value, which moves
-             * that text's embedding by ~1e-3. Most texts meet no such edge and must agree exactly. */
-            double worst = 0, cos_min = 1;
-            size_t exact = 0;
-            for (size_t i = 0; i < n; ++i) {
-                double d = max_abs(out + i * 64, ref + i * 64, 64);
-                worst = fmax(worst, d);
-                exact += d <= 2e-5;
-                cos_min = fmin(cos_min, cosine(out + i * 64, f32 + i * 64, 64));
-            }
-            char desc[160];
-            fprintf(stderr,
-                    "%s: centres within %.3g of the reference's; vs the plain C reference: %zu of %zu texts within 2e-5, max abs "
+                qref_t r = {c, bits, scheme, m, 0, NULL, 0};
+                for (size_t i = 0; i < n; ++i)
+                    ref_forward(base, &r, g[i].ids, g[i].n_ids, ref + i * 64);
+                int32_t ids[256];
+                for (size_t i = 0; i < n; ++i) { /* the same tokens whatever the precision */
+                    int k = sg_e5_tokenize(m, "query: ", g[i].text, g[i].len, 256, ids);
+                    assert_int_equal(k, g[i].n_ids);
+                    assert_memory_equal(ids, g[i].ids, (size_t)k * sizeof(int32_t));
+                }
+                encode_goldens(m, g, n, out);
+                /* float32 and double agree to ~1e-7 until an activation lands within that of a rounding
+                 * edge (x.5 steps) on one side and not on the other: one step of one value, which moves
+                 * that text's embedding by ~1e-3. Most texts meet no such edge and must agree exactly. A
+                 * second term's steps are ~254 times finer (so its edges ~254 times denser, each moving
+                 * an embedding by ~4e-6): "exactly" is then within 1e-4. */
+                const double tol = (scheme & SG__E5_Q8_SPLIT_OUT) ? 1e-4 : 2e-5;
+                double worst = 0, cos_min = 1;
+                size_t exact = 0;
+                for (size_t i = 0; i < n; ++i) {
+                    double d = max_abs(out + i * 64, ref + i * 64, 64);
+                    worst = fmax(worst, d);
+                    exact += d <= tol;
+                    cos_min = fmin(cos_min, cosine(out + i * 64, f32 + i * 64, 64));
+                }
+                char desc[200];
+                fprintf(
+                    stderr,
+                    "%s: centres within %.3g of the reference's; vs the plain C reference: %zu of %zu texts within %.0e, max abs "
                     "%.3g; vs float32 min cosine %.6f\n",
-                    sg_e5_engine(m, desc, sizeof(desc)), worst_mu, exact, n, worst, cos_min);
-            assert_true(exact >= n * 3 / 4);
-            assert_true(worst <= 5e-3);
-            /* centred and rotated: 0.99991 / 0.99966 here (plain per-channel int8 gave 0.99972 / 0.99904) */
-            assert_true(cos_min >= (bits == 8 ? 0.9998 : 0.9995));
-            sg_e5_free(m);
+                    sg_e5_engine(m, desc, sizeof(desc)), worst_mu, exact, n, tol, worst, cos_min);
+                assert_true(exact >= n * 3 / 4);
+                assert_true(worst <= 5e-3);
+                if (scheme == 0) /* 0.99982 / 0.99907 here */
+                    assert_true(cos_min >= (bits == 8 ? 0.9995 : 0.998));
+                else if (!(scheme & SG__E5_Q8_ROTATE)) /* 0.99989 / 0.99945 */
+                    assert_true(cos_min >= (bits == 8 ? 0.9997 : 0.999));
+                else /* centred and rotated: 0.99991 / 0.99966 */
+                    assert_true(cos_min >= (bits == 8 ? 0.9998 : 0.9995));
+                sg_e5_free(m);
+            }
         }
     }
     free(centres);
@@ -786,10 +826,10 @@ static void test_encoder_int8_choice(void **state)
         const char *mask;
         int kern;
         const char *suffix;
-    } cases[] = {{"sse3", SG_KERN_SCALAR, ".int8c"},
-                 {"sse3,avx,fma,avx2", SG_KERN_AVX2, ".int8w7c"},
-                 {"sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl", SG_KERN_AVX2, ".int8w7c"},
-                 {"sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl,avx512_vnni", SG_KERN_VNNI, ".int8c"}};
+    } cases[] = {{"sse3", SG_KERN_SCALAR, ".int8cr"},
+                 {"sse3,avx,fma,avx2", SG_KERN_AVX2, ".int8w7cr"},
+                 {"sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl", SG_KERN_AVX2, ".int8w7cr"},
+                 {"sse3,avx,fma,avx2,avx512f,avx512bw,avx512dq,avx512vl,avx512_vnni", SG_KERN_VNNI, ".int8cr"}};
     uint32_t have = cpu_features();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
         setenv("SG_CPU_FEATURES", cases[i].mask, 1);
@@ -799,7 +839,7 @@ static void test_encoder_int8_choice(void **state)
         int want = sg_kern_runs(cases[i].kern, 1, have) ? cases[i].kern : sg_kern_q8_best(have & sg_e5_features(m));
         assert_int_equal(sg_e5_kernel(m), want);
         const char *id = sg_e5_identity(m);
-        assert_string_equal(strrchr(id, '.'), want == SG_KERN_AVX2 ? ".int8w7c" : ".int8c");
+        assert_string_equal(strrchr(id, '.'), want == SG_KERN_AVX2 ? ".int8w7cr" : ".int8cr");
         (void)cases[i].suffix;
         sg_e5_free(m);
     }

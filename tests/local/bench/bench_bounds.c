@@ -60,7 +60,7 @@ static void own_product(int kind, const void *w, const float *x, int m, int k, s
     }
     const sg_kern_q8w_t *qw = w;
     sg_kern_q8x_reserve(qx, (size_t)m, k);
-    sg_kern_q8_quantize(int8_kern, x, (size_t)k, k, NULL, 0, (size_t)m, qx);
+    sg_kern_q8_quantize(int8_kern, x, (size_t)k, k, NULL, 0, (size_t)m, qx, NULL);
     sg_kern_q8_tile(int8_kern, qw, qx, 0, (size_t)m, 0, qw->np, y, (size_t)qw->n, 0);
 }
 
