@@ -1619,11 +1619,17 @@ static const char *const calib_texts[] = {
 };
 
 /* The centres of every product (m->centre), from a float32 pass over calib_texts with the model's
- * current engine; rounded to bfloat16 precision so that engines whose float32 sums differ in the
- * last bits give the same centres (and the same int8 numbers). Returns 0, or -1 when out of memory. */
+ * current engine (OpenBLAS when it runs another int8 scheme); rounded to bfloat16 precision so that
+ * engines whose float32 sums differ in the last bits give the same centres (and the same int8
+ * numbers). Returns 0, or -1 when out of memory. */
 static int calibrate(sg_e5_model *m)
 {
     enum { N = sizeof(calib_texts) / sizeof(calib_texts[0]) };
+    const int engine = m->engine, precision = m->precision;
+    if (engine == ENG_INT8) { /* the float32 weights are still there (lin_t) */
+        m->engine = ENG_BLAS;
+        m->precision = SG_E5_FP32;
+    }
     const size_t per = centre_floats(&m->cfg), total = per * (size_t)m->cfg.layers;
     sg_e5_workspace *w = sg_e5_workspace_new(m);
     float *out = malloc((size_t)N * (size_t)m->cfg.hidden * sizeof(float));
@@ -1635,7 +1641,7 @@ static int calibrate(sg_e5_model *m)
     for (size_t i = 0; i < N; ++i)
         lens[i] = strlen(calib_texts[i]);
     char err[256];
-    if (sg_e5_encode(m, w, "query: ", calib_texts, lens, N, 128, out, err, sizeof(err)) != 0 || w->tokens == 0)
+    if (sg_e5_encode(m, w, "query: ", calib_texts, lens, N, sg_e5_max_length(m, 128), out, err, sizeof(err)) != 0 || w->tokens == 0)
         goto out;
     for (size_t i = 0; i < total; ++i)
         m->centre[i] = from_bf16(to_bf16((float)(w->calib[i] / (double)w->tokens)));
@@ -1649,6 +1655,8 @@ out:
         free(w->calib);
     sg_e5_workspace_free(w);
     free(out);
+    m->engine = engine;
+    m->precision = precision;
     return rc;
 }
 

@@ -24,6 +24,16 @@
  *     of four, for half the weight resolution;
  *   - scalar C, and oneDNN's dnnl_gemm_u8s8s32 (called by e5.c, which applies
  *     sg_kern_q8_epilogue to its int32 results).
+ * Before its input is quantised a layer may take it centred and rotated (e5.c does, by default):
+ * c = x - mu for a centre mu whose W mu was added to the bias at packing (so only c meets the
+ * quantised weights), then per block of SG_KERN_ROT (64) values c' = H D c / 8, D random signs
+ * (-1 where bit 0 of murmur3's 32-bit finaliser of the position in the row is set), H the
+ * Hadamard matrix in Sylvester's order applied as butterflies h = 1, 2, 4 ... 32, each pair (j,
+ * j + h) becoming (a + b, a - b) in float32, in that order on every kernel; each weight row is
+ * rotated the same way before it is quantised, so W c = (W D H / 8)(H D c / 8) exactly. This
+ * spreads heavy tails and outlier channels over the block before the per-row scale is taken. An
+ * input may also be split into two terms (sg_kern_q8_quantize with qx2): the rest c' - q s,
+ * quantised again, as a second product added to the first.
  *
  * Thread-safety: packed weights are read-only once packed; every other call works on memory the
  * caller owns.
@@ -49,7 +59,7 @@ enum {
 
 /** The width of a panel: output columns per packed block. */
 #define SG_KERN_PANEL 16
-/** The int8 rotation's block: inputs rotated in blocks of this many (see above). */
+/** The int8 rotation's block: inputs (and weight rows) rotated in blocks of this many (see above). */
 #define SG_KERN_ROT 64
 /** The longest rows sg_kern_q8_quantize splits into two terms. */
 #define SG_KERN_Q8_SPLIT_MAX 4096

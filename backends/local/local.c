@@ -1046,9 +1046,8 @@ static int set_int8(struct sg_backend *self, int engine, char *err, size_t err_s
 done:;
     char desc[200];
     self->host->log(SG_LOG_INFO, self->name,
-                    "precision int8: the encoder's linear layers run in %s (per-channel weights, %.0f MiB; each input centred "
-                    "on its calibrated mean and rotated, then per-token 8-bit activations; int32 sums, float32 elsewhere), "
-                    "because %s (features: %s); cache identity suffix %s",
+                    "precision int8: the encoder's linear layers run in %s (per-channel weights, %.0f MiB; per-token 8-bit "
+                    "activations, int32 sums, float32 elsewhere), because %s (features: %s); cache identity suffix %s",
                     sg_e5_engine(self->model, desc, sizeof(desc)), weight_mib(self->model, 1.0), reason, feats,
                     strrchr(sg_e5_identity(self->model), '.'));
     if (sg_e5_kernel(self->model) == SG_KERN_SCALAR)

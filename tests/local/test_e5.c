@@ -815,6 +815,36 @@ static void test_encoder_int8_quality(void **state)
     free_golden(g, n);
 }
 
+/* Switching a model from one int8 scheme to another calibrates in float32 (not through the
+ * scheme it ran) and gives the embeddings a fresh model gets; the identity follows the scheme. */
+static void test_encoder_int8_rescheme(void **state)
+{
+    (void)state;
+    size_t n;
+    golden_t *g = load_golden(MODEL "/golden.jsonl", &n, 1);
+    float *a = calloc(n * 64, sizeof(float)), *b = calloc(n * 64, sizeof(float));
+    char err[512];
+    sg_e5_model *fresh = load_model(), *m = load_model();
+    assert_int_equal(sg_e5_set_int8(fresh, SG_KERN_SCALAR, 8, err, sizeof(err)), 0);
+    encode_goldens(fresh, g, n, a);
+    assert_int_equal(sg__e5_set_int8_scheme(m, SG_KERN_SCALAR, 8, 0, err, sizeof(err)), 0);
+    assert_string_equal(strrchr(sg_e5_identity(m), '.'), ".int8");
+    assert_int_equal(sg_e5_set_int8(m, SG_KERN_SCALAR, 8, err, sizeof(err)), 0);
+    assert_string_equal(strrchr(sg_e5_identity(m), '.'), ".int8cr");
+    assert_null(strstr(sg_e5_identity(m), ".int8.int8")); /* one int8 suffix, the new scheme's */
+    encode_goldens(m, g, n, b);
+    for (int l = 0; l < sg_e5_get_config(m)->layers; ++l)
+        for (int p = 0; p < 4; ++p)
+            assert_memory_equal(sg__e5_int8_centre(m, l, p), sg__e5_int8_centre(fresh, l, p),
+                                (size_t)(p == 3 ? sg_e5_get_config(m)->intermediate : sg_e5_get_config(m)->hidden) * sizeof(float));
+    assert_memory_equal(a, b, n * 64 * sizeof(float));
+    sg_e5_free(fresh);
+    sg_e5_free(m);
+    free(a);
+    free(b);
+    free_golden(g, n);
+}
+
 /* precision int8 picks its kernel from the CPU's features (SG_CPU_FEATURES hides some, as for the
  * BLAS): VNNI where present, else AVX2 with 7-bit weights, else plain C */
 static void test_encoder_int8_choice(void **state)
@@ -872,6 +902,7 @@ int main(void)
         cmocka_unit_test(test_encoder_own_kernels_goldens),
         cmocka_unit_test(test_encoder_int8_reference),
         cmocka_unit_test(test_encoder_int8_quality),
+        cmocka_unit_test(test_encoder_int8_rescheme),
         cmocka_unit_test(test_encoder_int8_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
