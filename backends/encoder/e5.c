@@ -983,7 +983,7 @@ static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
 }
 
 /* int8: whether product `which` takes its input in two terms (the scheme's SPLIT_OUT: the FFN
- * output's, whose GELU input is the hardest to quantise) */
+ * output product's, whose input -- the GELU output -- is the hardest to quantise) */
 static int q8_split(const sg_e5_model *m, int which, int in)
 {
     return (m->q8_scheme & SG__E5_Q8_SPLIT_OUT) && which == P_OUT && in <= SG_KERN_Q8_SPLIT_MAX;

@@ -1517,6 +1517,8 @@ void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, const sg_k
 {
     const float *mu = qw != NULL ? qw->mu : NULL;
     if (qx2 != NULL) {
+        if (k > SG_KERN_Q8_SPLIT_MAX) /* the rows are prepared on the stack: a caller's bug, not data's */
+            abort();
         const float *sign = qw != NULL ? qw->sign : NULL;
 #if SG_KERN_SIMD
         if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX512) {
