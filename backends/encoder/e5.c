@@ -104,6 +104,7 @@ struct sg_e5_model {
     float *ref_block;       /* the reference kernel's widened copy */
     float *centre;          /* int8: per layer, each product's mean input over the calibration texts (centre_floats) */
     unsigned q8_scheme;     /* int8: SG__E5_Q8_* */
+    char *calib_prefix;     /* int8: before each calibration text (NULL: "query: ") */
 };
 
 struct sg_e5_workspace {
@@ -507,6 +508,7 @@ void sg_e5_free(sg_e5_model *m)
     free(m->bf16_block);
     free(m->ref_block);
     free(m->centre);
+    free(m->calib_prefix);
     for (int i = 0; m->layers != NULL && i < m->cfg.layers; ++i) {
         for (int p = 0; p < N_PROD; ++p) {
             sg_kern_f32_free(&m->layers[i].pf[p]);
@@ -1544,7 +1546,8 @@ static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
     return 0;
 }
 
-/* int8 calibration: generic English questions, encoded as queries ("query: " first) in float32. The
+/* int8 calibration: generic English questions, encoded as queries (the route's query prefix first,
+ * "query: " unless sg_e5_set_calibration_prefix said otherwise) in float32. The
  * mean of each product's input over their tokens is that product's centre (kern.h): whatever part
  * of an input every token shares (the [CLS], [SEP] and prefix tokens, the anisotropy of a BERT's
  * hidden states) then goes through the float32 weights once, in the bias, and only the rest is
@@ -1641,7 +1644,8 @@ static int calibrate(sg_e5_model *m)
     for (size_t i = 0; i < N; ++i)
         lens[i] = strlen(calib_texts[i]);
     char err[256];
-    if (sg_e5_encode(m, w, "query: ", calib_texts, lens, N, sg_e5_max_length(m, 128), out, err, sizeof(err)) != 0 || w->tokens == 0)
+    const char *prefix = m->calib_prefix != NULL ? m->calib_prefix : "query: ";
+    if (sg_e5_encode(m, w, prefix, calib_texts, lens, N, sg_e5_max_length(m, 128), out, err, sizeof(err)) != 0 || w->tokens == 0)
         goto out;
     for (size_t i = 0; i < total; ++i)
         m->centre[i] = from_bf16(to_bf16((float)(w->calib[i] / (double)w->tokens)));
@@ -1658,6 +1662,16 @@ out:
     m->engine = engine;
     m->precision = precision;
     return rc;
+}
+
+int sg_e5_set_calibration_prefix(sg_e5_model *m, const char *prefix)
+{
+    char *p = strdup(prefix);
+    if (p == NULL)
+        return -1;
+    free(m->calib_prefix);
+    m->calib_prefix = p;
+    return 0;
 }
 
 const char *const *sg__e5_calib_texts(size_t *n)

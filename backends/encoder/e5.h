@@ -64,6 +64,12 @@ int sg_e5_precision(const sg_e5_model *m);
  */
 int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_size);
 /**
+ * The text put before each of int8's calibration texts (default "query: "): the route's query
+ * prefix, so that the centres see the tokens every query starts with. Copied. Call it before
+ * sg_e5_set_int8 (the centres are computed once, at the first). Returns 0, or -1 when out of memory.
+ */
+int sg_e5_set_calibration_prefix(sg_e5_model *m, const char *prefix);
+/**
  * Runs the float32 linear layers through the library's own kernels (kern.h: SG_KERN_AVX512,
  * SG_KERN_AVX2 or SG_KERN_SCALAR) over weights packed now (a copy: 4 bytes a weight), with the
  * bias, GELU and LayerNorm fused into the products; any team split gives the same bits. Returns

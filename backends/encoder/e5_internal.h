@@ -41,7 +41,8 @@ enum { SG__E5_Q8_CENTRE = 1, SG__E5_Q8_ROTATE = 2, SG__E5_Q8_SPLIT_OUT = 4 };
 int sg__e5_set_int8_scheme(sg_e5_model *m, int kern, int bits, unsigned scheme, char *err, size_t err_size);
 /**
  * precision int8's calibration (e5.c): the texts whose float32 pass gives every product's centre,
- * encoded as queries ("query: " first, at most 128 tokens). Returns the array (static), count in *n.
+ * encoded as queries (the calibration prefix first, at most 128 tokens). Returns the array
+ * (static), count in *n.
  */
 const char *const *sg__e5_calib_texts(size_t *n);
 /**

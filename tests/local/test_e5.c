@@ -652,7 +652,7 @@ static void ref_forward(const sg_e5_model *m, qref_t *r, const int32_t *ids, int
 
 /* The centres the reference's float32 pass over the calibration texts gives (per layer 3 hidden +
  * intermediate floats, as sg__e5_int8_centre lays them out). */
-static double *ref_centres(const sg_e5_model *m)
+static double *ref_centres(const sg_e5_model *m, const char *prefix)
 {
     const sg_e5_config *c = sg_e5_get_config(m);
     size_t per = 3 * (size_t)c->hidden + (size_t)c->intermediate, n, tokens = 0;
@@ -662,7 +662,7 @@ static double *ref_centres(const sg_e5_model *m)
     float out[64];
     for (size_t i = 0; i < n; ++i) {
         int32_t ids[128];
-        int k = sg_e5_tokenize(m, "query: ", texts[i], strlen(texts[i]), 128, ids);
+        int k = sg_e5_tokenize(m, prefix, texts[i], strlen(texts[i]), 128, ids);
         assert_true(k > 2);
         qref_t r = {c, 0, 0, NULL, 0, sums, 0};
         ref_forward(m, &r, ids, k, out);
@@ -687,7 +687,7 @@ static void test_encoder_int8_reference(void **state)
     sg_e5_model *base = load_model();
     encode_goldens(base, g, n, f32);
     const sg_e5_config *c = sg_e5_get_config(base);
-    double *centres = ref_centres(base);
+    double *centres = ref_centres(base, "query: ");
     const int kerns[] = {SG_KERN_SCALAR, SG_KERN_AVX2, SG_KERN_VNNI, SG_E5_INT8_ONEDNN};
     static const struct {
         unsigned scheme;
@@ -845,6 +845,34 @@ static void test_encoder_int8_rescheme(void **state)
     free_golden(g, n);
 }
 
+/* The calibration pass puts the route's query prefix before its texts (sg_e5_set_calibration_prefix):
+ * the centres are the reference's for that prefix, not "query: "'s. */
+static void test_encoder_int8_calibration_prefix(void **state)
+{
+    (void)state;
+    sg_e5_model *m = load_model();
+    const sg_e5_config *c = sg_e5_get_config(m);
+    char err[512];
+    double *want = ref_centres(m, "passage: "), *other = ref_centres(m, "query: ");
+    assert_int_equal(sg_e5_set_calibration_prefix(m, "passage: "), 0);
+    assert_int_equal(sg_e5_set_int8(m, SG_KERN_SCALAR, 8, err, sizeof(err)), 0);
+    size_t differ = 0;
+    for (int l = 0; l < c->layers; ++l) {
+        for (int p = 0; p < 4; ++p) {
+            const float *mu = sg__e5_int8_centre(m, l, p);
+            size_t off = (size_t)l * (3 * c->hidden + c->intermediate) + (size_t)p * c->hidden;
+            for (int k = 0; k < (p == 3 ? c->intermediate : c->hidden); ++k) {
+                assert_true(fabs(mu[k] - want[off + k]) <= fabs(want[off + k]) / 256 + 1e-6);
+                differ += fabs(mu[k] - other[off + k]) > fabs(other[off + k]) / 256 + 1e-6;
+            }
+        }
+    }
+    assert_true(differ > 0);
+    free(want);
+    free(other);
+    sg_e5_free(m);
+}
+
 /* precision int8 picks its kernel from the CPU's features (SG_CPU_FEATURES hides some, as for the
  * BLAS): VNNI where present, else AVX2 with 7-bit weights, else plain C */
 static void test_encoder_int8_choice(void **state)
@@ -903,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_encoder_int8_reference),
         cmocka_unit_test(test_encoder_int8_quality),
         cmocka_unit_test(test_encoder_int8_rescheme),
+        cmocka_unit_test(test_encoder_int8_calibration_prefix),
         cmocka_unit_test(test_encoder_int8_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
