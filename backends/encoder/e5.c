@@ -102,6 +102,9 @@ struct sg_e5_model {
     void *dnnl;             /* dlopen handle of libdnnl */
     uint16_t *bf16_block;   /* every linear weight in bf16 */
     float *ref_block;       /* the reference kernel's widened copy */
+    float *centre;          /* int8: per layer, each product's mean input over the calibration texts (centre_floats) */
+    unsigned q8_scheme;     /* int8: SG__E5_Q8_* */
+    char *calib_prefix;     /* int8: before each calibration text (NULL: "query: ") */
 };
 
 struct sg_e5_workspace {
@@ -113,14 +116,18 @@ struct sg_e5_workspace {
     uint16_t *xb;                       /* precision bf16: the input of the current linear layer in bf16 ... */
     float *xr;                          /* ... or, with the reference kernel, rounded to bf16 and widened back */
     size_t cap_x16;
-    sg_kern_q8x_t qx; /* precision int8: the input of the current linear layer, quantised */
-    size_t *rows;     /* per sequence of a pass: its first token row */
-    size_t *order;    /* sequences of a pass, longest first (attention tasks) */
-    unsigned slots;   /* scores holds this many slots */
-    int32_t *ids;     /* token ids of the current encode call */
-    uint32_t *lens;   /* per text: number of ids */
+    sg_kern_q8x_t qx;  /* precision int8: the input of the current linear layer, quantised */
+    sg_kern_q8x_t qx2; /* ... and its second term, when split */
+    int32_t *acc2;     /* int8 through oneDNN, split: the second term's sums */
+    size_t cap_acc2;
+    size_t *rows;   /* per sequence of a pass: its first token row */
+    size_t *order;  /* sequences of a pass, longest first (attention tasks) */
+    unsigned slots; /* scores holds this many slots */
+    int32_t *ids;   /* token ids of the current encode call */
+    uint32_t *lens; /* per text: number of ids */
     size_t cap_texts;
     uint64_t tokens; /* tokens run through the layers, ever */
+    double *calib;   /* int8 calibration only: per layer, the column sums of each product's input */
 };
 
 /* ---- helpers ---- */
@@ -500,6 +507,8 @@ void sg_e5_free(sg_e5_model *m)
     free(m->owned);
     free(m->bf16_block);
     free(m->ref_block);
+    free(m->centre);
+    free(m->calib_prefix);
     for (int i = 0; m->layers != NULL && i < m->cfg.layers; ++i) {
         for (int p = 0; p < N_PROD; ++p) {
             sg_kern_f32_free(&m->layers[i].pf[p]);
@@ -563,6 +572,8 @@ void sg_e5_workspace_free(sg_e5_workspace *w)
     free(w->xr);
     free(w->order);
     sg_kern_q8x_free(&w->qx);
+    sg_kern_q8x_free(&w->qx2);
+    free(w->acc2);
     free(w->x);
     free(w->tmp);
     free(w->qkv);
@@ -828,6 +839,7 @@ typedef struct st_prod_t {
     double eps;
     size_t rows_per, rchunks, block; /* rows per task, row slices, rows per pass over the panels */
     int pchunks;                     /* panel slices */
+    int split;                       /* int8: the input in two terms (w->qx, then w->qx2 added) */
 } prod_t;
 
 /* panel slice edges: multiples of 4 panels (the AVX-512 tiles' width) when the slices are wide */
@@ -850,10 +862,15 @@ static void prod_task(void *arg, size_t i, unsigned slot)
     int p0 = panel_edge(p->np, p->pchunks, pc), p1 = panel_edge(p->np, p->pchunks, pc + 1);
     for (size_t a = r0; a < r1; a += p->block) {
         size_t b = a + p->block < r1 ? a + p->block : r1;
-        if (m->engine == ENG_INT8)
-            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, p->gelu);
-        else
+        if (m->engine == ENG_INT8 && p->split) {
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, 0);
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx2, a, b, p0, p1, p->y, p->ldy,
+                            SG_KERN_Q8_ADD | (p->gelu ? SG_KERN_Q8_GELU : 0));
+        } else if (m->engine == ENG_INT8) {
+            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, p->gelu ? SG_KERN_Q8_GELU : 0);
+        } else {
             sg_kern_f32_tile(m->kern, p->pw, p->x, (size_t)p->in, a, b, p0, p1, p->y, p->ldy, p->gelu);
+        }
         if (p->ln != NULL && p->pchunks == 1) /* whole rows: residual + LayerNorm while they are in cache */
             layer_norm(p->y + a * p->ldy, p->res + a * p->ldy, b - a, (int)p->ldy, p->ln, p->eps);
     }
@@ -895,11 +912,12 @@ static void plan_product(prod_t *p, unsigned threads, size_t w_bytes, size_t x_r
     p->rchunks = (p->t + p->rows_per - 1) / p->rows_per;
 }
 
-/* precision int8: the input of a product quantised per row, by row slices in a team */
+/* precision int8: the input of a product (minus its centre) quantised per row, by row slices in a team */
 typedef struct st_quant_job_t {
     sg_e5_workspace *w;
     const float *x;
-    int in, kern;
+    const sg_kern_q8w_t *qw;
+    int in, kern, split;
     size_t t, per;
 } quant_job_t;
 
@@ -908,16 +926,16 @@ static void quant_task(void *arg, size_t i, unsigned slot)
     (void)slot;
     quant_job_t *j = arg;
     size_t r0 = i * j->per, r1 = r0 + j->per < j->t ? r0 + j->per : j->t;
-    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, r0, r1, &j->w->qx);
+    sg_kern_q8_quantize(j->kern, j->x, (size_t)j->in, j->in, j->qw, r0, r1, &j->w->qx, j->split ? &j->w->qx2 : NULL);
 }
 
-static int quantize_input(sg_e5_workspace *w, const float *x, size_t t, int in)
+static int quantize_input(sg_e5_workspace *w, const sg_kern_q8w_t *qw, const float *x, size_t t, int in, int split)
 {
     const sg_e5_model *m = w->m;
-    if (sg_kern_q8x_reserve(&w->qx, t, in) != 0)
+    if (sg_kern_q8x_reserve(&w->qx, t, in) != 0 || (split && sg_kern_q8x_reserve(&w->qx2, t, in) != 0))
         return -1;
     unsigned threads = sg_par_threads(w->par);
-    quant_job_t j = {w, x, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, t, t};
+    quant_job_t j = {w, x, qw, in, m->kern == SG_E5_INT8_ONEDNN ? m->kern_vec : m->kern, split, t, t};
     if (threads > 1 && t >= 64)
         j.per = (t + threads - 1) / threads;
     sg_par_run(w->par, (t + j.per - 1) / j.per, quant_task, &j);
@@ -931,7 +949,7 @@ typedef struct st_dnnl_q8_job_t {
     const sg_kern_q8w_t *qw;
     float *y;
     size_t t, ldy;
-    int chunks, by_rows, gelu;
+    int chunks, by_rows, gelu, split;
 } dnnl_q8_job_t;
 
 static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
@@ -952,10 +970,43 @@ static void dnnl_q8_task(void *arg, size_t i, unsigned slot)
     if (r0 >= r1 || j0 >= j1)
         return;
     static const int32_t zero = 0;
+    const unsigned gelu = j->gelu ? SG_KERN_Q8_GELU : 0;
     j->w->m->q8_gemm('N', 'T', 'F', (int64_t)(r1 - r0), j1 - j0, qx->kp, 1.0f, qx->u + r0 * (size_t)qx->kp, qx->kp, 0,
                      qw->rows + (size_t)j0 * (size_t)qx->kp, qx->kp, 0, 0.0f, (int32_t *)(void *)(j->y + r0 * j->ldy + j0),
                      (int64_t)j->ldy, &zero);
-    sg_kern_q8_epilogue(qw, qx, r0, r1, j0, j1, j->y, j->ldy, j->gelu);
+    sg_kern_q8_epilogue(qw, qx, r0, r1, j0, j1, NULL, 0, j->y, j->ldy, j->split ? 0 : gelu);
+    if (!j->split)
+        return;
+    const sg_kern_q8x_t *qx2 = &j->w->qx2; /* the second term: its sums beside y, then added */
+    j->w->m->q8_gemm('N', 'T', 'F', (int64_t)(r1 - r0), j1 - j0, qx->kp, 1.0f, qx2->u + r0 * (size_t)qx->kp, qx->kp, 0,
+                     qw->rows + (size_t)j0 * (size_t)qx->kp, qx->kp, 0, 0.0f, j->w->acc2 + r0 * j->ldy + j0, (int64_t)j->ldy,
+                     &zero);
+    sg_kern_q8_epilogue(qw, qx2, r0, r1, j0, j1, j->w->acc2, j->ldy, j->y, j->ldy, SG_KERN_Q8_ADD | gelu);
+}
+
+/* int8: whether product `which` takes its input in two terms (the scheme's SPLIT_OUT: the FFN
+ * output product's, whose input -- the GELU output -- is the hardest to quantise) */
+static int q8_split(const sg_e5_model *m, int which, int in)
+{
+    return (m->q8_scheme & SG__E5_Q8_SPLIT_OUT) && which == P_OUT && in <= SG_KERN_Q8_SPLIT_MAX;
+}
+
+/* int8 centres: per layer the inputs of QKV (hidden), O (hidden), INTER (hidden), OUT (intermediate) */
+static size_t centre_floats(const sg_e5_config *c)
+{
+    return 3 * (size_t)c->hidden + (size_t)c->intermediate;
+}
+
+static size_t centre_offset(const sg_e5_config *c, int layer, int which)
+{
+    return (size_t)layer * centre_floats(c) + (size_t)which * (size_t)c->hidden;
+}
+
+static void calib_add(double *sum, const float *x, size_t t, int in)
+{
+    for (size_t r = 0; r < t; ++r)
+        for (int k = 0; k < in; ++k)
+            sum[k] += x[r * (size_t)in + (size_t)k];
 }
 
 /* One product of layer L: y = x . W^T + b (GELU when asked), then y = LayerNorm(y + res) when
@@ -966,6 +1017,8 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
     const sg_e5_model *m = w->m;
     unsigned threads = sg_par_threads(w->par);
     int ln_done = 0;
+    if (w->calib != NULL) /* int8 calibration: the input's column sums */
+        calib_add(w->calib + centre_offset(&m->cfg, (int)(L - m->layers), which), x, t, in);
     if (m->engine == ENG_BLAS) {
         const int h = m->cfg.hidden;
         const lin_t *all[4][3] = {{&L->q, &L->k, &L->v}, {&L->o}, {&L->inter}, {&L->out}};
@@ -973,15 +1026,23 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
         if (linear_par(w, which == P_QKV ? 3 : 1, all[which], x, t, in, which == P_QKV ? h : out, ys, (size_t)out, gelu) != 0)
             return -1;
     } else if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN) {
-        if (quantize_input(w, x, t, in) != 0)
+        int split = q8_split(m, which, in);
+        if (quantize_input(w, &L->pq[which], x, t, in, split) != 0)
             return -1;
+        if (split && t * (size_t)out > w->cap_acc2) {
+            int32_t *a = realloc(w->acc2, t * (size_t)out * sizeof(int32_t) + 16);
+            if (a == NULL)
+                return -1;
+            w->acc2 = a;
+            w->cap_acc2 = t * (size_t)out;
+        }
         int chunks, by_rows;
         blas_split(threads, 1, t, out, &chunks, &by_rows);
-        dnnl_q8_job_t j = {w, &L->pq[which], y, t, (size_t)out, chunks, by_rows, gelu};
+        dnnl_q8_job_t j = {w, &L->pq[which], y, t, (size_t)out, chunks, by_rows, gelu, split};
         sg_par_run(w->par, (size_t)chunks, dnnl_q8_task, &j);
     } else {
-        int q8 = m->engine == ENG_INT8;
-        if (q8 && quantize_input(w, x, t, in) != 0)
+        int q8 = m->engine == ENG_INT8, split = q8 && q8_split(m, which, in);
+        if (q8 && quantize_input(w, &L->pq[which], x, t, in, split) != 0)
             return -1;
         prod_t p = {w,
                     q8 ? (const void *)&L->pq[which] : (const void *)&L->pf[which],
@@ -998,7 +1059,8 @@ static int product(sg_e5_workspace *w, const layer_t *L, int which, const float 
                     0,
                     0,
                     0,
-                    0};
+                    0,
+                    split};
         size_t elem = q8 ? 1 : sizeof(float);
         plan_product(&p, threads, (size_t)out * (size_t)in * elem, (size_t)in * elem);
         sg_par_run(w->par, p.rchunks * (size_t)p.pchunks, prod_task, &p);
@@ -1484,9 +1546,152 @@ static int set_bf16(sg_e5_model *m, int reference, char *err, size_t err_size)
     return 0;
 }
 
-/* The weights of layer L's product `which` as the own kernels take them: Q, K and V stacked. */
-static int pack_product(const layer_t *L, int which, int int8, sg_kern_f32w_t *pf, sg_kern_q8w_t *pq, int h, int inter)
+/* int8 calibration: generic English questions, encoded as queries (the route's query prefix first,
+ * "query: " unless sg_e5_set_calibration_prefix said otherwise) in float32. The
+ * mean of each product's input over their tokens is that product's centre (kern.h): whatever part
+ * of an input every token shares (the [CLS], [SEP] and prefix tokens, the anisotropy of a BERT's
+ * hidden states) then goes through the float32 weights once, in the bias, and only the rest is
+ * quantised. Any centre keeps the product exact; a good one makes the quantised part small. The
+ * texts are part of the scheme: changing them changes the int8 numbers (and needs a new identity
+ * suffix). */
+static const char *const calib_texts[] = {
+    "who wrote the novel pride and prejudice",
+    "what is the capital city of australia",
+    "when did the first man land on the moon",
+    "how many bones are in the adult human body",
+    "where is the headquarters of the united nations",
+    "why do leaves change colour in autumn",
+    "what is the difference between a virus and a bacterium",
+    "who was the first president of the united states",
+    "which river flows through the city of cairo",
+    "how does a nuclear reactor produce electricity",
+    "what year did the berlin wall fall",
+    "who painted the ceiling of the sistine chapel",
+    "what is the boiling point of water at sea level",
+    "how long does it take light from the sun to reach earth",
+    "which country has the largest population in africa",
+    "who discovered penicillin and when",
+    "what causes the tides in the ocean",
+    "how many players are on a football team",
+    "what language is spoken in brazil",
+    "when was the declaration of independence signed",
+    "who composed the four seasons",
+    "what is the tallest mountain in north america",
+    "how do vaccines train the immune system",
+    "where did the olympic games originate",
+    "what is the chemical symbol for gold",
+    "who is the author of one hundred years of solitude",
+    "when did the roman empire fall",
+    "how many time zones does russia have",
+    "what is photosynthesis in simple terms",
+    "which planet has the most moons",
+    "who invented the printing press",
+    "what is the population of tokyo",
+    "how deep is the mariana trench",
+    "when did world war one begin",
+    "who played the lead role in the film casablanca",
+    "what is the main ingredient of hummus",
+    "how are earthquakes measured",
+    "which element has the atomic number one",
+    "who founded the company that makes the iphone",
+    "what is the longest river in europe",
+    "how many strings does a standard guitar have",
+    "where is the great barrier reef located",
+    "when was the eiffel tower built",
+    "who wrote the theory of general relativity",
+    "what is inflation in economics",
+    "how do bees make honey",
+    "which ocean is the deepest",
+    "who was cleopatra married to",
+    "what is the speed of sound in air",
+    "how many countries are members of the european union",
+    "what does dna stand for",
+    "when did the titanic sink and how many people died",
+    "who is known as the father of modern computing",
+    "what is the largest desert in the world",
+    "how does the heart pump blood through the body",
+    "which city hosted the summer olympics in 2008",
+    "who sang the song bohemian rhapsody",
+    "what is the freezing point of salt water",
+    "how many calories are in a banana",
+    "where was the battle of hastings fought",
+    "what is the currency of switzerland",
+    "who directed the movie jurassic park",
+    "how old is the universe according to scientists",
+    "which animal is the fastest on land",
+};
+
+/* The centres of every product (m->centre), from a float32 pass over calib_texts with the model's
+ * current engine (OpenBLAS when it runs another int8 scheme); rounded to bfloat16 precision so that
+ * engines whose float32 sums differ in the last bits give the same centres (and the same int8
+ * numbers). Returns 0, or -1 when out of memory. */
+static int calibrate(sg_e5_model *m)
 {
+    enum { N = sizeof(calib_texts) / sizeof(calib_texts[0]) };
+    const int engine = m->engine, precision = m->precision;
+    if (engine == ENG_INT8) { /* the float32 weights are still there (lin_t) */
+        m->engine = ENG_BLAS;
+        m->precision = SG_E5_FP32;
+    }
+    const size_t per = centre_floats(&m->cfg), total = per * (size_t)m->cfg.layers;
+    sg_e5_workspace *w = sg_e5_workspace_new(m);
+    float *out = malloc((size_t)N * (size_t)m->cfg.hidden * sizeof(float));
+    m->centre = malloc(total * sizeof(float));
+    int rc = -1;
+    if (w == NULL || out == NULL || m->centre == NULL || (w->calib = calloc(total, sizeof(double))) == NULL)
+        goto out;
+    size_t lens[N];
+    for (size_t i = 0; i < N; ++i)
+        lens[i] = strlen(calib_texts[i]);
+    char err[256];
+    const char *prefix = m->calib_prefix != NULL ? m->calib_prefix : "query: ";
+    if (sg_e5_encode(m, w, prefix, calib_texts, lens, N, sg_e5_max_length(m, 128), out, err, sizeof(err)) != 0 || w->tokens == 0)
+        goto out;
+    for (size_t i = 0; i < total; ++i)
+        m->centre[i] = from_bf16(to_bf16((float)(w->calib[i] / (double)w->tokens)));
+    rc = 0;
+out:
+    if (rc != 0) {
+        free(m->centre);
+        m->centre = NULL;
+    }
+    if (w != NULL)
+        free(w->calib);
+    sg_e5_workspace_free(w);
+    free(out);
+    m->engine = engine;
+    m->precision = precision;
+    return rc;
+}
+
+int sg_e5_set_calibration_prefix(sg_e5_model *m, const char *prefix)
+{
+    char *p = strdup(prefix);
+    if (p == NULL)
+        return -1;
+    free(m->calib_prefix);
+    m->calib_prefix = p;
+    return 0;
+}
+
+const char *const *sg__e5_calib_texts(size_t *n)
+{
+    *n = sizeof(calib_texts) / sizeof(calib_texts[0]);
+    return calib_texts;
+}
+
+const float *sg__e5_int8_centre(const sg_e5_model *m, int layer, int which)
+{
+    if (m->centre == NULL || layer < 0 || layer >= m->cfg.layers || which < 0 || which >= N_PROD)
+        return NULL;
+    return m->centre + centre_offset(&m->cfg, layer, which);
+}
+
+/* The weights of layer L's product `which` as the own kernels take them: Q, K and V stacked; for
+ * int8 with the product's centre. */
+static int pack_product(const sg_e5_model *m, const layer_t *L, int which, int int8, sg_kern_f32w_t *pf, sg_kern_q8w_t *pq)
+{
+    const int h = m->cfg.hidden, inter = m->cfg.intermediate;
     const lin_t *all[4][3] = {{&L->q, &L->k, &L->v}, {&L->o}, {&L->inter}, {&L->out}};
     int parts = which == P_QKV ? 3 : 1;
     const float *w[3], *b[3];
@@ -1496,7 +1701,10 @@ static int pack_product(const layer_t *L, int which, int int8, sg_kern_f32w_t *p
         b[i] = all[which][i]->b;
         n[i] = which == P_INTER ? inter : h;
     }
-    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8)
+    const float *mu = int8 && (m->q8_scheme & SG__E5_Q8_CENTRE) && m->centre != NULL
+                          ? m->centre + centre_offset(&m->cfg, (int)(L - m->layers), which)
+                          : NULL;
+    return int8 ? sg_kern_q8_pack(pq, parts, w, b, n, which == P_OUT ? inter : h, int8, mu, (m->q8_scheme & SG__E5_Q8_ROTATE) != 0)
                 : sg_kern_f32_pack(pf, parts, w, b, n, which == P_OUT ? inter : h);
 }
 
@@ -1508,7 +1716,7 @@ static int pack_layers(sg_e5_model *m, int int8, int keep_rows)
     for (int li = 0; li < c->layers; ++li) {
         layer_t *L = &m->layers[li];
         for (int p = 0; p < N_PROD; ++p) {
-            if (pack_product(L, p, int8, &L->pf[p], &L->pq[p], c->hidden, c->intermediate) != 0)
+            if (pack_product(m, L, p, int8, &L->pf[p], &L->pq[p]) != 0)
                 return -1;
             if (int8 && keep_rows && sg_kern_q8_keep_rows(&L->pq[p]) != 0)
                 return -1;
@@ -1585,11 +1793,16 @@ static int probe_dnnl_q8(q8_gemm_fn gemm, char *err, size_t err_size)
 
 int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_size)
 {
+    return sg__e5_set_int8_scheme(m, kern, bits, SG__E5_Q8_DEFAULT, err, err_size);
+}
+
+int sg__e5_set_int8_scheme(sg_e5_model *m, int kern, int bits, unsigned scheme, char *err, size_t err_size)
+{
     if (bits != 8 && bits != 7) {
         snprintf(err, err_size, "int8 weights have 8 or 7 bits, not %d", bits);
         return -1;
     }
-    if (m->precision == SG_E5_INT8 && m->kern == kern && m->layers[0].pq[0].bits == bits)
+    if (m->precision == SG_E5_INT8 && m->kern == kern && m->layers[0].pq[0].bits == bits && m->q8_scheme == scheme)
         return 0;
     if (m->precision == SG_E5_BF16) {
         snprintf(err, err_size, "the model already runs in bf16");
@@ -1610,7 +1823,12 @@ int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_siz
         snprintf(err, err_size, "the %s int8 kernels cannot run on this CPU", sg_kern_name(kern));
         return -1;
     }
+    if ((scheme & SG__E5_Q8_CENTRE) && m->centre == NULL && calibrate(m) != 0) {
+        snprintf(err, err_size, "out of memory calibrating the int8 centres");
+        return -1;
+    }
     unpack_layers(m);
+    m->q8_scheme = scheme;
     if (pack_layers(m, bits, kern == SG_E5_INT8_ONEDNN) != 0) {
         unpack_layers(m);
         snprintf(err, err_size, "out of memory for the int8 weights");
@@ -1618,8 +1836,10 @@ int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_siz
     }
     if (m->precision == SG_E5_INT8) /* another scheme: drop the old suffix */
         *strrchr(m->identity, '.') = '\0';
-    size_t l = strlen(m->identity);
-    snprintf(m->identity + l, sizeof(m->identity) - l, bits == 7 ? ".int8w7" : ".int8");
+    size_t l = strlen(m->identity); /* .int8, w7 for 7-bit weights, then the scheme's letters */
+    snprintf(m->identity + l, sizeof(m->identity) - l, ".int8%s%s%s%s", bits == 7 ? "w7" : "",
+             (scheme & SG__E5_Q8_CENTRE) ? "c" : "", (scheme & SG__E5_Q8_ROTATE) ? "r" : "",
+             (scheme & SG__E5_Q8_SPLIT_OUT) ? "s" : "");
     m->precision = SG_E5_INT8;
     m->engine = ENG_INT8;
     m->kern = kern;
@@ -1672,10 +1892,16 @@ const char *sg_e5_engine(const sg_e5_model *m, char *buf, size_t size)
 {
     const char *prec = m->precision == SG_E5_BF16 ? "bf16" : m->precision == SG_E5_INT8 ? "int8" : "float32";
     int bits = m->engine == ENG_INT8 ? m->layers[0].pq[0].bits : 0;
+    const unsigned sc = m->q8_scheme;
+    char scheme[128];
+    snprintf(scheme, sizeof(scheme), "%s%s%s%s", (sc & SG__E5_Q8_CENTRE) ? "; inputs centred" : "",
+             (sc & SG__E5_Q8_ROTATE) ? ((sc & SG__E5_Q8_CENTRE) ? " and rotated" : "; inputs rotated") : "",
+             (sc & SG__E5_Q8_SPLIT_OUT) ? "; the FFN output's input in two int8 terms" : "",
+             sc == 0 ? "; plain per-channel / per-token" : "");
     if (m->engine == ENG_INT8 && m->kern == SG_E5_INT8_ONEDNN)
-        snprintf(buf, size, "int8 (%d-bit weights) through oneDNN's dnnl_gemm_u8s8s32", bits);
+        snprintf(buf, size, "int8 (%d-bit weights) through oneDNN's dnnl_gemm_u8s8s32%s", bits, scheme);
     else if (m->engine == ENG_INT8)
-        snprintf(buf, size, "int8 (%d-bit weights), own %s kernels", bits, sg_kern_name(m->kern));
+        snprintf(buf, size, "int8 (%d-bit weights), own %s kernels%s", bits, sg_kern_name(m->kern), scheme);
     else if (m->engine != ENG_BLAS)
         snprintf(buf, size, "%s, own %s kernels over weights packed at load", prec, sg_kern_name(m->kern));
     else if (m->precision == SG_E5_BF16)

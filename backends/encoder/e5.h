@@ -52,14 +52,23 @@ int sg_e5_precision(const sg_e5_model *m);
 /**
  * precision int8 (SG_E5_INT8 through sg_e5_set_precision takes the best kernel for the CPU):
  * per output channel symmetric int8 weights (quantised now, 1 byte a weight), per token int8
- * activations, int32 sums, float32 outside the linear layers (kern.h). `kern` is an int8 kernel
- * of kern.h (SG_KERN_VNNI, SG_KERN_AVX2, SG_KERN_SCALAR) or SG_E5_INT8_ONEDNN (checked on a small
- * product first: oneDNN's kernels saturate on CPUs without VNNI); `bits` 8, or 7 for weights of
- * |q| <= 63 (what makes AVX2 without VNNI fast: kern.h). Every kernel computes the same int32
- * sums for the same weights. Adds ".int8" (".int8w7" for 7 bits) to sg_e5_identity. Returns 0,
+ * activations, int32 sums, float32 outside the linear layers (kern.h). Each layer's input is first
+ * centred on its mean over a float32 pass of built-in calibration texts (run now, once per model:
+ * W mu goes into the bias through the float32 weights) and rotated in blocks of 64, the weights
+ * alike (kern.h), which leaves the product exact and the quantised part small. `kern` is an int8
+ * kernel of kern.h (SG_KERN_VNNI, SG_KERN_AVX2, SG_KERN_SCALAR) or SG_E5_INT8_ONEDNN (checked on a
+ * small product first: oneDNN's kernels saturate on CPUs without VNNI); `bits` 8, or 7 for weights
+ * of |q| <= 63 (what makes AVX2 without VNNI fast: kern.h). Every kernel computes the same int32
+ * sums for the same weights. Adds ".int8cr" (".int8w7cr" for 7 bits) to sg_e5_identity. Returns 0,
  * or -1 with `err` set.
  */
 int sg_e5_set_int8(sg_e5_model *m, int kern, int bits, char *err, size_t err_size);
+/**
+ * The text put before each of int8's calibration texts (default "query: "): the route's query
+ * prefix, so that the centres see the tokens every query starts with. Copied. Call it before
+ * sg_e5_set_int8 (the centres are computed once, at the first). Returns 0, or -1 when out of memory.
+ */
+int sg_e5_set_calibration_prefix(sg_e5_model *m, const char *prefix);
 /**
  * Runs the float32 linear layers through the library's own kernels (kern.h: SG_KERN_AVX512,
  * SG_KERN_AVX2 or SG_KERN_SCALAR) over weights packed now (a copy: 4 bytes a weight), with the

@@ -28,6 +28,30 @@ int sg__e5_fingerprint(const char *path, uint64_t *size, uint64_t *hash, char *e
 typedef struct sg_e5_model sg_e5_model;
 int sg__e5_set_bf16_reference(sg_e5_model *m, char *err, size_t err_size);
 
+/** precision int8's schemes (e5.c, kern.h): each product's input centred on its calibrated mean;
+ * inputs and weights rotated in blocks of 64; the FFN output product's input in two int8 terms. */
+enum { SG__E5_Q8_CENTRE = 1, SG__E5_Q8_ROTATE = 2, SG__E5_Q8_SPLIT_OUT = 4 };
+/** What sg_e5_set_int8 runs. */
+#define SG__E5_Q8_DEFAULT (SG__E5_Q8_CENTRE | SG__E5_Q8_ROTATE)
+/**
+ * sg_e5_set_int8 with another scheme (SG__E5_Q8_*; 0: plain per-channel weights and per-token
+ * activations), for studies and benchmarks. The identity suffix names the scheme: .int8, w7 for
+ * 7-bit weights, then c, r and s for its parts.
+ */
+int sg__e5_set_int8_scheme(sg_e5_model *m, int kern, int bits, unsigned scheme, char *err, size_t err_size);
+/**
+ * precision int8's calibration (e5.c): the texts whose float32 pass gives every product's centre,
+ * encoded as queries (the calibration prefix first, at most 128 tokens). Returns the array
+ * (static), count in *n.
+ */
+const char *const *sg__e5_calib_texts(size_t *n);
+/**
+ * The centre of layer `layer`'s product `which` (0: Q, K and V; 1: attention output; 2:
+ * intermediate; 3: output) as int8 uses it (hidden floats, intermediate for 3), or NULL before
+ * sg_e5_set_int8.
+ */
+const float *sg__e5_int8_centre(const sg_e5_model *m, int layer, int which);
+
 /* ---- the BERT core for other heads (the cross-encoder, xenc.c) ---- */
 
 typedef struct sg_e5_workspace sg_e5_workspace;

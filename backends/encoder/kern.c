@@ -33,12 +33,13 @@
 #define SG_KERN_SIMD 0
 #endif
 
-#define F32_MR 6  /* AVX-512 and AVX2 float32 tiles: rows */
-#define F32_NP 4  /* AVX-512 float32 tiles: panels */
-#define Q8_MR 6   /* VNNI tiles: rows */
-#define Q8_NP 4   /* VNNI tiles: panels */
-#define Q8A_MR 3  /* AVX2 int8 tiles: rows (16 ymm registers: 6 accumulators and 7 operands) */
-#define Q8A7_MR 4 /* AVX2 int8 tiles of 7-bit weights: rows (no sign step: 8 accumulators fit) */
+#define F32_MR 6      /* AVX-512 and AVX2 float32 tiles: rows */
+#define F32_NP 4      /* AVX-512 float32 tiles: panels */
+#define Q8_MR 6       /* VNNI tiles: rows */
+#define Q8_NP 4       /* VNNI tiles: panels */
+#define Q8A_MR 3      /* AVX2 int8 tiles: rows (16 ymm registers: 6 accumulators and 7 operands) */
+#define Q8A7_MR 4     /* AVX2 int8 tiles of 7-bit weights: rows (no sign step: 8 accumulators fit) */
+#define ROT_KEEP 4096 /* rotated rows up to this long are kept on the stack between finding the maximum and quantising */
 #define ALIGN 64
 
 const char *sg_kern_name(int kern)
@@ -154,13 +155,55 @@ static inline int quant(float v, float inv)
     return q > 127 ? 127 : q < -127 ? -127 : (int)q;
 }
 
+/* ---- the int8 rotation (kern.h): v = H D v / 8 per block of SG_KERN_ROT ---- */
+
+/* D: -1 where bit 0 of murmur3's finaliser of the position in the row is set */
+static float rot_sign(int kk)
+{
+    uint32_t h = (uint32_t)kk;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return (h & 1) ? -1.0f : 1.0f;
+}
+
+/* H (Sylvester's order) on one block in place: stages h = 1, 2, 4 ... 32, each pair (j, j + h) with
+ * bit h of j clear becoming (a + b, a - b); then / 8. The SIMD versions do the same operations on
+ * the same operands, so every kernel gives the same bits. */
+static void fwht_block(float *v)
+{
+    for (int h = 1; h < SG_KERN_ROT; h <<= 1) {
+        for (int i = 0; i < SG_KERN_ROT; i += 2 * h) {
+            for (int j = i; j < i + h; ++j) {
+                float a = v[j], b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+        }
+    }
+    for (int j = 0; j < SG_KERN_ROT; ++j)
+        v[j] *= 0.125f;
+}
+
+/* block `blk` of row x as the product sees it: (x - mu) * D, rotated */
+static void rot_block(const float *x, const float *mu, const float *sign, int blk, float *v)
+{
+    const int k0 = blk * SG_KERN_ROT;
+    for (int j = 0; j < SG_KERN_ROT; ++j)
+        v[j] = (mu != NULL ? x[k0 + j] - mu[k0 + j] : x[k0 + j]) * sign[k0 + j];
+    fwht_block(v);
+}
+
 static size_t q8_offset(const sg_kern_q8w_t *qw, int j, int kk)
 {
     return ((size_t)(j / SG_KERN_PANEL) * (size_t)(qw->kp / 4) + (size_t)(kk / 4)) * (SG_KERN_PANEL * 4) +
            (size_t)(j % SG_KERN_PANEL) * 4 + (size_t)(kk % 4);
 }
 
-int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits)
+int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits,
+                    const float *mu, int rotate)
 {
     memset(qw, 0, sizeof(*qw));
     const int levels = bits == 7 ? 63 : 127;
@@ -177,16 +220,41 @@ int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const f
     qw->scale = aligned(cols * sizeof(float));
     qw->comp = aligned(cols * sizeof(int32_t));
     qw->b = aligned(cols * sizeof(float));
-    if (qw->w == NULL || qw->scale == NULL || qw->comp == NULL || qw->b == NULL) {
+    if (mu != NULL)
+        qw->mu = aligned((size_t)qw->kp * sizeof(float));
+    rotate = rotate && k % SG_KERN_ROT == 0;
+    float *rw = NULL; /* one rotated weight row */
+    if (rotate) {
+        qw->sign = aligned((size_t)k * sizeof(float));
+        rw = aligned((size_t)k * sizeof(float));
+    }
+    if (qw->w == NULL || qw->scale == NULL || qw->comp == NULL || qw->b == NULL || (mu != NULL && qw->mu == NULL) ||
+        (rotate && (qw->sign == NULL || rw == NULL))) {
+        free(rw);
         sg_kern_q8_free(qw);
         return -1;
     }
+    for (int kk = 0; rotate && kk < k; ++kk)
+        qw->sign[kk] = rot_sign(kk);
     memset(qw->w, 0, cols * (size_t)qw->kp);
     memset(qw->scale, 0, cols * sizeof(float));
     memset(qw->comp, 0, cols * sizeof(int32_t));
     memset(qw->b, 0, cols * sizeof(float));
+    if (mu != NULL) {
+        memset(qw->mu, 0, (size_t)qw->kp * sizeof(float));
+        memcpy(qw->mu, mu, (size_t)k * sizeof(float));
+    }
     for (int j = 0; j < total; ++j) {
         const float *row = stacked_row(parts, w, b, n, k, j, &qw->b[j]);
+        double wmu = 0;
+        for (int kk = 0; mu != NULL && kk < k; ++kk)
+            wmu += (double)row[kk] * mu[kk];
+        qw->b[j] = (float)(qw->b[j] + wmu); /* W mu through the float32 weights: only x - mu meets the quantised ones */
+        if (rotate) { /* W D H / 8: the row rotated like an input row, so that (W D H / 8) (H D c / 8) = W c */
+            for (int blk = 0; blk < k / SG_KERN_ROT; ++blk)
+                rot_block(row, NULL, qw->sign, blk, rw + blk * SG_KERN_ROT);
+            row = rw;
+        }
         float mx = 0;
         for (int kk = 0; kk < k; ++kk)
             mx = fmaxf(mx, fabsf(row[kk]));
@@ -200,6 +268,7 @@ int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const f
         }
         qw->comp[j] = 128 * sum;
     }
+    free(rw);
     return 0;
 }
 
@@ -223,6 +292,8 @@ void sg_kern_q8_free(sg_kern_q8w_t *qw)
     free(qw->scale);
     free(qw->comp);
     free(qw->b);
+    free(qw->mu);
+    free(qw->sign);
     memset(qw, 0, sizeof(*qw));
 }
 
@@ -284,22 +355,93 @@ static void f32_tile_scalar(const sg_kern_f32w_t *pw, const float *x, size_t ldx
     }
 }
 
-static void q8_quantize_scalar(const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+static void q8_quantize_scalar(const float *x, size_t ldx, int k, const float *mu, size_t r0, size_t r1, sg_kern_q8x_t *qx)
 {
     for (size_t r = r0; r < r1; ++r) {
         const float *xr = x + r * ldx;
         float mx = 0;
         for (int kk = 0; kk < k; ++kk)
-            mx = fmaxf(mx, fabsf(xr[kk]));
+            mx = fmaxf(mx, fabsf(mu != NULL ? xr[kk] - mu[kk] : xr[kk]));
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
         qx->scale[r] = mx / 127.0f;
         int8_t *s = qx->s + r * (size_t)qx->kp;
         uint8_t *u = qx->u + r * (size_t)qx->kp;
         for (int kk = 0; kk < qx->kp; ++kk) {
-            int q = kk < k ? quant(xr[kk], inv) : 0;
+            int q = kk < k ? quant(mu != NULL ? xr[kk] - mu[kk] : xr[kk], inv) : 0;
             s[kk] = (int8_t)q;
             u[kk] = (uint8_t)(q + 128);
         }
+    }
+}
+
+/* rotated rows (k a multiple of SG_KERN_ROT): each block rotated twice, for the maximum and to quantise */
+static void q8_quantize_rot_scalar(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                   sg_kern_q8x_t *qx)
+{
+    float v[SG_KERN_ROT];
+    for (size_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * ldx;
+        float mx = 0;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block(xr, mu, sign, blk, v);
+            for (int j = 0; j < SG_KERN_ROT; ++j)
+                mx = fmaxf(mx, fabsf(v[j]));
+        }
+        float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        qx->scale[r] = mx / 127.0f;
+        int8_t *s = qx->s + r * (size_t)qx->kp;
+        uint8_t *u = qx->u + r * (size_t)qx->kp;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block(xr, mu, sign, blk, v);
+            for (int j = 0; j < SG_KERN_ROT; ++j) {
+                int q = quant(v[j], inv);
+                s[blk * SG_KERN_ROT + j] = (int8_t)q;
+                u[blk * SG_KERN_ROT + j] = (uint8_t)(q + 128);
+            }
+        }
+    }
+}
+
+/* Two terms (kern.h): the row as the product takes it (centred, rotated) into c, quantised; then
+ * the rest c - q1 s1 (one fused multiply-add) quantised again into the second term's row. */
+static void q8_row_prepare_scalar(const float *xr, int k, const float *mu, const float *sign, float *c)
+{
+    if (sign != NULL) {
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk)
+            rot_block(xr, mu, sign, blk, c + blk * SG_KERN_ROT);
+        return;
+    }
+    for (int kk = 0; kk < k; ++kk)
+        c[kk] = mu != NULL ? xr[kk] - mu[kk] : xr[kk];
+}
+
+static void q8_row_quant_scalar(const float *c, int k, sg_kern_q8x_t *qx, size_t r)
+{
+    float mx = 0;
+    for (int kk = 0; kk < k; ++kk)
+        mx = fmaxf(mx, fabsf(c[kk]));
+    float inv = mx > 0 ? 127.0f / mx : 0.0f;
+    qx->scale[r] = mx / 127.0f;
+    int8_t *s = qx->s + r * (size_t)qx->kp;
+    uint8_t *u = qx->u + r * (size_t)qx->kp;
+    for (int kk = 0; kk < qx->kp; ++kk) {
+        int q = kk < k ? quant(c[kk], inv) : 0;
+        s[kk] = (int8_t)q;
+        u[kk] = (uint8_t)(q + 128);
+    }
+}
+
+static void q8_quantize2_scalar(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                sg_kern_q8x_t *qx, sg_kern_q8x_t *qx2)
+{
+    float c[SG_KERN_Q8_SPLIT_MAX];
+    for (size_t r = r0; r < r1; ++r) {
+        q8_row_prepare_scalar(x + r * ldx, k, mu, sign, c);
+        q8_row_quant_scalar(c, k, qx, r);
+        const int8_t *q1 = qx->s + r * (size_t)qx->kp;
+        for (int kk = 0; kk < k; ++kk)
+            c[kk] = fmaf(-(float)q1[kk], qx->scale[r], c[kk]);
+        q8_row_quant_scalar(c, k, qx2, r);
     }
 }
 
@@ -309,7 +451,7 @@ static inline float q8_out(int32_t acc, float sw, float sx, float b)
 }
 
 static void q8_tile_scalar(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
-                           size_t ldy, int gelu)
+                           size_t ldy, unsigned flags)
 {
     int j1 = p1 * SG_KERN_PANEL < qw->n ? p1 * SG_KERN_PANEL : qw->n;
     for (size_t r = r0; r < r1; ++r) {
@@ -318,22 +460,26 @@ static void q8_tile_scalar(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, siz
             int32_t acc = 0;
             for (int kk = 0; kk < qw->kp; ++kk)
                 acc += (int32_t)xs[kk] * qw->w[q8_offset(qw, j, kk)];
-            float v = q8_out(acc, qw->scale[j], qx->scale[r], qw->b[j]);
-            y[r * ldy + (size_t)j] = gelu ? gelu1(v) : v;
+            float *o = &y[r * ldy + (size_t)j];
+            float v = q8_out(acc, qw->scale[j], qx->scale[r], (flags & SG_KERN_Q8_ADD) ? *o : qw->b[j]);
+            *o = (flags & SG_KERN_Q8_GELU) ? gelu1(v) : v;
         }
     }
 }
 
-void sg_kern_q8_epilogue(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int j0, int j1, float *y,
-                         size_t ldy, int gelu)
+void sg_kern_q8_epilogue(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int j0, int j1, const int32_t *acc,
+                         size_t ldacc, float *y, size_t ldy, unsigned flags)
 {
     for (size_t r = r0; r < r1; ++r) {
         float *row = y + r * ldy;
         for (int j = j0; j < j1; ++j) {
-            int32_t acc;
-            memcpy(&acc, &row[j], sizeof(acc));
-            float v = q8_out(acc - qw->comp[j], qw->scale[j], qx->scale[r], qw->b[j]);
-            row[j] = gelu ? gelu1(v) : v;
+            int32_t a;
+            if (acc != NULL)
+                a = acc[r * ldacc + (size_t)j];
+            else
+                memcpy(&a, &row[j], sizeof(a));
+            float v = q8_out(a - qw->comp[j], qw->scale[j], qx->scale[r], (flags & SG_KERN_Q8_ADD) ? row[j] : qw->b[j]);
+            row[j] = (flags & SG_KERN_Q8_GELU) ? gelu1(v) : v;
         }
     }
 }
@@ -442,6 +588,22 @@ T256 INLINE void store8(float *p, __m256 v, int c)
         _mm256_storeu_ps(tmp, v);
         memcpy(p, tmp, (size_t)c * sizeof(float));
     }
+}
+
+/* loads 16 floats, or the first `c` of them (the rest 0) */
+T512 INLINE __m512 load16(const float *p, int c)
+{
+    return c >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(c > 0 ? (__mmask16)((1u << c) - 1) : 0, p);
+}
+
+T256 INLINE __m256 load8(const float *p, int c)
+{
+    if (c >= 8)
+        return _mm256_loadu_ps(p);
+    float tmp[8] = {0};
+    if (c > 0)
+        memcpy(tmp, p, (size_t)c * sizeof(float));
+    return _mm256_loadu_ps(tmp);
 }
 
 /* ---- float32, AVX-512: MR rows x NP panels of 16 ---- */
@@ -591,7 +753,14 @@ static void f32_tile_simd(int kern, const sg_kern_f32w_t *pw, const float *x, si
 
 /* ---- int8: quantisation ---- */
 
-T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+/* x[r] - mu (mu NULL: x[r]) at kk, the lanes past k zero */
+T512 INLINE __m512 centred512(const float *xr, const float *mu, int kk, __mmask16 mk)
+{
+    __m512 v = _mm512_maskz_loadu_ps(mk, xr + kk);
+    return mu != NULL ? _mm512_sub_ps(v, _mm512_maskz_loadu_ps(mk, mu + kk)) : v;
+}
+
+T512 static void q8_quantize_512(const float *x, size_t ldx, int k, const float *mu, size_t r0, size_t r1, sg_kern_q8x_t *qx)
 {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (size_t r = r0; r < r1; ++r) {
@@ -599,9 +768,9 @@ T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, s
         __m512 m = _mm512_setzero_ps();
         int kk = 0;
         for (; kk + 16 <= k; kk += 16)
-            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(xr + kk)));
+            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, centred512(xr, mu, kk, (__mmask16)0xffff)));
         if (kk < k)
-            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps((__mmask16)((1u << (k - kk)) - 1), xr + kk)));
+            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, centred512(xr, mu, kk, (__mmask16)((1u << (k - kk)) - 1))));
         float mx = _mm512_reduce_max_ps(m);
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
         qx->scale[r] = mx / 127.0f;
@@ -611,7 +780,7 @@ T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, s
         for (kk = 0; kk < qx->kp; kk += 16) {
             int c = k - kk;
             __mmask16 mk = c >= 16 ? (__mmask16)0xffff : c > 0 ? (__mmask16)((1u << c) - 1) : 0;
-            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xr + kk), vinv);
+            __m512 v = _mm512_mul_ps(centred512(xr, mu, kk, mk), vinv);
             v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
             __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
             __m128i uq = _mm_xor_si128(q, _mm_set1_epi8((char)0x80));
@@ -627,7 +796,13 @@ T512 static void q8_quantize_512(const float *x, size_t ldx, int k, size_t r0, s
     }
 }
 
-T256 static void q8_quantize_256(const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+T256 INLINE __m256 centred256(const float *xr, const float *mu, int kk)
+{
+    __m256 v = _mm256_loadu_ps(xr + kk);
+    return mu != NULL ? _mm256_sub_ps(v, _mm256_loadu_ps(mu + kk)) : v;
+}
+
+T256 static void q8_quantize_256(const float *x, size_t ldx, int k, const float *mu, size_t r0, size_t r1, sg_kern_q8x_t *qx)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t r = r0; r < r1; ++r) {
@@ -635,20 +810,20 @@ T256 static void q8_quantize_256(const float *x, size_t ldx, int k, size_t r0, s
         __m256 m = _mm256_setzero_ps();
         int kk = 0;
         for (; kk + 8 <= k; kk += 8)
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xr + kk)));
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, centred256(xr, mu, kk)));
         float lanes[8], mx = 0;
         _mm256_storeu_ps(lanes, m);
         for (int i = 0; i < 8; ++i)
             mx = fmaxf(mx, lanes[i]);
         for (; kk < k; ++kk)
-            mx = fmaxf(mx, fabsf(xr[kk]));
+            mx = fmaxf(mx, fabsf(mu != NULL ? xr[kk] - mu[kk] : xr[kk]));
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
         qx->scale[r] = mx / 127.0f;
         int8_t *s = qx->s + r * (size_t)qx->kp;
         uint8_t *u = qx->u + r * (size_t)qx->kp;
         const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
         for (kk = 0; kk + 8 <= k; kk += 8) {
-            __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + kk), vinv), lo), hi);
+            __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(centred256(xr, mu, kk), vinv), lo), hi);
             __m256i q32 = _mm256_cvtps_epi32(v);
             __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
             __m128i q8 = _mm_packs_epi16(q16, q16);
@@ -656,10 +831,294 @@ T256 static void q8_quantize_256(const float *x, size_t ldx, int k, size_t r0, s
             _mm_storel_epi64((__m128i *)(u + kk), _mm_xor_si128(q8, _mm_set1_epi8((char)0x80)));
         }
         for (; kk < qx->kp; ++kk) {
-            int q = kk < k ? quant(xr[kk], inv) : 0;
+            int q = kk < k ? quant(mu != NULL ? xr[kk] - mu[kk] : xr[kk], inv) : 0;
             s[kk] = (int8_t)q;
             u[kk] = (uint8_t)(q + 128);
         }
+    }
+}
+
+/* One in-vector stage of the rotation: lanes with bit h clear get v + t, the others t - v, where t
+ * is v with the lanes of the pair swapped (fwht_block's a + b and a - b). */
+T512 INLINE __m512 fwht_stage512(__m512 v, __m512 t, __mmask16 hi)
+{
+    return _mm512_mask_sub_ps(_mm512_add_ps(v, t), hi, t, v);
+}
+
+/* fwht_block on four vectors: stages 1, 2, 4, 8 inside each, then 16 and 32 across them */
+T512 INLINE void fwht512(__m512 *v)
+{
+    for (int i = 0; i < 4; ++i) {
+        __m512 x = v[i];
+        x = fwht_stage512(x, _mm512_permute_ps(x, 0xB1), 0xAAAA);
+        x = fwht_stage512(x, _mm512_permute_ps(x, 0x4E), 0xCCCC);
+        x = fwht_stage512(x, _mm512_shuffle_f32x4(x, x, 0xB1), 0xF0F0);
+        v[i] = fwht_stage512(x, _mm512_shuffle_f32x4(x, x, 0x4E), 0xFF00);
+    }
+    for (int h = 1; h <= 2; h <<= 1) {
+        for (int i = 0; i < 4; ++i) {
+            if (i & h)
+                continue;
+            __m512 a = v[i], b = v[i + h];
+            v[i] = _mm512_add_ps(a, b);
+            v[i + h] = _mm512_sub_ps(a, b);
+        }
+    }
+    for (int i = 0; i < 4; ++i)
+        v[i] = _mm512_mul_ps(v[i], _mm512_set1_ps(0.125f));
+}
+
+T512 INLINE void rot_block512(const float *xr, const float *mu, const float *sign, int blk, __m512 *v)
+{
+    const int k0 = blk * SG_KERN_ROT;
+    for (int i = 0; i < 4; ++i)
+        v[i] = _mm512_mul_ps(centred512(xr, mu, k0 + 16 * i, (__mmask16)0xffff), _mm512_loadu_ps(sign + k0 + 16 * i));
+    fwht512(v);
+}
+
+T512 static void q8_quantize_rot512(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                    sg_kern_q8x_t *qx)
+{
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 v[4];
+    float keep[ROT_KEEP] __attribute__((aligned(64))); /* the rotated row, when it fits: rotated once */
+    const int kept = k <= ROT_KEEP;
+    for (size_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * ldx;
+        __m512 m = _mm512_setzero_ps();
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block512(xr, mu, sign, blk, v);
+            for (int i = 0; i < 4; ++i) {
+                m = _mm512_max_ps(m, _mm512_and_ps(v[i], abs));
+                if (kept)
+                    _mm512_store_ps(keep + blk * SG_KERN_ROT + 16 * i, v[i]);
+            }
+        }
+        float mx = _mm512_reduce_max_ps(m);
+        float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        qx->scale[r] = mx / 127.0f;
+        const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        int8_t *s = qx->s + r * (size_t)qx->kp;
+        uint8_t *u = qx->u + r * (size_t)qx->kp;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            if (kept)
+                for (int i = 0; i < 4; ++i)
+                    v[i] = _mm512_load_ps(keep + blk * SG_KERN_ROT + 16 * i);
+            else
+                rot_block512(xr, mu, sign, blk, v);
+            for (int i = 0; i < 4; ++i) {
+                __m512 q32 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v[i], vinv), lo), hi);
+                __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q32));
+                _mm_storeu_si128((__m128i *)(s + blk * SG_KERN_ROT + 16 * i), q);
+                _mm_storeu_si128((__m128i *)(u + blk * SG_KERN_ROT + 16 * i), _mm_xor_si128(q, _mm_set1_epi8((char)0x80)));
+            }
+        }
+    }
+}
+
+/* the same on eight 8-float vectors: stages 1, 2, 4 inside each, 8, 16 and 32 across them */
+T256 INLINE __m256 fwht_stage256(__m256 v, __m256 t, const int hi)
+{
+    __m256 sum = _mm256_add_ps(v, t), diff = _mm256_sub_ps(t, v);
+    return hi == 0xAA   ? _mm256_blend_ps(sum, diff, 0xAA)
+           : hi == 0xCC ? _mm256_blend_ps(sum, diff, 0xCC)
+                        : _mm256_blend_ps(sum, diff, 0xF0);
+}
+
+T256 INLINE void rot_block256(const float *xr, const float *mu, const float *sign, int blk, __m256 *v)
+{
+    const int k0 = blk * SG_KERN_ROT;
+    for (int i = 0; i < 8; ++i) {
+        __m256 x = _mm256_mul_ps(centred256(xr, mu, k0 + 8 * i), _mm256_loadu_ps(sign + k0 + 8 * i));
+        x = fwht_stage256(x, _mm256_permute_ps(x, 0xB1), 0xAA);
+        x = fwht_stage256(x, _mm256_permute_ps(x, 0x4E), 0xCC);
+        v[i] = fwht_stage256(x, _mm256_permute2f128_ps(x, x, 0x01), 0xF0);
+    }
+    for (int h = 1; h <= 4; h <<= 1) {
+        for (int i = 0; i < 8; ++i) {
+            if (i & h)
+                continue;
+            __m256 a = v[i], b = v[i + h];
+            v[i] = _mm256_add_ps(a, b);
+            v[i + h] = _mm256_sub_ps(a, b);
+        }
+    }
+    for (int i = 0; i < 8; ++i)
+        v[i] = _mm256_mul_ps(v[i], _mm256_set1_ps(0.125f));
+}
+
+T256 static void q8_quantize_rot256(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                    sg_kern_q8x_t *qx)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[8];
+    float keep[ROT_KEEP] __attribute__((aligned(32)));
+    const int kept = k <= ROT_KEEP;
+    for (size_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * ldx;
+        __m256 m = _mm256_setzero_ps();
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block256(xr, mu, sign, blk, v);
+            for (int i = 0; i < 8; ++i) {
+                m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs));
+                if (kept)
+                    _mm256_store_ps(keep + blk * SG_KERN_ROT + 8 * i, v[i]);
+            }
+        }
+        float lanes[8], mx = 0;
+        _mm256_storeu_ps(lanes, m);
+        for (int i = 0; i < 8; ++i)
+            mx = fmaxf(mx, lanes[i]);
+        float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        qx->scale[r] = mx / 127.0f;
+        const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+        int8_t *s = qx->s + r * (size_t)qx->kp;
+        uint8_t *u = qx->u + r * (size_t)qx->kp;
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            if (kept)
+                for (int i = 0; i < 8; ++i)
+                    v[i] = _mm256_load_ps(keep + blk * SG_KERN_ROT + 8 * i);
+            else
+                rot_block256(xr, mu, sign, blk, v);
+            for (int i = 0; i < 8; ++i) {
+                __m256i q32 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], vinv), lo), hi));
+                __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+                __m128i q8 = _mm_packs_epi16(q16, q16);
+                _mm_storel_epi64((__m128i *)(s + blk * SG_KERN_ROT + 8 * i), q8);
+                _mm_storel_epi64((__m128i *)(u + blk * SG_KERN_ROT + 8 * i), _mm_xor_si128(q8, _mm_set1_epi8((char)0x80)));
+            }
+        }
+    }
+}
+
+/* Two terms on AVX2 (the same numbers) */
+T256 static void q8_row_prepare256(const float *xr, int k, const float *mu, const float *sign, float *c)
+{
+    if (sign != NULL) {
+        __m256 v[8];
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block256(xr, mu, sign, blk, v);
+            for (int i = 0; i < 8; ++i)
+                _mm256_store_ps(c + blk * SG_KERN_ROT + 8 * i, v[i]);
+        }
+        return;
+    }
+    int kk = 0;
+    for (; kk + 8 <= k; kk += 8)
+        _mm256_store_ps(c + kk, centred256(xr, mu, kk));
+    for (; kk < k; ++kk)
+        c[kk] = mu != NULL ? xr[kk] - mu[kk] : xr[kk];
+}
+
+T256 static void q8_row_quant256(const float *c, int k, sg_kern_q8x_t *qx, size_t r)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int kk = 0; kk < k; kk += 8)
+        m = _mm256_max_ps(m, _mm256_and_ps(_mm256_load_ps(c + kk), abs));
+    float lanes[8], mx = 0;
+    _mm256_storeu_ps(lanes, m);
+    for (int i = 0; i < 8; ++i)
+        mx = fmaxf(mx, lanes[i]);
+    float inv = mx > 0 ? 127.0f / mx : 0.0f;
+    qx->scale[r] = mx / 127.0f;
+    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    int8_t *s = qx->s + r * (size_t)qx->kp;
+    uint8_t *u = qx->u + r * (size_t)qx->kp;
+    int kk = 0;
+    for (; kk + 8 <= qx->kp; kk += 8) {
+        __m256i q32 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_load_ps(c + kk), vinv), lo), hi));
+        __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+        __m128i q8 = _mm_packs_epi16(q16, q16);
+        _mm_storel_epi64((__m128i *)(s + kk), q8);
+        _mm_storel_epi64((__m128i *)(u + kk), _mm_xor_si128(q8, _mm_set1_epi8((char)0x80)));
+    }
+    for (; kk < qx->kp; ++kk) {
+        int q = kk < k ? quant(c[kk], inv) : 0;
+        s[kk] = (int8_t)q;
+        u[kk] = (uint8_t)(q + 128);
+    }
+}
+
+T256 static void q8_quantize2_256(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                  sg_kern_q8x_t *qx, sg_kern_q8x_t *qx2)
+{
+    float c[SG_KERN_Q8_SPLIT_MAX + 8] __attribute__((aligned(32)));
+    const int k8 = (k + 7) / 8 * 8;
+    for (size_t r = r0; r < r1; ++r) {
+        memset(c + k8 - 8, 0, 8 * sizeof(float));
+        q8_row_prepare256(x + r * ldx, k, mu, sign, c);
+        q8_row_quant256(c, k, qx, r);
+        const int8_t *q1 = qx->s + r * (size_t)qx->kp;
+        const __m256 s1 = _mm256_set1_ps(qx->scale[r]);
+        int kk = 0;
+        for (; kk + 8 <= k; kk += 8) {
+            __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q1 + kk))));
+            _mm256_store_ps(c + kk, _mm256_fnmadd_ps(q, s1, _mm256_load_ps(c + kk)));
+        }
+        for (; kk < k; ++kk)
+            c[kk] = fmaf(-(float)q1[kk], qx->scale[r], c[kk]);
+        q8_row_quant256(c, k, qx2, r);
+    }
+}
+
+/* Two terms on AVX-512: the prepared row in c (zero past k, to a multiple of 16), as the scalar
+ * version computes it */
+T512 static void q8_row_prepare512(const float *xr, int k, const float *mu, const float *sign, float *c)
+{
+    if (sign != NULL) {
+        __m512 v[4];
+        for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
+            rot_block512(xr, mu, sign, blk, v);
+            for (int i = 0; i < 4; ++i)
+                _mm512_store_ps(c + blk * SG_KERN_ROT + 16 * i, v[i]);
+        }
+        return;
+    }
+    for (int kk = 0; kk < k; kk += 16) {
+        __mmask16 mk = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
+        _mm512_store_ps(c + kk, centred512(xr, mu, kk, mk));
+    }
+}
+
+T512 static void q8_row_quant512(const float *c, int k, sg_kern_q8x_t *qx, size_t r)
+{
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 m = _mm512_setzero_ps();
+    for (int kk = 0; kk < k; kk += 16)
+        m = _mm512_max_ps(m, _mm512_and_ps(_mm512_load_ps(c + kk), abs));
+    float mx = _mm512_reduce_max_ps(m);
+    float inv = mx > 0 ? 127.0f / mx : 0.0f;
+    qx->scale[r] = mx / 127.0f;
+    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    int8_t *s = qx->s + r * (size_t)qx->kp;
+    uint8_t *u = qx->u + r * (size_t)qx->kp;
+    for (int kk = 0; kk < qx->kp; kk += 16) {
+        __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_load_ps(c + kk), vinv), lo), hi);
+        __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
+        __mmask16 mk = qx->kp - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (qx->kp - kk)) - 1);
+        _mm_mask_storeu_epi8(s + kk, mk, q);
+        _mm_mask_storeu_epi8(u + kk, mk, _mm_xor_si128(q, _mm_set1_epi8((char)0x80)));
+    }
+}
+
+T512 static void q8_quantize2_512(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
+                                  sg_kern_q8x_t *qx, sg_kern_q8x_t *qx2)
+{
+    float c[SG_KERN_Q8_SPLIT_MAX + 16] __attribute__((aligned(64)));
+    const int k16 = (k + 15) / 16 * 16;
+    for (size_t r = r0; r < r1; ++r) {
+        memset(c + k16 - 16, 0, 16 * sizeof(float));
+        q8_row_prepare512(x + r * ldx, k, mu, sign, c);
+        q8_row_quant512(c, k, qx, r);
+        const int8_t *q1 = qx->s + r * (size_t)qx->kp;
+        const __m512 s1 = _mm512_set1_ps(qx->scale[r]);
+        for (int kk = 0; kk < k; kk += 16) {
+            __mmask16 mk = k - kk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - kk)) - 1);
+            __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, q1 + kk)));
+            _mm512_store_ps(c + kk, _mm512_maskz_mov_ps(mk, _mm512_fnmadd_ps(q, s1, _mm512_load_ps(c + kk))));
+        }
+        q8_row_quant512(c, k, qx2, r);
     }
 }
 
@@ -677,19 +1136,22 @@ typedef struct st_q8_args_t {
     size_t ldy;
     const float *sw, *b; /* the tile's column 0 */
     const int32_t *comp;
-    int ncols, gelu;
+    int ncols;
+    unsigned flags; /* SG_KERN_Q8_GELU, SG_KERN_Q8_ADD (y's values in place of the bias) */
 } q8_args_t;
 
 /* one output vector of a VNNI tile: the compensation off, the scales, the bias, GELU, stored */
 TVNNI INLINE void q8_vnni_out(const q8_args_t *a, int r, int p, __m512i acc)
 {
+    float *o = a->y + (size_t)r * a->ldy + (size_t)(16 * p);
     __m512i comp = _mm512_load_si512((const void *)(a->comp + 16 * p));
-    __m512 sw = _mm512_load_ps(a->sw + 16 * p), b = _mm512_load_ps(a->b + 16 * p);
+    __m512 sw = _mm512_load_ps(a->sw + 16 * p);
+    __m512 b = (a->flags & SG_KERN_Q8_ADD) ? load16(o, a->ncols - 16 * p) : _mm512_load_ps(a->b + 16 * p);
     __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, comp));
     v = _mm512_fmadd_ps(_mm512_mul_ps(v, sw), _mm512_set1_ps(a->sx[r]), b);
-    if (a->gelu)
+    if (a->flags & SG_KERN_Q8_GELU)
         v = gelu512(v);
-    store16(a->y + (size_t)r * a->ldy + (size_t)(16 * p), v, a->ncols - 16 * p);
+    store16(o, v, a->ncols - 16 * p);
 }
 
 /* acc += the four-byte dot products of x (unsigned) and w (signed). As an asm statement rather than
@@ -808,13 +1270,17 @@ T256 INLINE void q8_256_body(const q8_args_t *a, const int MR, const int W7)
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
         __m256 sx = _mm256_set1_ps(a->sx[r]);
+        float *yr = a->y + (size_t)r * a->ldy;
+        if (a->flags & SG_KERN_Q8_ADD) {
+            b0 = load8(yr, a->ncols);
+            b1 = load8(yr + 8, a->ncols - 8);
+        }
         __m256 v0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][0], c0)), sw0), sx, b0);
         __m256 v1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][1], c1)), sw1), sx, b1);
-        if (a->gelu) {
+        if (a->flags & SG_KERN_Q8_GELU) {
             v0 = gelu256(v0);
             v1 = gelu256(v1);
         }
-        float *yr = a->y + (size_t)r * a->ldy;
         store8(yr, v0, a->ncols);
         store8(yr + 8, v1, a->ncols - 8);
     }
@@ -836,7 +1302,7 @@ static void (*const q8_256_kernels[Q8A_MR])(const q8_args_t *) = {q8_256_1, q8_2
 static void (*const q8_256w7_kernels[Q8A7_MR])(const q8_args_t *) = {q8_256w7_1, q8_256w7_2, q8_256w7_3, q8_256w7_4};
 
 static void q8_tile_simd(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
-                         size_t ldy, int gelu)
+                         size_t ldy, unsigned flags)
 {
     const int vnni = kern == SG_KERN_VNNI, w7 = qw->bits == 7, np_step = vnni ? Q8_NP : 1;
     const int mr_max = vnni ? Q8_MR : w7 ? Q8A7_MR : Q8A_MR;
@@ -859,7 +1325,7 @@ static void q8_tile_simd(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t 
                            qw->b + c0,
                            qw->comp + c0,
                            qw->n - p * SG_KERN_PANEL,
-                           gelu};
+                           flags};
             if (vnni)
                 q8_vnni_kernels[mr - 1][np - 1](&a);
             else if (w7)
@@ -1046,35 +1512,68 @@ void sg_kern_f32_tile(int kern, const sg_kern_f32w_t *pw, const float *x, size_t
     f32_tile_scalar(pw, x, ldx, r0, r1, p0, p1, y, ldy, gelu);
 }
 
-void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx)
+void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, const sg_kern_q8w_t *qw, size_t r0, size_t r1,
+                         sg_kern_q8x_t *qx, sg_kern_q8x_t *qx2)
 {
+    const float *mu = qw != NULL ? qw->mu : NULL;
+    if (qx2 != NULL) {
+        if (k > SG_KERN_Q8_SPLIT_MAX) /* the rows are prepared on the stack: a caller's bug, not data's */
+            abort();
+        const float *sign = qw != NULL ? qw->sign : NULL;
+#if SG_KERN_SIMD
+        if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX512) {
+            q8_quantize2_512(x, ldx, k, mu, sign, r0, r1, qx, qx2);
+            return;
+        }
+        if (kern == SG_KERN_AVX2) {
+            q8_quantize2_256(x, ldx, k, mu, sign, r0, r1, qx, qx2);
+            return;
+        }
+#endif
+        q8_quantize2_scalar(x, ldx, k, mu, sign, r0, r1, qx, qx2);
+        return;
+    }
+    if (qw != NULL && qw->sign != NULL) {
+#if SG_KERN_SIMD
+        if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX512) {
+            q8_quantize_rot512(x, ldx, k, mu, qw->sign, r0, r1, qx);
+            return;
+        }
+        if (kern == SG_KERN_AVX2) {
+            q8_quantize_rot256(x, ldx, k, mu, qw->sign, r0, r1, qx);
+            return;
+        }
+#endif
+        q8_quantize_rot_scalar(x, ldx, k, mu, qw->sign, r0, r1, qx);
+        return;
+    }
 #if SG_KERN_SIMD
     if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX512) {
-        q8_quantize_512(x, ldx, k, r0, r1, qx);
+        q8_quantize_512(x, ldx, k, mu, r0, r1, qx);
         return;
     }
     if (kern == SG_KERN_AVX2) {
-        q8_quantize_256(x, ldx, k, r0, r1, qx);
+        q8_quantize_256(x, ldx, k, mu, r0, r1, qx);
         return;
     }
 #endif
     (void)kern;
-    q8_quantize_scalar(x, ldx, k, r0, r1, qx);
+    q8_quantize_scalar(x, ldx, k, mu, r0, r1, qx);
 }
 
 void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
-                     size_t ldy, int gelu)
+                     size_t ldy, unsigned flags)
 {
     if (r0 >= r1 || p0 >= p1)
         return;
 #if SG_KERN_SIMD
     if (kern == SG_KERN_VNNI || kern == SG_KERN_AVX2) {
-        q8_tile_simd(kern, qw, qx, r0, r1, p0, p1, y, ldy, gelu);
+        q8_tile_simd(kern, qw, qx, r0, r1, p0, p1, y, ldy, flags);
         return;
     }
 #endif
     (void)kern;
-    q8_tile_scalar(qw, qx, r0, r1, p0, p1, y, ldy, gelu);
+    q8_tile_scalar(qw, qx, r0, r1, p0, p1, y, ldy, flags);
 }
 
 void sg_kern_gelu(int kern, float *x, size_t n)

@@ -24,6 +24,16 @@
  *     of four, for half the weight resolution;
  *   - scalar C, and oneDNN's dnnl_gemm_u8s8s32 (called by e5.c, which applies
  *     sg_kern_q8_epilogue to its int32 results).
+ * Before its input is quantised a layer may take it centred and rotated (e5.c does, by default):
+ * c = x - mu for a centre mu whose W mu was added to the bias at packing (so only c meets the
+ * quantised weights), then per block of SG_KERN_ROT (64) values c' = H D c / 8, D random signs
+ * (-1 where bit 0 of murmur3's 32-bit finaliser of the position in the row is set), H the
+ * Hadamard matrix in Sylvester's order applied as butterflies h = 1, 2, 4 ... 32, each pair (j,
+ * j + h) becoming (a + b, a - b) in float32, in that order on every kernel; each weight row is
+ * rotated the same way before it is quantised, so W c = (W D H / 8)(H D c / 8) exactly. This
+ * spreads heavy tails and outlier channels over the block before the per-row scale is taken. An
+ * input may also be split into two terms (sg_kern_q8_quantize with qx2): the rest c' - q s,
+ * quantised again, as a second product added to the first.
  *
  * Thread-safety: packed weights are read-only once packed; every other call works on memory the
  * caller owns.
@@ -49,6 +59,13 @@ enum {
 
 /** The width of a panel: output columns per packed block. */
 #define SG_KERN_PANEL 16
+/** The int8 rotation's block: inputs (and weight rows) rotated in blocks of this many (see above). */
+#define SG_KERN_ROT 64
+/** The longest rows sg_kern_q8_quantize splits into two terms. */
+#define SG_KERN_Q8_SPLIT_MAX 4096
+/** sg_kern_q8_tile / sg_kern_q8_epilogue flags: GELU after the epilogue; ADD: y's current values in
+ * place of the bias (the second term of a split input). */
+enum { SG_KERN_Q8_GELU = 1, SG_KERN_Q8_ADD = 2 };
 
 /** "scalar", "avx2", "avx512", "avx512-vnni" ("blas" for SG_KERN_NONE). */
 const char *sg_kern_name(int kern);
@@ -92,14 +109,22 @@ typedef struct st_sg_kern_q8w_t {
     int8_t *rows;     /* [n][kp] row-major (oneDNN's layout), only after sg_kern_q8_keep_rows */
     float *scale;     /* [np * 16]: w[j, k] ~ q[j, k] * scale[j] */
     int32_t *comp;    /* [np * 16]: 128 * sum_k q[j, k] */
-    float *b;         /* [np * 16]: the bias */
+    float *b;         /* [np * 16]: the bias, plus W mu when centred */
+    float *mu;        /* [kp] or NULL: the centre subtracted from every input row before it is quantised */
+    float *sign;      /* [k] or NULL: the rotation's D (+1 / -1), when inputs and weights are rotated */
 } sg_kern_q8w_t;
 
 /**
  * Like sg_kern_f32_pack, quantising each output channel to `bits` (8 or 7) bits: scale =
- * max|w_j| / 127 (or 63), q = round(w / scale) to nearest even. Returns 0, or -1 when out of memory.
+ * max|w_j| / 127 (or 63), q = round(w / scale) to nearest even. With a centre `mu` (k floats, copied;
+ * NULL: none) the layer computes y = W_q (x - mu) + (W mu + b): W mu is added to the bias here, in
+ * double over the float32 weights, so only the centred input meets the quantised weights. With
+ * `rotate` (and k a multiple of SG_KERN_ROT) each weight row is rotated as the inputs will be
+ * before it is quantised. sg_kern_q8_quantize with this qw prepares the inputs to match. Returns
+ * 0, or -1 when out of memory.
  */
-int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits);
+int sg_kern_q8_pack(sg_kern_q8w_t *qw, int parts, const float *const *w, const float *const *b, const int *n, int k, int bits,
+                    const float *mu, int rotate);
 /** Also keeps the weights row-major ([n][kp]) for oneDNN. Returns 0, or -1 when out of memory. */
 int sg_kern_q8_keep_rows(sg_kern_q8w_t *qw);
 void sg_kern_q8_free(sg_kern_q8w_t *qw);
@@ -119,20 +144,30 @@ typedef struct st_sg_kern_q8x_t {
 int sg_kern_q8x_reserve(sg_kern_q8x_t *qx, size_t rows, int k);
 void sg_kern_q8x_free(sg_kern_q8x_t *qx);
 /**
- * Quantises rows r0 <= r < r1 of x (k floats each, row stride ldx): scale = max|x[r]| / 127,
- * q = round(x / scale) to nearest even (0 for an all-zero row). Every kernel gives the same bytes.
+ * Quantises rows r0 <= r < r1 of x (k floats each, row stride ldx) as the product `qw` takes them
+ * (NULL: neither centred nor rotated): c = x[r] - qw->mu (one float32 subtraction), rotated when
+ * qw->sign is set, then scale = max|c| / 127, q = round(c / scale) to nearest even (0 for an
+ * all-zero row). With `qx2` (k <= SG_KERN_Q8_SPLIT_MAX) the input is split into two terms: the
+ * rest e = c - q * scale (one fused multiply-add) is quantised the same way into qx2's row r, so
+ * that x ~ s1 q1 + s2 q2 carries about 15 bits; the product is then two tiles, the second with
+ * SG_KERN_Q8_ADD. Every kernel gives the same bytes.
  */
-void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, size_t r0, size_t r1, sg_kern_q8x_t *qx);
-/** Like sg_kern_f32_tile, from quantised rows. */
-void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
-                     size_t ldy, int gelu);
+void sg_kern_q8_quantize(int kern, const float *x, size_t ldx, int k, const sg_kern_q8w_t *qw, size_t r0, size_t r1,
+                         sg_kern_q8x_t *qx, sg_kern_q8x_t *qx2);
 /**
- * The epilogue alone, for products computed elsewhere (oneDNN): y[r, j] holds the int32 sum of
- * (q_x + 128) * q_w (its bytes, as dnnl_gemm_u8s8s32 writes them) for j0 <= j < j1; replaced by
- * the float32 output, as sg_kern_q8_tile gives it.
+ * Like sg_kern_f32_tile, from quantised rows: y = (acc * s_w) * s_x + b, or with SG_KERN_Q8_ADD
+ * y = (acc * s_w) * s_x + y (one fused multiply-add either way); then GELU with SG_KERN_Q8_GELU.
  */
-void sg_kern_q8_epilogue(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int j0, int j1, float *y,
-                         size_t ldy, int gelu);
+void sg_kern_q8_tile(int kern, const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int p0, int p1, float *y,
+                     size_t ldy, unsigned flags);
+/**
+ * The epilogue alone, for products computed elsewhere (oneDNN): the int32 sums of (q_x + 128) * q_w
+ * for rows r0 <= r < r1 and columns j0 <= j < j1 are in acc (row stride ldacc), or with acc NULL
+ * in y's own bytes (as dnnl_gemm_u8s8s32 writes them); y gets the float32 output, as
+ * sg_kern_q8_tile gives it with the same flags.
+ */
+void sg_kern_q8_epilogue(const sg_kern_q8w_t *qw, const sg_kern_q8x_t *qx, size_t r0, size_t r1, int j0, int j1, const int32_t *acc,
+                         size_t ldacc, float *y, size_t ldy, unsigned flags);
 
 /* ---- elementwise and attention ---- */
 

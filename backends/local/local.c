@@ -1010,6 +1010,10 @@ static int set_int8(struct sg_backend *self, int engine, char *err, size_t err_s
     char why[600], feats[200], reason[400];
     sg_cpu_describe(cpu.features, feats, sizeof(feats));
     const uint32_t amx = SG_CPU_AMX_TILE | SG_CPU_AMX_INT8;
+    if (sg_e5_set_calibration_prefix(self->model, self->prefix) != 0) { /* the centres see what every query starts with */
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
     if (engine == ENGINE_ONEDNN || (engine == ENGINE_AUTO && (cpu.features & amx) == amx)) {
         if (sg_e5_set_int8(self->model, SG_E5_INT8_ONEDNN, 8, why, sizeof(why)) == 0) {
             snprintf(reason, sizeof(reason), "%s",

@@ -288,7 +288,7 @@ class BlasKernels(unittest.TestCase):
             self.assertIn("precision int8: the encoder's linear layers run in int8 (%s-bit weights), own %s kernels" % (bits, kernel),
                           log)
             self.assertIn(reason, log)
-            self.assertIn("cache identity suffix .int8%s" % ("w7" if bits == "7" else ""), log)
+            self.assertIn("cache identity suffix .int8%scr" % ("w7" if bits == "7" else ""), log)
         if "vnni" in answers:
             self.assertEqual(answers["vnni"], answers["scalar"])
 

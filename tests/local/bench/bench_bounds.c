@@ -60,7 +60,7 @@ static void own_product(int kind, const void *w, const float *x, int m, int k, s
     }
     const sg_kern_q8w_t *qw = w;
     sg_kern_q8x_reserve(qx, (size_t)m, k);
-    sg_kern_q8_quantize(int8_kern, x, (size_t)k, k, 0, (size_t)m, qx);
+    sg_kern_q8_quantize(int8_kern, x, (size_t)k, k, NULL, 0, (size_t)m, qx, NULL);
     sg_kern_q8_tile(int8_kern, qw, qx, 0, (size_t)m, 0, qw->np, y, (size_t)qw->n, 0);
 }
 
@@ -93,7 +93,7 @@ static void *gemm_loop(void *p)
             if (a->kind == GEMM_OWN)
                 sg_kern_f32_pack(&pf[j], 1, &w, NULL, &n, k);
             else
-                sg_kern_q8_pack(&pq[j], 1, &w, NULL, &n, k, int8_kern == SG_KERN_AVX2 ? 7 : 8);
+                sg_kern_q8_pack(&pq[j], 1, &w, NULL, &n, k, int8_kern == SG_KERN_AVX2 ? 7 : 8, NULL, 0);
             pw[j] = a->kind == GEMM_OWN ? (const void *)&pf[j] : (const void *)&pq[j];
         }
     }
