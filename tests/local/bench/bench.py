@@ -335,6 +335,8 @@ def main():
     ap.add_argument("--compare", action="store_true",
                     help="also run \"teams\": false and \"encoder_blas\": \"openblas\"/\"onednn\" (the choices the defaults make)")
     ap.add_argument("--int8", action="store_true", help="also run \"precision\": \"int8\", with the top-3 agreement on 1,000 queries")
+    ap.add_argument("--int8-blas", default="auto",
+                    help="comma-separated encoder_blas values to run int8 with (default auto; e.g. auto,own on an AMX CPU)")
     ap.add_argument("--baseline", help="another build (the code before a change): its default start, run in the same session")
     ap.add_argument("--points", help="comma-separated rows to run, 0-4 (default: all): 0 = c=1, 1 = c=16, 2 = c=64, "
                                      "3 = 32-query requests, 4 = 512-query requests")
@@ -397,11 +399,14 @@ def main():
         g, _ = run_gateway(build, a.workdir, model, index, corpus, queries, 0, "fp32-top3", clean, points=False)
         fp_ids, _ = topk_ids(g.port, sample1k, 3)
         g.stop()
-        g, results["searchgate_int8"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "int8", clean,
-                                                    extra={"precision": "int8"})
-        q_ids, _ = topk_ids(g.port, sample1k, 3)
-        g.stop()
-        results["int8_top3_agreement"] = sum(1 for x, y in zip(q_ids, fp_ids) if x == y) / len(sample1k)
+        for i, eng in enumerate(a.int8_blas.split(",")):
+            key = "searchgate_int8" + ("" if i == 0 else "_" + eng)
+            g, results[key] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "int8-" + eng, clean,
+                                          extra={"precision": "int8", "encoder_blas": eng})
+            q_ids, _ = topk_ids(g.port, sample1k, 3)
+            g.stop()
+            results[key.replace("searchgate_", "") + "_top3_agreement"] = (
+                sum(1 for x, y in zip(q_ids, fp_ids) if x == y) / len(sample1k))
     if a.bf16:
         g, results["searchgate_bf16"] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, "bf16", clean,
                                                     extra={"precision": "bf16"})
@@ -478,19 +483,24 @@ def main():
                                    for l, _, _ in POINTS) + "; top-3 lists equal to fp32 for %.1f%% of %d queries"
               % (100 * results["bf16_top3_agreement"], len(sample)))
     def per_core(res):
-        """Encoder GFLOP/s per core in the 32-query row (full batches, each run by one worker alone)."""
+        """Encoder G(FL)OP/s in the 32-query row (full batches): per batch (its FLOPs over its encode wall
+        time; a batch runs on its worker and the idle workers that help it) and per core of the machine
+        (the run's encoder FLOPs over wall time x cores: what the whole machine turned into encoder work)."""
         p = res["points"].get("32 queries/request, c=4", {})
         if not p.get("encode_seconds"):
             return None
         tokens = p["tokens"] or p["queries_encoded"] * b_def["mean_tokens"]
         flops = tokens * b_def["encoder_flops_per_query"] / b_def["mean_tokens"]
-        return flops / p["encode_seconds"] / 1e9
+        wall = float(str(p.get("duration", "0")).rstrip("s") or 0)
+        machine = flops / (wall * (os.cpu_count() or 1)) / 1e9 if wall > 0 else 0.0
+        return flops / p["encode_seconds"] / 1e9, machine
 
     rows = [("after (this build)", results["searchgate"], False)]
     if "searchgate_baseline" in results:
         rows.insert(0, ("before (%s)" % a.baseline, results["searchgate_baseline"], False))
-    if "searchgate_int8" in results:
-        rows.append(("int8 (this build)", results["searchgate_int8"], True))
+    for key in [k for k in results if k.startswith("searchgate_int8")]:
+        eng = key[len("searchgate_int8_"):] or a.int8_blas.split(",")[0]
+        rows.append(("int8-%s (this build, encoder_blas %s)" % (eng, eng), results[key], True))
     if len(rows) > 1:
         print("\nback to back, same bounds (fp32: %.1f GFLOP/s at one query's products, %.1f at 32 queries', best of OpenBLAS "
               "and the own kernels; int8: %.1f / %.1f GOP/s):" % (best_rate(b_def, "allcores_x1"), best_rate(b_def, "allcores_x32"),
@@ -514,13 +524,14 @@ def main():
         for name, res, _ in rows:
             pc = per_core(res)
             if pc is not None:
-                print("  encoder per core, full batches (32-query row), %s: %.1f G(FL)OP/s" % (name, pc))
+                print("  encoder in full batches (32-query row), %s: %.1f G(FL)OP/s per batch, %.1f per core of the machine"
+                      % (name, pc[0], pc[1]))
         print("  bare products per core at 32 queries' tokens: OpenBLAS %.1f, own float32 %.1f GFLOP/s, int8 %.1f GOP/s "
               "(oneDNN's: run_bench.sh's bench_blas_libs lines)" % (b_def["gflops_1core_x32"], b_def.get("own_gflops_1core_x32", 0),
                                                                       b_def["int8_gops_1core_x32"]))
-    if "int8_top3_agreement" in results:
-        print("int8: top-3 lists identical to float32's for %.1f%% of %d queries" % (100 * results["int8_top3_agreement"],
-                                                                                     len(sample1k)))
+    for key in [k for k in results if k.startswith("int8") and k.endswith("_top3_agreement")]:
+        print("%s: top-3 lists identical to float32's for %.1f%% of %d queries" % (key[:-len("_top3_agreement")],
+                                                                                  100 * results[key], len(sample1k)))
     print("machine load average before the run %.2f" % results["machine"]["loadavg_before"])
     if a.out:
         with open(a.out, "w") as f:
