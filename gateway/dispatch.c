@@ -54,10 +54,7 @@ sg_blob_t *sg_blob_from_hits(const sg_hits *hits)
     for (size_t i = 0; i < hits->n_hits; ++i)
         total += hits->hits[i].doc_len + 40;
     sg_buf_reserve(&b, total);
-    sg_blob_t *blob = sg_mem_calloc(1, sizeof(*blob));
-    atomic_init(&blob->refs, 1);
-    blob->n_hits = (uint32_t)hits->n_hits;
-    blob->docs = hits->n_hits != 0 ? sg_mem_alloc(hits->n_hits * sizeof(*blob->docs)) : NULL;
+    sg_blob_t *blob = sg_blob_new((uint32_t)hits->n_hits);
     sg_jw_t w;
     sg_jw_init(&w, &b);
     sg_jw_arr(&w);

@@ -192,8 +192,7 @@ int main(int argc, char **argv)
         B.fl[i] = (flight_t){NULL, 0, (uint32_t)(i % 3), 3, 0, (uint32_t)B.lens[i], B.keys[i]};
         B.fl[i].hash = sg_hash64(B.keys[i], B.lens[i], ((uint64_t)B.fl[i].backend << 40) ^ 3);
     }
-    B.blob = calloc(1, sizeof(*B.blob));
-    atomic_init(&B.blob->refs, 1);
+    B.blob = sg_blob_new(0);
     B.blob->json = strdup("[{\"id\":\"1\",\"contents\":\"x\"}]");
     B.blob->json_len = strlen(B.blob->json);
 

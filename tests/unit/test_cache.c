@@ -12,8 +12,7 @@
 /* A blob holding `frag` (no documents located in it: L1 only counts and returns it). */
 static sg_blob_t *blob_of(const char *frag)
 {
-    sg_blob_t *b = sg_mem_calloc(1, sizeof(*b));
-    atomic_init(&b->refs, 1);
+    sg_blob_t *b = sg_blob_new(0);
     b->json = sg_strdup(frag);
     b->json_len = strlen(frag);
     return b;

@@ -184,6 +184,43 @@ static void test_blob_shapes(void **state)
  * times (a foreign or damaged Redis entry) would make a reply many times its size -- 4,000 copies
  * of a 1 kB fragment, a 4 MB reply from a 50 kB value, and with 100,000 copies of a large
  * fragment an allocation the gateway dies on. Found by the cache value fuzz target (tests/fuzz). */
+/* sg_blob_new(): one reference, room for the documents, nothing else; a blob given up half-built
+ * is released like a published one (ASan checks that nothing leaks). */
+static void test_blob_new(void **state)
+{
+    (void)state;
+    sg_blob_t *none = sg_blob_new(0);
+    assert_int_equal(atomic_load(&none->refs), 1);
+    assert_int_equal(none->n_hits, 0);
+    assert_null(none->docs);
+    assert_null(none->json);
+    assert_int_equal(none->json_len, 0);
+    sg_blob_release(none);
+
+    sg_blob_t *b = sg_blob_new(3);
+    assert_int_equal(b->n_hits, 3);
+    assert_non_null(b->docs);
+    b->docs[2].off = 7; /* all three slots are writable */
+    b->docs[2].len = 9;
+    assert_null(b->json);
+    sg_blob_release(b); /* never published: freed as it is */
+
+    sg_blob_t *p = sg_blob_new(1);
+    p->json = sg_strdup("[{\"document\":{\"id\":\"1\"},\"score\":1}]");
+    p->json_len = strlen(p->json);
+    p->docs[0].off = 13;
+    p->docs[0].len = 10;
+    assert_ptr_equal(sg_blob_ref(p), p);
+    assert_int_equal(atomic_load(&p->refs), 2);
+    char flat[64];
+    char *end = sg_blob_write_fragment(p, 0, flat);
+    assert_int_equal(end - flat, sg_blob_fragment_len(p, 0));
+    assert_memory_equal(flat, "[{\"id\":\"1\"}]", 12);
+    sg_blob_release(p);
+    assert_int_equal(atomic_load(&p->refs), 1);
+    sg_blob_release(p);
+}
+
 static void test_cache_value_docs_bounded(void **state)
 {
     (void)state;
@@ -355,6 +392,7 @@ int main(void)
                                        cmocka_unit_test(test_writer),
                                        cmocka_unit_test(test_error_body),
                                        cmocka_unit_test(test_blob_shapes),
+                                       cmocka_unit_test(test_blob_new),
                                        cmocka_unit_test(test_cache_value_docs_bounded),
                                        cmocka_unit_test(test_cache_value_content),
                                        cmocka_unit_test(test_validate_string_chunks)};
