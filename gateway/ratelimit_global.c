@@ -6,7 +6,7 @@
  * atomic across every replica. Redis' own clock (TIME) is the time base, so replicas need no
  * synchronised clocks. Same semantics as sg_gcra() in clients.c. The script returns
  * {decision, wait_us}: 0 allow, 1 wait (slot reserved), 2 deny. Redis is only the transport
- * (cache/redis.h): the policy, and what happens when Redis cannot answer, live here.
+ * (lib/redis/redis.h): the policy, and what happens when Redis cannot answer, live here.
  *
  * When Redis cannot answer (off, not connected, the command not sent, no reply in time, an error
  * reply), the replica's own fallback bucket decides instead: a GCRA per client at its rate and
@@ -16,7 +16,6 @@
  * shown in a gauge (process-wide: every loop's Redis connection goes down with the server).
  */
 #include "ratelimit_global.h"
-#include "../cache/cache.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,9 +27,12 @@ static sg_counter_t *m_fallback;
 static sg_gauge_t *m_fallback_active;
 static _Atomic int fallback_active; /* the last decision was the fallback's */
 static _Atomic uint64_t switch_logged_ms, switches_unlogged;
+static char *key_prefix; /* cache.redis.prefix: every key this gateway writes starts with it */
 
-void sg_ratelimit_global_init(void)
+void sg_ratelimit_global_init(const char *prefix)
 {
+    free(key_prefix);
+    key_prefix = sg_strdup(prefix != NULL ? prefix : "");
     m_fallback = sg_metrics_counter("searchgate_ratelimit_global_fallback_total",
                                     "Requests of global clients decided by this replica's fallback bucket (the client's rate and "
                                     "burst / clients.global_replicas) because Redis could not answer.",
@@ -129,7 +131,7 @@ int sg_ratelimit_global(sg_redis_t *redis, sg_clients_t *t, sg_client_t *c, uint
         return 0;
     }
     char key[256], rate[32], burst[32], cnt[24], wait[24];
-    snprintf(key, sizeof(key), "%srl:%s", sg_cache_redis_prefix(), c->id);
+    snprintf(key, sizeof(key), "%srl:%s", key_prefix != NULL ? key_prefix : "", c->id);
     snprintf(rate, sizeof(rate), "%.17g", c->conf->rate);
     snprintf(burst, sizeof(burst), "%.17g", c->conf->burst);
     snprintf(cnt, sizeof(cnt), "%llu", (unsigned long long)n);

@@ -6,11 +6,12 @@
 
 #include <stdint.h>
 #include "clients.h"
-#include "../cache/redis.h"
+#include "redis.h"
 
-/** Registers the metrics. Main thread, once. The fallback's divisor is clients.global_replicas of
- * the client table's configuration. */
-void sg_ratelimit_global_init(void);
+/** Registers the metrics and keeps `prefix` (cache.redis.prefix), which starts every key the limit
+ * writes. Main thread, start-up. The fallback's divisor is clients.global_replicas of the client
+ * table's configuration. */
+void sg_ratelimit_global_init(const char *prefix);
 
 /** The decision (SG_RL_*) and the wait it implies. */
 typedef void (*sg_ratelimit_global_cb)(void *ctx, int decision, uint64_t wait_us);

@@ -52,7 +52,7 @@ struct st_sg_loop_t {
     sg_timer_t admit_timer;                /* wakes the admission when a qps token is due (dispatch.c) */
     int abandoned;                         /* the loop exited with connections still open (shutdown grace expired) */
     h2o_linklist_t active;                 /* sg_query_t not yet answered (for shutdown) */
-    /* per-loop Redis cache connection (cache/redis.c); NULL when Redis is off */
+    /* per-loop Redis connection (lib/redis/redis.c: the cache, budgets, global limits); NULL when Redis is off */
     struct st_sg_redis_t *redis;
     sg_mcp_loop_t *mcp;   /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
     sg_gate_loop_t *gate; /* accepting and the connections not yet handed to h2o (gate.c) */

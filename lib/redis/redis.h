@@ -3,11 +3,16 @@
  * through a small adapter (h2o 2.2.5 ships none). Each connection is set up the way cache.redis
  * says (AUTH, SELECT) and, with sentinels, goes to the master they name and follows it through
  * failovers. Commands carry a deadline; a slow, dead, refusing or demoted Redis turns into "no
- * answer" quickly and the connection is rebuilt with back-off, so the cache can always be
- * bypassed instead of stalling a request.
+ * answer" quickly and the connection is rebuilt with back-off, so its users can always go on
+ * without Redis instead of stalling a request.
+ *
+ * The gateway's one Redis client (lib/redis/, library sg_redis): the result cache's L2, the spend
+ * budgets and the global rate limits all send their commands through the loop's connection. It
+ * knows no key, value or script of theirs; its metrics keep their historical names
+ * (searchgate_cache_redis_*) so dashboards and alerts stay valid.
  */
-#ifndef SG_CACHE_REDIS_H
-#define SG_CACHE_REDIS_H
+#ifndef SG_LIB_REDIS_H
+#define SG_LIB_REDIS_H
 
 #include <hiredis.h>
 #include <h2o.h>

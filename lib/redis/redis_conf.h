@@ -4,8 +4,8 @@
  * variable) and database. Read once at start-up; the loops' connections (redis.h) and the
  * --check probe use it. Kept free of hiredis and h2o so that the config header can embed it.
  */
-#ifndef SG_CACHE_REDIS_CONF_H
-#define SG_CACHE_REDIS_CONF_H
+#ifndef SG_LIB_REDIS_CONF_H
+#define SG_LIB_REDIS_CONF_H
 
 #include <stddef.h>
 #include <stdint.h>
