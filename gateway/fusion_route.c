@@ -24,6 +24,7 @@
 #include "clients.h"
 #include "dispatch.h"
 #include "fusion_route.h"
+#include "stats_ring.h"
 #include "gen.h"
 #include "hmap.h"
 #include "json.h"

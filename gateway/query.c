@@ -21,6 +21,7 @@
 #include "hmap.h"
 #include "ratelimit_global.h"
 #include "respond.h"
+#include "stats_ring.h"
 #include "../cache/cache.h"
 
 #include <stdio.h>

@@ -21,6 +21,7 @@
 #include "retrieve.h"
 #include "request.h"
 #include "respond.h"
+#include "stats_ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>

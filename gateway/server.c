@@ -8,6 +8,7 @@
  */
 #include "server.h"
 #include "respond.h"
+#include "stats_ring.h"
 #include "fusion_route.h"
 #include "clients.h"
 #include "gen.h"
