@@ -34,8 +34,8 @@ struct st_sg_clients_t {
     unsigned char admin_digest[SHA256_DIGEST_LENGTH];
     int has_admin;
     size_t n_keyed;
-    sg_hmap_t anon;  /* id -> anonymous client */
-    sg_client_t lru; /* sentinel: lru.lru_next is the most recent */
+    sg_hmap_t anon;     /* id -> anonymous client */
+    h2o_linklist_t lru; /* anchor of the anonymous clients: lru.next is the most recent, lru.prev the coldest */
 };
 
 /* The client states of the process, by registry key; the mutex also guards every state's GCRA. */
@@ -154,6 +154,11 @@ static void client_metrics(sg_client_t *c, const char *label)
 
 static void lru_push_front(sg_clients_t *t, sg_client_t *c);
 
+static sg_client_t *client_of(h2o_linklist_t *link)
+{
+    return H2O_STRUCT_FROM_MEMBER(sg_client_t, lru_link, link);
+}
+
 /* A new anonymous client of `t` (not yet in its LRU) sharing `st`, or a new state for `id`. */
 static sg_client_t *anon_new(sg_clients_t *t, const char *id, uint64_t h, sg_client_state_t *st)
 {
@@ -173,11 +178,12 @@ static void import_anon(sg_clients_t *t, sg_clients_t *prev)
 {
     pthread_mutex_lock(&prev->mu);
     size_t n = 0;
-    sg_client_t *c = prev->lru.lru_next;
-    for (; c != &prev->lru && n < t->cfg->clients.max_tracked; c = c->lru_next)
+    h2o_linklist_t *l = prev->lru.next;
+    for (; l != &prev->lru && n < t->cfg->clients.max_tracked; l = l->next)
         ++n;
-    /* c is the first one not taken (or the sentinel) */
-    for (c = c->lru_prev; c != &prev->lru; c = c->lru_prev) { /* the coldest first: each new one goes in front */
+    /* l is the first one not taken (or the anchor) */
+    for (l = l->prev; l != &prev->lru; l = l->prev) { /* the coldest first: each new one goes in front */
+        sg_client_t *c = client_of(l);
         pthread_mutex_lock(&registry.mu);
         ++c->st->refs;
         pthread_mutex_unlock(&registry.mu);
@@ -209,7 +215,7 @@ sg_clients_t *sg_clients_create(const sg_config_t *cfg, sg_clients_t *prev)
         t->has_admin = 1;
     }
     sg_hmap_init(&t->anon, client_eq, NULL, 1024);
-    t->lru.lru_next = t->lru.lru_prev = &t->lru;
+    h2o_linklist_init_anchor(&t->lru);
     if (prev != NULL)
         import_anon(t, prev);
     return t;
@@ -230,12 +236,12 @@ void sg_clients_destroy(sg_clients_t *t)
     }
     free(t->keyed);
     free(t->digests);
-    for (sg_client_t *c = t->lru.lru_next; c != &t->lru;) {
-        sg_client_t *next = c->lru_next;
+    while (!h2o_linklist_is_empty(&t->lru)) {
+        sg_client_t *c = client_of(t->lru.next);
+        h2o_linklist_unlink(&c->lru_link);
         state_release(c->st);
         free(c->id);
         free(c);
-        c = next;
     }
     sg_hmap_dispose(&t->anon);
     pthread_mutex_destroy(&t->mu);
@@ -263,34 +269,26 @@ size_t sg_clients_tracked(sg_clients_t *t)
     return n;
 }
 
-static void lru_unlink(sg_client_t *c)
-{
-    c->lru_prev->lru_next = c->lru_next;
-    c->lru_next->lru_prev = c->lru_prev;
-}
-
 static void lru_push_front(sg_clients_t *t, sg_client_t *c)
 {
-    c->lru_next = t->lru.lru_next;
-    c->lru_prev = &t->lru;
-    c->lru_next->lru_prev = c;
-    t->lru.lru_next = c;
+    h2o_linklist_insert(t->lru.next, &c->lru_link);
 }
 
 /* Evicts unreferenced entries from the cold end until there is room. Caller holds the mutex. */
 static void evict(sg_clients_t *t)
 {
-    sg_client_t *c = t->lru.lru_prev;
-    while (sg_hmap_size(&t->anon) >= t->cfg->clients.max_tracked && c != &t->lru) {
-        sg_client_t *prev = c->lru_prev;
+    h2o_linklist_t *l = t->lru.prev;
+    while (sg_hmap_size(&t->anon) >= t->cfg->clients.max_tracked && l != &t->lru) {
+        h2o_linklist_t *prev = l->prev;
+        sg_client_t *c = client_of(l);
         if (atomic_load(&c->refs) == 1) {
-            lru_unlink(c);
+            h2o_linklist_unlink(&c->lru_link);
             sg_hmap_remove(&t->anon, c->hash, c);
             state_release(c->st);
             free(c->id);
             free(c);
         }
-        c = prev;
+        l = prev;
     }
 }
 
@@ -301,7 +299,7 @@ static sg_client_t *anon_get(sg_clients_t *t, const char *id)
     pthread_mutex_lock(&t->mu);
     sg_client_t *c = sg_hmap_find(&t->anon, h, id, len);
     if (c != NULL) {
-        lru_unlink(c);
+        h2o_linklist_unlink(&c->lru_link);
     } else {
         evict(t);
         c = anon_new(t, id, h, NULL);

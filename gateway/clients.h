@@ -40,9 +40,8 @@ struct st_sg_client_t {
     const sg_client_conf_t *conf;
     int keyed;
     sg_client_state_t *st;
-    /* LRU links for anonymous clients */
-    sg_client_t *lru_prev, *lru_next;
-    uint64_t hash; /* of the id, for the table of anonymous clients */
+    h2o_linklist_t lru_link; /* anonymous clients: in their table's LRU, most recently seen first */
+    uint64_t hash;           /* of the id, for the table of anonymous clients */
     _Atomic uint32_t refs;
     /* metrics; label value is the id, or "other" beyond the cardinality cap */
     sg_counter_t *m_requests, *m_queries, *m_rate_limited, *m_queued, *m_shed, *m_timeouts, *m_hits_l1, *m_hits_redis, *m_misses;

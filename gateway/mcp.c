@@ -163,18 +163,18 @@ struct st_mcp_session_t {
     char version[16];
     char *client_id;
     uint64_t last_ms;
-    int legacy;           /* opened by GET /sse: lives as long as its stream */
-    int stream_loop;      /* the loop that owns `stream`, -1 when none */
-    mcp_stream_t *stream; /* freed only by its loop, which clears this under the mutex first */
-    uint64_t hash;        /* of the id */
-    mcp_session_t *prev, *next;
+    int legacy;              /* opened by GET /sse: lives as long as its stream */
+    int stream_loop;         /* the loop that owns `stream`, -1 when none */
+    mcp_stream_t *stream;    /* freed only by its loop, which clears this under the mutex first */
+    uint64_t hash;           /* of the id */
+    h2o_linklist_t lru_link; /* in T.lru: most recently used first */
 };
 
 static struct {
     pthread_mutex_t mu;
     int ready;
-    sg_hmap_t index;   /* id -> session */
-    mcp_session_t lru; /* sentinel: lru.next is the most recently used */
+    sg_hmap_t index;    /* id -> session */
+    h2o_linklist_t lru; /* anchor: lru.next is the most recently used session, lru.prev the coldest */
     size_t max;
     uint64_t idle_ms;
 } T;
@@ -185,18 +185,14 @@ static int session_eq(const void *item, const void *key, size_t key_len, const v
     return key_len == SID_LEN && memcmp(((const mcp_session_t *)item)->id, key, SID_LEN) == 0;
 }
 
-static void lru_unlink(mcp_session_t *s)
+static mcp_session_t *session_of(h2o_linklist_t *link)
 {
-    s->prev->next = s->next;
-    s->next->prev = s->prev;
+    return H2O_STRUCT_FROM_MEMBER(mcp_session_t, lru_link, link);
 }
 
 static void lru_front(mcp_session_t *s)
 {
-    s->next = T.lru.next;
-    s->prev = &T.lru;
-    s->next->prev = s;
-    T.lru.next = s;
+    h2o_linklist_insert(T.lru.next, &s->lru_link);
 }
 
 static mcp_session_t *find_locked(const char *id, size_t len)
@@ -209,7 +205,7 @@ static mcp_session_t *find_locked(const char *id, size_t len)
 static void remove_locked(mcp_session_t *s, int why)
 {
     sg_hmap_remove(&T.index, s->hash, s);
-    lru_unlink(s);
+    h2o_linklist_unlink(&s->lru_link);
     sg_gauge_add(M.sessions, -1);
     sg_counter_add(M.ended[why], 1);
     free(s->client_id);
@@ -224,8 +220,8 @@ static int idle_locked(const mcp_session_t *s, uint64_t now)
 /* Ends idle sessions from the cold end; a session with a stream is kept warm by its keep-alives. */
 static void expire_locked(uint64_t now)
 {
-    while (T.lru.prev != &T.lru && idle_locked(T.lru.prev, now))
-        remove_locked(T.lru.prev, END_IDLE);
+    while (!h2o_linklist_is_empty(&T.lru) && idle_locked(session_of(T.lru.prev), now))
+        remove_locked(session_of(T.lru.prev), END_IDLE);
 }
 
 /* Creates a session (an HTTP+SSE one when `stream` is given, owned by loop `stream_loop`); NULL
@@ -246,14 +242,14 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     pthread_mutex_lock(&T.mu);
     expire_locked(now);
     while (sg_hmap_size(&T.index) >= T.max) { /* the least recently used session without a stream goes */
-        mcp_session_t *victim = T.lru.prev;
-        while (victim != &T.lru && victim->stream != NULL)
+        h2o_linklist_t *victim = T.lru.prev;
+        while (victim != &T.lru && session_of(victim)->stream != NULL)
             victim = victim->prev;
         if (victim == &T.lru) {
             pthread_mutex_unlock(&T.mu);
             return NULL;
         }
-        remove_locked(victim, END_EVICTED);
+        remove_locked(session_of(victim), END_EVICTED);
     }
     mcp_session_t *s = sg_mem_calloc(1, sizeof(*s));
     memcpy(s->id, sid, SID_LEN + 1);
@@ -285,7 +281,7 @@ static int use_session(const char *id, size_t len, const sg_client_t *client, in
     int ok = s != NULL && s->legacy == legacy && strcmp(s->client_id, client->id) == 0;
     if (ok) {
         s->last_ms = now;
-        lru_unlink(s);
+        h2o_linklist_unlink(&s->lru_link);
         lru_front(s);
         if (version != NULL)
             memcpy(version, s->version, sizeof(s->version));
@@ -1232,7 +1228,7 @@ void sg_mcp_init(sg_server_t *s)
     T.idle_ms = (uint64_t)cfg->mcp.session_idle_s * 1000;
     sg_hmap_init(&T.index, session_eq, NULL, 1024); /* grows with the sessions, up to mcp.max_sessions */
     T.ready = 1;
-    T.lru.next = T.lru.prev = &T.lru;
+    h2o_linklist_init_anchor(&T.lru);
     for (int e = 0; e < EP_COUNT; ++e)
         for (size_t c = 0; c < N_HTTP_CODES; ++c) {
             char l[64];
@@ -1270,8 +1266,8 @@ void sg_mcp_dispose(void)
 {
     if (!T.ready)
         return;
-    while (T.lru.next != &T.lru)
-        remove_locked(T.lru.next, END_DELETED);
+    while (!h2o_linklist_is_empty(&T.lru))
+        remove_locked(session_of(T.lru.next), END_DELETED);
     sg_hmap_dispose(&T.index);
     T.ready = 0;
     pthread_mutex_destroy(&T.mu);

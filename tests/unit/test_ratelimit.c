@@ -194,6 +194,58 @@ static void test_reload_keeps_state(void **state)
     sg_config_free(&c2);
 }
 
+/* Identifies the anonymous client `id` (X-Client-Id) and spends its one token at `now`: ALLOW for
+ * a client the table did not track (a fresh bucket), DENY for one it still tracked. */
+static int seen(sg_clients_t *t, const char *id, uint64_t now)
+{
+    const char *why = NULL;
+    uint64_t wait;
+    sg_client_t *c = sg_clients_identify(t, NULL, 0, id, strlen(id), NULL, &why);
+    assert_non_null(c);
+    int rl = sg_clients_ratelimit(t, c, 1, now, 0, &wait);
+    sg_clients_release(c);
+    return rl;
+}
+
+/* The table of anonymous clients is an LRU bounded by clients.max_tracked: being seen makes a
+ * client the most recent, and a new one evicts the least recently seen (whose limit then starts
+ * afresh); a client in use is never evicted. */
+static void test_anonymous_lru(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.clients.max_tracked = 3;
+    cfg.clients.trust_client_id_header = 1;
+    cfg.clients.defaults = (sg_client_conf_t){.rate = 0.001, .burst = 1, .mode = SG_RL_REJECT, .weight = 1};
+    sg_clients_t *t = sg_clients_create(&cfg, NULL);
+    uint64_t now = 1000000000ull;
+    assert_int_equal(seen(t, "p1", now), SG_RL_ALLOW);
+    assert_int_equal(seen(t, "p2", now), SG_RL_ALLOW);
+    assert_int_equal(seen(t, "p3", now), SG_RL_ALLOW);
+    assert_int_equal(seen(t, "p1", now), SG_RL_DENY);  /* tracked: its token is spent; now the most recent */
+    assert_int_equal(seen(t, "p4", now), SG_RL_ALLOW); /* evicts p2, the least recently seen */
+    assert_int_equal(sg_clients_tracked(t), 3);
+    /* order now p4 p1 p3: seeing p3 and p1 keeps them (and makes p4 the coldest) */
+    assert_int_equal(seen(t, "p3", now), SG_RL_DENY);
+    assert_int_equal(seen(t, "p1", now), SG_RL_DENY);
+    assert_int_equal(seen(t, "p2", now), SG_RL_ALLOW); /* forgotten: a fresh bucket; evicts p4 */
+    assert_int_equal(seen(t, "p1", now), SG_RL_DENY);
+    assert_int_equal(seen(t, "p3", now), SG_RL_DENY);
+    assert_int_equal(seen(t, "p4", now), SG_RL_ALLOW); /* was evicted; evicts p2 */
+    /* a client held by a request is skipped: the next coldest goes instead */
+    const char *why = NULL;
+    sg_client_t *held = sg_clients_identify(t, NULL, 0, "p1", 2, NULL, &why); /* order p1 p4 p3 */
+    assert_int_equal(seen(t, "p3", now), SG_RL_DENY);                         /* order p3 p1 p4 */
+    assert_int_equal(seen(t, "p4", now), SG_RL_DENY);                         /* order p4 p3 p1 */
+    assert_int_equal(seen(t, "p5", now), SG_RL_ALLOW);                        /* p1 is held and the coldest: p3 goes */
+    assert_int_equal(sg_clients_tracked(t), 3);
+    assert_int_equal(seen(t, "p4", now), SG_RL_DENY);
+    assert_int_equal(sg_clients_ratelimit(t, held, 1, now, 0, &(uint64_t){0}), SG_RL_DENY); /* still p1's spent bucket */
+    sg_clients_release(held);
+    sg_clients_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_accuracy),
@@ -202,6 +254,7 @@ int main(void)
                                        cmocka_unit_test(test_queue_mode_reserves),
                                        cmocka_unit_test(test_unlimited_and_clock_skew),
                                        cmocka_unit_test(test_global_fallback_share),
-                                       cmocka_unit_test(test_reload_keeps_state)};
+                                       cmocka_unit_test(test_reload_keeps_state),
+                                       cmocka_unit_test(test_anonymous_lru)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
