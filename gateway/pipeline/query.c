@@ -21,7 +21,7 @@
 #include "hmap.h"
 #include "ratelimit_global.h"
 #include "respond.h"
-#include "../cache/cache.h"
+#include "../../cache/cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../cache/redis_conf.h"
+#include "../../cache/redis_conf.h"
 
 /** A spend budget (gateway/budget.c): backend calls allowed per calendar period (UTC). */
 typedef struct st_sg_budget_conf_t {

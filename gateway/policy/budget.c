@@ -32,7 +32,7 @@
 #include "dispatch.h"
 #include "gen.h"
 #include "json.h"
-#include "../cache/redis.h"
+#include "../../cache/redis.h"
 
 #include <stdio.h>
 #include <stdlib.h>

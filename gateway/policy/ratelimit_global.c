@@ -16,7 +16,7 @@
  * shown in a gauge (process-wide: every loop's Redis connection goes down with the server).
  */
 #include "ratelimit_global.h"
-#include "../cache/cache.h"
+#include "../../cache/cache.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

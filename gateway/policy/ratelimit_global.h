@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 #include "clients.h"
-#include "../cache/redis.h"
+#include "../../cache/redis.h"
 
 /** Registers the metrics. Main thread, once. The fallback's divisor is clients.global_replicas of
  * the client table's configuration. */
