@@ -38,7 +38,7 @@
 #include "budget.h"
 #include "gen.h"
 #include "respond.h"
-#include "../cache/cache.h"
+#include "../../cache/cache.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -22,7 +22,7 @@
 #include "ratelimit_global.h"
 #include "respond.h"
 #include "stats_ring.h"
-#include "../cache/cache.h"
+#include "../../cache/cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>

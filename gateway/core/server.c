@@ -22,7 +22,7 @@
 #include "query.h"
 #include "dispatch.h"
 #include "retrieve.h"
-#include "../cache/cache.h"
+#include "../../cache/cache.h"
 
 #include <errno.h>
 #include <math.h>
