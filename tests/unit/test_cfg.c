@@ -145,6 +145,79 @@ static void test_errors(void **state)
     expect_error("{\"name\":\"n\",\"prefix\":3}", "config.prefix: expected a string, got 3");
 }
 
+/* A NULL object (the key holding it is absent) is read as all defaults; a required key fails. */
+static void test_absent_object(void **state)
+{
+    (void)state;
+    static const sg_cfg_key_t opt[] = {SG_CFG_INT(conf_t, mid, "mid", 0, 60000, 1000), SG_CFG_BOOL(conf_t, flag, "flag", 1),
+                                       SG_CFG_TEXT(conf_t, lang, "lang", "en", 32, NULL)};
+    conf_t cf;
+    memset(&cf, 0, sizeof(cf));
+    char err[512] = "";
+    sg_cfg_t c = {"config", err, sizeof(err)};
+    assert_int_equal(sg_cfg_read(&c, NULL, opt, SG_CFG_N(opt), "/", &cf), 0);
+    assert_int_equal(cf.mid, 1000);
+    assert_int_equal(cf.flag, 1);
+    assert_string_equal(cf.lang, "en");
+    free(cf.lang);
+    cf.lang = NULL;
+    assert_int_equal(sg_cfg_read(&c, NULL, table, SG_CFG_N(table), "/", &cf), -1);
+    assert_string_equal(err, "config.name: required key is missing");
+    conf_free(&cf);
+}
+
+/* sg_cfg_read_ex: an overlay keeps the inherited values of absent (or null) keys and still
+ * requires required ones; with the keys checked by the caller, an object may hold the keys of two
+ * tables (sg_cfg_table_keys lists them), each read on its own. */
+static void test_read_ex(void **state)
+{
+    (void)state;
+    static const sg_cfg_key_t quota[] = {SG_CFG_INT(conf_t, mid, "mid", 0, 60000, 1000), SG_CFG_BOOL(conf_t, flag, "flag", 1),
+                                         SG_CFG_ENUM(conf_t, mode, "mode", modes, 1)};
+    static const sg_cfg_key_t ident[] = {SG_CFG_STRING(conf_t, name, "name", 1, NULL), SG_CFG_CUSTOM_KEY("secret")};
+    char err[512] = "";
+    sg_cfg_t c = {"config", err, sizeof(err)};
+    conf_t cf;
+    memset(&cf, 0, sizeof(cf));
+    cf.mid = 7; /* inherited */
+    cf.flag = 0;
+    cf.mode = 0;
+    cJSON *o = cJSON_Parse("{\"flag\":true,\"mode\":null}");
+    assert_int_equal(sg_cfg_read_ex(&c, o, quota, SG_CFG_N(quota), "/", &cf, SG_CFG_OVERLAY), 0);
+    assert_int_equal(cf.mid, 7);  /* absent: kept */
+    assert_int_equal(cf.flag, 1); /* present: read */
+    assert_int_equal(cf.mode, 0); /* null is absent: kept */
+    assert_int_equal(sg_cfg_read_ex(&c, o, ident, SG_CFG_N(ident), "/", &cf, SG_CFG_OVERLAY | SG_CFG_KEYS_CHECKED), -1);
+    assert_string_equal(err, "config.name: required key is missing"); /* required even in an overlay */
+    cJSON_Delete(o);
+
+    const char *allowed[8];
+    size_t n = sg_cfg_table_keys(ident, SG_CFG_N(ident), allowed, 0, 8);
+    n = sg_cfg_table_keys(quota, SG_CFG_N(quota), allowed, n, 8);
+    assert_int_equal(n, 5);
+    assert_null(allowed[5]);
+    assert_int_equal(sg_cfg_table_keys(quota, SG_CFG_N(quota), allowed, n, 7), 6); /* cut short, still terminated */
+    assert_null(allowed[6]);
+    n = sg_cfg_table_keys(quota, SG_CFG_N(quota), allowed, sg_cfg_table_keys(ident, SG_CFG_N(ident), allowed, 0, 8), 8);
+    o = cJSON_Parse("{\"name\":\"n\",\"secret\":\"S\",\"mid\":9,\"bad\":1}");
+    assert_int_equal(sg_cfg_check_keys(&c, o, allowed), -1);
+    assert_string_equal(err, "config.bad: unknown key (allowed: name, secret, mid, flag, mode)");
+    cJSON_DeleteItemFromObject(o, "bad");
+    assert_int_equal(sg_cfg_check_keys(&c, o, allowed), 0);
+    memset(&cf, 0, sizeof(cf));
+    assert_int_equal(sg_cfg_read_ex(&c, o, ident, SG_CFG_N(ident), "/", &cf, SG_CFG_KEYS_CHECKED), 0);
+    assert_string_equal(cf.name, "n");
+    assert_int_equal(sg_cfg_read_ex(&c, o, quota, SG_CFG_N(quota), "/", &cf, SG_CFG_KEYS_CHECKED), 0);
+    assert_int_equal(cf.mid, 9);
+    assert_int_equal(cf.flag, 1); /* not an overlay: the table's defaults */
+    assert_int_equal(cf.mode, 1);
+    /* without SG_CFG_KEYS_CHECKED the other table's keys are unknown */
+    assert_int_equal(sg_cfg_read_ex(&c, o, quota, SG_CFG_N(quota), "/", &cf, 0), -1);
+    assert_string_equal(err, "config.name: unknown key (allowed: mid, flag, mode)");
+    cJSON_Delete(o);
+    conf_free(&cf);
+}
+
 static void test_present(void **state)
 {
     (void)state;
@@ -204,8 +277,9 @@ static void test_parse_strict(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults), cmocka_unit_test(test_values),
-                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_present),
-                                       cmocka_unit_test(test_parse_strict)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_defaults),     cmocka_unit_test(test_values),
+                                       cmocka_unit_test(test_errors),       cmocka_unit_test(test_present),
+                                       cmocka_unit_test(test_parse_strict), cmocka_unit_test(test_absent_object),
+                                       cmocka_unit_test(test_read_ex)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
