@@ -1,6 +1,13 @@
 /*
  * config.c -- parse and validate the gateway's JSON config. Every key is checked here, before a
  * socket is opened; unknown keys are errors so a typo never silently falls back to a default.
+ *
+ * Each object's keys are listed once, in a declarative table of lib/cfg.h (the tables below, in
+ * the order the "unknown key" messages list them): sg_cfg_read() checks the object's keys against
+ * the table and reads every plain entry with the messages of lib/cfg.c. What is truly specific --
+ * a default or a bound another setting decides, a nested object, a list, a secret -- is a
+ * SG_CFG_CUSTOM_KEY entry read here by hand after the table. tests/lint/test_config_docs.py checks
+ * every table against its table in docs/configuration.md.
  */
 #include "config.h"
 #include "common.h"
@@ -16,6 +23,139 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* ---- the tables (docs/configuration.md) ---- */
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+
+/* the top level */
+static const sg_cfg_key_t top_config[] = {
+    SG_CFG_CUSTOM_KEY("listen"),
+    SG_CFG_INT(sg_config_t, threads, "threads", 0, 1024, 0),
+    SG_CFG_ENUM(sg_config_t, log_level, "log_level", log_levels, SG_LL_INFO),
+    SG_CFG_PATH(sg_config_t, plugin_dir, "plugin_dir", 0),
+    SG_CFG_CUSTOM_KEY("limits"),
+    SG_CFG_CUSTOM_KEY("backends"),
+    SG_CFG_CUSTOM_KEY("default_backend"),
+    SG_CFG_CUSTOM_KEY("clients"),
+    SG_CFG_CUSTOM_KEY("cache"),
+    SG_CFG_INT(sg_config_t, shutdown_drain_ms, "shutdown_drain_ms", 0, 600000, 0),
+    SG_CFG_INT(sg_config_t, shutdown_grace_ms, "shutdown_grace_ms", 0, 600000, 5000),
+    SG_CFG_CUSTOM_KEY("mcp"),
+};
+
+/* an entry of listen: host, port and address_file are read only for a TCP listener, into it */
+static const sg_cfg_key_t listen_config[] = {
+    SG_CFG_STRING(sg_listen_conf_t, host, "host", 0, "127.0.0.1"),
+    SG_CFG_INT(sg_listen_conf_t, port, "port", 0, 65535, 8000),
+    SG_CFG_CUSTOM_KEY("unix"),
+    SG_CFG_CUSTOM_KEY("unix_mode"),
+    SG_CFG_PATH(sg_listen_conf_t, address_file, "address_file", 0),
+    SG_CFG_CUSTOM_KEY("allowed_hosts"),
+    SG_CFG_CUSTOM_KEY("allowed_origins"),
+    SG_CFG_CUSTOM_KEY("h2c"),
+    SG_CFG_CUSTOM_KEY("h2c_max_body_bytes"),
+    SG_CFG_CUSTOM_KEY("read_timeout_ms"),
+};
+
+static const sg_cfg_key_t limits_config[] = {
+    SG_CFG_INT(sg_config_t, limits.max_body_bytes, "max_body_bytes", 1024, (int64_t)1 << 30, 16 << 20),
+    SG_CFG_INT(sg_config_t, limits.max_queries, "max_queries", 1, 1000000, 10000),
+    SG_CFG_INT(sg_config_t, limits.max_query_bytes, "max_query_bytes", 1, 1 << 20, 8192),
+    SG_CFG_INT(sg_config_t, limits.max_topk, "max_topk", 1, 100000, 1000),
+    SG_CFG_INT(sg_config_t, limits.max_deadline_ms, "max_deadline_ms", 1, 3600000, 600000),
+    SG_CFG_INT(sg_config_t, limits.max_response_bytes, "max_response_bytes", 1024, (int64_t)1 << 40, (int64_t)32 << 20),
+    SG_CFG_CUSTOM_KEY("max_response_bytes_inflight"),
+    SG_CFG_INT(sg_config_t, limits.response_wait_ms, "response_wait_ms", 0, 600000, 2000),
+    SG_CFG_INT(sg_config_t, limits.write_timeout_ms, "write_timeout_ms", 1, 3600000, 30000),
+};
+
+static const char *const floor_quantiles[] = {"none", "p50", "p90", NULL};
+
+/* a plugin route (an entry of backends[] without "fusion"); topk, timeout_ms, burst, cache_ttl_s
+ * and metered have defaults or bounds other settings decide */
+static const sg_cfg_key_t backend_config[] = {
+    SG_CFG_STRING(sg_backend_conf_t, name, "name", 1, NULL),
+    SG_CFG_STRING(sg_backend_conf_t, plugin, "plugin", 1, NULL),
+    SG_CFG_CUSTOM_KEY("config"),
+    SG_CFG_CUSTOM_KEY("topk"),
+    SG_CFG_CUSTOM_KEY("timeout_ms"),
+    SG_CFG_INT(sg_backend_conf_t, max_inflight, "max_inflight", 0, 100000000, 0),
+    SG_CFG_INT(sg_backend_conf_t, max_queue, "max_queue", 0, 100000000, 100000),
+    SG_CFG_INT(sg_backend_conf_t, chunk, "chunk", 1, 1000000, 64),
+    SG_CFG_BOOL(sg_backend_conf_t, cache, "cache", 1),
+    SG_CFG_CUSTOM_KEY("cache_ttl_s"),
+    SG_CFG_CUSTOM_KEY("fallback"),
+    SG_CFG_CUSTOM_KEY("rerank"),
+    SG_CFG_CUSTOM_KEY("metered"),
+    SG_CFG_CUSTOM_KEY("budget"),
+    SG_CFG_DOUBLE(sg_backend_conf_t, qps, "qps", 0, 1e6, 0),
+    SG_CFG_CUSTOM_KEY("burst"),
+    SG_CFG_INT(sg_backend_conf_t, retries, "retries", 0, 10, -1), /* absent: -1, the plugin's own */
+    SG_CFG_INT(sg_backend_conf_t, min_remaining_ms, "min_remaining_ms", 0, 3600000, 10),
+    SG_CFG_ENUM(sg_backend_conf_t, min_remaining_quantile, "min_remaining_quantile", floor_quantiles, SG_FLOOR_NONE),
+    SG_CFG_CUSTOM_KEY("trace"),
+};
+
+static const sg_cfg_key_t clients_config[] = {
+    SG_CFG_BOOL(sg_config_t, clients.require_key, "require_key", 0),
+    SG_CFG_BOOL(sg_config_t, clients.trust_client_id_header, "trust_client_id_header", 0),
+    SG_CFG_CUSTOM_KEY("default"),
+    SG_CFG_CUSTOM_KEY("keys"),
+    SG_CFG_INT(sg_config_t, clients.max_tracked, "max_tracked", 16, 100000000, 65536),
+    SG_CFG_CUSTOM_KEY("admin_key_env"),
+    SG_CFG_INT(sg_config_t, clients.global_replicas, "global_replicas", 1, 10000, 1),
+};
+
+/* what only a clients.keys[] entry has, beside the quota keys */
+static const sg_cfg_key_t client_key_config[] = {
+    SG_CFG_STRING(sg_client_conf_t, id, "id", 1, NULL),
+    SG_CFG_CUSTOM_KEY("key_env"),
+};
+
+static const char *const rl_modes[] = {"queue", "reject", NULL};
+
+/* the quota keys of clients.default and of each clients.keys[] entry; a keyed client's absent keys
+ * take clients.default's (an overlay), its burst the rate it sets */
+static const sg_cfg_key_t client_quota_config[] = {
+    SG_CFG_DOUBLE(sg_client_conf_t, rate, "rate", 0, 1e9, 0),
+    SG_CFG_CUSTOM_KEY("burst"),
+    SG_CFG_ENUM(sg_client_conf_t, mode, "mode", rl_modes, SG_RL_QUEUE),
+    SG_CFG_INT(sg_client_conf_t, max_wait_ms, "max_wait_ms", 0, 3600000, 30000),
+    SG_CFG_INT(sg_client_conf_t, max_inflight, "max_inflight", 0, 100000000, 0),
+    SG_CFG_INT(sg_client_conf_t, weight, "weight", 1, 1000, 1),
+    SG_CFG_BOOL(sg_client_conf_t, global, "global", 0),
+    SG_CFG_CUSTOM_KEY("reject_status"),
+    SG_CFG_CUSTOM_KEY("budget"),
+    SG_CFG_CUSTOM_KEY("trace"),
+};
+
+static const char *const budget_periods[] = {"hour", "day", "week", "month", NULL};
+static const char *const budget_fails[] = {"closed", "open", NULL};
+
+/* a "budget" object; "queries" is required, with its own message (and null reads as 0) */
+static const sg_cfg_key_t budget_config[] = {
+    SG_CFG_CUSTOM_KEY("queries"),
+    SG_CFG_ENUM(sg_budget_conf_t, period, "period", budget_periods, SG_PERIOD_DAY),
+    SG_CFG_ENUM(sg_budget_conf_t, fail, "fail", budget_fails, SG_BUDGET_FAIL_CLOSED),
+};
+
+static const sg_cfg_key_t cache_config[] = {
+    SG_CFG_INT(sg_config_t, cache.l1_bytes, "l1_bytes", 0, (int64_t)1 << 40, 64 << 20),
+    SG_CFG_CUSTOM_KEY("redis"),
+    SG_CFG_INT(sg_config_t, cache.default_ttl_s, "ttl_s", 1, 365 * 86400, 3600),
+};
+
+static const char *const mcp_text_formats[] = {"search-r1", "results-json", NULL};
+
+static const sg_cfg_key_t mcp_config[] = {
+    SG_CFG_BOOL(sg_config_t, mcp.enabled, "enabled", 1),
+    SG_CFG_INT(sg_config_t, mcp.max_sessions, "max_sessions", 1, 10000000, 10000),
+    SG_CFG_INT(sg_config_t, mcp.session_idle_s, "session_idle_s", 1, 86400, 300),
+    SG_CFG_INT(sg_config_t, mcp.sse_keepalive_s, "sse_keepalive_s", 1, 3600, 15),
+    SG_CFG_BOOL(sg_config_t, mcp.require_session, "require_session", 0),
+    SG_CFG_ENUM(sg_config_t, mcp.text_format, "text_format", mcp_text_formats, SG_MCP_TEXT_SEARCH_R1),
+};
 
 static char *read_file(const char *path, size_t *len, char *err, size_t err_size)
 {
@@ -46,9 +186,6 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_size
  * null (none). Absent: `def` (the client defaults), else none. */
 static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def, sg_budget_conf_t *out)
 {
-    static const char *const keys[] = {"queries", "period", "fail", NULL};
-    static const char *const periods[] = {"hour", "day", "week", "month", NULL};
-    static const char *const fails[] = {"closed", "open", NULL};
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
     memset(out, 0, sizeof(*out));
     if (b == NULL) {
@@ -63,7 +200,9 @@ static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def
     sg_cfg_t cb = {path, c->err, c->err_size};
     if (!cJSON_IsObject(b))
         return sg_cfg_fail(c, "budget", b, "expected an object {\"queries\": N, \"period\": \"day\"} or null");
-    if (sg_cfg_check_keys(&cb, b, keys) != 0)
+    const char *allowed[8];
+    sg_cfg_table_keys(budget_config, SG_CFG_N(budget_config), allowed, 0, 8);
+    if (sg_cfg_check_keys(&cb, b, allowed) != 0)
         return -1;
     if (cJSON_GetObjectItemCaseSensitive(b, "queries") == NULL)
         return sg_cfg_fail(&cb, "queries", NULL, "is required (backend queries allowed per period)");
@@ -71,8 +210,7 @@ static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def
     if (sg_cfg_int(&cb, b, "queries", 0, (int64_t)1000000000000000, 0, &v) != 0)
         return -1;
     out->queries = (uint64_t)v;
-    if (sg_cfg_enum(&cb, b, "period", periods, SG_PERIOD_DAY, &out->period) != 0 ||
-        sg_cfg_enum(&cb, b, "fail", fails, SG_BUDGET_FAIL_CLOSED, &out->fail) != 0)
+    if (sg_cfg_read_ex(&cb, b, budget_config, SG_CFG_N(budget_config), NULL, out, SG_CFG_KEYS_CHECKED) != 0)
         return -1;
     out->enabled = 1;
     return 0;
@@ -101,36 +239,15 @@ static int parse_client_trace(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_
     return sg__config_trace(cfg, c, o, name, &out->trace);
 }
 
-static int parse_client(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults,
-                        int keyed)
+/* A client's burst (absent: the rate it sets, else clients.default's for a keyed client), at least
+ * 1 with a rate; and reject_status: 429, or 503 for clients that retry only 5xx (verl). */
+static int parse_client_refusals(sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults)
 {
-    static const char *const keyed_keys[] = {"id",     "key_env", "rate",   "burst",         "mode",  "max_wait_ms", "max_inflight",
-                                             "weight", "global",  "budget", "reject_status", "trace", NULL};
-    static const char *const default_keys[] = {
-        "rate", "burst", "mode", "max_wait_ms", "max_inflight", "weight", "global", "reject_status", "budget", "trace", NULL};
-    int have_redis = cfg->cache.redis.enabled;
-    static const char *const modes[] = {"queue", "reject", NULL};
-    if (sg_cfg_check_keys(c, o, keyed ? keyed_keys : default_keys) != 0)
-        return -1;
-    int64_t v;
-    if (keyed) {
-        if (sg_cfg_string(c, o, "id", 1, NULL, &out->id) != 0 || sg_cfg_secret_env(c, o, "key_env", 1, &out->key) != 0)
-            return -1;
-    }
-    if (sg_cfg_double(c, o, "rate", 0, 1e9, defaults != NULL ? defaults->rate : 0, &out->rate) != 0)
-        return -1;
     double def_burst = defaults != NULL && cJSON_GetObjectItem(o, "rate") == NULL ? defaults->burst : out->rate;
     if (sg_cfg_double(c, o, "burst", 0, 1e12, def_burst, &out->burst) != 0)
         return -1;
-    if (out->rate > 0 && out->burst < 1) {
+    if (out->rate > 0 && out->burst < 1)
         return sg_cfg_fail(c, "burst", cJSON_GetObjectItem(o, "burst"), "must be at least 1 when a rate is set");
-    }
-    if (sg_cfg_enum(c, o, "mode", modes, defaults != NULL ? defaults->mode : SG_RL_QUEUE, &out->mode) != 0)
-        return -1;
-    if (sg_cfg_int(c, o, "max_wait_ms", 0, 3600000, defaults != NULL ? defaults->max_wait_ms : 30000, &v) != 0)
-        return -1;
-    out->max_wait_ms = (uint32_t)v;
-    /* the status of refusals (reject mode, exhausted budgets): 429, or 503 for clients that retry only 5xx (verl) */
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "reject_status");
     rs = cJSON_IsNull(rs) ? NULL : rs;
     out->reject_status = defaults != NULL ? defaults->reject_status : 429;
@@ -138,16 +255,36 @@ static int parse_client(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client
         return sg_cfg_fail(c, "reject_status", rs, "expected 429 or 503");
     if (rs != NULL)
         out->reject_status = (int)rs->valuedouble;
-    if (sg_cfg_int(c, o, "max_inflight", 0, 100000000, defaults != NULL ? defaults->max_inflight : 0, &v) != 0)
+    return 0;
+}
+
+/* clients.default (`defaults` NULL) or a clients.keys[] entry (`keyed`), whose absent quota keys
+ * take clients.default's. */
+static int parse_client(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client_conf_t *out, const sg_client_conf_t *defaults,
+                        int keyed)
+{
+    const char *allowed[32];
+    size_t n = keyed ? sg_cfg_table_keys(client_key_config, SG_CFG_N(client_key_config), allowed, 0, 32) : 0;
+    sg_cfg_table_keys(client_quota_config, SG_CFG_N(client_quota_config), allowed, n, 32);
+    if (sg_cfg_check_keys(c, o, allowed) != 0)
         return -1;
-    out->max_inflight = (uint32_t)v;
-    if (sg_cfg_int(c, o, "weight", 1, 1000, defaults != NULL ? defaults->weight : 1, &v) != 0)
+    if (keyed && (sg_cfg_read_ex(c, o, client_key_config, SG_CFG_N(client_key_config), NULL, out, SG_CFG_KEYS_CHECKED) != 0 ||
+                  sg_cfg_secret_env(c, o, "key_env", 1, &out->key) != 0))
         return -1;
-    out->weight = (uint32_t)v;
-    if (sg_cfg_bool(c, o, "global", defaults != NULL ? defaults->global : 0, &out->global) != 0)
+    if (defaults != NULL) { /* inherited: the overlay below keeps them where the entry is silent */
+        out->rate = defaults->rate;
+        out->mode = defaults->mode;
+        out->max_wait_ms = defaults->max_wait_ms;
+        out->max_inflight = defaults->max_inflight;
+        out->weight = defaults->weight;
+        out->global = defaults->global;
+    }
+    if (sg_cfg_read_ex(c, o, client_quota_config, SG_CFG_N(client_quota_config), NULL, out,
+                       SG_CFG_KEYS_CHECKED | (defaults != NULL ? SG_CFG_OVERLAY : 0)) != 0 ||
+        parse_client_refusals(c, o, out, defaults) != 0)
         return -1;
     /* the shared limit lives in Redis: without it "global" would silently be a per-replica limit */
-    if (out->global && !have_redis) /* clients.default is checked first, so the value is always here */
+    if (out->global && !cfg->cache.redis.enabled) /* clients.default is checked first, so the value is always here */
         return sg_cfg_fail(c, "global", cJSON_GetObjectItemCaseSensitive(o, "global"),
                            "needs cache.redis (the shared rate limit is kept in Redis)");
     if (parse_client_trace(cfg, c, o, out, defaults) != 0)
@@ -157,26 +294,16 @@ static int parse_client(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_client
 
 static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"require_key", "trust_client_id_header", "default",         "keys",
-                                       "max_tracked", "admin_key_env",          "global_replicas", NULL};
     sg_cfg_t c = {"clients", err, err_size};
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
     cfg->clients.defaults.reject_status = 429;
     cfg->clients.max_tracked = 65536;
     cfg->clients.global_replicas = 1;
+    if (sg_cfg_read(&c, o, clients_config, SG_CFG_N(clients_config), NULL, cfg) != 0)
+        return -1;
     if (o == NULL)
         return 0;
-    if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_bool(&c, o, "require_key", 0, &cfg->clients.require_key) != 0 ||
-        sg_cfg_bool(&c, o, "trust_client_id_header", 0, &cfg->clients.trust_client_id_header) != 0)
-        return -1;
-    int64_t v;
-    if (sg_cfg_int(&c, o, "max_tracked", 16, 100000000, 65536, &v) != 0)
-        return -1;
-    cfg->clients.max_tracked = (size_t)v;
-    if (sg_cfg_int(&c, o, "global_replicas", 1, 10000, 1, &v) != 0)
-        return -1;
-    cfg->clients.global_replicas = (uint32_t)v;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "default");
     if (d != NULL) {
         sg_cfg_t cd = {"clients.default", err, err_size};
@@ -220,21 +347,9 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
 
 static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"l1_bytes", "redis", "ttl_s", NULL};
     sg_cfg_t c = {"cache", err, err_size};
-    int64_t v;
-    cfg->cache.l1_bytes = 64u << 20;
-    cfg->cache.default_ttl_s = 3600;
-    if (o == NULL)
-        return 0;
-    if (sg_cfg_check_keys(&c, o, keys) != 0)
+    if (sg_cfg_read(&c, o, cache_config, SG_CFG_N(cache_config), NULL, cfg) != 0)
         return -1;
-    if (sg_cfg_int(&c, o, "l1_bytes", 0, (int64_t)1 << 40, 64 << 20, &v) != 0)
-        return -1;
-    cfg->cache.l1_bytes = (size_t)v;
-    if (sg_cfg_int(&c, o, "ttl_s", 1, 365 * 86400, 3600, &v) != 0)
-        return -1;
-    cfg->cache.default_ttl_s = (uint32_t)v;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "redis");
     if (r != NULL && !cJSON_IsNull(r)) {
         sg_cfg_t cr = {"cache.redis", err, err_size};
@@ -247,77 +362,40 @@ static int parse_cache(sg_config_t *cfg, const cJSON *o, char *err, size_t err_s
 
 static int parse_mcp(sg_config_t *cfg, const cJSON *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {
-        "enabled", "max_sessions", "session_idle_s", "sse_keepalive_s", "require_session", "text_format", NULL};
-    static const char *const formats[] = {"search-r1", "results-json", NULL};
     sg_cfg_t c = {"mcp", err, err_size};
-    int64_t v;
-    if (o != NULL && sg_cfg_check_keys(&c, o, keys) != 0)
-        return -1;
-    if (sg_cfg_bool(&c, o, "enabled", 1, &cfg->mcp.enabled) != 0 ||
-        sg_cfg_bool(&c, o, "require_session", 0, &cfg->mcp.require_session) != 0)
-        return -1;
-    if (sg_cfg_int(&c, o, "max_sessions", 1, 10000000, 10000, &v) != 0)
-        return -1;
-    cfg->mcp.max_sessions = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "session_idle_s", 1, 86400, 300, &v) != 0)
-        return -1;
-    cfg->mcp.session_idle_s = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "sse_keepalive_s", 1, 3600, 15, &v) != 0)
-        return -1;
-    cfg->mcp.sse_keepalive_s = (uint32_t)v;
-    return sg_cfg_enum(&c, o, "text_format", formats, SG_MCP_TEXT_SEARCH_R1, &cfg->mcp.text_format);
+    return sg_cfg_read(&c, o, mcp_config, SG_CFG_N(mcp_config), NULL, cfg);
 }
 
-/* A route's pace: qps/burst, retries, and the floor a call's remaining deadline must clear. */
-static int parse_route_pacing(sg_cfg_t *c, const cJSON *o, sg_backend_conf_t *b)
+/* The keys of a plugin route whose defaults or bounds other settings decide: topk and timeout_ms
+ * (bounded by limits.max_topk, limits.max_deadline_ms, their defaults never above them), burst
+ * (qps, at least 1) and cache_ttl_s (cache.ttl_s). */
+static int parse_route_derived(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, sg_backend_conf_t *b)
 {
-    static const char *const quantiles[] = {"none", "p50", "p90", NULL};
+    const int64_t def_topk = cfg->limits.max_topk < 3 ? cfg->limits.max_topk : 3;
+    const int64_t def_timeout = cfg->limits.max_deadline_ms < 30000 ? cfg->limits.max_deadline_ms : 30000;
     int64_t v;
-    if (sg_cfg_double(c, o, "qps", 0, 1e6, 0, &b->qps) != 0 ||
-        sg_cfg_double(c, o, "burst", 1, 1e6, b->qps > 1 ? b->qps : 1, &b->burst) != 0)
+    if (sg_cfg_int(c, o, "topk", 1, cfg->limits.max_topk, def_topk, &v) != 0)
         return -1;
-    if (sg_cfg_int(c, o, "retries", 0, 10, -1, &v) != 0) /* absent: -1, the plugin's own */
+    b->topk = (uint32_t)v;
+    if (sg_cfg_int(c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, def_timeout, &v) != 0)
         return -1;
-    b->retries = (int32_t)v;
-    if (sg_cfg_int(c, o, "min_remaining_ms", 0, 3600000, 10, &v) != 0 ||
-        sg_cfg_enum(c, o, "min_remaining_quantile", quantiles, SG_FLOOR_NONE, &b->min_remaining_quantile) != 0)
+    b->timeout_ms = (uint32_t)v;
+    if (sg_cfg_double(c, o, "burst", 1, 1e6, b->qps > 1 ? b->qps : 1, &b->burst) != 0)
         return -1;
-    b->min_remaining_ms = (uint32_t)v;
+    if (sg_cfg_int(c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)
+        return -1;
+    b->cache_ttl_s = (uint32_t)v;
     return 0;
 }
 
 static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cfg_index, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"name",
-                                       "plugin",
-                                       "config",
-                                       "topk",
-                                       "timeout_ms",
-                                       "max_inflight",
-                                       "max_queue",
-                                       "chunk",
-                                       "cache",
-                                       "cache_ttl_s",
-                                       "fallback",
-                                       "rerank",
-                                       "metered",
-                                       "budget",
-                                       "qps",
-                                       "burst",
-                                       "retries",
-                                       "min_remaining_ms",
-                                       "min_remaining_quantile",
-                                       "trace",
-                                       NULL};
     char path[64];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     sg_cfg_t c = {path, err, err_size};
     sg_backend_conf_t *b = &cfg->backends[idx];
-    int64_t v;
     b->fallback = -1;
-    if (sg_cfg_check_keys(&c, o, keys) != 0 || sg_cfg_string(&c, o, "name", 1, NULL, &b->name) != 0 ||
-        sg_cfg_string(&c, o, "plugin", 1, NULL, &b->plugin) != 0)
+    if (sg_cfg_read(&c, o, backend_config, SG_CFG_N(backend_config), cfg->base_dir, b) != 0)
         return -1;
     for (const char *p = b->name; *p != '\0'; ++p)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
@@ -333,29 +411,8 @@ static int parse_backend(sg_config_t *cfg, const cJSON *o, size_t idx, size_t cf
     b->config_json = pc != NULL ? cJSON_PrintUnformatted(pc) : sg_strdup("{}");
     if (b->config_json == NULL)
         abort();
-    /* the defaults never exceed the limits that bound the keys */
-    const int64_t def_topk = cfg->limits.max_topk < 3 ? cfg->limits.max_topk : 3;
-    const int64_t def_timeout = cfg->limits.max_deadline_ms < 30000 ? cfg->limits.max_deadline_ms : 30000;
-    if (sg_cfg_int(&c, o, "topk", 1, cfg->limits.max_topk, def_topk, &v) != 0)
+    if (parse_route_derived(cfg, &c, o, b) != 0)
         return -1;
-    b->topk = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "timeout_ms", 1, cfg->limits.max_deadline_ms, def_timeout, &v) != 0)
-        return -1;
-    b->timeout_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "max_inflight", 0, 100000000, 0, &v) != 0)
-        return -1;
-    b->max_inflight = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "max_queue", 0, 100000000, 100000, &v) != 0)
-        return -1;
-    b->max_queue = (uint32_t)v;
-    if (sg_cfg_int(&c, o, "chunk", 1, 1000000, 64, &v) != 0)
-        return -1;
-    b->chunk = (uint32_t)v;
-    if (parse_route_pacing(&c, o, b) != 0 || sg_cfg_bool(&c, o, "cache", 1, &b->cache) != 0)
-        return -1;
-    if (sg_cfg_int(&c, o, "cache_ttl_s", 1, 365 * 86400, cfg->cache.default_ttl_s, &v) != 0)
-        return -1;
-    b->cache_ttl_s = (uint32_t)v;
     if (parse_budget(&c, o, NULL, &b->budget) != 0 || sg_cfg_bool(&c, o, "metered", b->budget.enabled, &b->metered) != 0)
         return -1;
     if (b->budget.enabled && !b->metered) /* a route budget counts this route's calls: it is metered by definition */
@@ -537,31 +594,19 @@ static int parse_sockets(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, const sg
         return sg_cfg_fail(c, "address_file", cJSON_GetObjectItemCaseSensitive(o, "address_file"),
                            "is written for a TCP listener (\"host\"/\"port\"); a Unix domain socket's address is its path");
     if (has_tcp) {
-        sg_listen_conf_t *l = add_listener(cfg, c->path, policy);
-        int64_t v;
-        if (sg_cfg_string(c, o, "host", 0, "127.0.0.1", &l->host) != 0 || sg_cfg_int(c, o, "port", 0, 65535, 8000, &v) != 0 ||
-            sg_cfg_path(c, o, "address_file", 0, cfg->base_dir, &l->address_file) != 0)
+        sg_listen_conf_t *l = add_listener(cfg, c->path, policy); /* host, port, address_file: */
+        if (sg_cfg_read_ex(c, o, listen_config, SG_CFG_N(listen_config), cfg->base_dir, l, SG_CFG_KEYS_CHECKED) != 0)
             return -1;
-        l->port = (uint16_t)v;
     }
     return has_unix ? parse_unix(cfg, c, o, policy) : 0;
 }
 
 static int parse_listen_entry(sg_config_t *cfg, const cJSON *o, const char *where, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"host",
-                                       "port",
-                                       "unix",
-                                       "unix_mode",
-                                       "address_file",
-                                       "allowed_hosts",
-                                       "allowed_origins",
-                                       "h2c",
-                                       "h2c_max_body_bytes",
-                                       "read_timeout_ms",
-                                       NULL};
     sg_cfg_t c = {where, err, err_size};
-    if (o != NULL && sg_cfg_check_keys(&c, o, keys) != 0)
+    const char *allowed[16];
+    sg_cfg_table_keys(listen_config, SG_CFG_N(listen_config), allowed, 0, 16);
+    if (o != NULL && sg_cfg_check_keys(&c, o, allowed) != 0)
         return -1;
     sg_listen_conf_t policy = {0};
     int rc = parse_policy(&c, o, &policy) != 0 || parse_sockets(cfg, &c, o, &policy) != 0 ? -1 : 0;
@@ -665,86 +710,22 @@ sg_listen_conf_t *sg_config_tcp_listener(sg_config_t *cfg)
     return l;
 }
 
-/* listen, threads, log_level, shutdown_drain_ms, shutdown_grace_ms, plugin_dir */
-static int parse_server(sg_config_t *cfg, const cJSON *root, char *err, size_t err_size)
-{
-    static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
-    sg_cfg_t c = {"", err, err_size};
-    int64_t v;
-    if (parse_listen(cfg, cJSON_GetObjectItemCaseSensitive(root, "listen"), err, err_size) != 0)
-        return -1;
-    if (sg_cfg_int(&c, root, "threads", 0, 1024, 0, &v) != 0)
-        return -1;
-    cfg->threads = (int)v;
-    if (sg_cfg_enum(&c, root, "log_level", levels, SG_LL_INFO, &cfg->log_level) != 0)
-        return -1;
-    if (sg_cfg_int(&c, root, "shutdown_drain_ms", 0, 600000, 0, &v) != 0)
-        return -1;
-    cfg->shutdown_drain_ms = (uint32_t)v;
-    if (sg_cfg_int(&c, root, "shutdown_grace_ms", 0, 600000, 5000, &v) != 0)
-        return -1;
-    cfg->shutdown_grace_ms = (uint32_t)v;
-    return sg_cfg_path(&c, root, "plugin_dir", 0, cfg->base_dir, &cfg->plugin_dir);
-}
-
-/* The bounds of answers: bytes per answer, bytes held by the process, the wait for room, the
- * write timeout (docs/operations.md, "Limits and abuse"). */
-static int parse_response_limits(sg_config_t *cfg, const cJSON *lim, sg_cfg_t *cm)
-{
-    int64_t v;
-    if (sg_cfg_int(cm, lim, "max_response_bytes", 1024, (int64_t)1 << 40, (int64_t)32 << 20, &v) != 0)
-        return -1;
-    cfg->limits.max_response_bytes = (uint64_t)v;
-    int64_t def = (int64_t)512 << 20;
-    if (def < v)
-        def = v;
-    if (sg_cfg_int(cm, lim, "max_response_bytes_inflight", 1024, (int64_t)1 << 42, def, &v) != 0)
-        return -1;
-    if ((uint64_t)v < cfg->limits.max_response_bytes)
-        return sg_cfg_fail(cm, "max_response_bytes_inflight", cJSON_GetObjectItemCaseSensitive(lim, "max_response_bytes_inflight"),
-                           "must be at least limits.max_response_bytes");
-    cfg->limits.max_response_bytes_inflight = (uint64_t)v;
-    if (sg_cfg_int(cm, lim, "response_wait_ms", 0, 600000, 2000, &v) != 0)
-        return -1;
-    cfg->limits.response_wait_ms = (uint32_t)v;
-    if (sg_cfg_int(cm, lim, "write_timeout_ms", 1, 3600000, 30000, &v) != 0)
-        return -1;
-    cfg->limits.write_timeout_ms = (uint32_t)v;
-    return 0;
-}
-
 static int parse_limits(sg_config_t *cfg, const cJSON *lim, char *err, size_t err_size)
 {
-    static const char *const limit_keys[] = {"max_body_bytes",
-                                             "max_queries",
-                                             "max_query_bytes",
-                                             "max_topk",
-                                             "max_deadline_ms",
-                                             "max_response_bytes",
-                                             "max_response_bytes_inflight",
-                                             "response_wait_ms",
-                                             "write_timeout_ms",
-                                             NULL};
     sg_cfg_t cm = {"limits", err, err_size};
-    int64_t v;
-    if (lim != NULL && sg_cfg_check_keys(&cm, lim, limit_keys) != 0)
+    if (sg_cfg_read(&cm, lim, limits_config, SG_CFG_N(limits_config), NULL, cfg) != 0)
         return -1;
-    if (sg_cfg_int(&cm, lim, "max_body_bytes", 1024, (int64_t)1 << 30, 16 << 20, &v) != 0)
+    /* the response memory the whole process may hold: at least one answer's bound */
+    int64_t v, def = (int64_t)512 << 20;
+    if (def < (int64_t)cfg->limits.max_response_bytes)
+        def = (int64_t)cfg->limits.max_response_bytes;
+    if (sg_cfg_int(&cm, lim, "max_response_bytes_inflight", 1024, (int64_t)1 << 42, def, &v) != 0)
         return -1;
-    cfg->limits.max_body_bytes = (size_t)v;
-    if (sg_cfg_int(&cm, lim, "max_queries", 1, 1000000, 10000, &v) != 0)
-        return -1;
-    cfg->limits.max_queries = (uint32_t)v;
-    if (sg_cfg_int(&cm, lim, "max_query_bytes", 1, 1 << 20, 8192, &v) != 0)
-        return -1;
-    cfg->limits.max_query_bytes = (uint32_t)v;
-    if (sg_cfg_int(&cm, lim, "max_topk", 1, 100000, 1000, &v) != 0)
-        return -1;
-    cfg->limits.max_topk = (uint32_t)v;
-    if (sg_cfg_int(&cm, lim, "max_deadline_ms", 1, 3600000, 600000, &v) != 0)
-        return -1;
-    cfg->limits.max_deadline_ms = (uint32_t)v;
-    return parse_response_limits(cfg, lim, &cm);
+    if ((uint64_t)v < cfg->limits.max_response_bytes)
+        return sg_cfg_fail(&cm, "max_response_bytes_inflight", cJSON_GetObjectItemCaseSensitive(lim, "max_response_bytes_inflight"),
+                           "must be at least limits.max_response_bytes");
+    cfg->limits.max_response_bytes_inflight = (uint64_t)v;
+    return 0;
 }
 
 /* backends, their fallbacks (names, resolved once all backends are known) and default_backend */
@@ -847,9 +828,6 @@ static void keep_restart_json(sg_config_t *cfg, const cJSON *root)
 
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size)
 {
-    static const char *const keys[] = {
-        "listen",  "threads", "log_level",         "plugin_dir",        "limits", "backends", "default_backend",
-        "clients", "cache",   "shutdown_drain_ms", "shutdown_grace_ms", "mcp",    NULL};
     memset(cfg, 0, sizeof(*cfg));
     cfg->base_dir = sg_strdup(base_dir != NULL ? base_dir : ".");
     cfg->default_backend = -1;
@@ -857,7 +835,8 @@ int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *
     cJSON *root = sg_cfg_parse(&c, json, len); /* strict: one document, no duplicate key anywhere */
     if (root == NULL)
         return -1;
-    int ret = sg_cfg_check_keys(&c, root, keys) != 0 || parse_server(cfg, root, err, err_size) != 0 ||
+    int ret = sg_cfg_read(&c, root, top_config, SG_CFG_N(top_config), cfg->base_dir, cfg) != 0 ||
+                      parse_listen(cfg, cJSON_GetObjectItemCaseSensitive(root, "listen"), err, err_size) != 0 ||
                       parse_limits(cfg, cJSON_GetObjectItemCaseSensitive(root, "limits"), err, err_size) != 0 ||
                       parse_cache(cfg, cJSON_GetObjectItemCaseSensitive(root, "cache"), err, err_size) != 0 ||
                       parse_clients(cfg, cJSON_GetObjectItemCaseSensitive(root, "clients"), err, err_size) != 0 ||
