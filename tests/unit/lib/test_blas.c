@@ -1,5 +1,5 @@
 /*
- * test_blas.c -- the BLAS kernel decision (backends/common/blas.c): feature sets in, choice out.
+ * test_blas.c -- the BLAS kernel decision (lib/blas.c): feature sets in, choice out.
  */
 #include <setjmp.h>
 #include <stdarg.h>

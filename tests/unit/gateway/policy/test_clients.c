@@ -1,4 +1,5 @@
-/* Unit tests: the GCRA limiter with a fake clock (gateway/clients.c). */
+/* Unit tests: clients (gateway/policy/clients.c): the GCRA limiter with a fake clock, the fallback
+ * bucket of global clients, identity across reloads and the LRU of anonymous clients. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
