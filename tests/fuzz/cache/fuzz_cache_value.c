@@ -11,7 +11,7 @@
  * number or null}, the flat one an array of n_hits objects, each the scored hit's document; a
  * refused value has a reason; encoding the blob again and decoding that gives the same blob.
  */
-#include "../../cache/cache.h"
+#include "../../../cache/cache.h"
 #include "fuzz_util.h"
 
 #include <cJSON.h>
