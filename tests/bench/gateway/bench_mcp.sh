@@ -7,7 +7,7 @@
 #   POST /mcp initialize               a session opened (verl opens one per call)
 #   POST /mcp tools/list               the cached list
 # Prints each as req/s and as a ratio of /retrieve.
-# Usage: tests/bench/bench_mcp.sh [BUILD_DIR]   (needs wrk: .ci/deps.sh bench)
+# Usage: tests/bench/gateway/bench_mcp.sh [BUILD_DIR]   (needs wrk: .ci/deps.sh bench)
 set -eu
 BUILD=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -5,11 +5,11 @@
 #   2. a GRPO-like stream (each distinct query 5 times, 64 concurrent clients) against a saturated
 #      backend (5 ms per query, 2 queries admitted at a time: ~400 queries/s), with the cache on vs
 #      off; prints the speed-up.
-# Usage: tests/bench/bench_cache.sh [BUILD_DIR]   (needs wrk and redis-server: .ci/deps.sh bench)
+# Usage: tests/bench/gateway/bench_cache.sh [BUILD_DIR]   (needs wrk and redis-server: .ci/deps.sh bench)
 set -eu
 BUILD=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
-TOP=$(cd "$HERE/../.." && pwd)
+TOP=$(cd "$HERE/../../.." && pwd)
 BUILD=$(cd "$BUILD" && pwd)
 DUR=${DUR:-10}
 THREADS=${THREADS:-2}

@@ -72,7 +72,7 @@ def ensure_data(build, data, n):
     stats_path = os.path.join(data, "gen-%d.json" % n)
     if not (os.path.exists(corpus) and os.path.exists(flat) and os.path.exists(stats_path)):
         log("generating %d rows" % n)
-        wall, peak, out = run_timed([os.path.join(build, "tests/local/bench/local_bench_gen"), "--rows", str(n), "--out-dir", data],
+        wall, peak, out = run_timed([os.path.join(build, "tests/bench/local/local_bench_gen"), "--rows", str(n), "--out-dir", data],
                                     os.path.join(data, "gen-%d.out" % n))
         stats = json.loads(out.strip().splitlines()[-1])
         stats["peak_rss"] = peak

@@ -4,10 +4,10 @@ encoder in fp16, Flat IP index sharded over the GPUs in fp16) with cross-request
 against the same gateway with "device": "cpu" (the peer, measured in the same run; only up to
 --cpu-rows vectors, as a CPU flat search over 10 M rows takes seconds per query).
 
-Data, made once under --workdir: the e5-base-shaped random model (tests/local/bench/make_model.py),
+Data, made once under --workdir: the e5-base-shaped random model (tests/bench/local/make_model.py),
 a corpus of --rows short rows, a FAISS IndexFlatIP file of --rows random unit vectors written in
 FAISS's own layout (protocols.md 6.2) by numpy in pieces (a 10 M x 768 file is 30.7 GB), and
-distinct Search-R1-like questions. Load: wrk (tests/local/bench/post.lua) with many connections,
+distinct Search-R1-like questions. Load: wrk (tests/bench/local/post.lua) with many connections,
 so the batcher gathers queries from concurrent requests; the gateway's result cache is off.
 
     /usr/bin/python3 bench_e2e.py --build BUILD_DIR [--workdir DIR] [--rows 1000000] [--seconds 20]
@@ -26,7 +26,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-LOCAL_BENCH = os.path.join(ROOT, "tests", "local", "bench")
+LOCAL_BENCH = os.path.join(ROOT, "tests", "bench", "local")
 sys.path.insert(0, LOCAL_BENCH)
 from bench import free_port, log, parse_ms, post, words, write_flat_index  # noqa: E402 -- shared with the CPU benchmark
 

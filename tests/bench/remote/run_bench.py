@@ -9,7 +9,7 @@ in the same run:
 At concurrency 1 the p50/p99 difference is the latency the gateway adds per request; at
 concurrency 64 it reports requests/s and the ratio to the direct peer.
 
-usage: tests/remote/bench/run_bench.py [BUILD_DIR]     (env: SG_BENCH_SECONDS, default 5)
+usage: tests/bench/remote/run_bench.py [BUILD_DIR]     (env: SG_BENCH_SECONDS, default 5)
 Needs wrk (.ci/deps.sh bench). Not a test: numbers depend on the machine and its load.
 """
 import json

@@ -6,7 +6,7 @@ sentence-transformers' CrossEncoder.predict runs it on a CPU: one padded batch u
 Only the model is timed: CrossEncoder tokenises with the Rust `tokenizers` library, which Debian
 lacks, so the Python tokenizer here (far slower) is left out of the figure.
 
-    /usr/bin/python3 tests/local/bench/bench_xenc_ref.py MODEL_DIR [--seconds 5] [--threads 1]
+    /usr/bin/python3 tests/bench/local/bench_xenc_ref.py MODEL_DIR [--seconds 5] [--threads 1]
 """
 import argparse
 import json
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "local"))  # make_xenc_fixture.py
 import make_xenc_fixture as ref  # noqa: E402
 
 WORDS = ("the of and in to was is for on as by with he at from his an were are which this also be has first new one "

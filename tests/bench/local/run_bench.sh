@@ -37,7 +37,7 @@ echo
 echo "FAISS alone, one thread (the benchmark's Flat IP index):"
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$build/tests/local/bench/local_bench_faiss" "$workdir"/e5_Flat-*.index 3
 echo
-echo "BLAS libraries on the encoder's products (one thread each, then every core; tests/local/bench/bench_blas_libs.c):"
+echo "BLAS libraries on the encoder's products (one thread each, then every core; tests/bench/local/bench_blas_libs.c):"
 [ -x "$build/tests/local/bench/local_bench_blas_libs" ] || cmake --build "$build" -j2 --target local_bench_blas_libs
 best=$(/usr/bin/python3 -c "import sys; sys.path.insert(0, '$here'); import bench; print(bench.cpu_best_core() or '')")
 for t in 1 "$(nproc)"; do

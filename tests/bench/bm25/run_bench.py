@@ -6,11 +6,11 @@ measured in the same run and ratios printed at the end:
      with a 4 MB memory budget to show the spill path), and of the peer's in-memory build;
   2. queries/s at concurrency 1 and 64, one query per POST /retrieve, topk 3, return_scores true,
      through the real gateway with its result cache off (every query is scored), and through the
-     peer (tests/bm25/bench/peer_bm25.py: the Search-R1 server shape, FastAPI + uvicorn, BM25 in
+     peer (tests/bench/bm25/peer_bm25.py: the Search-R1 server shape, FastAPI + uvicorn, BM25 in
      Python + numpy), with wrk;
   3. agreement of the top 3 between the two on a sample of the queries (a sanity check).
 
-usage: /usr/bin/python3 tests/bm25/bench/run_bench.py [--build DIR] [--duration S] [--out FILE] [--no-peer] [--gateway BIN]
+usage: /usr/bin/python3 tests/bench/bm25/run_bench.py [--build DIR] [--duration S] [--out FILE] [--no-peer] [--gateway BIN]
 Needs .ci/deps.sh bench (wrk, python3-fastapi, python3-uvicorn, python3-numpy, python3-stemmer).
 Not a CTest test: run it by hand on an otherwise idle machine."""
 import argparse

@@ -6,7 +6,7 @@
 #   ROUNDS (default 3) alternates off/on runs and reports each and the medians; DUR seconds per run.
 #   With BASE_BUILD_DIR (the code before traces, built the same way) its untraced gateway is
 #   run in the same rounds, to show the hooks cost nothing when tracing is off.
-# Usage: tests/bench/bench_trace.sh [BUILD_DIR] [BASE_BUILD_DIR]   (needs wrk: .ci/deps.sh bench)
+# Usage: tests/bench/gateway/bench_trace.sh [BUILD_DIR] [BASE_BUILD_DIR]   (needs wrk: .ci/deps.sh bench)
 set -eu
 BUILD=$(cd "${1:-build}" && pwd)
 BASE=${2:-}

@@ -1,5 +1,5 @@
 /*
- * gen_scale.c -- the data of the local backend's cost curves (tests/local/bench/scale.py): a
+ * gen_scale.c -- the data of the local backend's cost curves (tests/bench/local/scale.py): a
  * wiki-18 shaped corpus of N rows and its FAISS Flat IP index, N up to tens of millions, in
  * bounded memory and in one pass. Not a test.
  *

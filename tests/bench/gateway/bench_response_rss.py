@@ -18,11 +18,11 @@ its idle RSS, the statuses the clients got and the wall time:
 A memory guard kills a gateway whose RSS passes --rss-cap-mib (reported as "killed"), so the
 before build's 16 x 1.45 GB cannot take the machine down. Run it on a quiet machine, e.g.
 
-  tests/bench/bench_response_rss.py --before ../before/build --after build \\
+  tests/bench/gateway/bench_response_rss.py --before ../before/build --after build \\
       --index build/demo/bm25 --sizes 1,4,16
 
 (build/demo/bm25 comes from build/prepare-default). A quick check that it runs:
-  tests/bench/bench_response_rss.py --after build --index build/demo/bm25 --sizes 1 \\
+  tests/bench/gateway/bench_response_rss.py --after build --index build/demo/bm25 --sizes 1 \\
       --workloads max --answer-mib 2 --slow-seconds 2
 Standard library only; /usr/bin/python3.
 """

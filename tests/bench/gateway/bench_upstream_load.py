@@ -7,7 +7,7 @@ X-Timeout-Ms DEADLINE for SECONDS s. Reports what the upstream saw -- its most c
 the requests it got, those that arrived after their deadline had passed or with under 100 ms of
 it left -- and what the clients got (statuses), then how long until the upstream is idle again.
 
-  tests/bench/bench_upstream_load.py --build BUILD [--build OTHER ...]
+  tests/bench/gateway/bench_upstream_load.py --build BUILD [--build OTHER ...]
 
 A build whose gateway knows the route key min_remaining_ms (issue 19's) runs with its default;
 older ones run without it. Standard library only; run it on a quiet machine.
@@ -22,8 +22,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "remote"), os.path.join(HERE, "..", "remote", "fakes"),
-                os.path.join(HERE, "..", "integration")]
+sys.path[:0] = [os.path.join(HERE, "..", "..", "remote"), os.path.join(HERE, "..", "..", "remote", "fakes"),
+                os.path.join(HERE, "..", "..", "integration")]
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", action="append", required=True, help="build directory (repeat to compare)")

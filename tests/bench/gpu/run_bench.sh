@@ -42,7 +42,7 @@ echo "$probe"
 workdir=${SG_BENCH_WORKDIR:-/tmp/sggpu-bench}
 mkdir -p "$workdir"
 model="$workdir/e5-base-random"
-[ -f "$model/model.safetensors" ] || /usr/bin/python3 "$root/tests/local/bench/make_model.py" "$model"
+[ -f "$model/model.safetensors" ] || /usr/bin/python3 "$root/tests/bench/local/make_model.py" "$model"
 echo
 echo "== encoder (GPU 0) =="
 "$build/tests/gpu/bench/gpu_bench" "$module" encoder "$model" "$seconds"

@@ -27,7 +27,7 @@ import threading
 import time
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "build"))
 ap.add_argument("--what", default="unauth,fdlimit")
 ap.add_argument("--bodies", type=int, default=100)
 ap.add_argument("--size-mb", type=float, default=16)

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "build"))
 ap.add_argument("--index", default=None)
 ap.add_argument("--queries", type=int, default=300)
 ap.add_argument("--topk", type=int, default=5)

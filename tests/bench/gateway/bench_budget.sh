@@ -5,7 +5,7 @@
 #   Redis (one Lua script per request on the loop's connection), 4. the same Redis config without a
 #   budget (the baseline of 3: its cache lookups and writes go to Redis too);
 # prints req/s and p50/p99 of each.
-# Usage: tests/bench/bench_budget.sh [BUILD_DIR]   (needs wrk and redis-server: .ci/deps.sh bench)
+# Usage: tests/bench/gateway/bench_budget.sh [BUILD_DIR]   (needs wrk and redis-server: .ci/deps.sh bench)
 set -eu
 BUILD=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)

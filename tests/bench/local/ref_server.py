@@ -37,7 +37,7 @@ import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "local"))  # ref_tokenizer.py
 from ref_tokenizer import BertTokenizer, check_golden  # noqa: E402
 
 # ---------------------------------------------------------------- tokenizer: ref_tokenizer.py

@@ -3,7 +3,7 @@
 `rerank` over the example plugin (an instant first stage) against bench_xenc's figure for the same
 model, candidates and max_length (docs/rerank.md, "Throughput"). Not a test.
 
-    /usr/bin/python3 tests/local/bench/bench_rerank.py MODEL_DIR [--seconds 40] [--workers 1]
+    /usr/bin/python3 tests/bench/local/bench_rerank.py MODEL_DIR [--seconds 40] [--workers 1]
         [--clients N] [--library]
 
 Each client posts one query at a time, every query a new text (no cache, no coalescing), topk 3

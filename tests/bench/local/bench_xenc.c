@@ -6,7 +6,7 @@
  *     bench_xenc MODEL_DIR [seconds per point, default 5] [threads, default 1] [openblas|onednn|bf16]
  *
  * A model of the shape of cross-encoder/ms-marco-MiniLM-L-12-v2 with random weights:
- *     /usr/bin/python3 tests/local/bench/make_model.py DIR --hidden 384 --layers 12 --heads 12 \
+ *     /usr/bin/python3 tests/bench/local/make_model.py DIR --hidden 384 --layers 12 --heads 12 \
  *         --intermediate 1536 --labels 1
  * With threads > 1 the calls run on a team of that many threads (team.h, as the local backend's
  * idle workers help a running batch); BLAS stays single-threaded either way.

@@ -1,11 +1,11 @@
 #!/bin/sh
 # How many searches a GRPO-like stream costs the backend (issue 13, item 9): the BM25 demo index,
 # Redis on, 2 loop threads; DISTINCT queries each sent REPEAT times, one query per request, by 64
-# concurrent clients (tests/bench/grpo_stream.py). Singleflight plus the cache should search each
+# concurrent clients (tests/bench/gateway/grpo_stream.py). Singleflight plus the cache should search each
 # distinct query once: the script prints the searches the backend made (cache misses that did not
 # join an in-flight query, and the plugin's own query counter) as a multiple of DISTINCT, for RUNS
 # fresh gateways (Redis flushed in between).
-# Usage: tests/bench/singleflight_reach.sh [BUILD_DIR]   (needs redis-server and build/demo/bm25:
+# Usage: tests/bench/gateway/singleflight_reach.sh [BUILD_DIR]   (needs redis-server and build/demo/bm25:
 #        run build/prepare-default once)
 set -eu
 BUILD=${1:-build}
