@@ -106,6 +106,7 @@ void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uin
         return; /* one huge entry must not flush the whole cache */
     uint64_t h = sg_hmap_hash(key, key_len);
     entry_t *e = sg_mem_alloc(sizeof(*e) + key_len);
+    e->lru_link = (h2o_linklist_t){NULL, NULL}; /* h2o: a node is zeroed until linked */
     e->hash = h;
     e->expire_ms = expire_ms;
     e->size = size;
