@@ -77,11 +77,12 @@ build-cuda: deps-test
 # -rss_limit_mb and -malloc_limit_mb, 2048 by default), with ASan's quarantine of freed memory
 # kept to 64 MiB (256 by default) so that it does not fill the budget: an input of at most 4 KiB
 # that makes a parser use memory out of proportion to its size is a finding, like a crash.
-FUZZ_TARGETS = serper_reply:tests/remote/fuzz/corpus/serper qdrant_reply:tests/remote/fuzz/corpus/qdrant \
-               upstream_reply:tests/remote/fuzz/corpus/upstream reader_reply:tests/remote/fuzz/corpus/reader \
-               request:tests/fuzz/corpus/request \
-               config:tests/fuzz/corpus/config jsonl:tests/fuzz/corpus/jsonl safetensors:tests/fuzz/corpus/safetensors \
-               wordpiece:tests/fuzz/corpus/wordpiece cache_value:tests/fuzz/corpus/cache_value
+FUZZ_TARGETS = serper_reply:tests/fuzz/remote/corpus/serper qdrant_reply:tests/fuzz/remote/corpus/qdrant \
+               upstream_reply:tests/fuzz/remote/corpus/upstream reader_reply:tests/fuzz/remote/corpus/reader \
+               request:tests/fuzz/gateway/corpus/request \
+               config:tests/fuzz/gateway/corpus/config jsonl:tests/fuzz/local/corpus/jsonl \
+               safetensors:tests/fuzz/encoder/corpus/safetensors wordpiece:tests/fuzz/encoder/corpus/wordpiece \
+               cache_value:tests/fuzz/cache/corpus/cache_value
 fuzz-smoke: deps-test
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSG_FUZZ=ON $(CMAKE_ARGS)
 	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target $(foreach t,$(FUZZ_TARGETS),fuzz_$(firstword $(subst :, ,$(t))))

@@ -138,10 +138,7 @@ sg_blob_t *sg_cache_decode(const char *p, size_t len, const char **why)
         *why = "bad hit count";
         return NULL;
     }
-    sg_blob_t *b = sg_mem_calloc(1, sizeof(*b));
-    atomic_init(&b->refs, 1);
-    b->n_hits = n;
-    b->docs = n != 0 ? sg_mem_alloc(n * sizeof(*b->docs)) : NULL;
+    sg_blob_t *b = sg_blob_new(n);
     *why = "bad header";
     for (uint32_t i = 0; i < n; ++i)
         if (read_u32(&s, end, &b->docs[i].off) != 0 || read_u32(&s, end, &b->docs[i].len) != 0)
@@ -159,8 +156,7 @@ sg_blob_t *sg_cache_decode(const char *p, size_t len, const char **why)
     b->json = sg_strndup(s, b->json_len);
     return b;
 bad:
-    free(b->docs);
-    free(b);
+    sg_blob_release(b);
     return NULL;
 }
 

@@ -8,11 +8,13 @@
 #include "hmap.h"
 #include "metrics.h"
 
+#include <h2o/linklist.h>
+#include <h2o/memory.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 typedef struct st_entry_t {
-    struct st_entry_t *prev, *next; /* LRU: head is the most recent */
+    h2o_linklist_t lru_link; /* in the cache's lru: most recent first */
     uint64_t hash;
     uint64_t expire_ms;
     size_t size;
@@ -27,8 +29,13 @@ struct st_sg_l1_t {
     sg_hmap_t index; /* key -> entry */
     sg_counter_t *evictions;
     sg_gauge_t *g_bytes, *g_entries;
-    entry_t head; /* LRU sentinel; last: entry_t ends in a flexible array member */
+    h2o_linklist_t lru; /* anchor: lru.next is the most recent entry, lru.prev the coldest */
 };
+
+static entry_t *entry_of(h2o_linklist_t *link)
+{
+    return H2O_STRUCT_FROM_MEMBER(entry_t, lru_link, link);
+}
 
 static int entry_eq(const void *item, const void *key, size_t key_len, const void *ud)
 {
@@ -43,7 +50,7 @@ sg_l1_t *sg_l1_create(size_t max_bytes)
     pthread_mutex_init(&c->mu, NULL);
     c->max_bytes = max_bytes;
     sg_hmap_init(&c->index, entry_eq, NULL, 1024);
-    c->head.next = c->head.prev = &c->head;
+    h2o_linklist_init_anchor(&c->lru);
     c->evictions =
         sg_metrics_counter("searchgate_cache_l1_evictions_total", "L1 entries evicted to stay within cache.l1_bytes.", "");
     c->g_bytes = sg_metrics_gauge("searchgate_cache_l1_bytes", "Bytes held by the L1 cache.", "");
@@ -51,24 +58,15 @@ sg_l1_t *sg_l1_create(size_t max_bytes)
     return c;
 }
 
-static void lru_unlink(entry_t *e)
-{
-    e->prev->next = e->next;
-    e->next->prev = e->prev;
-}
-
 static void lru_front(sg_l1_t *c, entry_t *e)
 {
-    e->next = c->head.next;
-    e->prev = &c->head;
-    e->next->prev = e;
-    c->head.next = e;
+    h2o_linklist_insert(c->lru.next, &e->lru_link);
 }
 
 /* Frees an entry the index no longer holds. */
 static void release(sg_l1_t *c, entry_t *e)
 {
-    lru_unlink(e);
+    h2o_linklist_unlink(&e->lru_link);
     c->bytes -= e->size;
     sg_blob_release(e->blob);
     free(e);
@@ -90,7 +88,7 @@ sg_blob_t *sg_l1_get(sg_l1_t *c, const char *key, size_t key_len, uint64_t now_m
         if (e->expire_ms <= now_ms) {
             drop(c, e);
         } else {
-            lru_unlink(e);
+            h2o_linklist_unlink(&e->lru_link);
             lru_front(c, e);
             b = sg_blob_ref(e->blob);
         }
@@ -108,6 +106,7 @@ void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uin
         return; /* one huge entry must not flush the whole cache */
     uint64_t h = sg_hmap_hash(key, key_len);
     entry_t *e = sg_mem_alloc(sizeof(*e) + key_len);
+    e->lru_link = (h2o_linklist_t){NULL, NULL}; /* h2o: a node is zeroed until linked */
     e->hash = h;
     e->expire_ms = expire_ms;
     e->size = size;
@@ -120,8 +119,8 @@ void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uin
         release(c, old);
     lru_front(c, e);
     c->bytes += size;
-    while (c->bytes > c->max_bytes && c->head.prev != &c->head) {
-        drop(c, c->head.prev);
+    while (c->bytes > c->max_bytes && !h2o_linklist_is_empty(&c->lru)) {
+        drop(c, entry_of(c->lru.prev));
         sg_counter_add(c->evictions, 1);
     }
     sg_gauge_set(c->g_bytes, (int64_t)c->bytes);
@@ -141,8 +140,8 @@ void sg_l1_destroy(sg_l1_t *c)
 {
     if (c == NULL)
         return;
-    while (c->head.next != &c->head)
-        drop(c, c->head.next);
+    while (!h2o_linklist_is_empty(&c->lru))
+        drop(c, entry_of(c->lru.next));
     sg_hmap_dispose(&c->index);
     pthread_mutex_destroy(&c->mu);
     free(c);

@@ -622,7 +622,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sg_cache_init(cfg.cache.l1_bytes, cfg.cache.redis_prefix);
-    sg_ratelimit_global_init();
+    sg_ratelimit_global_init(cfg.cache.redis_prefix);
     sg_mcp_init(s);
     char default_dir[PATH_MAX];
     plugin_dir_of(NULL, default_dir, sizeof(default_dir)); /* for a reloaded config without plugin_dir */

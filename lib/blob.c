@@ -1,11 +1,20 @@
 /*
- * blob.c -- result blobs (blob.h): reference counting and splicing either response shape from the
+ * blob.c -- result blobs (blob.h): their construction, reference counting and splicing either response shape from the
  * same bytes without parsing.
  */
 #include "blob.h"
 #include "common.h"
 
 #include <stdlib.h>
+
+sg_blob_t *sg_blob_new(uint32_t n_hits)
+{
+    sg_blob_t *b = sg_mem_calloc(1, sizeof(*b));
+    atomic_init(&b->refs, 1);
+    b->n_hits = n_hits;
+    b->docs = n_hits != 0 ? sg_mem_alloc(n_hits * sizeof(*b->docs)) : NULL;
+    return b;
+}
 
 void sg_blob_release(sg_blob_t *b)
 {

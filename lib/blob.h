@@ -26,6 +26,13 @@ typedef struct st_sg_blob_t {
     char *json;
 } sg_blob_t;
 
+/**
+ * A new, unpublished blob holding one reference, with room for `n_hits` located documents
+ * (`docs`, left for the builder to fill; NULL when there are none) and no fragment yet: the
+ * builder sets `json` (malloc'ed, owned by the blob) and `json_len` before publishing it.
+ * sg_blob_release() frees it at any stage, so a builder that gives up just releases it.
+ */
+sg_blob_t *sg_blob_new(uint32_t n_hits);
 static inline sg_blob_t *sg_blob_ref(sg_blob_t *b)
 {
     atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);

@@ -262,20 +262,36 @@ static int read_entry(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *k, cons
     }
 }
 
-int sg_cfg_read(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst)
+size_t sg_cfg_table_keys(const sg_cfg_key_t *table, size_t n, const char **allowed, size_t len, size_t cap)
 {
-    const char *allowed[65];
-    if (n >= sizeof(allowed) / sizeof(allowed[0]))
-        return sg_cfg_fail(c, NULL, NULL, "too many keys in the plugin's config table");
-    for (size_t i = 0; i < n; ++i)
-        allowed[i] = table[i].key;
-    allowed[n] = NULL;
-    if (sg_cfg_check_keys(c, obj, allowed) != 0)
-        return -1;
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < n && len + 1 < cap; ++i)
+        allowed[len++] = table[i].key;
+    allowed[len] = NULL;
+    return len;
+}
+
+int sg_cfg_read_ex(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst, int flags)
+{
+    if (obj != NULL && !(flags & SG_CFG_KEYS_CHECKED)) {
+        const char *allowed[65];
+        if (n >= sizeof(allowed) / sizeof(allowed[0]))
+            return sg_cfg_fail(c, NULL, NULL, "too many keys in the config table");
+        sg_cfg_table_keys(table, n, allowed, 0, sizeof(allowed) / sizeof(allowed[0]));
+        if (sg_cfg_check_keys(c, obj, allowed) != 0)
+            return -1;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if ((flags & SG_CFG_OVERLAY) && !table[i].required && get(obj, table[i].key) == NULL)
+            continue; /* absent: the destination keeps what the caller put there */
         if (read_entry(c, obj, &table[i], base_dir, dst) != 0)
             return -1;
+    }
     return 0;
+}
+
+int sg_cfg_read(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst)
+{
+    return sg_cfg_read_ex(c, obj, table, n, base_dir, dst, 0);
 }
 
 /* ---- strict parsing ---- */

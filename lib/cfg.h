@@ -126,8 +126,26 @@ typedef struct st_sg_cfg_key_t {
  * Checks that `obj` is an object whose keys all appear in `table` (n entries), then reads every
  * entry that is not SG_CFG_CUSTOM, in table order, into `dst`. `base_dir` resolves SG_CFG_PATH.
  * Returns 0, or -1 with the first error in c->err (the message the sg_cfg_* function gives).
+ * A NULL `obj` is an absent object: every entry takes its default (a required one fails).
  */
 int sg_cfg_read(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst);
+
+/** Flags of sg_cfg_read_ex(). */
+enum {
+    /** The caller has checked the object's keys (its keys are this table's and another's). */
+    SG_CFG_KEYS_CHECKED = 1,
+    /** An absent (or null) key leaves its destination as it is: the caller put the inherited value
+     * there (e.g. a keyed client's quota defaults to clients.default's). A required key still fails. */
+    SG_CFG_OVERLAY = 2
+};
+/** sg_cfg_read() with SG_CFG_* flags (0: exactly sg_cfg_read()). */
+int sg_cfg_read_ex(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst, int flags);
+/**
+ * Appends the keys of `table` (n entries) to the allowed-key list `allowed` of `len` entries and
+ * `cap` slots, and NULL-terminates it: the list sg_cfg_check_keys() takes for an object whose keys
+ * are those of several tables. Returns the new length (a full list is cut short, never overrun).
+ */
+size_t sg_cfg_table_keys(const sg_cfg_key_t *table, size_t n, const char **allowed, size_t len, size_t cap);
 
 /** 1 when `obj` has `key` with a value other than null (a key whose absence means "not set"). */
 int sg_cfg_present(const cJSON *obj, const char *key);

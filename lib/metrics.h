@@ -1,6 +1,6 @@
 /*
  * metrics.h -- the metric registry behind GET /metrics (Prometheus text exposition 0.0.4) and
- * GET /stats (JSON), plus the per-second ring the dashboard plots.
+ * GET /stats (JSON). (The per-second series the dashboard plots is the gateway's: stats_ring.h.)
  *
  * Series are created once (find-or-create under a mutex) and then updated lock-free with relaxed
  * atomics; callers keep the returned pointers, so the hot path never looks anything up.
@@ -68,20 +68,5 @@ void sg_metrics_reset(void);
 
 /** Appends a sample value as the exposition format writes it (integers without a fraction, NaN, +Inf). */
 void sg_metrics_render_value(sg_buf_t *out, double v);
-
-/*
- * The per-second ring (last 15 minutes) that /stats serves to the dashboard: requests, queries,
- * cache hits/misses, errors and a coarse latency histogram for p50/p99 per second. It holds 900
- * whole seconds plus the one still filling.
- */
-#define SG_RING_SECONDS 901
-/** Accepted values of /stats?window= (whole seconds). */
-#define SG_STATS_WINDOW_MIN 10
-#define SG_STATS_WINDOW_MAX (SG_RING_SECONDS - 1)
-void sg_ring_record_request(uint64_t queries, uint64_t cache_hits, uint64_t cache_misses, int is_error, uint64_t latency_us);
-/** Writes the member `"series":[{t, requests, queries, hits, misses, errors, p50_ms, p99_ms}, ...]` for the last `seconds`. */
-void sg_ring_render_json(sg_jw_t *w, int seconds);
-/** Hit ratio over the last `seconds` (NaN when nothing was looked up). */
-double sg_ring_hit_ratio(int seconds);
 
 #endif

@@ -2,7 +2,7 @@
 module is not built (-DSG_CUDA=ON) or no GPU can be used).
 
 * The CUDA encoder against the CPU encoder on an e5-base-shaped model (hidden 768, 12 layers,
-  random weights from tests/local/bench/make_model.py): cosine >= 0.999 per query, on every GPU
+  random weights from tests/bench/local/make_model.py): cosine >= 0.999 per query, on every GPU
   (gpu_test_module ... encoder).
 * Through the gateway, "device": "cuda" with the Flat index sharded over all GPUs and on GPU 0
   only, and "auto" picking the GPUs: a 2,560-query request (Search-R1's batch) and concurrent
@@ -21,7 +21,7 @@ import sgtest
 MODEL = os.path.join(sgtest.FIXTURES, "e5-tiny")
 REAL = os.path.join(sgtest.BUILD_DIR, "plugins", "sg_local_cuda.so")
 CHECKER = os.path.join(sgtest.BUILD_DIR, "tests", "gpu", "gpu_test_module")
-MAKE_MODEL = os.path.join(sgtest.SOURCE_DIR, "tests", "local", "bench", "make_model.py")
+MAKE_MODEL = os.path.join(sgtest.SOURCE_DIR, "tests", "bench", "local", "make_model.py")
 WORDS = ["river", "mountain", "castle", "piano", "rocket", "garden", "winter", "ocean", "library", "dragon", "coffee",
          "violin", "desert", "forest", "harbor", "comet", "Zürich", "東京", "naïve", "résumé"]
 ROWS = 3000

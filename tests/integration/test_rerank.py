@@ -225,7 +225,7 @@ class Slow(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="sgrerank-")
         cls.model = os.path.join(cls.dir, "model")
-        subprocess.run(["/usr/bin/python3", os.path.join(sgtest.SOURCE_DIR, "tests", "local", "bench", "make_model.py"), cls.model,
+        subprocess.run(["/usr/bin/python3", os.path.join(sgtest.SOURCE_DIR, "tests", "bench", "local", "make_model.py"), cls.model,
                         "--hidden", "128", "--layers", "4", "--heads", "4", "--intermediate", "512", "--labels", "1"],
                        check=True, stdout=subprocess.DEVNULL)
         cls.docs = [{"id": str(i), "contents": "\"Doc %d\"\n%s" % (i, long_words(500, i + 1))} for i in range(cls.N)]

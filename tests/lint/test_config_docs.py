@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""The plugins' config tables (sg_cfg_key_t, lib/cfg.h) against their documentation: for every
-backends/<name>/ whose sources hold a table and that has a docs/backends/<name>.md, the keys of the
-table and the keys of the page's first `| key | type | default | bounds | ...` table must be the
-same, and each key's row must agree with its entry:
+"""The config tables (sg_cfg_key_t, lib/cfg.h) against their documentation: for every
+backends/<name>/ whose sources hold a table and that has a docs/backends/<name>.md, and for the
+gateway's own tables (gateway/**/*.c) against docs/configuration.md, the keys of each table and the
+keys of the page's `| key | type | default | bounds | ...` table that shares the most of them must
+be the same, and each key's row must agree with its entry:
 
 - type: integer, number, boolean, string (a path: "string (path)");
 - default: the integer or number, true/false, the enum's choice, the string (or "required");
@@ -83,9 +84,17 @@ def shown(v):
     return str(v)
 
 
+SCANNED = ("backends", "gateway", "lib")  # where choice lists, enum constants and shared fragments are looked up
+
+
+def scanned(pattern):
+    for top in SCANNED:
+        yield from glob.glob(os.path.join(ROOT, top, "**", pattern), recursive=True)
+
+
 def header_macros():
     macros = {}
-    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.h"), recursive=True):
+    for path in scanned("*.h"):
         with open(path) as f:
             for name, params, body in DEFINE.findall(f.read()):
                 macros[name] = ([p.strip() for p in params.split(",")], body.replace("\\\n", " "))
@@ -109,10 +118,11 @@ def expand(body, macros):
     return out + body[i:]
 
 
-def code_tables(plugin_dir, macros, choices):
-    """Each table of the plugin's sources: (name, {key: entry})."""
+def code_tables(plugin_dir, macros, choices, recursive=False):
+    """Each table of the sources of a folder (and its sub-folders when `recursive`): (name, {key: entry})."""
     tables = []
-    for path in sorted(glob.glob(os.path.join(plugin_dir, "*.c"))):
+    pattern = os.path.join(plugin_dir, "**", "*.c") if recursive else os.path.join(plugin_dir, "*.c")
+    for path in sorted(glob.glob(pattern, recursive=recursive)):
         with open(path) as f:
             for table, body in TABLE.findall(f.read()):
                 keys = {}
@@ -144,11 +154,11 @@ def code_tables(plugin_dir, macros, choices):
 
 def enum_choices():
     found = {}
-    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.c"), recursive=True):
+    for path in scanned("*.c"):
         with open(path) as f:
             for name, body in CHOICES.findall(f.read()):
                 found[name] = [c_string(s) for s in re.findall(r'"(?:[^"\\]|\\.)*"', body)]
-    for path in glob.glob(os.path.join(ROOT, "backends", "**", "*.[ch]"), recursive=True):
+    for path in scanned("*.[ch]"):
         with open(path) as f:  # enum constants that name a choice: enum { BAL_LEAST_INFLIGHT, ... }
             for body in re.findall(r"\benum\s*\{([^}]*)\}", f.read()):
                 v = -1
@@ -268,6 +278,26 @@ def create_lengths(plugin_dir):
     return out
 
 
+def check_tables(name, tables, page, errors):
+    """Each of `tables` against the table of `page` that shares the most keys with it; returns how many were checked."""
+    checked = 0
+    where = os.path.relpath(page, ROOT)
+    docs = doc_tables(page)
+    for table, keys in tables:
+        rows = max(docs, key=lambda r: len(set(r) & set(keys)), default={})
+        if not set(rows) & set(keys):
+            errors.append("%s: no table on %s documents the keys of %s" % (name, where, table))
+            continue
+        checked += 1
+        for k in sorted(set(keys) - set(rows)):
+            errors.append("%s: key %s of %s is not on %s" % (name, k, table, where))
+        for k in sorted(set(rows) - set(keys)):
+            errors.append("%s: key %s is documented on %s but not in %s" % (name, k, where, table))
+        for k in sorted(set(keys) & set(rows)):
+            errors += check_key(name, k, keys[k], rows[k], where)
+    return checked
+
+
 def main():
     checked, errors = 0, []
     macros, choices = header_macros(), enum_choices()
@@ -281,27 +311,24 @@ def main():
                               (path, fn, n, CREATE_LIMIT))
         if not tables or not os.path.exists(page):
             continue
-        where = os.path.relpath(page, ROOT)
-        docs = doc_tables(page)
-        for table, keys in tables:
-            # the page's table that documents this one: the one sharing the most keys
-            rows = max(docs, key=lambda r: len(set(r) & set(keys)), default={})
-            if not set(rows) & set(keys):
-                errors.append("%s: no table on %s documents the keys of %s" % (name, where, table))
-                continue
-            checked += 1
-            for k in sorted(set(keys) - set(rows)):
-                errors.append("%s: key %s of %s is not on %s" % (name, k, table, where))
-            for k in sorted(set(rows) - set(keys)):
-                errors.append("%s: key %s is documented on %s but not in %s" % (name, k, where, table))
-            for k in sorted(set(keys) & set(rows)):
-                errors += check_key(name, k, keys[k], rows[k], where)
+        checked += check_tables(name, tables, page, errors)
+    # the gateway's own configuration (gateway/config/config.c and any other table of gateway/)
+    gateway_tables = code_tables(os.path.join(ROOT, "gateway"), macros, choices, recursive=True)
+    page = os.path.join(ROOT, "docs", "configuration.md")
+    if not os.path.isdir(os.path.join(ROOT, "gateway")):
+        pass  # a tree of plugins only (the self-test's copies)
+    elif not gateway_tables:
+        errors.append("gateway: no config table found under gateway/ (the gateway reads its config through lib/cfg tables)")
+    elif not os.path.exists(page):
+        errors.append("gateway: docs/configuration.md is missing")
+    else:
+        checked += check_tables("gateway", gateway_tables, page, errors)
     for e in errors:
         print(e)
     if checked == 0:
         print("no plugin with both a config table and a doc page was found")
         return 1
-    print("%d plugin config table(s) checked against their pages" % checked)
+    print("%d config table(s) checked against their pages" % checked)
     return 1 if errors else 0
 
 

@@ -13,7 +13,7 @@ plain torch, on Debian's python3-torch (Debian has no `transformers`):
 The reference follows transformers 4.36 (the version the e5 fixtures were made with):
 
   * tokenizer: tests/local/ref_tokenizer.py (BERT uncased WordPiece written from its rules, literal
-    special tokens kept whole; shared with tests/local/bench/ref_server.py); before writing
+    special tokens kept whole; shared with tests/bench/local/ref_server.py); before writing
     anything this script checks that it reproduces tests/fixtures/tokenizer_golden.jsonl (made
     with transformers itself) id for id. Pairs are `[CLS] A [SEP] B [SEP]` with token types 0 for
     `[CLS] A [SEP]` and 1 for `B [SEP]`, truncated `longest_first` to max_length. The two

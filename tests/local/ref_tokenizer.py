@@ -1,7 +1,7 @@
 """BERT uncased WordPiece tokenization, as transformers 4.36 performs it (BertTokenizer and
 BertTokenizerFast), written here from its rules for the Python references and fixture makers of
 tests/ (Debian has no transformers): tests/local/make_xenc_fixture.py, tests/integration/xenc_ref.py
-and tests/local/bench/ref_server.py. check_golden() compares it with tests/fixtures/
+and tests/bench/local/ref_server.py. check_golden() compares it with tests/fixtures/
 tokenizer_golden.jsonl, made with transformers itself; the scripts that write fixtures refuse to
 run unless it reproduces every case id for id.
 

@@ -1,7 +1,7 @@
 /*
  * test_http_engine.c -- the outbound HTTP engine (backends/common/http.c) against a small
  * in-process HTTP/1.1 server: keep-alive reuse, concurrency (the engine admits everything: the
- * in-flight/qps/queue caps are the gateway's, see tests/unit/test_dispatch.c), deadlines and
+ * in-flight/qps/queue caps are the gateway's, see tests/unit/gateway/pipeline/test_dispatch.c), deadlines and
  * timeouts, cancellation by tag, size limits, transport failures, Retry-After, submissions from
  * callbacks, and shutdown with transfers pending.
  */

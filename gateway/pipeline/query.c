@@ -1,0 +1,607 @@
+/*
+ * query.c -- one batch of queries for one route and one client, from admission to answer
+ * (query.h). No HTTP here: the entry points (retrieve.c for /retrieve and /access) parse and
+ * identify, then hand over; the answer goes back through the caller's done() callback.
+ *
+ *   rate limit (wait or refuse) -> distinct queries -> cache (one sg_cache_lookup(): L1, then
+ *   one MGET to Redis; it answers once through a callback) -> dispatch the misses (dispatch.c:
+ *   singleflight, admission, plugin; a failure may move to the route's fallback) -> done()
+ *
+ * Everything here runs on the query's loop thread. The query holds one reference on itself until
+ * it has answered (or was cancelled); an outstanding Redis round trip (cache lookup, shared rate
+ * limit) holds another, so the callback finds it alive and sees it has already answered. A
+ * deadline timer answers 504 and abandons the backend work when the deadline passes.
+ */
+#include "query.h"
+#include "query_impl.h"
+#include "dispatch.h"
+#include "clients.h"
+#include "gen.h"
+#include "budget.h"
+#include "hmap.h"
+#include "ratelimit_global.h"
+#include "respond.h"
+#include "stats_ring.h"
+#include "../../cache/cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void query_free(sg_query_t *q)
+{
+    for (uint32_t i = 0; i < q->n_uniq; ++i)
+        sg_blob_release(q->uniq[i].blob);
+    sg_respond_release(q->loop->server, q->held); /* its blobs are gone now */
+    sg_clients_release(q->client);
+    sg_gen_release(q->gen);
+    free(q->slot_uniq);
+    free(q->uniq);
+    free(q->arena);
+    free(q->params);
+    free(q);
+}
+
+void sg__query_unref(sg_query_t *q)
+{
+    if (--q->refs == 0)
+        query_free(q);
+}
+
+void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
+{
+    sg_cache_key(out, b->core->identity, topk, params, text, len);
+}
+
+/* log_level debug: one line per query, whatever its outcome. */
+static void log_query(const sg_query_t *q, int status, const char *type)
+{
+    char cache[96] = "";
+    if (!q->is_access)
+        snprintf(cache, sizeof(cache), " distinct=%u l1=%u redis=%u misses=%u", q->n_uniq, q->hits_l1, q->hits_redis, q->misses);
+    SG_LOG(SG_LL_DEBUG, "request", "%s POST %s backend=%s client=%s status=%d%s%s queries=%u%s%s%s ms=%.3f", q->request_id,
+           q->is_access ? "/access" : "/retrieve", q->backend->conf->name, q->client->id, status, type != NULL ? " error=" : "",
+           type != NULL ? type : "", q->n_queries, cache, q->fallback_used ? " fallback=" : "",
+           q->fallback_used ? q->serving->conf->name : "", (double)(sg_now_us() - q->start_us) / 1000.0);
+}
+
+static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
+{
+    const sg_query_t *q = ctx;
+    const sg_uq_t *u = &q->uniq[d];
+    *out = (sg_trace_item_t){u->text, u->len, u->blob, u->fallback_tried && u->blob != NULL ? SG_SRC_FALLBACK : u->source};
+}
+
+/* The route's or the client's query trace (trace.h), when either traces this request. A fusion
+ * leg is not traced: the fusion request is. */
+static void trace(const sg_query_t *q, int status, const char *type, uint64_t lat)
+{
+    const sg_trace_conf_t *rt = q->backend->conf->trace, *ct = q->client->conf->trace;
+    if ((rt == NULL && ct == NULL) || q->leg)
+        return;
+    sg_trace_event_t ev = {.request_id = q->request_id,
+                           .route = q->backend->conf->name,
+                           .fallback = q->fallback_used ? q->serving->conf->name : NULL,
+                           .client = q->client->id,
+                           .is_access = q->is_access,
+                           .topk = q->topk,
+                           .params = q->params,
+                           .n = q->n_queries,
+                           .slot = q->slot_uniq,
+                           .n_distinct = q->n_uniq,
+                           .status = status,
+                           .error = type,
+                           .start_us = q->start_us,
+                           .latency_us = lat,
+                           .item = trace_item,
+                           .ctx = q};
+    sg_trace_request(rt, ct, &ev);
+}
+
+/* Records the outcome in every metric and the traces; called exactly once per query. */
+static void record(sg_query_t *q, int status, const char *type)
+{
+    if (sg_log_enabled(SG_LL_DEBUG))
+        log_query(q, status, type);
+    sg_route_t *b = q->backend;
+    int ci = sg_code_index(status);
+    uint64_t lat = sg_now_us() - q->start_us;
+    trace(q, status, type, lat);
+    sg_counter_add(b->requests[ci], 1);
+    sg_counter_add(b->queries[ci], q->n_queries);
+    sg_hist_observe_us(b->latency, lat);
+    sg_gauge_add(b->inflight_requests, -1);
+    if (!q->leg) { /* a fusion leg: the fusion request is the client's request */
+        sg_counter_add(q->client->m_requests, 1);
+        sg_counter_add(q->client->m_queries, q->n_queries);
+    }
+    sg_counter_add(q->client->m_hits_l1, q->hits_l1);
+    sg_counter_add(q->client->m_hits_redis, q->hits_redis);
+    sg_counter_add(q->client->m_misses, q->misses);
+    if (status == 504)
+        sg_counter_add(q->client->m_timeouts, 1);
+    if (!q->is_access)
+        sg_counter_add(b->cache_misses, q->misses);
+    sg_ring_record_request(q->n_queries, q->hits_l1 + q->hits_redis, q->misses, status >= 400, lat);
+}
+
+/* Ends the query's work: timers, flights, metrics. The caller then answers (or not: cancelled). */
+static void finish(sg_query_t *q, int status, const char *type)
+{
+    q->responded = 1;
+    if (h2o_linklist_is_linked(&q->link))
+        h2o_linklist_unlink(&q->link);
+    sg_timer_stop(&q->loop->timers, &q->timer);
+    sg__dispatch_abandon(q);
+    record(q, status, type);
+}
+
+static void fail(sg_query_t *q, int status, const char *type, const char *msg, uint32_t retry_after)
+{
+    if (q->responded)
+        return;
+    finish(q, status, type);
+    sg_query_result_t res = {
+        .status = status, .type = type, .message = msg, .retry_after_s = retry_after, .request_id = q->request_id};
+    q->done(q->ctx, &res);
+    sg__query_unref(q);
+}
+
+static int check_bounds(sg_query_t *q);
+
+static void answer(sg_query_t *q)
+{
+    if (check_bounds(q) != 0)
+        return;
+    finish(q, 200, NULL);
+    sg_blob_t *one, **blobs = q->n_queries == 1 ? &one : sg_mem_alloc(q->n_queries * sizeof(*blobs));
+    for (uint32_t i = 0; i < q->n_queries; ++i)
+        blobs[i] = q->uniq[q->slot_uniq[i]].blob;
+    sg_query_result_t res = {.status = 200,
+                             .n = q->n_queries,
+                             .blobs = blobs,
+                             .request_id = q->request_id,
+                             .n_distinct = q->n_uniq,
+                             .n_cached = q->hits_l1 + q->hits_redis,
+                             .cache_on = q->backend->conf->cache && !q->is_access,
+                             .params = q->params,
+                             .fallback = q->fallback_used ? q->serving : NULL};
+    q->done(q->ctx, &res);
+    if (blobs != &one)
+        free(blobs);
+    sg__query_unref(q);
+}
+
+/* ---- the bounds of the answer (respond.h) ---- */
+
+void sg__query_took_blob(sg_query_t *q, sg_uq_t *u)
+{
+    q->result_bytes += (uint64_t)u->mult * sg_blob_shape_len(u->blob, q->shape);
+    q->blob_bytes += sg_blob_footprint(u->blob);
+}
+
+static void fail_too_large(sg_query_t *q, const char *how, uint64_t bytes, const char *detail)
+{
+    char msg[400];
+    snprintf(
+        msg, sizeof(msg),
+        "backend %s: the answer %s %llu bytes%s, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
+        q->backend->conf->name, how, (unsigned long long)bytes, detail, (unsigned long long)q->max_response_bytes);
+    fail(q, 413, "too_large", msg, 0);
+}
+
+/* The answer so far fits limits.max_response_bytes, and the blobs the query holds are charged
+ * to the process's response budget (503 when a bounded query outgrows it). 0, or -1: answered. */
+static int check_bounds(sg_query_t *q)
+{
+    sg_server_t *s = q->loop->server;
+    if (q->max_response_bytes != 0 && q->envelope_bytes + q->result_bytes > q->max_response_bytes) {
+        sg_counter_add(s->responses.m_too_large_exact, 1);
+        char detail[96] = "";
+        if (q->n_pending != 0)
+            snprintf(detail, sizeof(detail), " with %u of %u distinct queries still to come", q->n_pending, q->n_uniq);
+        fail_too_large(q, q->n_pending != 0 ? "is already" : "is", q->envelope_bytes + q->result_bytes, detail);
+        return -1;
+    }
+    if (q->blob_bytes <= q->held)
+        return 0;
+    uint64_t more = q->blob_bytes - q->held;
+    if (q->max_response_bytes == 0) {
+        sg_respond_grow(s, more);
+    } else if (sg_respond_reserve(s, q->held, more) != 0) {
+        sg_counter_add(s->responses.m_refused, 1);
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "the gateway holds %llu bytes of answers, its limit (limits.max_response_bytes_inflight) is %llu: retry shortly",
+                 (unsigned long long)atomic_load(&s->responses.held), (unsigned long long)s->responses.limit);
+        fail(q, 503, "overloaded", msg, 1);
+        return -1;
+    }
+    q->held += more;
+    return 0;
+}
+
+/* Before any work: the estimate of the answer (the route's mean DOC size, halved to stay on the
+ * safe side, for every query and its topk) must fit limits.max_response_bytes; the memory its
+ * distinct results will take is what the query reserves in the budget. 0, or -1: answered. */
+static int check_estimate(sg_query_t *q)
+{
+    uint32_t doc = sg_respond_doc_bytes(q->backend, q->is_access);
+    if (q->max_response_bytes == 0 || doc == 0)
+        return 0;
+    uint64_t per = q->is_access ? 1 : q->topk;
+    uint64_t low = q->envelope_bytes + (uint64_t)q->n_queries * per * (doc / 2);
+    if (low > q->max_response_bytes) {
+        sg_counter_add(q->loop->server->responses.m_too_large_estimate, 1);
+        char detail[200];
+        snprintf(detail, sizeof(detail), " (%u queries x %s %llu x ~%u bytes per document, half the route's mean)", q->n_queries,
+                 q->is_access ? "pages" : "topk", (unsigned long long)per, doc / 2);
+        fail_too_large(q, "would be at least about", low, detail);
+        return -1;
+    }
+    uint64_t mem = (uint64_t)q->n_uniq * per * ((uint64_t)doc + 32);
+    q->reserve = mem < q->max_response_bytes ? mem : q->max_response_bytes;
+    return 0;
+}
+
+/* The misses must fit what the serving route can ever admit at once (413 otherwise: retrying
+ * would meet the same bound). 0, or -1: answered. */
+static int check_admissible(sg_query_t *q)
+{
+    char msg[400];
+    if (sg_dispatch_describe_capacity(q->serving, q->is_access, q->n_pending, msg, sizeof(msg)) == 0)
+        return 0;
+    fail(q, 413, "too_large", msg, 0);
+    return -1;
+}
+
+void sg__query_after_cache(sg_query_t *q)
+{
+    if (q->responded || check_bounds(q) != 0)
+        return;
+    q->misses = q->n_pending;
+    if (q->n_pending == 0) {
+        answer(q);
+        return;
+    }
+    if (check_admissible(q) != 0)
+        return;
+    sg__budget_dispatch(q, fail); /* spend budgets, then sg__dispatch_misses() */
+}
+
+void sg__query_finish_if_complete(sg_query_t *q)
+{
+    if (!q->responded && q->n_pending == 0)
+        answer(q);
+}
+
+/* The cache answered: take its blobs for the entries still open, then go on. */
+static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t n)
+{
+    sg_query_t *q = ctx;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < q->n_uniq && k < n; ++i) {
+        sg_uq_t *u = &q->uniq[i];
+        if (u->blob != NULL)
+            continue;
+        sg_blob_t *b = blobs[k];
+        uint8_t t = tier[k++];
+        if (b == NULL)
+            continue;
+        if (q->responded) {
+            sg_blob_release(b);
+            continue;
+        }
+        u->blob = b;
+        u->source = t == SG_CACHE_L1 ? SG_SRC_L1 : SG_SRC_REDIS;
+        --q->n_pending;
+        sg__query_took_blob(q, u);
+        if (t == SG_CACHE_L1) {
+            ++q->hits_l1;
+            sg_counter_add(q->serving->cache_hits_l1, 1);
+        } else {
+            ++q->hits_redis;
+            sg_counter_add(q->serving->cache_hits_redis, 1);
+        }
+    }
+    for (; k < n; ++k) /* the query answered (and was changed) meanwhile */
+        sg_blob_release(blobs[k]);
+    sg__query_after_cache(q);
+    sg__query_unref(q); /* the lookup's reference */
+}
+
+void sg__query_lookup(sg_query_t *q)
+{
+    sg_route_t *b = q->serving;
+    if (!b->conf->cache || q->is_access) {
+        sg__query_after_cache(q);
+        return;
+    }
+    /* the keys of the open entries, back to back in one buffer */
+    sg_buf_t all = {0}, key = {0};
+    const char **keys = sg_mem_alloc(q->n_pending * sizeof(*keys));
+    size_t *lens = sg_mem_alloc(q->n_pending * sizeof(*lens)), *offs = sg_mem_alloc(q->n_pending * sizeof(*offs));
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < q->n_uniq && n < q->n_pending; ++i) {
+        sg_uq_t *u = &q->uniq[i];
+        if (u->blob != NULL)
+            continue;
+        sg__query_cache_key(&key, b, q->topk, sg__query_params(q), u->text, u->len);
+        offs[n] = all.len;
+        lens[n++] = key.len;
+        sg_buf_append(&all, key.base, key.len);
+    }
+    for (uint32_t i = 0; i < n; ++i)
+        keys[i] = all.base + offs[i];
+    sg__query_ref(q);
+    sg_cache_lookup(q->loop->redis, n, keys, lens, b->conf->cache_ttl_s, on_cache, q);
+    free(keys);
+    free(lens);
+    free(offs);
+    sg_buf_free(&all);
+    sg_buf_free(&key);
+}
+
+static void on_timer(sg_timer_t *t);
+static void on_deadline(sg_query_t *q);
+
+/* Room in the process's response budget for the query's estimate: taken at once, or waited for
+ * (polling; limits.response_wait_ms, within the deadline), else 503. 0: go on; -1: waiting or
+ * answered. */
+static int reserve_response(sg_query_t *q)
+{
+    sg_server_t *s = q->loop->server;
+    if (q->reserve == 0 || q->held != 0)
+        return 0;
+    if (sg_respond_reserve(s, 0, q->reserve) == 0) {
+        q->held = q->reserve;
+        return 0;
+    }
+    uint64_t now = sg_now_ms();
+    if (q->budget_wait_end_ms == 0) {
+        uint64_t end = now + q->gen->cfg->limits.response_wait_ms;
+        q->budget_wait_end_ms = end < q->deadline_ms ? end : q->deadline_ms;
+        sg_counter_add(s->responses.m_waited, 1);
+    }
+    if (now >= q->budget_wait_end_ms) {
+        if (now >= q->deadline_ms) {
+            on_deadline(q);
+            return -1;
+        }
+        sg_counter_add(s->responses.m_refused, 1);
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "the gateway holds %llu bytes of answers and this one needs about %llu more, over its limit "
+                 "(limits.max_response_bytes_inflight %llu): retry shortly",
+                 (unsigned long long)atomic_load(&s->responses.held), (unsigned long long)q->reserve,
+                 (unsigned long long)s->responses.limit);
+        fail(q, 503, "overloaded", msg, 1);
+        return -1;
+    }
+    uint64_t at = now + 20 < q->budget_wait_end_ms ? now + 20 : q->budget_wait_end_ms;
+    q->timer_kind = SG__QT_BUDGET;
+    sg_timer_start(&q->loop->timers, &q->timer, at, on_timer);
+    return -1;
+}
+
+static void start_lookup(sg_query_t *q)
+{
+    if (reserve_response(q) != 0)
+        return;
+    sg_timer_start(&q->loop->timers, &q->timer, q->deadline_ms, on_timer);
+    q->timer_kind = SG__QT_DEADLINE;
+    sg__query_lookup(q);
+}
+
+static void on_deadline(sg_query_t *q)
+{
+    char msg[200];
+    snprintf(msg, sizeof(msg), "deadline of %llu ms exceeded waiting for backend %s",
+             (unsigned long long)(q->deadline_ms - q->start_us / 1000), q->serving->conf->name);
+    fail(q, 504, "timeout", msg, 0);
+}
+
+static void on_timer(sg_timer_t *t)
+{
+    sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, timer, t);
+    if (q->timer_kind != SG__QT_DEADLINE) { /* the rate limit or the response budget: try again */
+        start_lookup(q);
+        return;
+    }
+    on_deadline(q);
+}
+
+void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status status, const char *detail, uint32_t retry_after_s)
+{
+    if (q->responded)
+        return;
+    sg_uq_t *u = &q->uniq[ui];
+    if (status == SG_OK) {
+        if (u->blob == NULL) {
+            u->blob = sg_blob_ref(blob);
+            --q->n_pending;
+            sg__query_took_blob(q, u);
+            if (check_bounds(q) == 0 && q->n_pending == 0)
+                answer(q);
+        }
+        return;
+    }
+    /* a failed query: try the route's fallback backend once, else fail the whole query */
+    const sg_backend_conf_t *rc = q->backend->conf;
+    if (rc->fallback >= 0 && !u->fallback_tried && status != SG_EINVAL && status != SG_ETOOBIG && status != SG_ECANCELED) {
+        u->fallback_tried = 1;
+        if (!q->fallback_used) {
+            q->fallback_used = 1;
+            sg_counter_add(q->backend->fallbacks, 1);
+            SG_LOG(SG_LL_INFO, "retrieve", "%s: backend %s failed (%s); using fallback %s", q->request_id, rc->name,
+                   detail != NULL ? detail : sg_plugin_status_name(status), q->gen->routes[rc->fallback].conf->name);
+        }
+        q->serving = &q->gen->routes[rc->fallback];
+        if (check_admissible(q) == 0)
+            sg__budget_dispatch(q, fail);
+        return;
+    }
+    int http = sg_plugin_status_http(status);
+    char msg[600];
+    snprintf(msg, sizeof(msg), "backend %s: %s", q->serving->conf->name, detail != NULL ? detail : sg_plugin_status_name(status));
+    fail(q, http, sg_plugin_status_name(status), msg, http == 503 && retry_after_s == 0 ? 1 : retry_after_s);
+}
+
+/* Acts on a rate-limit decision: SG_RL_ALLOW goes on at once. */
+static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
+{
+    sg_client_t *client = q->client;
+    if (rl == SG_RL_DENY) {
+        uint32_t retry;
+        char msg[240];
+        int status = sg_clients_rate_refusal(client, wait_us, q->max_wait_us, &retry, msg, sizeof(msg));
+        fail(q, status, "rate_limited", msg, retry);
+        return;
+    }
+    if (rl == SG_RL_WAIT) {
+        sg_counter_add(client->m_queued, 1);
+        sg_hist_observe_us(client->m_wait, wait_us);
+        q->timer_kind = SG__QT_RATELIMIT;
+        sg_timer_start(&q->loop->timers, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+        return;
+    }
+    start_lookup(q);
+}
+
+/* Redis decided on the shared rate limit (or, when it could not, the replica's fallback bucket). */
+static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+{
+    sg_query_t *q = ctx;
+    if (!q->responded)
+        on_rate_decision(q, decision, wait_us);
+    sg__query_unref(q); /* the round trip's reference */
+}
+
+void sg_query_fail_all(sg_loop_t *loop, const char *why)
+{
+    while (!h2o_linklist_is_empty(&loop->active)) {
+        sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, link, loop->active.next);
+        fail(q, 503, "unavailable", why, 1); /* unlinks it */
+    }
+}
+
+void sg_query_cancel(sg_query_t *q)
+{
+    if (q == NULL || q->responded)
+        return;
+    finish(q, 499, "client_gone");
+    sg__query_unref(q);
+}
+
+static int uq_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const sg_uq_t *u = item;
+    (void)ud;
+    return u->len == key_len && memcmp(u->text, key, key_len) == 0;
+}
+
+/* The distinct texts of the batch: the same text twice is searched once. */
+static void index_distinct(sg_query_t *q, const uint32_t *off, const uint32_t *len)
+{
+    uint32_t n = q->n_queries;
+    q->slot_uniq = sg_mem_alloc(n * sizeof(uint32_t));
+    q->uniq = sg_mem_calloc(n, sizeof(sg_uq_t));
+    sg_hmap_t distinct;
+    sg_hmap_init(&distinct, uq_eq, NULL, n);
+    for (uint32_t i = 0; i < n; ++i) {
+        sg_uq_t *u = &q->uniq[q->n_uniq]; /* filled in advance: kept only when the text is new */
+        u->text = q->arena + off[i];
+        u->len = len[i];
+        sg_uq_t *got = sg_hmap_find_or_insert(&distinct, sg_hmap_hash(u->text, u->len), u->text, u->len, u);
+        if (got == u)
+            ++q->n_uniq;
+        else
+            *u = (sg_uq_t){0};
+        ++got->mult;
+        q->slot_uniq[i] = (uint32_t)(got - q->uniq);
+    }
+    sg_hmap_dispose(&distinct);
+    q->n_pending = q->n_uniq;
+}
+
+/* A new query with copies of the spec's texts and parameters; linked into the loop's active list. */
+static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx)
+{
+    sg_query_t *q = sg_mem_calloc(1, sizeof(*q));
+    static __thread uint64_t seq;
+    snprintf(q->request_id, sizeof(q->request_id), "%d-%llu", loop->id, (unsigned long long)++seq);
+    q->refs = 1;
+    h2o_linklist_insert(&loop->active, &q->link);
+    q->done = done;
+    q->ctx = ctx;
+    q->loop = loop;
+    q->backend = q->serving = spec->route;
+    q->gen = sg_gen_ref(spec->route->gen); /* the route, its fallback and the client live as long as it */
+    q->client = sg_clients_ref(spec->client);
+    q->is_access = spec->is_access;
+    q->leg = spec->leg;
+    q->topk = spec->is_access ? 1 : spec->topk != 0 ? spec->topk : spec->route->conf->topk;
+    q->params = spec->params != NULL && spec->params[0] != '\0' ? sg_strdup(spec->params) : NULL;
+    q->shape = spec->shape;
+    q->max_response_bytes = spec->max_response_bytes;
+    q->envelope_bytes = spec->envelope_bytes;
+    q->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
+    q->n_queries = spec->n;
+    size_t total = 0;
+    for (uint32_t i = 0; i < spec->n; ++i)
+        total += spec->lens[i];
+    uint32_t *off = sg_mem_alloc(spec->n * sizeof(*off));
+    q->arena = sg_mem_alloc(total != 0 ? total : 1);
+    for (uint32_t i = 0, at = 0; i < spec->n; at += spec->lens[i++]) {
+        off[i] = at;
+        memcpy(q->arena + at, spec->texts[i], spec->lens[i]);
+    }
+    index_distinct(q, off, spec->lens);
+    free(off);
+    sg_gauge_add(spec->route->inflight_requests, 1);
+    return q;
+}
+
+sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx)
+{
+    sg_query_t *q = query_new(loop, spec, done, ctx);
+    /* deadline: the route's timeout from arrival, which the caller may only shorten */
+    uint64_t timeout_us = (uint64_t)spec->route->conf->timeout_ms * 1000;
+    uint64_t deadline_us = q->start_us + timeout_us;
+    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
+        deadline_us = spec->deadline_us > q->start_us ? spec->deadline_us : q->start_us;
+    q->deadline_ms = deadline_us / 1000;
+
+    /* the client's rate limit, counted in queries; it may wait at most until the deadline */
+    sg_client_t *client = q->client;
+    const sg_client_conf_t *cc = client->conf;
+    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
+    if (max_wait_us > deadline_us - q->start_us)
+        max_wait_us = deadline_us - q->start_us;
+    q->max_wait_us = max_wait_us;
+    sg__query_ref(q); /* the caller's handle stays valid through what follows */
+    if (check_estimate(q) != 0)
+        goto started; /* 413 before any work, the rate limit not charged */
+    if (spec->leg) {  /* a fusion leg: the fusion request was charged the client's rate limit */
+        start_lookup(q);
+        goto started;
+    }
+    uint64_t wait_us = 0;
+    int rl;
+    if (cc->rate > 0 && cc->global) {
+        sg__query_ref(q); /* the Redis round trip's */
+        if (sg_ratelimit_global(loop->redis, q->gen->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
+                                &wait_us) != 0)
+            goto started; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
+        sg__query_unref(q);
+    } else {
+        rl = sg_clients_ratelimit(q->gen->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
+    }
+    if (rl != SG_RL_ALLOW)
+        on_rate_decision(q, rl, wait_us);
+    else
+        start_lookup(q);
+started:;
+    int answered = q->responded;
+    sg__query_unref(q);
+    return answered ? NULL : q;
+}

@@ -1,0 +1,877 @@
+/*
+ * fusion_route.c -- fusion routes: a batch of queries fanned out to every leg through the query
+ * pipeline (query.h), the legs' answers merged (fusion.c), one answer.
+ *
+ *   sg_fusion_start(): the client's rate limit, charged once for the batch's queries -> one
+ *   sg_query_start() per leg, all at once, sharing the deadline -> per query: merge the legs'
+ *   lists -> done(result, partial legs)
+ *
+ * and its HTTP adapter for POST /retrieve (retrieve.c parsed the body and found a fusion route):
+ * search_params refused -> identify the client -> X-Timeout-Ms -> sg_fusion_start() -> respond
+ * (with X-Searchgate-Fusion-Partial when a leg failed). Other entry points (MCP) call
+ * sg_fusion_start() the same way they call sg_query_start().
+ *
+ * Legs are ordinary queries on their routes: each keeps its own cache, singleflight, admission
+ * (the client's max_inflight and fair-share weight included) and per-route metrics. They skip the
+ * client's rate limit (the fusion request was charged) and are not counted as the client's
+ * requests (the fusion request is). The fused result is not cached: the legs are, and merging
+ * their cached lists costs microseconds (docs/fusion.md has the measurement).
+ *
+ * Loop thread only. A fusion query holds one reference on itself until it has answered or was
+ * cancelled; a Redis round trip for a global rate limit holds another.
+ */
+#include "server.h"
+#include "clients.h"
+#include "dispatch.h"
+#include "fusion_route.h"
+#include "stats_ring.h"
+#include "gen.h"
+#include "hmap.h"
+#include "json.h"
+#include "provenance.h"
+#include "query.h"
+#include "ratelimit_global.h"
+#include "request.h"
+#include "respond.h"
+#include "retrieve.h"
+#include "trace.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* per fusion route (index as in its generation's cfg->fusions) */
+typedef struct st_fusion_route_t {
+    const sg_fusion_conf_t *conf;
+    sg_counter_t *requests[SG_NUM_CODES];
+    sg_counter_t *queries[SG_NUM_CODES];
+    sg_hist_t *latency;
+    sg_gauge_t *inflight;
+    sg_provenance_t prov; /* its settings and its legs' data fingerprints */
+} fusion_route_t;
+
+/* The fusion routes of one configuration generation (gen.h). */
+struct st_sg_fusion_table_t {
+    fusion_route_t *routes;
+    size_t n;
+};
+
+typedef struct st_sg_fusion_query_t fusion_req_t;
+
+typedef struct st_leg_t {
+    fusion_req_t *fr;
+    uint32_t index;
+    sg_query_t *q; /* while running */
+    int status;    /* 0 while running */
+    char *type, *message;
+    uint32_t retry_after;
+    sg_blob_t **blobs;           /* on 200: one per distinct query */
+    uint32_t n_cached, cache_on; /* on 200: its cache outcome (provenance) */
+} leg_t;
+
+struct st_sg_fusion_query_t {
+    int refs;
+    sg_fusion_done_fn done;
+    void *ctx;
+    sg_loop_t *loop;
+    sg_gen_t *gen; /* of its route, legs and client (referenced) */
+    fusion_route_t *route;
+    sg_client_t *client;
+    uint32_t n_queries, n_uniq;
+    uint32_t *slot_uniq;    /* query -> distinct query */
+    const char **uniq_text; /* into arena */
+    uint32_t *uniq_len;
+    char *arena;
+    uint32_t topk;
+    char request_id[24];
+    uint64_t start_us, deadline_us, max_wait_us;
+    sg_timer_t timer; /* the rate-limit wait */
+    uint32_t legs_pending;
+    int answered;
+    int shape; /* the bounds of the answer (sg_fusion_spec_t) */
+    uint64_t max_response_bytes, envelope_bytes;
+    sg_blob_t **fused; /* on 200, while answering: one per distinct query (for the trace) */
+    leg_t legs[SG_FUSION_MAX_LEGS];
+};
+
+/* ---- start-up ---- */
+
+#define PARTIAL_HELP "Fusion requests answered without a leg, by fusion route, leg and the leg's error type."
+
+/* The error types a leg can fail with: the plugin statuses and the gateway's own refusals. */
+static const char *const leg_reasons[] = {
+    "timeout",   "unavailable", "overloaded",   "upstream_error",   "internal_error",     "out_of_memory", "invalid_request",
+    "too_large", "canceled",    "rate_limited", "budget_exhausted", "budget_unavailable", "error"};
+
+/* searchgate_fusion_partial_total at 0 for every leg and reason, as Prometheus wants counters
+ * whose label values are known in advance (a rate() over an absent series is empty, not 0). */
+static void register_partial(const sg_fusion_conf_t *fc)
+{
+    char l[256];
+    for (uint32_t i = 0; i < fc->n_legs; ++i)
+        for (size_t k = 0; k < sizeof(leg_reasons) / sizeof(leg_reasons[0]); ++k) {
+            snprintf(l, sizeof(l), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[i], leg_reasons[k]);
+            sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, l);
+        }
+}
+
+/* The route's provenance: its settings and each leg's data fingerprint. */
+static void describe(const sg_gen_t *g, fusion_route_t *r)
+{
+    const sg_fusion_conf_t *fc = r->conf;
+    sg_buf_t legs = {0};
+    for (uint32_t l = 0; l < fc->n_legs; ++l)
+        sg_buf_appendf(&legs, "%s%s:%s", l != 0 ? "," : "", fc->leg_names[l], g->routes[fc->legs[l]].prov.data);
+    sg_provenance_init(&r->prov, fc->name, "fusion", "fusion", SG_VERSION, fc->identity, legs.base);
+    sg_buf_free(&legs);
+}
+
+sg_fusion_table_t *sg_fusion_build(const sg_gen_t *g)
+{
+    const sg_config_t *cfg = g->cfg;
+    sg_fusion_table_t *t = sg_mem_calloc(1, sizeof(*t));
+    t->n = cfg->n_fusions;
+    t->routes = t->n != 0 ? sg_mem_calloc(t->n, sizeof(*t->routes)) : NULL;
+    for (size_t i = 0; i < t->n; ++i) {
+        fusion_route_t *r = &t->routes[i];
+        r->conf = &cfg->fusions[i];
+        const char *name = r->conf->name;
+        char l[256];
+        for (int c = 0; c < SG_NUM_CODES; ++c) {
+            if (c == SG_CODE_OTHER)
+                snprintf(l, sizeof(l), "backend=\"%s\",code=\"other\"", name);
+            else
+                snprintf(l, sizeof(l), "backend=\"%s\",code=\"%d\"", name, sg_code_values[c]);
+            r->requests[c] =
+                sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
+            r->queries[c] = sg_metrics_counter("searchgate_queries_total",
+                                               "Queries in retrieve/access requests by backend and HTTP status.", l);
+        }
+        snprintf(l, sizeof(l), "backend=\"%s\"", name);
+        r->latency =
+            sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
+        r->inflight = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
+        register_partial(r->conf);
+        describe(g, r);
+    }
+    return t;
+}
+
+/* Whether `prev` has fusion route `r` with the same settings. */
+static int unchanged(const sg_fusion_table_t *prev, const fusion_route_t *r)
+{
+    for (size_t i = 0; prev != NULL && i < prev->n; ++i)
+        if (strcmp(prev->routes[i].conf->name, r->conf->name) == 0)
+            return strcmp(prev->routes[i].prov.header, r->prov.header) == 0;
+    return 0;
+}
+
+void sg_fusion_publish(sg_fusion_table_t *t, const sg_fusion_table_t *prev)
+{
+    for (size_t i = 0; t != NULL && i < t->n; ++i) {
+        sg_provenance_register_metric(&t->routes[i].prov, "fusion", SG_VERSION);
+        if (!unchanged(prev, &t->routes[i])) /* said at start-up, and when a reload adds or changes it */
+            SG_LOG(SG_LL_INFO, "fusion", "route %s: %s", t->routes[i].conf->name, t->routes[i].conf->identity);
+    }
+}
+
+size_t sg_fusion_count(const sg_fusion_table_t *t)
+{
+    return t != NULL ? t->n : 0;
+}
+
+sg_provenance_t *sg_fusion_prov(sg_fusion_table_t *t, size_t i)
+{
+    return &t->routes[i].prov;
+}
+
+void sg_fusion_table_free(sg_fusion_table_t *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n; ++i)
+        sg_provenance_dispose(&t->routes[i].prov);
+    free(t->routes);
+    free(t);
+}
+
+static const char *method_name(int m)
+{
+    return m == SG_FUSION_RRF ? "rrf" : "weighted";
+}
+
+static const char *norm_name(int n)
+{
+    return n == SG_NORM_MINMAX ? "minmax" : n == SG_NORM_ZSCORE ? "zscore" : "none";
+}
+
+sg_route_t *sg_fusion_access_backend(const sg_gen_t *g, int fi)
+{
+    const sg_fusion_conf_t *fc = &g->cfg->fusions[fi];
+    for (uint32_t i = 0; i < fc->n_legs; ++i)
+        if (g->routes[fc->legs[i]].core->serves_access)
+            return &g->routes[fc->legs[i]];
+    return NULL;
+}
+
+void sg_fusion_append_root(const sg_gen_t *g, sg_jw_t *w)
+{
+    const sg_config_t *cfg = g->cfg;
+    for (size_t i = 0; i < cfg->n_fusions; ++i) {
+        const sg_fusion_conf_t *fc = &cfg->fusions[i];
+        const sg_route_t *acc = sg_fusion_access_backend(g, (int)i);
+        char path[512];
+        snprintf(path, sizeof(path), "/retrieve/%s", fc->name);
+        sg_jw_obj(w);
+        sg_jw_kstr(w, "name", fc->name);
+        sg_jw_kstr(w, "plugin", "fusion");
+        sg_jw_kstr(w, "version", SG_VERSION);
+        sg_jw_ku64(w, "topk", fc->topk);
+        sg_jw_kstr(w, "retrieve", path);
+        sg_jw_kbool(w, "access", acc != NULL);
+        if (acc != NULL)
+            sg_jw_kstr(w, "access_via", acc->conf->name);
+        sg_jw_key(w, "fusion");
+        sg_jw_obj(w);
+        sg_jw_kstr(w, "method", method_name(fc->method));
+        if (fc->method == SG_FUSION_RRF)
+            sg_jw_kdouble(w, "k", fc->k);
+        if (fc->depth != 0)
+            sg_jw_ku64(w, "depth", fc->depth);
+        sg_jw_key(w, "routes");
+        sg_jw_arr(w);
+        for (uint32_t l = 0; l < fc->n_legs; ++l)
+            sg_jw_str(w, fc->leg_names[l]);
+        sg_jw_end(w);
+        sg_jw_key(w, "weights");
+        sg_jw_obj(w);
+        for (uint32_t l = 0; l < fc->n_legs; ++l)
+            sg_jw_kdouble(w, fc->leg_names[l], fc->weights[l]);
+        sg_jw_end(w);
+        if (fc->method == SG_FUSION_WEIGHTED) {
+            sg_jw_key(w, "normalize");
+            sg_jw_obj(w);
+            for (uint32_t l = 0; l < fc->n_legs; ++l)
+                sg_jw_kstr(w, fc->leg_names[l], norm_name(fc->normalize[l]));
+            sg_jw_end(w);
+        }
+        sg_jw_end(w);
+        sg_provenance_json(w, &g->fusion->routes[i].prov);
+        sg_jw_end(w);
+    }
+}
+
+/* ---- a request ---- */
+
+static void fusion_req_free(fusion_req_t *fr)
+{
+    for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
+        leg_t *leg = &fr->legs[l];
+        for (uint32_t i = 0; leg->blobs != NULL && i < fr->n_uniq; ++i)
+            sg_blob_release(leg->blobs[i]);
+        free(leg->blobs);
+        free(leg->type);
+        free(leg->message);
+    }
+    if (fr->client != NULL)
+        sg_clients_release(fr->client);
+    sg_gen_release(fr->gen);
+    free(fr->slot_uniq);
+    free(fr->uniq_text);
+    free(fr->uniq_len);
+    free(fr->arena);
+    free(fr);
+}
+
+static void fusion_req_unref(fusion_req_t *fr)
+{
+    if (--fr->refs == 0)
+        fusion_req_free(fr);
+}
+
+static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
+{
+    const fusion_req_t *fr = ctx;
+    sg_blob_t *b = fr->fused != NULL ? fr->fused[d] : NULL;
+    *out = (sg_trace_item_t){fr->uniq_text[d], fr->uniq_len[d], b, b != NULL ? SG_SRC_FUSION : SG_SRC_NONE};
+}
+
+/* The fusion route's or the client's query trace (trace.h), when either traces this request. */
+static void trace(const fusion_req_t *fr, int status, const char *type, uint64_t lat)
+{
+    const sg_trace_conf_t *rt = fr->route->conf->trace, *ct = fr->client->conf->trace;
+    if (rt == NULL && ct == NULL)
+        return;
+    sg_trace_event_t ev = {.request_id = fr->request_id,
+                           .route = fr->route->conf->name,
+                           .client = fr->client->id,
+                           .topk = fr->topk,
+                           .n = fr->n_queries,
+                           .slot = fr->slot_uniq,
+                           .n_distinct = fr->n_uniq,
+                           .status = status,
+                           .error = type,
+                           .start_us = fr->start_us,
+                           .latency_us = lat,
+                           .item = trace_item,
+                           .ctx = fr};
+    sg_trace_request(rt, ct, &ev);
+}
+
+/* Counts the outcome once: on the fusion route and, as one request, on the client; and traces it. */
+static void record(fusion_req_t *fr, int status, const char *type)
+{
+    fusion_route_t *r = fr->route;
+    int ci = sg_code_index(status);
+    uint64_t lat = sg_now_us() - fr->start_us;
+    trace(fr, status, type, lat);
+    sg_counter_add(r->requests[ci], 1);
+    sg_counter_add(r->queries[ci], fr->n_queries);
+    sg_hist_observe_us(r->latency, lat);
+    sg_gauge_add(r->inflight, -1);
+    sg_counter_add(fr->client->m_requests, 1);
+    sg_counter_add(fr->client->m_queries, fr->n_queries);
+    if (status == 504)
+        sg_counter_add(fr->client->m_timeouts, 1);
+    sg_ring_record_request(fr->n_queries, 0, 0, status >= 400, lat);
+    SG_LOG(SG_LL_DEBUG, "request", "%s fusion backend=%s client=%s status=%d%s%s queries=%u ms=%.3f", fr->request_id, r->conf->name,
+           fr->client->id, status, type != NULL ? " error=" : "", type != NULL ? type : "", fr->n_queries, (double)lat / 1000.0);
+}
+
+/* Ends the query: stops what still runs and counts it. The caller then answers (or not: cancelled). */
+static void finish(fusion_req_t *fr, int status, const char *type)
+{
+    fr->answered = 1;
+    sg_timer_stop(&fr->loop->timers, &fr->timer);
+    for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
+        sg_query_t *q = fr->legs[l].q;
+        fr->legs[l].q = NULL;
+        if (q != NULL)
+            sg_query_cancel(q);
+    }
+    record(fr, status, type);
+}
+
+static void fail(fusion_req_t *fr, int status, const char *type, const char *msg, uint32_t retry_after)
+{
+    if (fr->answered)
+        return;
+    finish(fr, status, type);
+    sg_query_result_t res = {
+        .status = status, .type = type, .message = msg, .retry_after_s = retry_after, .request_id = fr->request_id};
+    fr->done(fr->ctx, &res, NULL);
+    fusion_req_unref(fr);
+}
+
+/* How specific a leg's failure is, for the answer when every leg failed: the client's own error
+ * first (retrying cannot help), then a backend bug, an upstream error, a timeout, and last the
+ * generic "unavailable / overloaded" 503. */
+static int specificity(int status)
+{
+    if (status >= 400 && status < 500)
+        return 6;
+    switch (status) {
+    case 500:
+        return 5;
+    case 502:
+        return 4;
+    case 504:
+        return 3;
+    case 503:
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+static void fail_all_legs(fusion_req_t *fr)
+{
+    const sg_fusion_conf_t *fc = fr->route->conf;
+    leg_t *pick = NULL;
+    uint32_t retry = 0;
+    sg_buf_t msg = {0};
+    sg_buf_appendf(&msg, "every leg of fusion route %s failed: ", fc->name);
+    for (uint32_t l = 0; l < fc->n_legs; ++l) {
+        leg_t *leg = &fr->legs[l];
+        if (pick == NULL || specificity(leg->status) > specificity(pick->status))
+            pick = leg;
+        if (leg->retry_after > retry)
+            retry = leg->retry_after;
+        sg_buf_appendf(&msg, "%s%s", l != 0 ? "; " : "", leg->message != NULL ? leg->message : "failed");
+    }
+    sg_buf_appendc(&msg, '\0');
+    fail(fr, pick->status, pick->type != NULL ? pick->type : "internal", msg.base, retry);
+    sg_buf_free(&msg);
+}
+
+/* The score written after a DOC in a scored fragment (`,"score":S}`), NaN when it is null. */
+static double blob_score(const sg_blob_t *b, uint32_t i)
+{
+    static const char prefix[] = ",\"score\":";
+    size_t at = (size_t)b->docs[i].off + b->docs[i].len;
+    if (at + sizeof(prefix) > b->json_len || memcmp(b->json + at, prefix, sizeof(prefix) - 1) != 0)
+        return NAN;
+    const char *p = b->json + at + sizeof(prefix) - 1;
+    if (*p != '-' && (*p < '0' || *p > '9'))
+        return NAN; /* null */
+    char tmp[40];
+    size_t n = 0;
+    while (n < sizeof(tmp) - 1 && p + n < b->json + b->json_len && strchr("0123456789+-.eE", p[n]) != NULL) {
+        tmp[n] = p[n];
+        ++n;
+    }
+    tmp[n] = '\0';
+    char *end;
+    double v = strtod(tmp, &end);
+    return end == tmp ? NAN : v;
+}
+
+/* Fuses distinct query `u` into a new blob. */
+static sg_blob_t *fuse_one(fusion_req_t *fr, uint32_t u)
+{
+    const sg_fusion_conf_t *fc = fr->route->conf;
+    sg_fusion_leg_t legs[SG_FUSION_MAX_LEGS];
+    sg_fusion_hit_t *store[SG_FUSION_MAX_LEGS] = {0};
+    for (uint32_t l = 0; l < fc->n_legs; ++l) {
+        const leg_t *leg = &fr->legs[l];
+        legs[l].ok = leg->status == 200;
+        legs[l].n = 0;
+        legs[l].hits = NULL;
+        if (!legs[l].ok)
+            continue;
+        const sg_blob_t *b = leg->blobs[u];
+        store[l] = sg_mem_alloc((b->n_hits != 0 ? b->n_hits : 1) * sizeof(**store));
+        for (uint32_t i = 0; i < b->n_hits; ++i) {
+            store[l][i].doc = b->json + b->docs[i].off;
+            store[l][i].len = b->docs[i].len;
+            store[l][i].score = blob_score(b, i);
+        }
+        legs[l].hits = store[l];
+        legs[l].n = b->n_hits;
+    }
+    sg_fusion_out_t *out = sg_mem_alloc(fr->topk * sizeof(*out));
+    uint32_t n = sg_fusion_merge(fc, legs, fr->topk, out);
+    sg_hit *hits = sg_mem_alloc((n != 0 ? n : 1) * sizeof(*hits));
+    for (uint32_t i = 0; i < n; ++i) {
+        const sg_fusion_hit_t *h = &legs[out[i].leg].hits[out[i].hit];
+        hits[i].doc = h->doc;
+        hits[i].doc_len = h->len;
+        hits[i].score = out[i].score;
+    }
+    sg_hits all = {hits, n};
+    sg_blob_t *blob = sg_blob_from_hits(&all);
+    free(hits);
+    free(out);
+    for (uint32_t l = 0; l < fc->n_legs; ++l)
+        free(store[l]);
+    return blob;
+}
+
+/* The fused answer fits limits.max_response_bytes (0), or the request was answered 413 (-1). */
+static int check_size(fusion_req_t *fr, sg_blob_t **fused)
+{
+    if (fr->max_response_bytes == 0)
+        return 0;
+    uint64_t size = fr->envelope_bytes;
+    for (uint32_t i = 0; i < fr->n_queries; ++i)
+        size += sg_blob_shape_len(fused[fr->slot_uniq[i]], fr->shape);
+    if (size <= fr->max_response_bytes)
+        return 0;
+    sg_counter_add(fr->loop->server->responses.m_too_large_exact, 1);
+    char msg[300];
+    snprintf(msg, sizeof(msg),
+             "fusion route %s: the answer is %llu bytes, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller "
+             "topk",
+             fr->route->conf->name, (unsigned long long)size, (unsigned long long)fr->max_response_bytes);
+    fail(fr, 413, "too_large", msg, 0);
+    return -1;
+}
+
+/* Before any work: the fused answer estimated from the legs' mean DOC size (halved, as the
+ * query pipeline does) fits limits.max_response_bytes (0), or the request was answered 413. */
+static int check_estimate(fusion_req_t *fr)
+{
+    const sg_fusion_conf_t *fc = fr->route->conf;
+    uint32_t doc = 0;
+    for (uint32_t l = 0; l < fc->n_legs; ++l) {
+        uint32_t d = sg_respond_doc_bytes(&fr->gen->routes[fc->legs[l]], SG_OP_SEARCH);
+        doc = d > doc ? d : doc;
+    }
+    uint64_t low = fr->envelope_bytes + (uint64_t)fr->n_queries * fr->topk * (doc / 2);
+    if (fr->max_response_bytes == 0 || doc == 0 || low <= fr->max_response_bytes)
+        return 0;
+    sg_counter_add(fr->loop->server->responses.m_too_large_estimate, 1);
+    char msg[400];
+    snprintf(msg, sizeof(msg),
+             "fusion route %s: the answer would be at least about %llu bytes (%u queries x topk %u x ~%u bytes per document), over "
+             "limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
+             fc->name, (unsigned long long)low, fr->n_queries, fr->topk, doc / 2, (unsigned long long)fr->max_response_bytes);
+    fail(fr, 413, "too_large", msg, 0);
+    return -1;
+}
+
+static void respond(fusion_req_t *fr)
+{
+    const sg_fusion_conf_t *fc = fr->route->conf;
+    sg_blob_t **fused = sg_mem_alloc(fr->n_uniq * sizeof(*fused));
+    for (uint32_t u = 0; u < fr->n_uniq; ++u)
+        fused[u] = fuse_one(fr, u);
+    if (check_size(fr, fused) != 0) {
+        for (uint32_t u = 0; u < fr->n_uniq; ++u)
+            sg_blob_release(fused[u]);
+        free(fused);
+        return;
+    }
+    /* the legs that failed: a header for the client, a metric for the operator */
+    sg_buf_t partial = {0};
+    for (uint32_t l = 0; l < fc->n_legs; ++l) {
+        const leg_t *leg = &fr->legs[l];
+        if (leg->status == 200)
+            continue;
+        const char *reason = leg->type != NULL ? leg->type : "error";
+        sg_buf_appendf(&partial, "%s%s=%s", partial.len != 0 ? ", " : "", fc->leg_names[l], reason);
+        char labels[256];
+        snprintf(labels, sizeof(labels), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[l], reason);
+        sg_counter_add(sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, labels), 1);
+    }
+    fr->fused = fused;
+    finish(fr, 200, NULL);
+    fr->fused = NULL;
+    sg_blob_t **blobs = sg_mem_alloc(fr->n_queries * sizeof(*blobs));
+    for (uint32_t i = 0; i < fr->n_queries; ++i)
+        blobs[i] = fused[fr->slot_uniq[i]];
+    sg_query_result_t res = {.status = 200, .n = fr->n_queries, .blobs = blobs, .request_id = fr->request_id};
+    for (uint32_t l = 0; l < fc->n_legs; ++l) { /* the cache outcome over the legs that answered */
+        const leg_t *leg = &fr->legs[l];
+        res.n_distinct += leg->status == 200 ? fr->n_uniq : 0;
+        res.n_cached += leg->status == 200 ? leg->n_cached : 0;
+        res.cache_on |= leg->status == 200 && leg->cache_on;
+    }
+    if (partial.len != 0)
+        sg_buf_appendc(&partial, '\0');
+    fr->done(fr->ctx, &res, partial.len != 0 ? partial.base : NULL);
+    free(blobs);
+    sg_buf_free(&partial);
+    for (uint32_t u = 0; u < fr->n_uniq; ++u)
+        sg_blob_release(fused[u]);
+    free(fused);
+    fusion_req_unref(fr);
+}
+
+static void leg_finished(fusion_req_t *fr)
+{
+    if (--fr->legs_pending != 0 || fr->answered)
+        return;
+    for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l)
+        if (fr->legs[l].status == 200) {
+            respond(fr);
+            return;
+        }
+    fail_all_legs(fr);
+}
+
+static void on_leg_done(void *ctx, const sg_query_result_t *res)
+{
+    leg_t *leg = ctx;
+    fusion_req_t *fr = leg->fr;
+    leg->q = NULL;
+    leg->status = res->status;
+    if (res->status == 200) {
+        leg->blobs = sg_mem_alloc(fr->n_uniq * sizeof(*leg->blobs));
+        for (uint32_t u = 0; u < fr->n_uniq; ++u)
+            leg->blobs[u] = sg_blob_ref(res->blobs[u]);
+        leg->n_cached = res->n_cached;
+        leg->cache_on = (uint32_t)res->cache_on;
+    } else {
+        leg->type = sg_strdup(res->type != NULL ? res->type : "error");
+        leg->message = sg_strdup(res->message != NULL ? res->message : "failed");
+        leg->retry_after = res->retry_after_s;
+    }
+    leg_finished(fr);
+}
+
+static void start_legs(fusion_req_t *fr)
+{
+    const sg_fusion_conf_t *fc = fr->route->conf;
+    uint32_t depth = sg_fusion_depth(fc, fr->topk);
+    fr->legs_pending = fc->n_legs + 1; /* + 1 while starting: a leg may answer at once (all in L1) */
+    uint64_t now = sg_now_us();
+    for (uint32_t l = 0; l < fc->n_legs; ++l) {
+        leg_t *leg = &fr->legs[l];
+        leg->fr = fr;
+        leg->index = l;
+        sg_query_spec_t spec = {.route = &fr->gen->routes[fc->legs[l]],
+                                .client = fr->client,
+                                .texts = fr->uniq_text,
+                                .lens = fr->uniq_len,
+                                .n = fr->n_uniq,
+                                .topk = depth,
+                                .start_us = now,
+                                .deadline_us = fr->deadline_us,
+                                .leg = 1};
+        sg_query_t *q = sg_query_start(fr->loop, &spec, on_leg_done, leg);
+        if (leg->status == 0)
+            leg->q = q;
+    }
+    leg_finished(fr);
+}
+
+static void on_timer(sg_timer_t *t)
+{
+    fusion_req_t *fr = H2O_STRUCT_FROM_MEMBER(fusion_req_t, timer, t);
+    if (atomic_load(&fr->loop->server->stopping)) { /* it waited for its rate limit into the shutdown */
+        fail(fr, 503, "unavailable", "the gateway is shutting down", 1);
+        return;
+    }
+    start_legs(fr);
+}
+
+/* The client's rate limit, charged once for the request's queries (as query.c does for a route). */
+static void on_rate_decision(fusion_req_t *fr, int rl, uint64_t wait_us)
+{
+    sg_client_t *client = fr->client;
+    if (rl == SG_RL_DENY) {
+        uint32_t retry;
+        char msg[240];
+        int status = sg_clients_rate_refusal(client, wait_us, fr->max_wait_us, &retry, msg, sizeof(msg));
+        fail(fr, status, "rate_limited", msg, retry);
+        return;
+    }
+    if (rl == SG_RL_WAIT) {
+        sg_counter_add(client->m_queued, 1);
+        sg_hist_observe_us(client->m_wait, wait_us);
+        sg_timer_start(&fr->loop->timers, &fr->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
+        return;
+    }
+    start_legs(fr);
+}
+
+static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+{
+    fusion_req_t *fr = ctx;
+    if (!fr->answered)
+        on_rate_decision(fr, decision, wait_us);
+    fusion_req_unref(fr); /* the round trip's reference */
+}
+
+void sg_fusion_cancel(sg_fusion_query_t *fr)
+{
+    if (fr == NULL || fr->answered)
+        return;
+    finish(fr, 499, "client_gone");
+    fusion_req_unref(fr);
+}
+
+/* whether the distinct text at `item` (&fr->uniq_text[u]) is the key */
+static int uniq_eq(const void *item, const void *key, size_t key_len, const void *ud)
+{
+    const fusion_req_t *fr = ud;
+    const char *const *text = item;
+    return fr->uniq_len[text - fr->uniq_text] == key_len && memcmp(*text, key, key_len) == 0;
+}
+
+/* The request's distinct queries: each leg searches a repeated text once, and it is fused once.
+ * Copies the texts into fr->arena and maps every query to its distinct one (fr->slot_uniq). */
+static void dedup_queries(fusion_req_t *fr, const sg_fusion_spec_t *spec)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < spec->n; ++i)
+        total += spec->lens[i];
+    fr->arena = sg_mem_alloc(total != 0 ? total : 1);
+    fr->slot_uniq = sg_mem_alloc(spec->n * sizeof(*fr->slot_uniq));
+    fr->uniq_text = sg_mem_alloc(spec->n * sizeof(*fr->uniq_text));
+    fr->uniq_len = sg_mem_alloc(spec->n * sizeof(*fr->uniq_len));
+    sg_hmap_t distinct; /* items: &fr->uniq_text[u] */
+    sg_hmap_init(&distinct, uniq_eq, fr, spec->n);
+    for (uint32_t i = 0, at = 0; i < spec->n; at += spec->lens[i++]) {
+        char *t = fr->arena + at;
+        uint32_t l = spec->lens[i];
+        memcpy(t, spec->texts[i], l);
+        fr->uniq_text[fr->n_uniq] = t; /* filled in advance: kept only when the text is new */
+        fr->uniq_len[fr->n_uniq] = l;
+        const char **got = sg_hmap_find_or_insert(&distinct, sg_hmap_hash(t, l), t, l, &fr->uniq_text[fr->n_uniq]);
+        fr->slot_uniq[i] = (uint32_t)(got - fr->uniq_text);
+        if (fr->slot_uniq[i] == fr->n_uniq)
+            ++fr->n_uniq;
+    }
+    sg_hmap_dispose(&distinct);
+}
+
+/* The client's rate limit, once for the batch (the legs are not charged again); it may wait at
+ * most until the deadline. The decision (now or from Redis) continues in on_rate_decision(). */
+static void charge_rate_limit(fusion_req_t *fr)
+{
+    sg_loop_t *loop = fr->loop;
+    sg_client_t *client = fr->client;
+    const sg_client_conf_t *cc = client->conf;
+    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
+    if (max_wait_us > fr->deadline_us - fr->start_us)
+        max_wait_us = fr->deadline_us - fr->start_us;
+    fr->max_wait_us = max_wait_us;
+    uint64_t wait_us = 0;
+    int rl;
+    if (cc->rate > 0 && cc->global) {
+        ++fr->refs; /* the Redis round trip's */
+        if (sg_ratelimit_global(loop->redis, fr->gen->clients, client, fr->n_queries, max_wait_us, on_global_decision, fr, &rl,
+                                &wait_us) != 0)
+            return; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
+        --fr->refs;
+    } else {
+        rl = sg_clients_ratelimit(fr->gen->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
+    }
+    on_rate_decision(fr, rl, wait_us);
+}
+
+sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
+{
+    fusion_route_t *r = &spec->gen->fusion->routes[spec->route];
+    const sg_fusion_conf_t *fc = r->conf;
+    fusion_req_t *fr = sg_mem_calloc(1, sizeof(*fr));
+    static __thread uint64_t seq;
+    snprintf(fr->request_id, sizeof(fr->request_id), "%d-f%llu", loop->id, (unsigned long long)++seq);
+    fr->refs = 1;
+    fr->done = done;
+    fr->ctx = ctx;
+    fr->loop = loop;
+    fr->gen = sg_gen_ref(spec->gen);
+    fr->route = r;
+    fr->client = sg_clients_ref(spec->client);
+    fr->n_queries = spec->n;
+    fr->topk = spec->topk != 0 ? spec->topk : fc->topk;
+    fr->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
+    uint64_t deadline_us = fr->start_us + (uint64_t)fc->timeout_ms * 1000;
+    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
+        deadline_us = spec->deadline_us > fr->start_us ? spec->deadline_us : fr->start_us;
+    fr->deadline_us = deadline_us;
+    fr->shape = spec->shape;
+    fr->max_response_bytes = spec->max_response_bytes;
+    fr->envelope_bytes = spec->envelope_bytes;
+    sg_gauge_add(r->inflight, 1);
+    dedup_queries(fr, spec);
+    ++fr->refs; /* the caller's handle stays valid through what follows */
+    if (check_estimate(fr) == 0)
+        charge_rate_limit(fr);
+    int answered = fr->answered;
+    fusion_req_unref(fr);
+    return answered ? NULL : fr;
+}
+
+/* ---- POST /retrieve on a fusion route ---- */
+
+/* Lives in the HTTP request's pool: the link between the request and its fusion query. */
+typedef struct st_http_fusion_t {
+    h2o_req_t *req;
+    sg_fusion_query_t *q; /* NULL once answered */
+    int return_scores;
+    const fusion_route_t *route; /* for X-Searchgate-Provenance */
+} http_fusion_t;
+
+static void on_http_done(void *ctx, const sg_query_result_t *res, const char *partial)
+{
+    http_fusion_t *hf = ctx;
+    hf->q = NULL;
+    h2o_req_t *req = hf->req;
+    sg_provenance_add_header(req, &hf->route->prov, res);
+    if (res->status != 200) {
+        sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
+        return;
+    }
+    if (partial != NULL) {
+        size_t n = strlen(partial);
+        char *v = h2o_mem_alloc_pool(&req->pool, n);
+        memcpy(v, partial, n);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v, n);
+    }
+    sg_respond_blobs(req, res->blobs, res->n, hf->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT);
+}
+
+/* The HTTP request is being freed: if its fusion query still runs, the client went away first. */
+static void on_req_dispose(void *p)
+{
+    http_fusion_t *hf = p;
+    sg_fusion_query_t *q = hf->q;
+    hf->q = NULL;
+    if (q != NULL)
+        sg_fusion_cancel(q);
+}
+
+/* Answered before the fan-out: counted on the fusion route (and on the client once known). */
+static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client, int status, const char *type, const char *msg,
+                         uint32_t n_queries, uint64_t start_us)
+{
+    int ci = sg_code_index(status);
+    uint64_t lat = sg_now_us() - start_us;
+    sg_counter_add(r->requests[ci], 1);
+    sg_counter_add(r->queries[ci], n_queries);
+    sg_hist_observe_us(r->latency, lat);
+    sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
+    if (client != NULL && status != 200) {
+        sg_counter_add(client->m_requests, 1);
+        sg_counter_add(client->m_queries, n_queries);
+    }
+    if (status == 401)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    sg_provenance_add_header(req, &r->prov, NULL);
+    if (status == 200)
+        sg_send_json(req, 200, msg, strlen(msg));
+    else
+        sg_send_error(req, status, type, msg, 0);
+}
+
+int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us)
+{
+    sg_gen_t *g = loop->gen; /* the loop's reference holds it through this call; the query takes its own */
+    fusion_route_t *r = &g->fusion->routes[fi];
+    const sg_fusion_conf_t *fc = r->conf;
+    char err[300];
+    if (pr->search_params != NULL) {
+        snprintf(err, sizeof(err),
+                 "fusion route %s takes no search_params (its legs are searched with their own settings; send them to a leg's "
+                 "route)",
+                 fc->name);
+        answer_early(req, r, NULL, 422, "validation_error", err, 0, start_us);
+        return 0;
+    }
+    const char *why = NULL;
+    sg_client_t *client = sg_clients_identify_request(g->clients, req, &why);
+    if (client == NULL) {
+        answer_early(req, r, NULL, 401, "unauthorized", why, 0, start_us);
+        return 0;
+    }
+    if (pr->n == 0) {
+        answer_early(req, r, client, 200, NULL, "{\"result\":[]}", 0, start_us);
+        sg_clients_release(client);
+        return 0;
+    }
+    /* deadline: the route's timeout, shortened (never lengthened) by X-Timeout-Ms; shared by the legs */
+    uint64_t deadline_us;
+    if (sg_retrieve_timeout_header(req, fc->timeout_ms, start_us, &deadline_us) != 0) {
+        answer_early(req, r, client, 422, "validation_error", "header X-Timeout-Ms must be a positive integer (milliseconds)",
+                     pr->n, start_us);
+        sg_clients_release(client);
+        return 0;
+    }
+    const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
+    for (uint32_t i = 0; i < pr->n; ++i)
+        texts[i] = pr->arena + pr->off[i];
+    sg_fusion_spec_t spec = {.gen = g,
+                             .route = fi,
+                             .client = client,
+                             .texts = texts,
+                             .lens = pr->len,
+                             .n = pr->n,
+                             .topk = pr->topk,
+                             .start_us = start_us,
+                             .deadline_us = deadline_us,
+                             .shape = pr->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT,
+                             .max_response_bytes = g->cfg->limits.max_response_bytes,
+                             .envelope_bytes = sg_respond_envelope(pr->n)};
+    http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
+    *hf = (http_fusion_t){req, NULL, pr->return_scores, r};
+    sg_fusion_query_t *q = sg_fusion_start(loop, &spec, on_http_done, hf);
+    if (q != NULL) /* else done() already ran, and the request may be gone */
+        hf->q = q;
+    free(texts);
+    sg_clients_release(client);
+    return 0;
+}

@@ -1,0 +1,169 @@
+/* Unit tests: the result cache's keys and its Redis value format (cache/cache.c): a key with search
+ * parameters, and values read back only when they are exactly what the writer makes. Built twice,
+ * like lib/test_json.c: unit_cache and unit_cache_portable (lib/json.c's portable string scan). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include "json.h"
+#include "server.h"
+#include "dispatch.h"
+#include "../cache/cache.h"
+
+/* The key of a request with search parameters differs from the plain one (and from other
+ * parameters); without parameters ("" or NULL) it is the key every earlier release wrote. */
+static void test_key_params(void **state)
+{
+    (void)state;
+    sg_route_core_t b; /* the route's half that holds its cache identity */
+    memset(&b, 0, sizeof(b));
+    b.identity = "local|local|1.0.0|x";
+    sg_buf_t k0 = {0}, k1 = {0}, k2 = {0}, k3 = {0}, k4 = {0};
+    sg_cache_key(&k0, b.identity, 3, NULL, "who wrote hamlet", 16);
+    sg_cache_key(&k1, b.identity, 3, "", "who wrote hamlet", 16);
+    sg_cache_key(&k2, b.identity, 3, "nprobe=8", "who wrote hamlet", 16);
+    sg_cache_key(&k3, b.identity, 3, "nprobe=16", "who wrote hamlet", 16);
+    sg_cache_key(&k4, b.identity, 3, "nprobe=8", "who wrote hamlet", 16);
+    const char plain[] = "local|local|1.0.0|x\x1f"
+                         "3\x1fwho wrote hamlet";
+    assert_int_equal(k0.len, sizeof(plain) - 1);
+    assert_memory_equal(k0.base, plain, k0.len);
+    assert_true(k1.len == k0.len && memcmp(k1.base, k0.base, k0.len) == 0);
+    assert_false(k2.len == k0.len && memcmp(k2.base, k0.base, k0.len) == 0);
+    assert_false(k2.len == k3.len && memcmp(k2.base, k3.base, k2.len) == 0);
+    assert_true(k2.len == k4.len && memcmp(k2.base, k4.base, k2.len) == 0);
+    sg_buf_free(&k0);
+    sg_buf_free(&k1);
+    sg_buf_free(&k2);
+    sg_buf_free(&k3);
+    sg_buf_free(&k4);
+}
+
+/* A cached value's documents must lie inside its fragment's brackets, in order, without
+ * overlapping: the flat reply is spliced from them, so a value that lists the same span many
+ * times (a foreign or damaged Redis entry) would make a reply many times its size -- 4,000 copies
+ * of a 1 kB fragment, a 4 MB reply from a 50 kB value, and with 100,000 copies of a large
+ * fragment an allocation the gateway dies on. Found by the cache value fuzz target (tests/fuzz). */
+static void test_cache_value_docs_bounded(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "SG1 2 1 2 1 2\n[{},{}]", /* the same document twice */
+        "SG1 2 4 2 1 2\n[{},{}]", /* out of order */
+        "SG1 1 1 3\n[{}]",        /* takes the closing bracket */
+        "SG1 1 0 3\n[{}]",        /* takes the opening bracket */
+        "SG1 2 1 2 2 2\n[{},{}]", /* overlapping */
+        "SG1 1 1 0\n[{}]",        /* empty */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        sg_blob_t *b = sg_cache_decode(bad[i], strlen(bad[i]), NULL);
+        if (b != NULL)
+            fail_msg("accepted %s", bad[i]);
+    }
+    /* the amplification itself: n copies of the whole document */
+    sg_buf_t v = {0};
+    const size_t n = 4000, doc = 1000;
+    sg_buf_appendf(&v, "SG1 %zu", n);
+    for (size_t i = 0; i < n; ++i)
+        sg_buf_appendf(&v, " 1 %zu", doc);
+    sg_buf_appendc(&v, '\n');
+    sg_buf_appendc(&v, '[');
+    sg_buf_appendc(&v, '{');
+    for (size_t i = 0; i < doc - 2; ++i)
+        sg_buf_appendc(&v, ' ');
+    sg_buf_appends(&v, "}]");
+    sg_blob_t *b = sg_cache_decode(v.base, v.len, NULL);
+    if (b != NULL) {
+        size_t flat = sg_blob_fragment_len(b, 0);
+        sg_blob_release(b);
+        fail_msg("a %zu-byte value decoded into a %zu-byte reply", v.len, flat);
+    }
+    sg_buf_free(&v);
+    /* documents back to back (no separator) keep the bound but are not the writer's shape: since
+     * values are validated in full (test_cache_value_content) they are refused too */
+    assert_null(sg_cache_decode("SG1 2 1 2 3 2\n[{}{}]", strlen("SG1 2 1 2 3 2\n[{}{}]"), NULL));
+}
+
+/* A value whose frame is right but whose content is not what the writer makes: served, its
+ * fragment would splice invalid JSON into the reply ({"result":[[xxxxx]]}). Each is a miss with
+ * a reason; the writer's own values, with every kind of score it writes, still decode. */
+static void test_cache_value_content(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value, *what;
+    } bad[] = {
+        {"SG1 1 13 5\n[{\"document\":xxxxx,\"score\":1}]", "the issue's {\"result\":[[xxxxx]]}"},
+        {"SG1 1 13 9\n[{\"document\":{\"a\":\"\x80\"},\"score\":1}]", "invalid UTF-8"},
+        {"SG1 1 13 9\n[{\"document\":{\"a\":\"\x01\"},\"score\":1}]", "a raw control character"},
+        {"SG1 1 13 8\n[{\"document\":{\"a\":01},\"score\":1}]", "a number outside the grammar"},
+        {"SG1 1 13 3\n[{\"document\":{}x,\"score\":1}]", "a document with junk after it"},
+        {"SG1 1 13 5\n[{\"document\":[1,2],\"score\":1}]", "a document that is not an object"},
+        {"SG1 1 13 2\n[{\"document\":{},\"score\":1.}]", "a bad score (the flat shape alone would be valid)"},
+        {"SG1 1 13 2\n[{\"document\":{},\"score\":\"1\"}]", "a score that is a string"},
+        {"SG1 1 13 2\n[{\"document\":{},\"score\":1,\"x\":2}]", "a member beyond document and score"},
+        {"SG1 1 13 2\n[{\"document\":{},\"score\":1}", "no closing bracket"},
+        {"SG1 1 13 2\n[{\"document\":{},\"score\":1}x]", "junk after the last hit"},
+        {"SG1 2 13 2 38 2\n[{\"document\":{},\"score\":1}{\"document\":{},\"score\":1}]", "a missing comma"},
+        {"SG1 1 14 2\n[{\"document\": {},\"score\":1}]", "whitespace the writer never makes"},
+        {"SG1 1 13 2\n[{\"score\":1,\"document\":{}}]", "members in another order"},
+        {"SG1 0\n[{\"document\":{},\"score\":1}]", "a hit the header does not list"},
+        {"SG1 50000 13 2\n[]", "more hits than the value can hold"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        const char *why = NULL;
+        sg_blob_t *b = sg_cache_decode(bad[i].value, strlen(bad[i].value), &why);
+        if (b != NULL)
+            fail_msg("accepted a value with %s", bad[i].what);
+        assert_non_null(why);
+    }
+    static const char *const good[] = {
+        "SG1 0\n[]",
+        "SG1 1 13 2\n[{\"document\":{},\"score\":null}]",
+        "SG1 2 13 10 53 8\n[{\"document\":{\"id\":\"1\"},\"score\":-1.5e-7},{\"document\":{\"b\":[]},\"score\":0}]",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); ++i) {
+        sg_blob_t *b = sg_cache_decode(good[i], strlen(good[i]), NULL);
+        if (b == NULL)
+            fail_msg("refused %s", good[i]);
+        sg_blob_release(b);
+    }
+    /* a document nested deeper than any parser a client uses would read */
+    sg_buf_t deep = {0}, v = {0};
+    for (int i = 0; i < 600; ++i)
+        sg_buf_appends(&deep, "{\"a\":");
+    sg_buf_appends(&deep, "1");
+    for (int i = 0; i < 600; ++i)
+        sg_buf_appendc(&deep, '}');
+    sg_buf_appendf(&v, "SG1 1 13 %zu\n[{\"document\":", deep.len);
+    sg_buf_append(&v, deep.base, deep.len);
+    sg_buf_appends(&v, ",\"score\":1}]");
+    assert_null(sg_cache_decode(v.base, v.len, NULL));
+    sg_buf_free(&deep);
+    sg_buf_free(&v);
+    /* what the writer makes from a plugin's documents (escapes, UTF-8, NaN scores) round-trips */
+    sg_hit hits[3] = {{"{\"t\":\"\\u00e9 \xc3\xa9 \\\"\"}", 20, 0.25}, {"{\"n\":[1,{\"x\":null}]}", 20, NAN}, {"{}", 2, -3}};
+    sg_hits h = {hits, 3};
+    sg_blob_t *b = sg_blob_from_hits(&h);
+    sg_buf_t enc = {0};
+    sg_cache_encode(&enc, b);
+    sg_blob_t *d = sg_cache_decode(enc.base, enc.len, NULL);
+    assert_non_null(d);
+    assert_int_equal(d->json_len, b->json_len);
+    assert_memory_equal(d->json, b->json, b->json_len);
+    sg_blob_release(d);
+    sg_blob_release(b);
+    sg_buf_free(&enc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_key_params), cmocka_unit_test(test_cache_value_docs_bounded),
+                                       cmocka_unit_test(test_cache_value_content)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
