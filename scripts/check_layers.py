@@ -2,7 +2,7 @@
 """check_layers.py [ROOT] -- checks the real include and link edges of the shipped code against the
 layer table in docs/architecture.md (the fenced block marked `layers`).
 
-Each line of that block is `LAYER -> ALLOWED...`: a layer is a path prefix ending in "/" and
+Each line of that block is `LAYER -> ALLOWED...`: a layer is a path prefix ending in "/" (or one file) and
 `backends/*/` stands for every plugin folder not listed on its own (each plugin is then a layer of
 its own, so plugins cannot reach into each other). A file belongs to the layer with the longest
 matching prefix; it may use its own layer and the ones listed. `(nothing)` lists none.

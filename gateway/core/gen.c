@@ -22,6 +22,7 @@
 #include "clients.h"
 #include "dispatch.h"
 #include "fusion_route.h"
+#include "blas.h"
 #include "json.h"
 #include "mcp.h"
 #include "reload.h"
@@ -272,19 +273,25 @@ static int plan_core(sg_gen_t *g, size_t i, const sg_gen_t *prev, const char *pl
     return 0;
 }
 
+/* The BLAS kernels the plugins run: one choice for the process (OpenBLAS is loaded once), made
+ * at start-up; /stats shows it through sg_server_t.blas. */
+static sg_blas_choice_t blas_choice;
+
 /* Start-up: the BLAS kernels are fixed once every plugin is loaded and before any computes (blas.h:
  * this may re-execute the gateway). A reload keeps the start-up choice. */
 static int tune_blas(sg_server_t *s, char **argv, char *err, size_t err_size)
 {
-    if (sg_blas_tune(argv, &s->blas) != 0) {
-        snprintf(err, err_size, "%s", s->blas.reason);
+    sg_blas_choice_t *c = &blas_choice;
+    s->blas = c;
+    if (sg_blas_tune(argv, c) != 0) {
+        snprintf(err, err_size, "%s", c->reason);
         return -1;
     }
-    if (strcmp(s->blas.library, "none") != 0)
-        SG_LOG(SG_LL_INFO, "main", "BLAS: %s with %s kernels (%s)", s->blas.library, s->blas.core, s->blas.reason);
-    char l[256];
-    snprintf(l, sizeof(l), "library=\"%s\",core=\"%s\",default_core=\"%s\",source=\"%s\"", s->blas.library, s->blas.core,
-             s->blas.default_core, s->blas.source);
+    if (strcmp(c->library, "none") != 0)
+        SG_LOG(SG_LL_INFO, "main", "BLAS: %s with %s kernels (%s)", c->library, c->core, c->reason);
+    char l[4 * sizeof(*c)]; /* four of its strings: roomy enough for any the compiler imagines */
+    snprintf(l, sizeof(l), "library=\"%s\",core=\"%s\",default_core=\"%s\",source=\"%s\"", c->library, c->core, c->default_core,
+             c->source);
     sg_gauge_set(sg_metrics_gauge("searchgate_blas_info", "The BLAS library and kernel set the plugins run (value 1).", l), 1);
     return 0;
 }

@@ -13,6 +13,7 @@
 #include "gen.h"
 #include "reload.h"
 #include "budget.h"
+#include "blas.h"
 #include "json.h"
 #include "listen.h"
 #include "gate.h"
@@ -376,7 +377,8 @@ static void on_stats(h2o_req_t *req)
     sg_jw_kfixed(&jw, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
     sg_jw_ki64(&jw, "window_s", window);
     sg_jw_kdouble(&jw, "hit_ratio_60s", sg_ring_hit_ratio(60));
-    const sg_blas_choice_t *bl = &s->blas;
+    static const sg_blas_choice_t none; /* before start-up chose (tests): empty strings */
+    const sg_blas_choice_t *bl = s->blas != NULL ? s->blas : &none;
     sg_jw_key(&jw, "blas");
     sg_jw_obj(&jw);
     sg_jw_kstr(&jw, "library", bl->library);

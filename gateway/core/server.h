@@ -21,7 +21,6 @@
 #include "config.h"
 #include "metrics.h"
 #include "timer.h"
-#include "blas.h"
 #include "route.h"
 
 #define SG_VERSION "0.1.0"
@@ -97,7 +96,7 @@ struct st_sg_server_t {
     _Atomic uint32_t n_live;
     int log_level_override;                       /* --log-level, which a reload does not change; -1 = none */
     sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
-    sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
+    const struct st_sg_blas_choice_t *blas;       /* the BLAS kernels the plugins run (lib/blas.h), NULL before start-up chose */
     sg_response_budget_t responses;               /* response memory held by the process (respond.h) */
     sg_counter_t *body_bytes_parsed;              /* request bodies handed to the JSON parser */
     /* one per listener, in s->listeners order: who may talk to it (gate.c); set by sg_gate_init(),

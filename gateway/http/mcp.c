@@ -22,6 +22,7 @@
  * (limits.write_timeout_ms): a reader that takes no bytes of what waits for it is disconnected,
  * and a stream holds at most STREAM_MAX_BUFFER bytes beside what h2o is writing.
  */
+#include "mcp.h"
 #include "mcp_impl.h"
 #include "clients.h"
 #include "gen.h"
@@ -144,14 +145,14 @@ static struct {
     sg_counter_t *ended[END_COUNT];
     sg_counter_t *dropped; /* replies for an SSE stream that was gone */
     sg_gauge_t *sessions, *streams;
-} M;
+} mcp_metrics;
 
 static void count_http(int ep, int status)
 {
     size_t i = 0;
     while (http_codes[i] != 0 && http_codes[i] != status)
         ++i;
-    sg_counter_add(M.http[ep][i], 1);
+    sg_counter_add(mcp_metrics.http[ep][i], 1);
 }
 
 /* ---- sessions ---- */
@@ -177,7 +178,7 @@ static struct {
     mcp_session_t lru; /* sentinel: lru.next is the most recently used */
     size_t max;
     uint64_t idle_ms;
-} T;
+} mcp_sessions;
 
 static int session_eq(const void *item, const void *key, size_t key_len, const void *ud)
 {
@@ -193,39 +194,39 @@ static void lru_unlink(mcp_session_t *s)
 
 static void lru_front(mcp_session_t *s)
 {
-    s->next = T.lru.next;
-    s->prev = &T.lru;
+    s->next = mcp_sessions.lru.next;
+    s->prev = &mcp_sessions.lru;
     s->next->prev = s;
-    T.lru.next = s;
+    mcp_sessions.lru.next = s;
 }
 
 static mcp_session_t *find_locked(const char *id, size_t len)
 {
     if (len != SID_LEN)
         return NULL;
-    return sg_hmap_find(&T.index, sg_hmap_hash(id, len), id, len);
+    return sg_hmap_find(&mcp_sessions.index, sg_hmap_hash(id, len), id, len);
 }
 
 static void remove_locked(mcp_session_t *s, int why)
 {
-    sg_hmap_remove(&T.index, s->hash, s);
+    sg_hmap_remove(&mcp_sessions.index, s->hash, s);
     lru_unlink(s);
-    sg_gauge_add(M.sessions, -1);
-    sg_counter_add(M.ended[why], 1);
+    sg_gauge_add(mcp_metrics.sessions, -1);
+    sg_counter_add(mcp_metrics.ended[why], 1);
     free(s->client_id);
     free(s);
 }
 
 static int idle_locked(const mcp_session_t *s, uint64_t now)
 {
-    return s->stream == NULL && now - s->last_ms > T.idle_ms;
+    return s->stream == NULL && now - s->last_ms > mcp_sessions.idle_ms;
 }
 
 /* Ends idle sessions from the cold end; a session with a stream is kept warm by its keep-alives. */
 static void expire_locked(uint64_t now)
 {
-    while (T.lru.prev != &T.lru && idle_locked(T.lru.prev, now))
-        remove_locked(T.lru.prev, END_IDLE);
+    while (mcp_sessions.lru.prev != &mcp_sessions.lru && idle_locked(mcp_sessions.lru.prev, now))
+        remove_locked(mcp_sessions.lru.prev, END_IDLE);
 }
 
 /* Creates a session (an HTTP+SSE one when `stream` is given, owned by loop `stream_loop`); NULL
@@ -243,14 +244,14 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     }
     sid[SID_LEN] = '\0';
     uint64_t now = sg_now_ms();
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     expire_locked(now);
-    while (sg_hmap_size(&T.index) >= T.max) { /* the least recently used session without a stream goes */
-        mcp_session_t *victim = T.lru.prev;
-        while (victim != &T.lru && victim->stream != NULL)
+    while (sg_hmap_size(&mcp_sessions.index) >= mcp_sessions.max) { /* the least recently used session without a stream goes */
+        mcp_session_t *victim = mcp_sessions.lru.prev;
+        while (victim != &mcp_sessions.lru && victim->stream != NULL)
             victim = victim->prev;
-        if (victim == &T.lru) {
-            pthread_mutex_unlock(&T.mu);
+        if (victim == &mcp_sessions.lru) {
+            pthread_mutex_unlock(&mcp_sessions.mu);
             return NULL;
         }
         remove_locked(victim, END_EVICTED);
@@ -264,10 +265,10 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     s->stream = stream;
     s->stream_loop = stream != NULL ? stream_loop : -1;
     s->hash = sg_hmap_hash(sid, SID_LEN);
-    sg_hmap_insert(&T.index, s->hash, s);
+    sg_hmap_insert(&mcp_sessions.index, s->hash, s);
     lru_front(s);
-    sg_gauge_add(M.sessions, 1);
-    pthread_mutex_unlock(&T.mu);
+    sg_gauge_add(mcp_metrics.sessions, 1);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     return s;
 }
 
@@ -276,7 +277,7 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
 static int use_session(const char *id, size_t len, const sg_client_t *client, int legacy, char version[16])
 {
     uint64_t now = sg_now_ms();
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(id, len);
     if (s != NULL && idle_locked(s, now)) {
         remove_locked(s, END_IDLE);
@@ -290,17 +291,17 @@ static int use_session(const char *id, size_t len, const sg_client_t *client, in
         if (version != NULL)
             memcpy(version, s->version, sizeof(s->version));
     }
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     return ok ? 0 : -1;
 }
 
 static void set_session_version(const char *id, const char *version)
 {
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(id, strlen(id));
     if (s != NULL)
         snprintf(s->version, sizeof(s->version), "%s", version);
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
 }
 
 /* ---- per-loop state and SSE streams ---- */
@@ -425,16 +426,16 @@ static void on_stream_stop(h2o_generator_t *g, h2o_req_t *req)
 static void on_stream_dispose(void *p)
 {
     mcp_stream_t *st = p;
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(st->sid, SID_LEN);
     if (s != NULL && s->stream == st)
         remove_locked(s, END_STREAM_CLOSED);
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     if (h2o_linklist_is_linked(&st->link))
         h2o_linklist_unlink(&st->link);
     sg_timer_stop(&st->loop->timers, &st->keepalive);
     sg_respond_watch_idle(&st->watch);
-    sg_gauge_add(M.streams, -1);
+    sg_gauge_add(mcp_metrics.streams, -1);
     sg_buf_free(&st->inflight);
     sg_buf_free(&st->pending);
     stream_account(st);
@@ -448,11 +449,11 @@ static void on_keepalive(sg_timer_t *t)
     /* a comment line: keeps proxies from timing the stream out and finds clients that went away */
     if (!st->sending && st->pending.len == 0)
         stream_write(st, ": keepalive\n\n", 13);
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(st->sid, SID_LEN);
     if (s != NULL && s->stream == st)
         s->last_ms = sg_now_ms();
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     sg_timer_start(&st->loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)st->loop->server->cfg->mcp.sse_keepalive_s * 1000,
                    on_keepalive);
 }
@@ -460,13 +461,13 @@ static void on_keepalive(sg_timer_t *t)
 /* Sends one reply to the SSE stream of a legacy session, wherever the stream lives. */
 static void deliver(sg_loop_t *from, const char *sid, const char *json, size_t len)
 {
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(sid, SID_LEN);
     int target = s != NULL && s->stream != NULL ? s->stream_loop : -1;
     mcp_stream_t *local = target == from->id ? s->stream : NULL;
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     if (target < 0) {
-        sg_counter_add(M.dropped, 1);
+        sg_counter_add(mcp_metrics.dropped, 1);
         return;
     }
     sg_buf_t ev = {0};
@@ -489,14 +490,14 @@ static void on_replies(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     while (!h2o_linklist_is_empty(messages)) {
         mcp_msg_t *m = H2O_STRUCT_FROM_MEMBER(mcp_msg_t, super.link, messages->next);
         h2o_linklist_unlink(&m->super.link);
-        pthread_mutex_lock(&T.mu);
+        pthread_mutex_lock(&mcp_sessions.mu);
         mcp_session_t *s = find_locked(m->sid, SID_LEN);
         mcp_stream_t *st = s != NULL && s->stream != NULL && s->stream->loop->mcp == ml ? s->stream : NULL;
-        pthread_mutex_unlock(&T.mu);
+        pthread_mutex_unlock(&mcp_sessions.mu);
         if (st != NULL)
             stream_write(st, m->data, m->len);
         else
-            sg_counter_add(M.dropped, 1);
+            sg_counter_add(mcp_metrics.dropped, 1);
         free(m);
     }
 }
@@ -555,7 +556,7 @@ static void count_rpc_error(int code)
 {
     for (size_t i = 0; i < N_RPC_CODES; ++i)
         if (rpc_codes[i] == code)
-            sg_counter_add(M.errors[i], 1);
+            sg_counter_add(mcp_metrics.errors[i], 1);
 }
 
 /* {"jsonrpc":"2.0","id":ID, then the caller's member and the closing brace; `id` is JSON text (NULL: null) */
@@ -862,22 +863,22 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
     }
     const char *m = method->valuestring;
     if (id == NULL) { /* a notification: never answered (initialized, cancelled, progress ...) */
-        sg_counter_add(M.methods[M_NOTIFICATION], 1);
+        sg_counter_add(mcp_metrics.methods[M_NOTIFICATION], 1);
         return;
     }
     if (strcmp(m, "initialize") == 0) {
-        sg_counter_add(M.methods[M_INITIALIZE], 1);
+        sg_counter_add(mcp_metrics.methods[M_INITIALIZE], 1);
         on_initialize(p, it, params);
     } else if (strcmp(m, "ping") == 0) {
-        sg_counter_add(M.methods[M_PING], 1);
+        sg_counter_add(mcp_metrics.methods[M_PING], 1);
         sg__mcp_item_result(it, "{}", 2);
     } else if (strcmp(m, "tools/list") == 0) {
-        sg_counter_add(M.methods[M_TOOLS_LIST], 1);
+        sg_counter_add(mcp_metrics.methods[M_TOOLS_LIST], 1);
         size_t len;
         const char *list = sg__mcp_tools_list(p->gen, &len);
         sg__mcp_item_result(it, list, len);
     } else if (strcmp(m, "tools/call") == 0) {
-        sg_counter_add(M.methods[M_TOOLS_CALL], 1);
+        sg_counter_add(mcp_metrics.methods[M_TOOLS_CALL], 1);
         ++p->n_pending;
         it->pending = 1;
         if (sg__mcp_tools_call(it, p->loop, p->gen, p->client, params) == 0) {
@@ -887,7 +888,7 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
             it->async = 1; /* its reply goes out from sg__mcp_item_done(), perhaps already did */
         }
     } else {
-        sg_counter_add(M.methods[M_OTHER], 1);
+        sg_counter_add(mcp_metrics.methods[M_OTHER], 1);
         char msg2[160];
         snprintf(msg2, sizeof(msg2), "method not found: %.100s", m);
         sg__mcp_item_error(it, SG_MCP_METHOD_NOT_FOUND, msg2);
@@ -1053,12 +1054,12 @@ static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
     if (sid.base == NULL) {
         http_error(req, EP_MCP, 400, SG_MCP_INVALID_REQUEST, "DELETE /mcp needs the Mcp-Session-Id header");
     } else {
-        pthread_mutex_lock(&T.mu);
+        pthread_mutex_lock(&mcp_sessions.mu);
         mcp_session_t *s = find_locked(sid.base, sid.len);
         int ok = s != NULL && !s->legacy && strcmp(s->client_id, client->id) == 0;
         if (ok)
             remove_locked(s, END_DELETED);
-        pthread_mutex_unlock(&T.mu);
+        pthread_mutex_unlock(&mcp_sessions.mu);
         if (ok)
             send_http(req, EP_MCP, 200, NULL, NULL, 0);
         else
@@ -1090,7 +1091,7 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
     st->loop = loop;
     sg_respond_watch_init(&st->watch, req, "an SSE stream");
     h2o_linklist_insert(&loop->mcp->streams, &st->link);
-    sg_gauge_add(M.streams, 1);
+    sg_gauge_add(mcp_metrics.streams, 1);
     mcp_session_t *s = create_session(client->id, LEGACY_VERSION, st, loop->id, st->sid);
     sg_clients_release(client);
     if (s == NULL) {
@@ -1227,12 +1228,12 @@ void sg_mcp_init(sg_server_t *s)
     const sg_config_t *cfg = s->cfg;
     if (!cfg->mcp.enabled)
         return;
-    pthread_mutex_init(&T.mu, NULL);
-    T.max = cfg->mcp.max_sessions;
-    T.idle_ms = (uint64_t)cfg->mcp.session_idle_s * 1000;
-    sg_hmap_init(&T.index, session_eq, NULL, 1024); /* grows with the sessions, up to mcp.max_sessions */
-    T.ready = 1;
-    T.lru.next = T.lru.prev = &T.lru;
+    pthread_mutex_init(&mcp_sessions.mu, NULL);
+    mcp_sessions.max = cfg->mcp.max_sessions;
+    mcp_sessions.idle_ms = (uint64_t)cfg->mcp.session_idle_s * 1000;
+    sg_hmap_init(&mcp_sessions.index, session_eq, NULL, 1024); /* grows with the sessions, up to mcp.max_sessions */
+    mcp_sessions.ready = 1;
+    mcp_sessions.lru.next = mcp_sessions.lru.prev = &mcp_sessions.lru;
     for (int e = 0; e < EP_COUNT; ++e)
         for (size_t c = 0; c < N_HTTP_CODES; ++c) {
             char l[64];
@@ -1240,41 +1241,41 @@ void sg_mcp_init(sg_server_t *s)
                 snprintf(l, sizeof(l), "endpoint=\"%s\",code=\"%d\"", ep_names[e], http_codes[c]);
             else
                 snprintf(l, sizeof(l), "endpoint=\"%s\",code=\"other\"", ep_names[e]);
-            M.http[e][c] =
+            mcp_metrics.http[e][c] =
                 sg_metrics_counter("searchgate_mcp_http_requests_total", "HTTP requests to the MCP endpoints, by status.", l);
         }
     for (int i = 0; i < M_COUNT; ++i) {
         char l[64];
         snprintf(l, sizeof(l), "method=\"%s\"", method_names[i]);
-        M.methods[i] =
+        mcp_metrics.methods[i] =
             sg_metrics_counter("searchgate_mcp_messages_total",
                                "JSON-RPC messages received by the MCP endpoints, by method (other: unknown methods).", l);
     }
     for (size_t i = 0; i < N_RPC_CODES; ++i) {
         char l[64];
         snprintf(l, sizeof(l), "code=\"%d\"", rpc_codes[i]);
-        M.errors[i] = sg_metrics_counter("searchgate_mcp_errors_total", "JSON-RPC error responses, by error code.", l);
+        mcp_metrics.errors[i] = sg_metrics_counter("searchgate_mcp_errors_total", "JSON-RPC error responses, by error code.", l);
     }
     for (int i = 0; i < END_COUNT; ++i) {
         char l[64];
         snprintf(l, sizeof(l), "reason=\"%s\"", end_names[i]);
-        M.ended[i] = sg_metrics_counter("searchgate_mcp_sessions_ended_total", "MCP sessions ended, by reason.", l);
+        mcp_metrics.ended[i] = sg_metrics_counter("searchgate_mcp_sessions_ended_total", "MCP sessions ended, by reason.", l);
     }
-    M.dropped = sg_metrics_counter("searchgate_mcp_replies_dropped_total",
-                                   "Replies for an HTTP+SSE session whose stream had closed before they were ready.", "");
-    M.sessions = sg_metrics_gauge("searchgate_mcp_sessions", "Open MCP sessions (both transports).", "");
-    M.streams = sg_metrics_gauge("searchgate_mcp_sse_streams", "Open GET /sse event streams.", "");
+    mcp_metrics.dropped = sg_metrics_counter("searchgate_mcp_replies_dropped_total",
+                                             "Replies for an HTTP+SSE session whose stream had closed before they were ready.", "");
+    mcp_metrics.sessions = sg_metrics_gauge("searchgate_mcp_sessions", "Open MCP sessions (both transports).", "");
+    mcp_metrics.streams = sg_metrics_gauge("searchgate_mcp_sse_streams", "Open GET /sse event streams.", "");
 }
 
 void sg_mcp_dispose(void)
 {
-    if (!T.ready)
+    if (!mcp_sessions.ready)
         return;
-    while (T.lru.next != &T.lru)
-        remove_locked(T.lru.next, END_DELETED);
-    sg_hmap_dispose(&T.index);
-    T.ready = 0;
-    pthread_mutex_destroy(&T.mu);
+    while (mcp_sessions.lru.next != &mcp_sessions.lru)
+        remove_locked(mcp_sessions.lru.next, END_DELETED);
+    sg_hmap_dispose(&mcp_sessions.index);
+    mcp_sessions.ready = 0;
+    pthread_mutex_destroy(&mcp_sessions.mu);
 }
 
 void sg_mcp_init_loop(sg_loop_t *loop)
@@ -1296,11 +1297,11 @@ void sg_mcp_stop_loop(sg_loop_t *loop)
     for (h2o_linklist_t *n = loop->mcp->streams.next, *next; n != &loop->mcp->streams; n = next) {
         next = n->next; /* the final send may free the stream */
         mcp_stream_t *st = H2O_STRUCT_FROM_MEMBER(mcp_stream_t, link, n);
-        pthread_mutex_lock(&T.mu);
+        pthread_mutex_lock(&mcp_sessions.mu);
         mcp_session_t *s = find_locked(st->sid, SID_LEN);
         if (s != NULL && s->stream == st)
             remove_locked(s, END_STREAM_CLOSED);
-        pthread_mutex_unlock(&T.mu);
+        pthread_mutex_unlock(&mcp_sessions.mu);
         sg_timer_stop(&loop->timers, &st->keepalive);
         stream_close(st);
     }

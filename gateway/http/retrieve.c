@@ -11,6 +11,7 @@
  * happens in the query. Loop thread only. The HTTP request's pool holds a slot that cancels the
  * query when the client goes away first, so done() always finds its request alive.
  */
+#include "retrieve.h"
 #include "server.h"
 #include "clients.h"
 #include "fusion_route.h"
@@ -18,7 +19,6 @@
 #include "json.h"
 #include "provenance.h"
 #include "query.h"
-#include "retrieve.h"
 #include "request.h"
 #include "respond.h"
 

@@ -28,10 +28,10 @@
  * state by the backend's admit_mutex; L1 has its own mutex, taken inside a shard lock but never
  * the other way round. No lock is held while calling into a plugin.
  */
+#include "dispatch.h"
 #include "server.h"
 #include "query.h"
 #include "query_impl.h"
-#include "dispatch.h"
 #include "json.h"
 #include "hmap.h"
 #include "clients.h"

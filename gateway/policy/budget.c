@@ -42,15 +42,15 @@
 #define KEY_GRACE_S 300 /* the shared counter outlives its period by this much: replicas' clocks differ a little */
 
 struct st_sg_budget_t {
-    sg_budget_conf_t conf; /* queries and fail change at a reload (under g.mu); the period never does */
+    sg_budget_conf_t conf; /* queries and fail change at a reload (under budget_registry.mu); the period never does */
     int is_route;
     int anon;       /* the anonymous clients' */
-    uint32_t refs;  /* the budget sets (generations) that use it, under g.mu */
-    int current;    /* the current generation uses it: shown in /metrics and /stats (under g.mu) */
+    uint32_t refs;  /* the budget sets (generations) that use it, under budget_registry.mu */
+    int current;    /* the current generation uses it: shown in /metrics and /stats (under budget_registry.mu) */
     char *name;     /* client id, "(anonymous)" or route name */
     char *label;    /* client="..." or route="..." */
     char *key_base; /* <prefix>budget:<kind>:<name>:<period>: */
-    /* guarded by g.mu */
+    /* guarded by budget_registry.mu */
     uint64_t start_s, end_s;
     uint64_t spent;       /* queries this replica sent in the period */
     uint64_t reserved;    /* local reservations not yet sent or given back */
@@ -68,7 +68,7 @@ static struct {
     char *prefix;      /* cache.redis.prefix (start-up) */
     sg_budget_t **all; /* every budget some generation uses */
     size_t n_all;
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} budget_registry = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The budgets of one generation. */
 struct st_sg_budget_set_t {
@@ -140,7 +140,7 @@ static void iso_utc(uint64_t s, char *out, size_t n)
     strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Moves `b` to the period holding `now`. Caller holds g.mu. */
+/* Moves `b` to the period holding `now`. Caller holds budget_registry.mu. */
 static void refresh_locked(sg_budget_t *b, uint64_t now)
 {
     if (now >= b->start_s && now < b->end_s)
@@ -159,14 +159,14 @@ static void refresh_locked(sg_budget_t *b, uint64_t now)
     b->end_s = end;
 }
 
-/* What the period has used as far as this replica knows. Caller holds g.mu. */
+/* What the period has used as far as this replica knows. Caller holds budget_registry.mu. */
 static uint64_t used_locked(const sg_budget_t *b)
 {
     int64_t shared = (int64_t)b->shared_seen + (b->carry > 0 ? b->carry : 0);
     return (uint64_t)shared > b->spent ? (uint64_t)shared : b->spent;
 }
 
-/* A reply of Redis says the counter of `b` (period `period`) was `used` at version `seq`. Caller holds g.mu. */
+/* A reply of Redis says the counter of `b` (period `period`) was `used` at version `seq`. Caller holds budget_registry.mu. */
 static void observe_locked(sg_budget_t *b, uint64_t period, long long used, long long seq)
 {
     if (period != b->start_s || seq <= b->seq)
@@ -175,7 +175,7 @@ static void observe_locked(sg_budget_t *b, uint64_t period, long long used, long
     b->shared_seen = used > 0 ? (uint64_t)used : 0;
 }
 
-/* The 80% warning: one metric increment and one log line per crossing per period. Caller holds g.mu. */
+/* The 80% warning: one metric increment and one log line per crossing per period. Caller holds budget_registry.mu. */
 static void check_warn_locked(sg_budget_t *b)
 {
     if (b->warned || b->conf.queries == 0)
@@ -206,7 +206,8 @@ static void safe_label(char *dst, size_t n, const char *src)
     dst[i] = '\0';
 }
 
-/* A new budget (refs 1) named `name` of `kind` ("client", "anonymous", "route"), counting `conf`. Caller holds g.mu. */
+/* A new budget (refs 1) named `name` of `kind` ("client", "anonymous", "route"), counting `conf`. Caller holds budget_registry.mu.
+ */
 static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *name, const char *kind)
 {
     sg_budget_t *b = sg_mem_calloc(1, sizeof(*b));
@@ -219,7 +220,7 @@ static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *
     safe_label(safe, sizeof(safe), name);
     snprintf(label, sizeof(label), "%s=\"%s\"", b->is_route ? "route" : "client", safe);
     b->label = sg_strdup(label);
-    const char *prefix = g.prefix != NULL ? g.prefix : "sg:";
+    const char *prefix = budget_registry.prefix != NULL ? budget_registry.prefix : "sg:";
     size_t n = strlen(prefix) + strlen(kind) + strlen(name) + 32;
     b->key_base = sg_mem_alloc(n);
     if (strcmp(kind, "anonymous") == 0)
@@ -247,8 +248,8 @@ static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *
         "Requests whose budget could not be checked in Redis: refused 503 (fail=closed) or decided by this replica (fail=open).",
         l2);
     refresh_locked(b, wall_s());
-    g.all = sg_mem_realloc(g.all, (g.n_all + 1) * sizeof(*g.all));
-    g.all[g.n_all++] = b;
+    budget_registry.all = sg_mem_realloc(budget_registry.all, (budget_registry.n_all + 1) * sizeof(*budget_registry.all));
+    budget_registry.all[budget_registry.n_all++] = b;
     return b;
 }
 
@@ -257,17 +258,17 @@ static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *
 static sg_budget_t *budget_get(const sg_budget_conf_t *conf, const char *name, const char *kind)
 {
     int is_route = strcmp(kind, "route") == 0, anon = strcmp(kind, "anonymous") == 0;
-    pthread_mutex_lock(&g.mu);
-    for (size_t i = 0; i < g.n_all; ++i) {
-        sg_budget_t *b = g.all[i];
+    pthread_mutex_lock(&budget_registry.mu);
+    for (size_t i = 0; i < budget_registry.n_all; ++i) {
+        sg_budget_t *b = budget_registry.all[i];
         if (b->is_route == is_route && b->anon == anon && strcmp(b->name, name) == 0 && b->conf.period == conf->period) {
             ++b->refs;
-            pthread_mutex_unlock(&g.mu);
+            pthread_mutex_unlock(&budget_registry.mu);
             return b;
         }
     }
     sg_budget_t *b = budget_new_locked(conf, name, kind);
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     return b;
 }
 
@@ -283,22 +284,23 @@ static void budget_release(sg_budget_t *b)
 {
     if (b == NULL)
         return;
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     if (--b->refs != 0) {
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&budget_registry.mu);
         return;
     }
-    for (size_t i = 0; i < g.n_all; ++i)
-        if (g.all[i] == b) { /* the order stays the configs' (/stats lists them in it) */
-            memmove(&g.all[i], &g.all[i + 1], (g.n_all - i - 1) * sizeof(*g.all));
-            --g.n_all;
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        if (budget_registry.all[i] == b) { /* the order stays the configs' (/stats lists them in it) */
+            memmove(&budget_registry.all[i], &budget_registry.all[i + 1],
+                    (budget_registry.n_all - i - 1) * sizeof(*budget_registry.all));
+            --budget_registry.n_all;
             break;
         }
-    if (g.n_all == 0) {
-        free(g.all);
-        g.all = NULL;
+    if (budget_registry.n_all == 0) {
+        free(budget_registry.all);
+        budget_registry.all = NULL;
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     budget_free(b);
 }
 
@@ -306,19 +308,19 @@ static void collector(sg_buf_t *out, void *arg);
 
 void sg_budget_init(int shared, const char *prefix)
 {
-    g.shared = shared;
-    free(g.prefix);
-    g.prefix = prefix != NULL ? sg_strdup(prefix) : NULL;
-    if (!g.collecting) { /* at start-up: the collector list is only appended to before the loops run */
-        g.collecting = 1;
+    budget_registry.shared = shared;
+    free(budget_registry.prefix);
+    budget_registry.prefix = prefix != NULL ? sg_strdup(prefix) : NULL;
+    if (!budget_registry.collecting) { /* at start-up: the collector list is only appended to before the loops run */
+        budget_registry.collecting = 1;
         sg_metrics_add_collector(collector, NULL);
     }
 }
 
 void sg_budget_dispose(void)
 {
-    free(g.prefix);
-    g.prefix = NULL;
+    free(budget_registry.prefix);
+    budget_registry.prefix = NULL;
 }
 
 sg_budget_set_t *sg_budget_set_create(const sg_config_t *cfg, const sg_route_t *routes, size_t n_routes)
@@ -346,7 +348,7 @@ sg_budget_set_t *sg_budget_set_create(const sg_config_t *cfg, const sg_route_t *
     return set;
 }
 
-/* `b` takes `conf`'s limit and failure mode and is the current generation's. Caller holds g.mu. */
+/* `b` takes `conf`'s limit and failure mode and is the current generation's. Caller holds budget_registry.mu. */
 static void publish_locked(sg_budget_t *b, const sg_budget_conf_t *conf)
 {
     if (b == NULL)
@@ -359,15 +361,15 @@ static void publish_locked(sg_budget_t *b, const sg_budget_conf_t *conf)
 void sg_budget_set_publish(sg_budget_set_t *set)
 {
     const sg_config_t *cfg = set->cfg;
-    pthread_mutex_lock(&g.mu);
-    for (size_t i = 0; i < g.n_all; ++i)
-        g.all[i]->current = 0;
+    pthread_mutex_lock(&budget_registry.mu);
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        budget_registry.all[i]->current = 0;
     for (size_t i = 0; i < set->n_clients; ++i)
         publish_locked(set->clients[i], &cfg->clients.keyed[i].budget);
     publish_locked(set->anon, &cfg->clients.defaults.budget);
     for (size_t i = 0; i < set->n_routes; ++i)
         publish_locked(set->routes[i], &cfg->backends[i].budget); /* routes are in config order */
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
 }
 
 void sg_budget_set_free(sg_budget_set_t *set)
@@ -443,11 +445,11 @@ static void on_refund(void *arg, redisReply *reply)
 {
     refund_t *f = arg;
     if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 * f->nb)) {
-        pthread_mutex_lock(&g.mu);
+        pthread_mutex_lock(&budget_registry.mu);
         for (int i = 0; i < f->nb; ++i)
             if (reply->element[2 * i]->type == REDIS_REPLY_INTEGER && reply->element[2 * i + 1]->type == REDIS_REPLY_INTEGER)
                 observe_locked(f->b[i], f->period[i], reply->element[2 * i]->integer, reply->element[2 * i + 1]->integer);
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&budget_registry.mu);
     }
     for (int i = 0; i < f->nb; ++i) /* the round trip's references (a reload may have dropped the budget) */
         budget_release(f->b[i]);
@@ -460,7 +462,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
         return;
     uint64_t now = wall_s();
     refund_t *f = sg_mem_calloc(1, sizeof(*f));
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < 2; ++i) {
         sg_budget_t *b = bs[i];
         if (b == NULL)
@@ -475,7 +477,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
             f->period[f->nb++] = periods[i];
         }
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     if (f->nb == 0) {
         free(f);
         return;
@@ -499,11 +501,11 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
     if (loop != NULL && loop->redis != NULL && sg_redis_command(loop->redis, on_refund, f, argc, argv, argvlen) == 0)
         return;
     /* not sent: the next script of this replica gives it back */
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < f->nb; ++i)
         if (f->period[i] == f->b[i]->start_s)
             f->b[i]->carry -= (int64_t)n;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     for (int i = 0; i < f->nb; ++i)
         budget_release(f->b[i]);
     free(f);
@@ -534,7 +536,7 @@ void sg__budget_started(sg_budget_charge_t *ch)
     if (ch->n == 0 || (ch->b[0] == NULL && ch->b[1] == NULL))
         return;
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < 2; ++i) {
         sg_budget_t *b = ch->b[i];
         if (b == NULL)
@@ -544,13 +546,13 @@ void sg__budget_started(sg_budget_charge_t *ch)
             b->reserved -= ch->n < b->reserved ? ch->n : b->reserved;
         if (ch->period[i] == b->start_s) {
             b->spent += ch->n;
-            if (!ch->shared && g.shared)
+            if (!ch->shared && budget_registry.shared)
                 b->carry += ch->n;
             check_warn_locked(b);
         }
         sg_counter_add(b->m_spent, ch->n);
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     ch->n = 0;
 }
 
@@ -575,12 +577,12 @@ static void run(sg_query_t *r, sg_budget_t *const *bs, const uint64_t *periods, 
 static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
 {
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     refresh_locked(b, now);
     uint64_t end = b->end_s, limit = b->conf.queries; /* a reload may change the limit: read it here */
     int log = !b->exhausted_logged;
     b->exhausted_logged = 1;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     sg_counter_add(b->m_exhausted, 1);
     uint32_t retry = end > now ? (uint32_t)(end - now) : 1;
     char at[32];
@@ -608,7 +610,7 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
     uint64_t now = wall_s(), periods[2] = {0, 0};
     sg_budget_t *over = NULL;
     uint64_t over_used = 0;
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < 2 && over == NULL; ++i) {
         sg_budget_t *b = bs[i];
         if (b == NULL)
@@ -626,7 +628,7 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
                 bs[i]->reserved += n;
                 periods[i] = bs[i]->start_s;
             }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     if (over != NULL) {
         refuse(r, fail, over, over_used, n);
         return;
@@ -637,10 +639,10 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
 static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
 {
     int closed[2] = {0, 0};
-    pthread_mutex_lock(&g.mu); /* a reload may change the failure mode */
+    pthread_mutex_lock(&budget_registry.mu); /* a reload may change the failure mode */
     for (int i = 0; i < 2; ++i)
         closed[i] = bs[i] != NULL && bs[i]->conf.fail == SG_BUDGET_FAIL_CLOSED;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     for (int i = 0; i < 2; ++i)
         if (closed[i]) {
             sg_counter_add(bs[i]->m_unavail_closed, 1);
@@ -724,7 +726,7 @@ static void on_reserve(void *arg, redisReply *reply)
     int admitted = reply->element[0]->integer == 1;
     long long which = reply->element[1]->integer;
     uint64_t used[2] = {0, 0}, now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < q->nb; ++i) {
         sg_budget_t *b = q->b[i];
         long long v = reply->element[2 + 2 * i]->integer;
@@ -736,7 +738,7 @@ static void on_reserve(void *arg, redisReply *reply)
             check_warn_locked(b);
         }
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     if (r->responded) { /* answered meanwhile (deadline): nothing is sent */
         if (admitted)
             give_back(r->loop, bs, q->period, q->n, 1);
@@ -765,7 +767,7 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         sg__dispatch_misses(r);
         return;
     }
-    if (!g.shared) {
+    if (!budget_registry.shared) {
         decide_local(r, fail, bs, n);
         return;
     }
@@ -781,7 +783,7 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
     q->n = n;
     uint64_t now = wall_s();
     char keys[2][400], limits[2][24], expiry[2][24], carry[2][24], cnt[24], numkeys[16];
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < nb; ++i) {
         sg_budget_t *b = bs[i];
         refresh_locked(b, now);
@@ -793,7 +795,7 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         snprintf(expiry[i], sizeof(expiry[i]), "%llu", (unsigned long long)(b->end_s + KEY_GRACE_S));
         snprintf(carry[i], sizeof(carry[i]), "%lld", (long long)b->carry);
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     snprintf(cnt, sizeof(cnt), "%u", n);
     snprintf(numkeys, sizeof(numkeys), "%d", nb);
     const char *argv[12];
@@ -872,27 +874,27 @@ static void collector(sg_buf_t *out, void *arg)
         {"searchgate_budget_reset_seconds", "Seconds until the current period ends (calendar periods in UTC)."},
     };
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     size_t current = 0;
-    for (size_t i = 0; i < g.n_all; ++i)
-        current += g.all[i]->current != 0;
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        current += budget_registry.all[i]->current != 0;
     if (current == 0) { /* no budget configured: no families either */
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&budget_registry.mu);
         return;
     }
-    snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
-    for (size_t i = 0; i < g.n_all; ++i)
-        snaps[i] = snapshot_locked(g.all[i], now);
+    snap_t *snaps = sg_mem_alloc((budget_registry.n_all > 0 ? budget_registry.n_all : 1) * sizeof(*snaps));
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        snaps[i] = snapshot_locked(budget_registry.all[i], now);
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); ++f) {
         sg_buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help, fam[f].name);
-        for (size_t i = 0; i < g.n_all; ++i) {
-            if (!g.all[i]->current)
+        for (size_t i = 0; i < budget_registry.n_all; ++i) {
+            if (!budget_registry.all[i]->current)
                 continue;
-            sg_buf_appendf(out, "%s{%s} ", fam[f].name, g.all[i]->label);
+            sg_buf_appendf(out, "%s{%s} ", fam[f].name, budget_registry.all[i]->label);
             sample(out, f, &snaps[i], now);
         }
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     free(snaps);
 }
 
@@ -913,7 +915,7 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
     sg_jw_ku64(w, "remaining", s->limit - used);
     sg_jw_kdouble(w, "used_ratio", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
     sg_jw_ku64(w, "spent_here", s->spent);
-    sg_jw_kbool(w, "shared", g.shared);
+    sg_jw_kbool(w, "shared", budget_registry.shared);
     sg_jw_kstr(w, "fail", b->conf.fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed");
     sg_jw_kbool(w, "warning", s->limit > 0 && (double)s->used >= WARN_FRACTION * (double)s->limit);
     sg_jw_end(w);
@@ -922,19 +924,19 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
 void sg_budget_stats_json(sg_jw_t *w)
 {
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu); /* held while writing: a reload may add or drop budgets */
+    pthread_mutex_lock(&budget_registry.mu); /* held while writing: a reload may add or drop budgets */
     sg_jw_key(w, "budgets");
     sg_jw_obj(w);
     for (int routes = 0; routes <= 1; ++routes) {
         sg_jw_key(w, routes ? "routes" : "clients");
         sg_jw_obj(w);
-        for (size_t i = 0; i < g.n_all; ++i)
-            if ((g.all[i]->is_route != 0) == routes && g.all[i]->current) {
-                snap_t snap = snapshot_locked(g.all[i], now);
-                budget_json(w, g.all[i], &snap, now);
+        for (size_t i = 0; i < budget_registry.n_all; ++i)
+            if ((budget_registry.all[i]->is_route != 0) == routes && budget_registry.all[i]->current) {
+                snap_t snap = snapshot_locked(budget_registry.all[i], now);
+                budget_json(w, budget_registry.all[i], &snap, now);
             }
         sg_jw_end(w);
     }
     sg_jw_end(w);
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
 }

@@ -20,10 +20,10 @@
  * Loop thread only. A fusion query holds one reference on itself until it has answered or was
  * cancelled; a Redis round trip for a global rate limit holds another.
  */
+#include "fusion_route.h"
 #include "server.h"
 #include "clients.h"
 #include "dispatch.h"
-#include "fusion_route.h"
 #include "gen.h"
 #include "hmap.h"
 #include "json.h"
