@@ -30,7 +30,6 @@
  */
 #include "dispatch.h"
 #include "server.h"
-#include "query.h"
 #include "query_impl.h"
 #include "json.h"
 #include "hmap.h"
@@ -839,7 +838,7 @@ static void call_start(sg_call_t *c)
     c->search.start_by_ms = d == 0 ? 0 : d > floor ? d - floor : 1;
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
-    sg__budget_started(&c->budget);
+    sg_budget_started(&c->budget);
     sg_status st = c->is_access ? b->core->plugin.vt->access(b->core->inst, &c->search, on_plugin_done, c)
                                 : b->core->plugin.vt->search(b->core->inst, &c->search, on_plugin_done, c);
     if (st != SG_OK) {
@@ -968,7 +967,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             sg_buf_free(&key);
         }
         if (!was_running)
-            sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
+            sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
             sg_gen_each_pumped_route(c->origin, pump);
         call_release(c);
@@ -985,7 +984,7 @@ static void on_delivery(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         sg_query_t *r = w->query;
         if (r != NULL) {
             r->uniq[w->uniq].waiter = NULL;
-            sg__query_on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
+            r->next->on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
         }
         sg_blob_release(w->blob);
         free(w->detail);
@@ -1306,7 +1305,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
         u->blob = late;
         u->source = SG_SRC_L1;
         --r->n_pending;
-        sg__query_took_blob(r, u);
+        r->next->took_blob(r, u);
         ++r->hits_l1;
         if (r->misses > 0)
             --r->misses;
@@ -1329,13 +1328,17 @@ void sg__dispatch_misses(sg_query_t *r)
             dispatch_miss(r, i, &nc);
     }
     for (size_t i = 0; i < nc.n; ++i) /* new flights spend the request's budget reservation; joins do not */
-        sg__budget_charge(r, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
-    sg__budget_settle(r);
+        if (r->budget != NULL)
+            sg_budget_take(r->budget, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
+    if (r->budget != NULL) { /* what no call took (joins, late L1 hits) goes back */
+        sg_budget_unused(r->loop, r->budget);
+        r->budget = NULL;
+    }
     for (size_t i = 0; i < nc.n; ++i)
         admit_submit(nc.list[i]);
     free(nc.list);
     if (r->n_pending == 0) /* every miss turned out to be in L1 by now */
-        sg__query_finish_if_complete(r);
+        r->next->finish_if_complete(r);
 }
 
 void sg__dispatch_abandon(sg_query_t *r)

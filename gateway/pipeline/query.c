@@ -40,15 +40,15 @@ static void query_free(sg_query_t *q)
     free(q);
 }
 
+static void query_ref(sg_query_t *q)
+{
+    ++q->refs;
+}
+
 void sg__query_unref(sg_query_t *q)
 {
     if (--q->refs == 0)
         query_free(q);
-}
-
-void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
-{
-    sg_cache_key(out, b->core->identity, topk, params, text, len);
 }
 
 /* log_level debug: one line per query, whatever its outcome. */
@@ -172,7 +172,7 @@ static void answer(sg_query_t *q)
 
 /* ---- the bounds of the answer (respond.h) ---- */
 
-void sg__query_took_blob(sg_query_t *q, sg_uq_t *u)
+static void took_blob(sg_query_t *q, sg_uq_t *u)
 {
     q->result_bytes += (uint64_t)u->mult * sg_blob_shape_len(u->blob, q->shape);
     q->blob_bytes += sg_blob_footprint(u->blob);
@@ -253,6 +253,49 @@ static int check_admissible(sg_query_t *q)
     return -1;
 }
 
+/* ---- spend budgets (budget.h), then dispatch (dispatch.h) ---- */
+
+/* The budgets decided: dispatch the misses with the reservation, or answer the refusal. */
+static void on_budget(void *ctx, const sg_budget_decision_t *d)
+{
+    sg_query_t *q = ctx;
+    if (!d->admitted) {
+        fail(q, d->status, d->type, d->message, d->retry_after_s);
+        return;
+    }
+    sg_budget_charge_t reservation = d->charge;
+    q->budget = reservation.n != 0 ? &reservation : NULL;
+    sg__dispatch_misses(q); /* gives back what its calls did not take, and clears q->budget */
+}
+
+static int budget_gone(void *ctx)
+{
+    return ((sg_query_t *)ctx)->responded;
+}
+
+static void budget_round_trip(void *ctx)
+{
+    query_ref(ctx);
+}
+
+static void budget_round_trip_done(void *ctx)
+{
+    sg__query_unref(ctx);
+}
+
+static const sg_budget_next_t budget_next = {on_budget, budget_gone, budget_round_trip, budget_round_trip_done};
+
+/* The misses spend the budgets that apply to the serving route: the budget step decides, then
+ * on_budget() dispatches them. */
+static void spend(sg_query_t *q)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < q->n_uniq; ++i)
+        if (q->uniq[i].blob == NULL && q->uniq[i].waiter == NULL)
+            ++n;
+    sg_budget_admit(q->gen->budgets, q->loop, q->serving, q->client, n, &budget_next, q);
+}
+
 void sg__query_after_cache(sg_query_t *q)
 {
     if (q->responded || check_bounds(q) != 0)
@@ -264,10 +307,10 @@ void sg__query_after_cache(sg_query_t *q)
     }
     if (check_admissible(q) != 0)
         return;
-    sg__budget_dispatch(q, fail); /* spend budgets, then sg__dispatch_misses() */
+    spend(q);
 }
 
-void sg__query_finish_if_complete(sg_query_t *q)
+static void finish_if_complete(sg_query_t *q)
 {
     if (!q->responded && q->n_pending == 0)
         answer(q);
@@ -293,7 +336,7 @@ static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t
         u->blob = b;
         u->source = t == SG_CACHE_L1 ? SG_SRC_L1 : SG_SRC_REDIS;
         --q->n_pending;
-        sg__query_took_blob(q, u);
+        took_blob(q, u);
         if (t == SG_CACHE_L1) {
             ++q->hits_l1;
             sg_counter_add(q->serving->cache_hits_l1, 1);
@@ -331,7 +374,7 @@ void sg__query_lookup(sg_query_t *q)
     }
     for (uint32_t i = 0; i < n; ++i)
         keys[i] = all.base + offs[i];
-    sg__query_ref(q);
+    query_ref(q);
     sg_cache_lookup(q->loop->redis, n, keys, lens, b->conf->cache_ttl_s, on_cache, q);
     free(keys);
     free(lens);
@@ -409,7 +452,7 @@ static void on_timer(sg_timer_t *t)
     on_deadline(q);
 }
 
-void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status status, const char *detail, uint32_t retry_after_s)
+static void on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status status, const char *detail, uint32_t retry_after_s)
 {
     if (q->responded)
         return;
@@ -418,7 +461,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
         if (u->blob == NULL) {
             u->blob = sg_blob_ref(blob);
             --q->n_pending;
-            sg__query_took_blob(q, u);
+            took_blob(q, u);
             if (check_bounds(q) == 0 && q->n_pending == 0)
                 answer(q);
         }
@@ -436,7 +479,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
         }
         q->serving = &q->gen->routes[rc->fallback];
         if (check_admissible(q) == 0)
-            sg__budget_dispatch(q, fail);
+            spend(q);
         return;
     }
     int http = sg_plugin_status_http(status);
@@ -522,6 +565,9 @@ static void index_distinct(sg_query_t *q, const uint32_t *off, const uint32_t *l
     q->n_pending = q->n_uniq;
 }
 
+/* The steps dispatch continues a query with (dispatch.h) */
+const sg_dispatch_next_t sg__query_next = {took_blob, on_result, finish_if_complete};
+
 /* A new query with copies of the spec's texts and parameters; linked into the loop's active list. */
 static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx)
 {
@@ -531,6 +577,7 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     q->refs = 1;
     h2o_linklist_insert(&loop->active, &q->link);
     q->done = done;
+    q->next = &sg__query_next;
     q->ctx = ctx;
     q->loop = loop;
     q->backend = q->serving = spec->route;
@@ -577,7 +624,7 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
     if (max_wait_us > deadline_us - q->start_us)
         max_wait_us = deadline_us - q->start_us;
     q->max_wait_us = max_wait_us;
-    sg__query_ref(q); /* the caller's handle stays valid through what follows */
+    query_ref(q); /* the caller's handle stays valid through what follows */
     if (check_estimate(q) != 0)
         goto started; /* 413 before any work, the rate limit not charged */
     if (spec->leg) {  /* a fusion leg: the fusion request was charged the client's rate limit */
@@ -587,7 +634,7 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
     uint64_t wait_us = 0;
     int rl;
     if (cc->rate > 0 && cc->global) {
-        sg__query_ref(q); /* the Redis round trip's */
+        query_ref(q); /* the Redis round trip's */
         if (sg_ratelimit_global(loop->redis, q->gen->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
                                 &wait_us) != 0)
             goto started; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */

@@ -1,16 +1,25 @@
 /*
- * query_impl.h -- the inside of a query (query.h), for the files that run it: query.c (its life)
- * and dispatch.c (flights and calls, which continue it). Everything here runs on the query's loop
- * thread. Nothing else includes this header: entry points use query.h.
+ * query_impl.h -- the inside of a query (query.h): the struct, for the files that run it: query.c
+ * (its life) and dispatch.c (flights and calls, which continue it through the steps query.c hands
+ * over in `next`, dispatch.h). Everything here runs on the query's loop thread. Entry points use
+ * query.h; the unit tests drive the steps declared at the end.
+ *
+ * It includes neither query.h nor dispatch.h: dispatch.c reads the struct, query.c calls
+ * dispatch, and nothing calls back up but through `next`.
  */
 #ifndef SG_GATEWAY_QUERY_IMPL_H
 #define SG_GATEWAY_QUERY_IMPL_H
 
-#include "query.h"
+#include "server.h"
 #include "route.h"
 #include "clients.h"
 #include "trace.h"
+#include "blob.h"
+#include "../../cache/cache.h"
 
+typedef struct st_sg_query_t sg_query_t;
+struct st_sg_query_result_t;
+struct st_sg_dispatch_next_t;
 typedef struct st_sg_waiter_t sg_waiter_t;
 
 typedef struct st_sg_uq_t {
@@ -26,7 +35,8 @@ typedef struct st_sg_uq_t {
 struct st_sg_query_t {
     h2o_linklist_t link; /* in loop->active until answered */
     int refs;            /* loop thread only: the query itself + an outstanding Redis round trip */
-    sg_query_done_fn done;
+    void (*done)(void *ctx, const struct st_sg_query_result_t *res); /* sg_query_done_fn (query.h) */
+    const struct st_sg_dispatch_next_t *next;                        /* query.c's steps that dispatch continues it with */
     void *ctx;
     sg_loop_t *loop;
     struct st_sg_gen_t *gen; /* the configuration generation of its route and client (referenced) */
@@ -76,25 +86,21 @@ static inline const char *sg__query_params(const sg_query_t *q)
     return q->serving == q->backend ? q->params : NULL;
 }
 
-/** Distinct query `u` of `q` just got its blob: counts its bytes in the answer's size and the
- * memory the query holds (the bounds are checked at the next step, sg__query_check_bounds). */
-void sg__query_took_blob(sg_query_t *q, sg_uq_t *u);
-/** A waiter finished (result or failure) for `q`; continues the query. */
-void sg__query_on_result(sg_query_t *q, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
-                         uint32_t retry_after_s);
+/** The cache key of one query text for backend `b` (its identity, topk and parameters). */
+static inline void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text,
+                                       size_t len)
+{
+    sg_cache_key(out, b->core->identity, topk, params, text, len);
+}
+
+/* query.c's steps, declared for the unit tests that drive a query step by step */
 /** The cache step: looks the open distinct queries up (sg_cache_lookup), then continues. */
 void sg__query_lookup(sg_query_t *q);
 /** Continues a query after its cache lookup: answers it, or dispatches the misses. */
 void sg__query_after_cache(sg_query_t *q);
-/** Answers when every distinct query has its answer (dispatch found the last ones in L1). */
-void sg__query_finish_if_complete(sg_query_t *q);
-static inline void sg__query_ref(sg_query_t *q)
-{
-    ++q->refs;
-}
 /** Drops a reference; frees the query when none is left. */
 void sg__query_unref(sg_query_t *q);
-/** The cache key of one query text for backend `b` (its identity, topk and parameters). */
-void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len);
+/** The steps every query hands dispatch (its `next`), for a test that builds a query by hand. */
+extern const struct st_sg_dispatch_next_t sg__query_next;
 
 #endif

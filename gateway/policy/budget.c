@@ -28,9 +28,7 @@
  * held while calling into dispatch or Redis.
  */
 #include "budget.h"
-#include "query_impl.h"
-#include "dispatch.h"
-#include "gen.h"
+#include "route.h"
 #include "json.h"
 #include "../../cache/redis.h"
 
@@ -400,14 +398,12 @@ static sg_budget_t *client_budget(const sg_budget_set_t *set, const sg_client_t 
     return NULL;
 }
 
-static int budgets_for(const sg_query_t *r, sg_budget_t **out)
+static int budgets_for(const sg_budget_set_t *set, const sg_route_t *be, const sg_client_t *client, sg_budget_t **out)
 {
     int n = 0;
-    const sg_budget_set_t *set = r->gen != NULL ? r->gen->budgets : NULL;
     if (set == NULL || set->n_enabled == 0) /* none configured */
         return 0;
-    const sg_route_t *be = r->serving;
-    sg_budget_t *cb = be->conf->metered ? client_budget(set, r->client) : NULL;
+    sg_budget_t *cb = be->conf->metered ? client_budget(set, client) : NULL;
     if (cb != NULL)
         out[n++] = cb;
     if (be->conf->budget.enabled && (size_t)be->index < set->n_routes && set->routes[be->index] != NULL)
@@ -511,27 +507,14 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
     free(f);
 }
 
-void sg__budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
+void sg_budget_take(sg_budget_charge_t *reservation, sg_budget_charge_t *call, uint32_t n)
 {
-    sg_budget_charge_t *ch = r->budget;
-    if (ch == NULL)
-        return;
-    *call = *ch;
-    call->n = n < ch->n ? n : ch->n;
-    ch->n -= call->n;
+    *call = *reservation;
+    call->n = n < reservation->n ? n : reservation->n;
+    reservation->n -= call->n;
 }
 
-void sg__budget_settle(sg_query_t *r)
-{
-    sg_budget_charge_t *ch = r->budget;
-    if (ch == NULL)
-        return;
-    r->budget = NULL;
-    give_back(r->loop, ch->b, ch->period, ch->n, ch->shared);
-    ch->n = 0;
-}
-
-void sg__budget_started(sg_budget_charge_t *ch)
+void sg_budget_started(sg_budget_charge_t *ch)
 {
     if (ch->n == 0 || (ch->b[0] == NULL && ch->b[1] == NULL))
         return;
@@ -556,7 +539,7 @@ void sg__budget_started(sg_budget_charge_t *ch)
     ch->n = 0;
 }
 
-void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
+void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
 {
     if (ch->n == 0)
         return;
@@ -566,15 +549,28 @@ void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
 
 /* ---- admission ---- */
 
-/* Hands the request to dispatch with its reservation; `r` may be gone afterwards. */
-static void run(sg_query_t *r, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
+/* One admission: who asks, and where the decision goes. */
+typedef struct st_admit_t {
+    const sg_budget_next_t *next;
+    void *ctx;
+    const sg_client_t *client;
+    sg_loop_t *loop;
+} admit_t;
+
+/* Admitted: hands the reservation to the caller's next step. */
+static void run(const admit_t *a, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
 {
-    sg_budget_charge_t ch = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared};
-    r->budget = &ch;
-    sg__dispatch_misses(r); /* calls sg__budget_settle(), which clears r->budget */
+    sg_budget_decision_t d = {.admitted = 1, .charge = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared}};
+    a->next->decided(a->ctx, &d);
 }
 
-static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
+static void refused(const admit_t *a, int status, const char *type, const char *msg, uint32_t retry_after_s)
+{
+    sg_budget_decision_t d = {.status = status, .type = type, .message = msg, .retry_after_s = retry_after_s};
+    a->next->decided(a->ctx, &d);
+}
+
+static void refuse(const admit_t *a, sg_budget_t *b, uint64_t used, uint32_t n)
 {
     uint64_t now = wall_s();
     pthread_mutex_lock(&budget_registry.mu);
@@ -601,11 +597,11 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
              b->is_route ? "route" : "client", b->name, (unsigned long long)(used < limit ? used : limit),
              (unsigned long long)limit, period, (unsigned long long)left, n, at, retry);
     /* 429, or 503 when the refused client's software retries only 5xx (clients.*.reject_status) */
-    fail(r, r->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
+    refused(a, a->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
 }
 
 /* Decides on this replica's own counts (no Redis, or Redis down with every budget failing open). */
-static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n)
+static void decide_local(const admit_t *a, sg_budget_t *const *bs, uint32_t n)
 {
     uint64_t now = wall_s(), periods[2] = {0, 0};
     sg_budget_t *over = NULL;
@@ -630,13 +626,13 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
             }
     pthread_mutex_unlock(&budget_registry.mu);
     if (over != NULL) {
-        refuse(r, fail, over, over_used, n);
+        refuse(a, over, over_used, n);
         return;
     }
-    run(r, bs, periods, n, 0);
+    run(a, bs, periods, n, 0);
 }
 
-static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
+static void unavailable(const admit_t *a, sg_budget_t *const *bs, uint32_t n, const char *why)
 {
     int closed[2] = {0, 0};
     pthread_mutex_lock(&budget_registry.mu); /* a reload may change the failure mode */
@@ -651,13 +647,13 @@ static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *cons
                      "the spend budget of %s %s is kept in Redis, which %s; it fails closed (budget.fail), so no backend "
                      "query is sent until Redis answers",
                      bs[i]->is_route ? "route" : "client", bs[i]->name, why);
-            fail(r, 503, "budget_unavailable", msg, 1);
+            refused(a, 503, "budget_unavailable", msg, 1);
             return;
         }
     for (int i = 0; i < 2; ++i)
         if (bs[i] != NULL)
             sg_counter_add(bs[i]->m_unavail_open, 1);
-    decide_local(r, fail, bs, n);
+    decide_local(a, bs, n);
 }
 
 /* Reserves n in every counter, or in none. A counter is a hash: `used` (queries) and `seq` (its
@@ -701,8 +697,7 @@ static const char reserve_lua[] = "local n = tonumber(ARGV[1])\n"
                                   "return out\n";
 
 typedef struct st_reserve_t {
-    sg_query_t *r;
-    sg_budget_fail_fn fail;
+    admit_t a;
     sg_budget_t *b[2]; /* compacted: b[0..nb) */
     uint64_t period[2];
     int64_t carry[2];
@@ -713,14 +708,15 @@ typedef struct st_reserve_t {
 static void on_reserve(void *arg, redisReply *reply)
 {
     reserve_t *q = arg;
-    sg_query_t *r = q->r;
+    const admit_t *a = &q->a;
+    int gone = a->next->gone(a->ctx);
     int ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 + 2 * q->nb);
     for (size_t i = 0; ok && i < reply->elements; ++i)
         ok = reply->element[i]->type == REDIS_REPLY_INTEGER;
     sg_budget_t *bs[2] = {q->b[0], q->b[1]};
     if (!ok) {
-        if (!r->responded)
-            unavailable(r, q->fail, bs, q->n, "did not answer in time");
+        if (!gone)
+            unavailable(a, bs, q->n, "did not answer in time");
         goto out;
     }
     int admitted = reply->element[0]->integer == 1;
@@ -739,46 +735,45 @@ static void on_reserve(void *arg, redisReply *reply)
         }
     }
     pthread_mutex_unlock(&budget_registry.mu);
-    if (r->responded) { /* answered meanwhile (deadline): nothing is sent */
+    if (gone) { /* answered meanwhile (deadline): nothing is sent */
         if (admitted)
-            give_back(r->loop, bs, q->period, q->n, 1);
+            give_back(a->loop, bs, q->period, q->n, 1);
         goto out;
     }
     if (!admitted) {
         int k = which >= 1 && which <= q->nb ? (int)which - 1 : 0;
-        refuse(r, q->fail, q->b[k], used[k], q->n);
+        refuse(a, q->b[k], used[k], q->n);
         goto out;
     }
-    run(r, bs, q->period, q->n, 1);
+    run(a, bs, q->period, q->n, 1);
 out:
+    if (a->next->round_trip_done != NULL)
+        a->next->round_trip_done(a->ctx);
     free(q);
-    sg__query_unref(r); /* the script's reference */
 }
 
-void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
+void sg_budget_admit(const sg_budget_set_t *set, sg_loop_t *loop, const sg_route_t *serving, const sg_client_t *client, uint32_t n,
+                     const sg_budget_next_t *next, void *ctx)
 {
     sg_budget_t *bs[2] = {NULL, NULL};
-    int nb = budgets_for(r, bs);
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < r->n_uniq; ++i)
-        if (r->uniq[i].blob == NULL && r->uniq[i].waiter == NULL)
-            ++n;
+    int nb = budgets_for(set, serving, client, bs);
+    admit_t a = {next, ctx, client, loop};
     if (nb == 0 || n == 0) {
-        sg__dispatch_misses(r);
+        sg_budget_decision_t d = {.admitted = 1};
+        next->decided(ctx, &d); /* no reservation: nothing applies */
         return;
     }
     if (!budget_registry.shared) {
-        decide_local(r, fail, bs, n);
+        decide_local(&a, bs, n);
         return;
     }
-    sg_redis_t *redis = r->loop->redis;
+    sg_redis_t *redis = loop->redis;
     if (redis == NULL || !sg_redis_is_up(redis)) {
-        unavailable(r, fail, bs, n, "is not connected");
+        unavailable(&a, bs, n, "is not connected");
         return;
     }
     reserve_t *q = sg_mem_calloc(1, sizeof(*q));
-    q->r = r;
-    q->fail = fail;
+    q->a = a;
     q->nb = nb;
     q->n = n;
     uint64_t now = wall_s();
@@ -816,10 +811,11 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         argvlen[i] = strlen(argv[i]);
     if (sg_redis_command(redis, on_reserve, q, argc, argv, argvlen) != 0) {
         free(q);
-        unavailable(r, fail, bs, n, "is not connected");
+        unavailable(&a, bs, n, "is not connected");
         return;
     }
-    sg__query_ref(r);
+    if (next->round_trip != NULL)
+        next->round_trip(ctx); /* the caller stays alive until on_reserve() ran */
 }
 
 /* ---- /metrics and /stats ---- */
