@@ -35,10 +35,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int sg_server_start(sg_server_t *s, char *err, size_t err_size);
-void sg_server_stop(sg_server_t *s);
-void sg_server_dispose(sg_server_t *s);
-
 static void usage(FILE *fp)
 {
     fprintf(fp, "usage: searchgate --config FILE [--port N] [--host ADDR] [--address-file PATH] [--threads N]\n"

@@ -16,7 +16,7 @@
  * loop compares the current pointer (an atomic) with the one it holds before each request.
  */
 #include "gen.h"
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "budget.h"
 #include "clients.h"

@@ -18,7 +18,9 @@
  * nothing follows the gateway's STOPPING=1.
  */
 #include "reload.h"
+#include "http_common.h"
 #include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "clients.h"
 #include "dispatch.h"

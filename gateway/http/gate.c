@@ -27,6 +27,8 @@
  * over as they are.
  */
 #include "gate.h"
+#include "http_common.h"
+#include "server.h"
 #include "gen.h"
 #include "clients.h"
 #include "json.h"

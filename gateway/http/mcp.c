@@ -24,6 +24,7 @@
  */
 #include "mcp.h"
 #include "mcp_impl.h"
+#include "http_common.h"
 #include "clients.h"
 #include "gen.h"
 #include "json.h"
@@ -504,44 +505,11 @@ static void on_replies(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
 
 /* ---- responses ---- */
 
-static h2o_iovec_t header(h2o_req_t *req, const char *name, size_t len)
-{
-    ssize_t i = h2o_find_header_by_str(&req->headers, name, len, -1);
-    return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
-}
-
-static const char *reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 202:
-        return "Accepted";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 406:
-        return "Not Acceptable";
-    case 413:
-        return "Payload Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 503:
-        return "Service Unavailable";
-    }
-    return "Error";
-}
-
 static void send_http(h2o_req_t *req, int ep, int status, const char *ctype, const char *body, size_t len)
 {
     static h2o_generator_t generator = {NULL, NULL};
     req->res.status = status;
-    req->res.reason = reason(status);
+    req->res.reason = sg_http_reason(status);
     req->res.content_length = len;
     if (ctype != NULL)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
@@ -928,7 +896,7 @@ static void run_post(sg_mcp_post_t *p, const cJSON *root)
 static cJSON *read_body(h2o_req_t *req, int ep)
 {
     size_t max_body = sg_loop_of(req)->server->cfg->limits.max_body_bytes;
-    h2o_iovec_t ct = header(req, H2O_STRLIT("content-type"));
+    h2o_iovec_t ct = sg_http_header(req, H2O_STRLIT("content-type"));
     if (ct.base != NULL) {
         const char *semi = memchr(ct.base, ';', ct.len), *b = ct.base, *e = semi != NULL ? semi : ct.base + ct.len;
         trim(&b, &e);
@@ -978,10 +946,10 @@ static void on_mcp_post(sg_loop_t *loop, h2o_req_t *req)
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
     }
-    h2o_iovec_t acc = header(req, H2O_STRLIT("accept"));
+    h2o_iovec_t acc = sg_http_header(req, H2O_STRLIT("accept"));
     int fmt = sg_mcp_accept(acc.base, acc.len);
-    h2o_iovec_t pv = header(req, H2O_STRLIT("mcp-protocol-version"));
-    h2o_iovec_t sid = header(req, H2O_STRLIT("mcp-session-id"));
+    h2o_iovec_t pv = sg_http_header(req, H2O_STRLIT("mcp-protocol-version"));
+    h2o_iovec_t sid = sg_http_header(req, H2O_STRLIT("mcp-session-id"));
     char version[16] = DEFAULT_VERSION;
     cJSON *root = NULL;
     if (fmt == 0) {
@@ -1050,7 +1018,7 @@ static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
     }
-    h2o_iovec_t sid = header(req, H2O_STRLIT("mcp-session-id"));
+    h2o_iovec_t sid = sg_http_header(req, H2O_STRLIT("mcp-session-id"));
     if (sid.base == NULL) {
         http_error(req, EP_MCP, 400, SG_MCP_INVALID_REQUEST, "DELETE /mcp needs the Mcp-Session-Id header");
     } else {
@@ -1142,7 +1110,7 @@ static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
         return;
     }
     cJSON *root = NULL;
-    h2o_iovec_t sid = query_param(req, "session_id"), pv = header(req, H2O_STRLIT("mcp-protocol-version"));
+    h2o_iovec_t sid = query_param(req, "session_id"), pv = sg_http_header(req, H2O_STRLIT("mcp-protocol-version"));
     char version[16];
     if (sid.base == NULL || sid.len == 0) {
         http_error(req, EP_MESSAGES, 400, SG_MCP_INVALID_REQUEST,

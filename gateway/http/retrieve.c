@@ -12,7 +12,8 @@
  * query when the client goes away first, so done() always finds its request alive.
  */
 #include "retrieve.h"
-#include "server.h"
+#include "http_common.h"
+#include "runtime.h"
 #include "clients.h"
 #include "fusion_route.h"
 #include "gen.h"
@@ -64,12 +65,6 @@ static void on_req_dispose(void *p)
         sg_query_cancel(q);
 }
 
-static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
-{
-    ssize_t i = h2o_find_header_by_str(&req->headers, name, len, -1);
-    return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
-}
-
 /* A request answered before it became a query (malformed, unknown backend, unauthorised,
  * empty): counted on its backend when known, logged at debug, and answered. */
 static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_client_t *client, int status, const char *type,
@@ -85,16 +80,9 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
         sg_hist_observe_us(b->latency, lat);
         sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
     }
-    if (status == 401) { /* and the connection ends: its next request meets the connection gate again */
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    if (status == 401) /* and the connection ends: its next request meets the connection gate again */
         req->http1_is_persistent = 0;
-    }
-    if (b != NULL)
-        sg_provenance_add_header(req, &b->prov, NULL);
-    if (status == 200)
-        sg_send_json(req, 200, msg, strlen(msg));
-    else
-        sg_send_error(req, status, type, msg, 0);
+    sg_http_answer_early(req, status, type, msg, b != NULL ? &b->prov : NULL);
 }
 
 /* A bad X-Timeout-Ms header: found after the client was identified, so counted as one of its
@@ -249,7 +237,7 @@ static int check_search_params(incoming_t *in)
 int sg_retrieve_timeout_header(h2o_req_t *req, uint32_t route_timeout_ms, uint64_t start_us, uint64_t *deadline_us)
 {
     *deadline_us = 0;
-    h2o_iovec_t th = find_header(req, H2O_STRLIT("x-timeout-ms"));
+    h2o_iovec_t th = sg_http_header(req, H2O_STRLIT("x-timeout-ms"));
     if (th.base == NULL)
         return 0;
     char tmp[24];

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 #include <h2o.h>
-#include "server.h"
+#include "runtime.h"
 
 #define SG_ACCESS_NO_PAGES_HELP "POST /access requests answered with a null page per URL because the route has no page store."
 

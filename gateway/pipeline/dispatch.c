@@ -29,7 +29,7 @@
  * the other way round. No lock is held while calling into a plugin.
  */
 #include "dispatch.h"
-#include "server.h"
+#include "runtime.h"
 #include "query_impl.h"
 #include "json.h"
 #include "hmap.h"

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include "sg_backend.h"
 #include "blob.h"
-#include "server.h"
+#include "runtime.h"
 
 typedef struct st_sg_query_t sg_query_t;
 typedef struct st_sg_uq_t sg_uq_t;

@@ -19,7 +19,7 @@
 #define SG_GATEWAY_QUERY_H
 
 #include <stdint.h>
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "clients.h"
 #include "blob.h"

@@ -10,7 +10,7 @@
 #ifndef SG_GATEWAY_QUERY_IMPL_H
 #define SG_GATEWAY_QUERY_IMPL_H
 
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "clients.h"
 #include "trace.h"

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 #include "json.h"
-#include "server.h"
+#include "runtime.h"
 #include "clients.h"
 
 typedef struct st_sg_budget_t sg_budget_t;

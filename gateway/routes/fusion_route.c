@@ -21,7 +21,8 @@
  * cancelled; a Redis round trip for a global rate limit holds another.
  */
 #include "fusion_route.h"
-#include "server.h"
+#include "http_common.h"
+#include "runtime.h"
 #include "clients.h"
 #include "dispatch.h"
 #include "gen.h"
@@ -808,13 +809,7 @@ static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client,
         sg_counter_add(client->m_requests, 1);
         sg_counter_add(client->m_queries, n_queries);
     }
-    if (status == 401)
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
-    sg_provenance_add_header(req, &r->prov, NULL);
-    if (status == 200)
-        sg_send_json(req, 200, msg, strlen(msg));
-    else
-        sg_send_error(req, status, type, msg, 0);
+    sg_http_answer_early(req, status, type, msg, &r->prov);
 }
 
 int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us)

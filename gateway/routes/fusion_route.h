@@ -5,7 +5,7 @@
 #ifndef SG_GATEWAY_FUSION_ROUTE_H
 #define SG_GATEWAY_FUSION_ROUTE_H
 
-#include "server.h"
+#include "runtime.h"
 #include "fusion.h"
 #include "json.h"
 #include "query.h"

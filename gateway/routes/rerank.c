@@ -20,7 +20,7 @@
  * plugin or a completion callback.
  */
 #include "rerank.h"
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "rerank_xenc.h"
 #include "hmap.h"

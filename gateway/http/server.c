@@ -7,6 +7,7 @@
  * h2o_evloop_run()'s max_wait.
  */
 #include "server.h"
+#include "http_common.h"
 #include "respond.h"
 #include "fusion_route.h"
 #include "clients.h"
@@ -31,16 +32,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 403, 404, 405, 408, 413, 422, 429, 500, 502, 503, 504, 0};
-
-int sg_code_index(int status)
-{
-    for (int i = 0; i < SG_NUM_CODES - 1; ++i)
-        if (sg_code_values[i] == status)
-            return i;
-    return SG_CODE_OTHER;
-}
-
 /* 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
  * open (Redis stopped answering and is skipped), 3 when none is up because Redis (or a sentinel)
  * refuses the connection set-up (credentials, ACL, db), -1 when Redis is off. */
@@ -56,77 +47,10 @@ static int redis_state(const sg_server_t *s)
     return sg_redis_refused() ? 3 : 0;
 }
 
-/* ---- responses ---- */
-
-const char *sg_http_reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Payload Too Large";
-    case 422:
-        return "Unprocessable Entity";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    }
-    return "Error";
-}
-
-static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
-{
-    static h2o_generator_t generator = {NULL, NULL};
-    req->res.status = status;
-    req->res.reason = sg_http_reason(status);
-    req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
-    h2o_iovec_t buf = h2o_strdup(&req->pool, body, len);
-    h2o_start_response(req, &generator);
-    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
-}
-
-void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len)
-{
-    send_body(req, status, "application/json", body, len);
-}
-
-void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s)
-{
-    sg_buf_t b = {0};
-    sg_json_error_body(&b, status, type, msg);
-    if (retry_after_s > 0) {
-        char tmp[16];
-        int n = snprintf(tmp, sizeof(tmp), "%u", retry_after_s);
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, h2o_strdup(&req->pool, tmp, (size_t)n).base,
-                       (size_t)n);
-    }
-    sg_send_json(req, status, b.base, b.len);
-    sg_buf_free(&b);
-}
-
 /* ---- small routes ---- */
 
 enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_ADMIN, R_OTHER, R_COUNT };
+_Static_assert(R_COUNT == SG_HTTP_ROUTES, "sg_server_t.http_requests has a row per route");
 static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "admin", "other"};
 
 int sg_server_route_index(h2o_iovec_t path)
@@ -277,7 +201,7 @@ static void on_metrics(h2o_req_t *req)
 {
     sg_buf_t b = {0};
     sg_metrics_render(&b);
-    send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
+    sg_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
     sg_buf_free(&b);
     count(req, R_METRICS, 200);
 }
@@ -407,7 +331,7 @@ extern const size_t sg_dashboard_html_len;
 
 static void on_dashboard(h2o_req_t *req)
 {
-    send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
+    sg_send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
     count(req, R_DASHBOARD, 200);
 }
 
@@ -820,10 +744,6 @@ int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms)
     }
     return 1;
 }
-
-int sg_server_start(sg_server_t *s, char *err, size_t err_size);
-void sg_server_stop(sg_server_t *s);
-void sg_server_dispose(sg_server_t *s);
 
 /* searchgate_http_requests_total for every non-query route and status, at 0 from the start. */
 static void register_http_metrics(sg_server_t *s)

@@ -1,0 +1,36 @@
+/*
+ * status.h -- the HTTP statuses the gateway answers, in one place: their reason phrases and the
+ * table the per-status metrics are indexed by (status.c). No HTTP machinery here, so every room
+ * may count and name a status.
+ */
+#ifndef SG_GATEWAY_STATUS_H
+#define SG_GATEWAY_STATUS_H
+
+/* HTTP statuses the per-route and per-endpoint metrics count separately (sg_code_values) */
+enum {
+    SG_CODE_200,
+    SG_CODE_400,
+    SG_CODE_401,
+    SG_CODE_403,
+    SG_CODE_404,
+    SG_CODE_405,
+    SG_CODE_408,
+    SG_CODE_413,
+    SG_CODE_422,
+    SG_CODE_429,
+    SG_CODE_500,
+    SG_CODE_502,
+    SG_CODE_503,
+    SG_CODE_504,
+    SG_CODE_OTHER,
+    SG_NUM_CODES
+};
+/** The index into a per-status metrics array of `status`: its SG_CODE_*, else SG_CODE_OTHER. */
+int sg_code_index(int status);
+/** The status of each SG_CODE_* (0 for SG_CODE_OTHER). */
+extern const int sg_code_values[SG_NUM_CODES];
+
+/** The reason phrase of an HTTP status the gateway sends ("Error" for one it never sends). */
+const char *sg_http_reason(int status);
+
+#endif

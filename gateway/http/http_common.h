@@ -1,0 +1,29 @@
+/*
+ * http_common.h -- the HTTP helpers every handler shares (http_common.c): answers with a body, the JSON error
+ * answer, the answer to a request that ends before it became a query, and request header lookup.
+ * Reason phrases and the per-status metrics table are core/status.h's. Loop thread.
+ */
+#ifndef SG_GATEWAY_HTTP_COMMON_H
+#define SG_GATEWAY_HTTP_COMMON_H
+
+#include <stdint.h>
+#include <h2o.h>
+#include "provenance.h"
+
+/** Answers `status` with `body` (copied into the request's pool) as `ctype`. */
+void sg_send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len);
+/** Answers `status` with a JSON body (copied into the request's pool). */
+void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);
+/** Answers a JSON error {"error":{...}}; `retry_after_s` > 0 adds a Retry-After header. */
+void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
+/**
+ * The answer to a request that ended before it became a query (malformed, unknown route,
+ * unauthorised, empty): 200 with `msg` as the JSON body, else the JSON error `type`/`msg`; a 401
+ * says how to authenticate (WWW-Authenticate), and `prov` (NULL: none) adds the route's
+ * X-Searchgate-Provenance. The caller counts it on its route first.
+ */
+void sg_http_answer_early(h2o_req_t *req, int status, const char *type, const char *msg, const sg_provenance_t *prov);
+/** The value of request header `name` (`len` bytes, lower case), or {NULL, 0} when absent. */
+h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len);
+
+#endif
