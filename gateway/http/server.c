@@ -385,73 +385,34 @@ static void log_small(h2o_req_t *req)
            (int)(req->path.len > 200 ? 200 : req->path.len), req->path.base, req->res.status);
 }
 
-static int route_req(sg_loop_t *loop, h2o_req_t *req)
+/* ---- one h2o handler per path ----
+ *
+ * h2o picks a request's path by prefix, first registered first ("/stats" also takes "/stats/x"),
+ * so each handler answers its own path exactly and anything below it 404, as "/" does for every
+ * path no other handler took. Every handler starts the same way: the request runs on the
+ * generation current when it arrives (gen.h), held through the handler, and the connection gate
+ * judges its Host, Origin and key before the route is even looked at. */
+
+typedef struct st_path_handler_t path_handler_t;
+struct st_path_handler_t {
+    h2o_handler_t super;
+    const char *path;
+    int (*serve)(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req);
+    /* the GET routes: */
+    int route;   /* R_* */
+    int guarded; /* shows backends, upstreams or client ids: the admin key when keys are in use */
+    void (*get)(h2o_req_t *);
+    int is_access; /* /access, else /retrieve */
+};
+
+static int is_method(h2o_req_t *req, const char *m, size_t len)
+{
+    return h2o_memis(req->method.base, req->method.len, m, len);
+}
+
+static int not_found(h2o_req_t *req)
 {
     h2o_iovec_t p = req->path_normalized;
-    int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
-                 h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
-    int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
-    const char *name;
-    size_t nlen;
-    sg_loop_refresh_gen(loop);                   /* a request runs on the generation current when it arrives (gen.h) */
-    if (sg_gate_check_request(loop, req) != 0) { /* Host, Origin, the key: before the route is even looked up */
-        log_small(req);
-        return 0;
-    }
-    if (path_is(p, "/retrieve") || path_is(p, "/access")) {
-        if (!is_post) {
-            method_not_allowed(req, "POST");
-            log_small(req);
-            return 0;
-        }
-        return sg_retrieve_handle(loop, req, path_is(p, "/access"), NULL, 0);
-    }
-    if (path_sub(p, "/retrieve", &name, &nlen) || path_sub(p, "/access", &name, &nlen)) {
-        if (!is_post) {
-            method_not_allowed(req, "POST");
-            log_small(req);
-            return 0;
-        }
-        return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
-    }
-    if (sg_mcp_route(loop, req)) { /* /mcp, /sse, /messages when mcp.enabled */
-        log_small(req);
-        return 0;
-    }
-    if (path_is(p, "/admin/reload")) { /* re-reads the config (reload.c): the admin key only */
-        if (!is_post)
-            method_not_allowed(req, "POST");
-        else
-            sg_reload_admin(loop, req);
-        log_small(req);
-        return 0;
-    }
-    /* the operations routes that show backends, upstreams and client ids are guarded when keys are
-     * in use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
-     * without data that asks for the key and reads /stats with it */
-    static const struct {
-        const char *path;
-        int route;
-        int guarded;
-        void (*fn)(h2o_req_t *);
-    } gets[] = {{"/", R_ROOT, 1, on_root},
-                {"/health", R_HEALTH, 0, on_health},
-                {"/metrics", R_METRICS, 1, on_metrics},
-                {"/stats", R_STATS, 1, on_stats},
-                {"/dashboard", R_DASHBOARD, 0, on_dashboard}};
-    for (size_t i = 0; i < sizeof(gets) / sizeof(gets[0]); ++i) {
-        if (path_is(p, gets[i].path)) {
-            const char *why = NULL;
-            if (!is_get)
-                method_not_allowed(req, "GET");
-            else if (gets[i].guarded && !admin_allowed(req, &why))
-                unauthorized(req, gets[i].route, why);
-            else
-                gets[i].fn(req);
-            log_small(req);
-            return 0;
-        }
-    }
     char msg[160];
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
     sg_send_error(req, 404, "not_found", msg, 0);
@@ -460,15 +421,114 @@ static int route_req(sg_loop_t *loop, h2o_req_t *req)
     return 0;
 }
 
-static int on_req(h2o_handler_t *self, h2o_req_t *req)
+/* POST /retrieve, /access and /retrieve/<route>, /access/<route> */
+static int serve_retrieve(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
 {
-    (void)self;
+    h2o_iovec_t p = req->path_normalized;
+    const char *name = NULL;
+    size_t nlen = 0;
+    if (!path_is(p, h->path) && !path_sub(p, h->path, &name, &nlen))
+        return not_found(req);
+    if (!is_method(req, H2O_STRLIT("POST"))) {
+        method_not_allowed(req, "POST");
+        log_small(req);
+        return 0;
+    }
+    return sg_retrieve_handle(loop, req, h->is_access, name, nlen);
+}
+
+/* /mcp, /sse, /messages (registered when mcp.enabled) */
+static int serve_mcp(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
+{
+    (void)h;
+    if (!sg_mcp_route(loop, req))
+        return not_found(req);
+    log_small(req);
+    return 0;
+}
+
+/* POST /admin/reload: re-reads the config (reload.c), for the admin key only */
+static int serve_admin(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
+{
+    if (!path_is(req->path_normalized, h->path))
+        return not_found(req);
+    if (!is_method(req, H2O_STRLIT("POST")))
+        method_not_allowed(req, "POST");
+    else
+        sg_reload_admin(loop, req);
+    log_small(req);
+    return 0;
+}
+
+/* The GET routes. Those that show backends, upstreams and client ids are guarded when keys are in
+ * use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
+ * without data that asks for the key and reads /stats with it. "/" also takes every path no
+ * other handler did. */
+static int serve_get(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
+{
+    (void)loop;
+    if (!path_is(req->path_normalized, h->path))
+        return not_found(req);
+    const char *why = NULL;
+    if (!is_method(req, H2O_STRLIT("GET")) && !is_method(req, H2O_STRLIT("HEAD")))
+        method_not_allowed(req, "GET");
+    else if (h->guarded && !admin_allowed(req, &why))
+        unauthorized(req, h->route, why);
+    else
+        h->get(req);
+    log_small(req);
+    return 0;
+}
+
+static int on_path(h2o_handler_t *self, h2o_req_t *req)
+{
+    const path_handler_t *h = (const path_handler_t *)self;
     sg_loop_t *loop = sg_loop_of(req);
     sg_loop_refresh_gen(loop);           /* a request runs on the generation current when it arrives (gen.h) */
     sg_gen_t *g = sg_gen_ref(loop->gen); /* held through the handler, whatever it calls */
-    int r = route_req(loop, req);
+    int r = 0;
+    if (sg_gate_check_request(loop, req) != 0) /* Host, Origin, the key: before the route is even looked up */
+        log_small(req);
+    else
+        r = h->serve(h, loop, req);
     sg_gen_release(g);
     return r;
+}
+
+static void on_setup_response(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot);
+
+/* Registers `path` with its handler, and the filter every route's answer goes through. */
+static void register_path(h2o_hostconf_t *hostconf, const path_handler_t *proto)
+{
+    h2o_pathconf_t *pc = h2o_config_register_path(hostconf, proto->path, 0);
+    path_handler_t *h = (path_handler_t *)h2o_create_handler(pc, sizeof(*h));
+    h2o_handler_t super = h->super;
+    *h = *proto;
+    h->super = super;
+    h->super.on_req = on_path;
+    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
+    rf->on_setup_ostream = on_setup_response;
+}
+
+/* Every path the gateway answers, in h2o's order of matching ("/" last: it takes the rest). */
+static void register_paths(h2o_hostconf_t *hostconf, const sg_config_t *cfg)
+{
+    static const path_handler_t paths[] = {
+        {.path = "/retrieve", .serve = serve_retrieve},
+        {.path = "/access", .serve = serve_retrieve, .is_access = 1},
+        {.path = "/mcp", .serve = serve_mcp},
+        {.path = "/sse", .serve = serve_mcp},
+        {.path = "/messages", .serve = serve_mcp},
+        {.path = "/admin/reload", .serve = serve_admin},
+        {.path = "/health", .serve = serve_get, .route = R_HEALTH, .get = on_health},
+        {.path = "/metrics", .serve = serve_get, .route = R_METRICS, .guarded = 1, .get = on_metrics},
+        {.path = "/stats", .serve = serve_get, .route = R_STATS, .guarded = 1, .get = on_stats},
+        {.path = "/dashboard", .serve = serve_get, .route = R_DASHBOARD, .get = on_dashboard},
+        {.path = "/", .serve = serve_get, .route = R_ROOT, .guarded = 1, .get = on_root},
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); ++i)
+        if (paths[i].serve != serve_mcp || cfg->mcp.enabled)
+            register_path(hostconf, &paths[i]);
 }
 
 /* ---- h2o's own error responses ----
@@ -786,11 +846,7 @@ static h2o_hostconf_t *configure_h2o(h2o_globalconf_t *conf, const sg_config_t *
     conf->http1.req_timeout = cfg->listen_common.read_timeout_ms;
     conf->http1.upgrade_to_http2 = upgrade;
     h2o_hostconf_t *hostconf = h2o_config_register_host(conf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *pc = h2o_config_register_path(hostconf, "/", 0);
-    h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
-    h->on_req = on_req;
-    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
-    rf->on_setup_ostream = on_setup_response;
+    register_paths(hostconf, cfg);
     h2o_filter_t *f = h2o_create_filter(&hostconf->fallback_path, sizeof(*f));
     f->on_setup_ostream = on_setup_json_errors;
     return hostconf;
