@@ -6,10 +6,9 @@
  *   sg_query_start() per leg, all at once, sharing the deadline -> per query: merge the legs'
  *   lists -> done(result, partial legs)
  *
- * and its HTTP adapter for POST /retrieve (retrieve.c parsed the body and found a fusion route):
- * search_params refused -> identify the client -> X-Timeout-Ms -> sg_fusion_start() -> respond
- * (with X-Searchgate-Fusion-Partial when a leg failed). Other entry points (MCP) call
- * sg_fusion_start() the same way they call sg_query_start().
+ * Entry points call sg_fusion_start() the way they call sg_query_start(): POST /retrieve on a
+ * fusion route (http/retrieve.c, which also writes X-Searchgate-Fusion-Partial when a leg failed)
+ * and MCP tools/call. Nothing here speaks HTTP.
  *
  * Legs are ordinary queries on their routes: each keeps its own cache, singleflight, admission
  * (the client's max_inflight and fair-share weight included) and per-route metrics. They skip the
@@ -21,7 +20,6 @@
  * cancelled; a Redis round trip for a global rate limit holds another.
  */
 #include "fusion_route.h"
-#include "http_common.h"
 #include "runtime.h"
 #include "clients.h"
 #include "dispatch.h"
@@ -31,9 +29,7 @@
 #include "provenance.h"
 #include "query.h"
 #include "ratelimit_global.h"
-#include "request.h"
 #include "respond.h"
-#include "retrieve.h"
 #include "trace.h"
 
 #include <math.h>
@@ -756,116 +752,15 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     return answered ? NULL : fr;
 }
 
-/* ---- POST /retrieve on a fusion route ---- */
+/* ---- what an entry point counts on a fusion route ---- */
 
-/* Lives in the HTTP request's pool: the link between the request and its fusion query. */
-typedef struct st_http_fusion_t {
-    h2o_req_t *req;
-    sg_fusion_query_t *q; /* NULL once answered */
-    int return_scores;
-    const fusion_route_t *route; /* for X-Searchgate-Provenance */
-} http_fusion_t;
-
-static void on_http_done(void *ctx, const sg_query_result_t *res, const char *partial)
+void sg_fusion_count_early(sg_gen_t *g, int fi, int status, uint32_t n_queries, uint64_t start_us)
 {
-    http_fusion_t *hf = ctx;
-    hf->q = NULL;
-    h2o_req_t *req = hf->req;
-    sg_provenance_add_header(req, &hf->route->prov, res);
-    if (res->status != 200) {
-        sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
-        return;
-    }
-    if (partial != NULL) {
-        size_t n = strlen(partial);
-        char *v = h2o_mem_alloc_pool(&req->pool, n);
-        memcpy(v, partial, n);
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v, n);
-    }
-    sg_respond_blobs(req, res->blobs, res->n, hf->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT);
-}
-
-/* The HTTP request is being freed: if its fusion query still runs, the client went away first. */
-static void on_req_dispose(void *p)
-{
-    http_fusion_t *hf = p;
-    sg_fusion_query_t *q = hf->q;
-    hf->q = NULL;
-    if (q != NULL)
-        sg_fusion_cancel(q);
-}
-
-/* Answered before the fan-out: counted on the fusion route (and on the client once known). */
-static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client, int status, const char *type, const char *msg,
-                         uint32_t n_queries, uint64_t start_us)
-{
+    fusion_route_t *r = &g->fusion->routes[fi];
     int ci = sg_code_index(status);
     uint64_t lat = sg_now_us() - start_us;
     sg_counter_add(r->requests[ci], 1);
     sg_counter_add(r->queries[ci], n_queries);
     sg_hist_observe_us(r->latency, lat);
     sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
-    if (client != NULL && status != 200) {
-        sg_counter_add(client->m_requests, 1);
-        sg_counter_add(client->m_queries, n_queries);
-    }
-    sg_http_answer_early(req, status, type, msg, &r->prov);
-}
-
-int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us)
-{
-    sg_gen_t *g = loop->gen; /* the loop's reference holds it through this call; the query takes its own */
-    fusion_route_t *r = &g->fusion->routes[fi];
-    const sg_fusion_conf_t *fc = r->conf;
-    char err[300];
-    if (pr->search_params != NULL) {
-        snprintf(err, sizeof(err),
-                 "fusion route %s takes no search_params (its legs are searched with their own settings; send them to a leg's "
-                 "route)",
-                 fc->name);
-        answer_early(req, r, NULL, 422, "validation_error", err, 0, start_us);
-        return 0;
-    }
-    const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(g->clients, req, &why);
-    if (client == NULL) {
-        answer_early(req, r, NULL, 401, "unauthorized", why, 0, start_us);
-        return 0;
-    }
-    if (pr->n == 0) {
-        answer_early(req, r, client, 200, NULL, "{\"result\":[]}", 0, start_us);
-        sg_clients_release(client);
-        return 0;
-    }
-    /* deadline: the route's timeout, shortened (never lengthened) by X-Timeout-Ms; shared by the legs */
-    uint64_t deadline_us;
-    if (sg_retrieve_timeout_header(req, fc->timeout_ms, start_us, &deadline_us) != 0) {
-        answer_early(req, r, client, 422, "validation_error", "header X-Timeout-Ms must be a positive integer (milliseconds)",
-                     pr->n, start_us);
-        sg_clients_release(client);
-        return 0;
-    }
-    const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
-    for (uint32_t i = 0; i < pr->n; ++i)
-        texts[i] = pr->arena + pr->off[i];
-    sg_fusion_spec_t spec = {.gen = g,
-                             .route = fi,
-                             .client = client,
-                             .texts = texts,
-                             .lens = pr->len,
-                             .n = pr->n,
-                             .topk = pr->topk,
-                             .start_us = start_us,
-                             .deadline_us = deadline_us,
-                             .shape = pr->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT,
-                             .max_response_bytes = g->cfg->limits.max_response_bytes,
-                             .envelope_bytes = sg_respond_envelope(pr->n)};
-    http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
-    *hf = (http_fusion_t){req, NULL, pr->return_scores, r};
-    sg_fusion_query_t *q = sg_fusion_start(loop, &spec, on_http_done, hf);
-    if (q != NULL) /* else done() already ran, and the request may be gone */
-        hf->q = q;
-    free(texts);
-    sg_clients_release(client);
-    return 0;
 }
