@@ -19,7 +19,7 @@
 #include "gen.h"
 #include "budget.h"
 #include "hmap.h"
-#include "ratelimit_global.h"
+#include "rate.h"
 #include "respond.h"
 #include "../../cache/cache.h"
 
@@ -51,6 +51,23 @@ void sg__query_unref(sg_query_t *q)
         query_free(q);
 }
 
+/* For the steps that answer later (budget.h, rate.h): whether the query was answered meanwhile,
+ * and the reference that keeps it alive across a Redis round trip. */
+static int query_gone(void *ctx)
+{
+    return ((sg_query_t *)ctx)->responded;
+}
+
+static void query_hold(void *ctx)
+{
+    query_ref(ctx);
+}
+
+static void query_release(void *ctx)
+{
+    sg__query_unref(ctx);
+}
+
 /* log_level debug: one line per query, whatever its outcome. */
 static void log_query(const sg_query_t *q, int status, const char *type)
 {
@@ -70,12 +87,12 @@ static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
     *out = (sg_trace_item_t){u->text, u->len, u->blob, u->fallback_tried && u->blob != NULL ? SG_SRC_FALLBACK : u->source};
 }
 
-/* The route's or the client's query trace (trace.h), when either traces this request. A fusion
- * leg is not traced: the fusion request is. */
+/* The route's or the client's query trace (trace.h), when either traces this request. A query
+ * its caller admitted is not traced: the caller's request is (a fusion route's). */
 static void trace(const sg_query_t *q, int status, const char *type, uint64_t lat)
 {
     const sg_trace_conf_t *rt = q->backend->conf->trace, *ct = q->client->conf->trace;
-    if ((rt == NULL && ct == NULL) || q->leg)
+    if ((rt == NULL && ct == NULL) || q->admitted)
         return;
     sg_trace_event_t ev = {.request_id = q->request_id,
                            .route = q->backend->conf->name,
@@ -109,7 +126,7 @@ static void record(sg_query_t *q, int status, const char *type)
     sg_counter_add(b->queries[ci], q->n_queries);
     sg_hist_observe_us(b->latency, lat);
     sg_gauge_add(b->inflight_requests, -1);
-    if (!q->leg) { /* a fusion leg: the fusion request is the client's request */
+    if (!q->admitted) { /* else the caller's request is the client's request */
         sg_counter_add(q->client->m_requests, 1);
         sg_counter_add(q->client->m_queries, q->n_queries);
     }
@@ -130,6 +147,7 @@ static void finish(sg_query_t *q, int status, const char *type)
     if (h2o_linklist_is_linked(&q->link))
         h2o_linklist_unlink(&q->link);
     sg_timer_stop(&q->loop->timers, &q->timer);
+    sg_rate_stop(&q->rate);
     sg__dispatch_abandon(q);
     record(q, status, type);
 }
@@ -268,22 +286,7 @@ static void on_budget(void *ctx, const sg_budget_decision_t *d)
     sg__dispatch_misses(q); /* gives back what its calls did not take, and clears q->budget */
 }
 
-static int budget_gone(void *ctx)
-{
-    return ((sg_query_t *)ctx)->responded;
-}
-
-static void budget_round_trip(void *ctx)
-{
-    query_ref(ctx);
-}
-
-static void budget_round_trip_done(void *ctx)
-{
-    sg__query_unref(ctx);
-}
-
-static const sg_budget_next_t budget_next = {on_budget, budget_gone, budget_round_trip, budget_round_trip_done};
+static const sg_budget_next_t budget_next = {on_budget, query_gone, query_hold, query_release};
 
 /* The misses spend the budgets that apply to the serving route: the budget step decides, then
  * on_budget() dispatches them. */
@@ -445,7 +448,7 @@ static void on_deadline(sg_query_t *q)
 static void on_timer(sg_timer_t *t)
 {
     sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, timer, t);
-    if (q->timer_kind != SG__QT_DEADLINE) { /* the rate limit or the response budget: try again */
+    if (q->timer_kind != SG__QT_DEADLINE) { /* the response budget: try again */
         start_lookup(q);
         return;
     }
@@ -488,35 +491,20 @@ static void on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status sta
     fail(q, http, sg_plugin_status_name(status), msg, http == 503 && retry_after_s == 0 ? 1 : retry_after_s);
 }
 
-/* Acts on a rate-limit decision: SG_RL_ALLOW goes on at once. */
-static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
+/* ---- the client's rate limit (rate.h) ---- */
+
+static void rate_admitted(void *ctx, int waited)
 {
-    sg_client_t *client = q->client;
-    if (rl == SG_RL_DENY) {
-        uint32_t retry;
-        char msg[240];
-        int status = sg_clients_rate_refusal(client, wait_us, q->max_wait_us, &retry, msg, sizeof(msg));
-        fail(q, status, "rate_limited", msg, retry);
-        return;
-    }
-    if (rl == SG_RL_WAIT) {
-        sg_counter_add(client->m_queued, 1);
-        sg_hist_observe_us(client->m_wait, wait_us);
-        q->timer_kind = SG__QT_RATELIMIT;
-        sg_timer_start(&q->loop->timers, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
-        return;
-    }
-    start_lookup(q);
+    (void)waited;
+    start_lookup(ctx);
 }
 
-/* Redis decided on the shared rate limit (or, when it could not, the replica's fallback bucket). */
-static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+static void rate_refused(void *ctx, int status, const char *type, const char *msg, uint32_t retry_after_s)
 {
-    sg_query_t *q = ctx;
-    if (!q->responded)
-        on_rate_decision(q, decision, wait_us);
-    sg__query_unref(q); /* the round trip's reference */
+    fail(ctx, status, type, msg, retry_after_s);
 }
+
+static const sg_rate_next_t rate_next = {rate_admitted, rate_refused, query_gone, query_hold, query_release};
 
 void sg_query_fail_all(sg_loop_t *loop, const char *why)
 {
@@ -584,7 +572,7 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     q->gen = sg_gen_ref(spec->route->gen); /* the route, its fallback and the client live as long as it */
     q->client = sg_clients_ref(spec->client);
     q->is_access = spec->is_access;
-    q->leg = spec->leg;
+    q->admitted = spec->admitted;
     q->topk = spec->is_access ? 1 : spec->topk != 0 ? spec->topk : spec->route->conf->topk;
     q->params = spec->params != NULL && spec->params[0] != '\0' ? sg_strdup(spec->params) : NULL;
     q->shape = spec->shape;
@@ -617,35 +605,15 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
         deadline_us = spec->deadline_us > q->start_us ? spec->deadline_us : q->start_us;
     q->deadline_ms = deadline_us / 1000;
 
-    /* the client's rate limit, counted in queries; it may wait at most until the deadline */
-    sg_client_t *client = q->client;
-    const sg_client_conf_t *cc = client->conf;
-    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
-    if (max_wait_us > deadline_us - q->start_us)
-        max_wait_us = deadline_us - q->start_us;
-    q->max_wait_us = max_wait_us;
     query_ref(q); /* the caller's handle stays valid through what follows */
     if (check_estimate(q) != 0)
-        goto started; /* 413 before any work, the rate limit not charged */
-    if (spec->leg) {  /* a fusion leg: the fusion request was charged the client's rate limit */
+        goto started;     /* 413 before any work, the rate limit not charged */
+    if (spec->admitted) { /* the caller charged the client's rate limit for the whole request */
         start_lookup(q);
         goto started;
     }
-    uint64_t wait_us = 0;
-    int rl;
-    if (cc->rate > 0 && cc->global) {
-        query_ref(q); /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, q->gen->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
-                                &wait_us) != 0)
-            goto started; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
-        sg__query_unref(q);
-    } else {
-        rl = sg_clients_ratelimit(q->gen->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
-    }
-    if (rl != SG_RL_ALLOW)
-        on_rate_decision(q, rl, wait_us);
-    else
-        start_lookup(q);
+    /* the client's rate limit, counted in queries; it may wait at most until the deadline */
+    sg_rate_charge(&q->rate, loop, q->gen->clients, q->client, q->n_queries, q->start_us, deadline_us, &rate_next, q);
 started:;
     int answered = q->responded;
     sg__query_unref(q);

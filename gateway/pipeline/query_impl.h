@@ -13,6 +13,7 @@
 #include "runtime.h"
 #include "route.h"
 #include "clients.h"
+#include "rate.h"
 #include "trace.h"
 #include "blob.h"
 #include "../../cache/cache.h"
@@ -48,9 +49,9 @@ struct st_sg_query_t {
     int is_access; /* POST /access: no cache, no flights */
     uint64_t start_us;
     uint64_t deadline_ms;
-    sg_timer_t timer;     /* deadline, the rate-limit wake-up, or the response-budget wait */
-    int timer_kind;       /* SG__QT_* */
-    uint64_t max_wait_us; /* longest rate-limit wait this query accepts */
+    sg_timer_t timer; /* deadline, the rate-limit wake-up, or the response-budget wait */
+    int timer_kind;   /* SG__QT_* */
+    sg_rate_t rate;   /* the client's rate limit (rate.h), while it decides or waits */
     uint32_t n_queries, n_uniq;
     uint32_t *slot_uniq;
     sg_uq_t *uniq;
@@ -60,13 +61,13 @@ struct st_sg_query_t {
     int responded;
     char request_id[24];
     int fallback_used;
-    int leg;      /* a fusion route's leg (query.h) */
+    int admitted; /* the caller admitted and counts the request (sg_query_spec_t.admitted) */
     char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
 
     /* budget.c: the reservation dispatch draws from, while sg__dispatch_misses() runs */
     struct st_sg_budget_charge_t *budget;
 
-    /* the bounds of the answer (respond.h); max_response_bytes 0 = none (a fusion leg) */
+    /* the bounds of the answer (respond.h); max_response_bytes 0 = none (the caller bounds it) */
     int shape;                   /* SG_SHAPE_* the blobs appear in */
     uint64_t max_response_bytes; /* the whole answer, envelope_bytes included */
     uint64_t envelope_bytes;     /* what the entry point adds around the pieces */
@@ -77,7 +78,7 @@ struct st_sg_query_t {
     uint64_t budget_wait_end_ms; /* while waiting for room in the budget */
 };
 
-enum { SG__QT_DEADLINE = 0, SG__QT_RATELIMIT = 1, SG__QT_BUDGET = 2 };
+enum { SG__QT_DEADLINE = 0, SG__QT_BUDGET = 2 };
 
 /** The search parameters of the backend answering now: the route's request parameters apply to
  * the route's own backend only, never to its fallback. */

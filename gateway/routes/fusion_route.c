@@ -11,10 +11,10 @@
  * and MCP tools/call. Nothing here speaks HTTP.
  *
  * Legs are ordinary queries on their routes: each keeps its own cache, singleflight, admission
- * (the client's max_inflight and fair-share weight included) and per-route metrics. They skip the
- * client's rate limit (the fusion request was charged) and are not counted as the client's
- * requests (the fusion request is). The fused result is not cached: the legs are, and merging
- * their cached lists costs microseconds (docs/fusion.md has the measurement).
+ * (the client's max_inflight and fair-share weight included) and per-route metrics. They are
+ * admitted by the fusion request (sg_query_spec_t.admitted): it charged the client's rate limit
+ * once for the batch (the same step as the pipeline's, rate.h) and is the client's request. The fused result is not cached: the
+ * legs are, and merging their cached lists costs microseconds (docs/fusion.md has the measurement).
  *
  * Loop thread only. A fusion query holds one reference on itself until it has answered or was
  * cancelled; a Redis round trip for a global rate limit holds another.
@@ -28,7 +28,7 @@
 #include "json.h"
 #include "provenance.h"
 #include "query.h"
-#include "ratelimit_global.h"
+#include "rate.h"
 #include "respond.h"
 #include "trace.h"
 
@@ -80,8 +80,8 @@ struct st_sg_fusion_query_t {
     char *arena;
     uint32_t topk;
     char request_id[24];
-    uint64_t start_us, deadline_us, max_wait_us;
-    sg_timer_t timer; /* the rate-limit wait */
+    uint64_t start_us, deadline_us;
+    sg_rate_t rate; /* the client's rate limit (rate.h), while it decides or waits */
     uint32_t legs_pending;
     int answered;
     int shape; /* the bounds of the answer (sg_fusion_spec_t) */
@@ -338,7 +338,7 @@ static void record(fusion_req_t *fr, int status, const char *type)
 static void finish(fusion_req_t *fr, int status, const char *type)
 {
     fr->answered = 1;
-    sg_timer_stop(&fr->loop->timers, &fr->timer);
+    sg_rate_stop(&fr->rate);
     for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
         sg_query_t *q = fr->legs[l].q;
         fr->legs[l].q = NULL;
@@ -604,7 +604,7 @@ static void start_legs(fusion_req_t *fr)
                                 .topk = depth,
                                 .start_us = now,
                                 .deadline_us = fr->deadline_us,
-                                .leg = 1};
+                                .admitted = 1}; /* charged and counted once, as the fusion request */
         sg_query_t *q = sg_query_start(fr->loop, &spec, on_leg_done, leg);
         if (leg->status == 0)
             leg->q = q;
@@ -612,43 +612,39 @@ static void start_legs(fusion_req_t *fr)
     leg_finished(fr);
 }
 
-static void on_timer(sg_timer_t *t)
+/* ---- the client's rate limit, charged once for the batch (rate.h) ---- */
+
+static void rate_admitted(void *ctx, int waited)
 {
-    fusion_req_t *fr = H2O_STRUCT_FROM_MEMBER(fusion_req_t, timer, t);
-    if (atomic_load(&fr->loop->server->stopping)) { /* it waited for its rate limit into the shutdown */
+    fusion_req_t *fr = ctx;
+    if (waited && atomic_load(&fr->loop->server->stopping)) { /* it waited for its rate limit into the shutdown */
         fail(fr, 503, "unavailable", "the gateway is shutting down", 1);
         return;
     }
     start_legs(fr);
 }
 
-/* The client's rate limit, charged once for the request's queries (as query.c does for a route). */
-static void on_rate_decision(fusion_req_t *fr, int rl, uint64_t wait_us)
+static void rate_refused(void *ctx, int status, const char *type, const char *msg, uint32_t retry_after_s)
 {
-    sg_client_t *client = fr->client;
-    if (rl == SG_RL_DENY) {
-        uint32_t retry;
-        char msg[240];
-        int status = sg_clients_rate_refusal(client, wait_us, fr->max_wait_us, &retry, msg, sizeof(msg));
-        fail(fr, status, "rate_limited", msg, retry);
-        return;
-    }
-    if (rl == SG_RL_WAIT) {
-        sg_counter_add(client->m_queued, 1);
-        sg_hist_observe_us(client->m_wait, wait_us);
-        sg_timer_start(&fr->loop->timers, &fr->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
-        return;
-    }
-    start_legs(fr);
+    fail(ctx, status, type, msg, retry_after_s);
 }
 
-static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+static int fusion_req_gone(void *ctx)
 {
-    fusion_req_t *fr = ctx;
-    if (!fr->answered)
-        on_rate_decision(fr, decision, wait_us);
-    fusion_req_unref(fr); /* the round trip's reference */
+    return ((fusion_req_t *)ctx)->answered;
 }
+
+static void fusion_req_hold(void *ctx)
+{
+    ++((fusion_req_t *)ctx)->refs;
+}
+
+static void fusion_req_release(void *ctx)
+{
+    fusion_req_unref(ctx);
+}
+
+static const sg_rate_next_t rate_next = {rate_admitted, rate_refused, fusion_req_gone, fusion_req_hold, fusion_req_release};
 
 void sg_fusion_cancel(sg_fusion_query_t *fr)
 {
@@ -693,31 +689,6 @@ static void dedup_queries(fusion_req_t *fr, const sg_fusion_spec_t *spec)
     sg_hmap_dispose(&distinct);
 }
 
-/* The client's rate limit, once for the batch (the legs are not charged again); it may wait at
- * most until the deadline. The decision (now or from Redis) continues in on_rate_decision(). */
-static void charge_rate_limit(fusion_req_t *fr)
-{
-    sg_loop_t *loop = fr->loop;
-    sg_client_t *client = fr->client;
-    const sg_client_conf_t *cc = client->conf;
-    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
-    if (max_wait_us > fr->deadline_us - fr->start_us)
-        max_wait_us = fr->deadline_us - fr->start_us;
-    fr->max_wait_us = max_wait_us;
-    uint64_t wait_us = 0;
-    int rl;
-    if (cc->rate > 0 && cc->global) {
-        ++fr->refs; /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, fr->gen->clients, client, fr->n_queries, max_wait_us, on_global_decision, fr, &rl,
-                                &wait_us) != 0)
-            return; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
-        --fr->refs;
-    } else {
-        rl = sg_clients_ratelimit(fr->gen->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
-    }
-    on_rate_decision(fr, rl, wait_us);
-}
-
 sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
 {
     fusion_route_t *r = &spec->gen->fusion->routes[spec->route];
@@ -744,9 +715,9 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     fr->envelope_bytes = spec->envelope_bytes;
     sg_gauge_add(r->inflight, 1);
     dedup_queries(fr, spec);
-    ++fr->refs; /* the caller's handle stays valid through what follows */
-    if (check_estimate(fr) == 0)
-        charge_rate_limit(fr);
+    ++fr->refs;                  /* the caller's handle stays valid through what follows */
+    if (check_estimate(fr) == 0) /* the legs are not charged again; it may wait at most until the deadline */
+        sg_rate_charge(&fr->rate, loop, fr->gen->clients, fr->client, fr->n_queries, fr->start_us, fr->deadline_us, &rate_next, fr);
     int answered = fr->answered;
     fusion_req_unref(fr);
     return answered ? NULL : fr;
