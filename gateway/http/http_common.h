@@ -1,6 +1,7 @@
 /*
  * http_common.h -- the HTTP helpers every handler shares (http_common.c): answers with a body, the JSON error
- * answer, the answer to a request that ends before it became a query, and request header lookup.
+ * answer, the answer to a request that ends before it became a query, X-Searchgate-Provenance (the
+ * HTTP side of core/provenance.h) and request header lookup.
  * Reason phrases and the per-status metrics table are core/status.h's. Loop thread.
  */
 #ifndef SG_GATEWAY_HTTP_COMMON_H
@@ -9,6 +10,8 @@
 #include <stdint.h>
 #include <h2o.h>
 #include "provenance.h"
+
+struct st_sg_query_result_t;
 
 /** Answers `status` with `body` (copied into the request's pool) as `ctype`. */
 void sg_send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len);
@@ -23,6 +26,12 @@ void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg
  * X-Searchgate-Provenance. The caller counts it on its route first.
  */
 void sg_http_answer_early(h2o_req_t *req, int status, const char *type, const char *msg, const sg_provenance_t *prov);
+/**
+ * Adds X-Searchgate-Provenance to the response of `req` (loop thread): the precomputed part, and
+ * from `res` (NULL before a query ran) the cache outcome of an answer (status 200), the request's
+ * search parameters and the fallback that answered. Costs one pool allocation and a copy.
+ */
+void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const struct st_sg_query_result_t *res);
 /** The value of request header `name` (`len` bytes, lower case), or {NULL, 0} when absent. */
 h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len);
 

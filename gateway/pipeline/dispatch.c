@@ -29,6 +29,7 @@
  * the other way round. No lock is held while calling into a plugin.
  */
 #include "dispatch.h"
+#include "plugin.h"
 #include "runtime.h"
 #include "query_impl.h"
 #include "json.h"
@@ -181,6 +182,7 @@ void sg_dispatch_init(void)
         pthread_mutex_init(&shards[i].mu, NULL);
         sg_hmap_init(&shards[i].flights, flight_eq, NULL, 32);
     }
+    sg_plugin_lend_admission(sg_dispatch_retry_at, sg_dispatch_hold, sg_dispatch_release); /* the plugins' host table */
 }
 
 void sg_dispatch_dispose(void)
