@@ -11,6 +11,7 @@
  */
 #include "server.h"
 #include "gen.h"
+#include "build.h"
 #include "reload.h"
 #include "retrieve.h"
 #include "budget.h"
@@ -601,7 +602,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sg_budget_init(cfg.cache.redis.enabled, cfg.cache.redis_prefix); /* before any budget is made */
-    sg_gen_opts_t o = {dir, cl.check, argv};
+    sg_gen_opts_t o = {dir, cl.check, argv, sg__reload_bury};
     if ((g = sg_gen_build(s, &cfg, 0, NULL, &o, err, sizeof(err))) == NULL) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;

@@ -18,8 +18,8 @@
  * nothing follows the gateway's STOPPING=1.
  */
 #include "reload.h"
+#include "build.h"
 #include "http_common.h"
-#include "server.h"
 #include "runtime.h"
 #include "route.h"
 #include "clients.h"
@@ -238,7 +238,7 @@ static void run(job_t *job)
         snprintf(msg, sizeof(msg), "config %s", err);
     } else {
         sg_gen_t *prev = sg_gen_acquire(s);
-        sg_gen_opts_t o = {cfg->plugin_dir != NULL ? cfg->plugin_dir : reloader.default_dir, 0, NULL};
+        sg_gen_opts_t o = {cfg->plugin_dir != NULL ? cfg->plugin_dir : reloader.default_dir, 0, NULL, sg__reload_bury};
         sg_gen_t *g = sg_gen_build(s, cfg, 1, prev, &o, msg, sizeof(msg)); /* frees cfg on failure */
         if (g != NULL) {
             report(job, prev, g, start_us);
@@ -435,7 +435,7 @@ static void answer(h2o_req_t *req, int status, const char *body, size_t len)
     if (status == 503)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
     sg_send_json(req, status, body, len);
-    sg_server_count(req, status);
+    sg_ops_count(req, status);
 }
 
 static void answer_error(h2o_req_t *req, int status, const char *type, const char *msg)

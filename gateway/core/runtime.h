@@ -28,7 +28,7 @@
 #define SG_VERSION "0.1.0"
 
 /* The operations routes (/, /health, /metrics, /stats, /dashboard, /admin/reload) and every other
- * path: what sg_server_t.http_requests counts apart (http/server.c's table) */
+ * path: what sg_server_t.http_requests counts apart (http/http_common.h's SG_OPS_*) */
 #define SG_HTTP_ROUTES 7
 
 typedef struct st_sg_server_t sg_server_t;

@@ -28,7 +28,6 @@
  */
 #include "gate.h"
 #include "http_common.h"
-#include "server.h"
 #include "gen.h"
 #include "clients.h"
 #include "json.h"
@@ -327,7 +326,7 @@ static void error_body(sg_buf_t *b, h2o_iovec_t path, int status, const char *ty
 
 static void count(const sg_server_t *s, h2o_iovec_t path, int status, int reason)
 {
-    sg_counter_add(s->http_requests[sg_server_route_index(path_only(path))][sg_code_index(status)], 1);
+    sg_counter_add(s->http_requests[sg_ops_route_index(path_only(path))][sg_code_index(status)], 1);
     sg_counter_add(gate_metrics.refused[reason], 1);
 }
 

@@ -4,6 +4,7 @@
  */
 #include "http_common.h"
 #include "status.h"
+#include "runtime.h"
 #include "buf.h"
 #include "json.h"
 #include "query.h"
@@ -53,6 +54,28 @@ void sg_http_answer_early(h2o_req_t *req, int status, const char *type, const ch
         sg_send_json(req, 200, msg, strlen(msg));
     else
         sg_send_error(req, status, type, msg, 0);
+}
+
+_Static_assert(SG_OPS_COUNT == SG_HTTP_ROUTES, "sg_server_t.http_requests has a row per operations route");
+const char *const sg_ops_route_names[SG_OPS_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "admin", "other"};
+
+int sg_ops_route_index(h2o_iovec_t path)
+{
+    static const char *const paths[SG_OPS_OTHER] = {"/", "/health", "/metrics", "/stats", "/dashboard", "/admin/reload"};
+    for (int i = 0; i < SG_OPS_OTHER; ++i)
+        if (h2o_memis(path.base, path.len, paths[i], strlen(paths[i])))
+            return i;
+    return SG_OPS_OTHER;
+}
+
+void sg_ops_count_route(h2o_req_t *req, int route, int status)
+{
+    sg_counter_add(sg_loop_of(req)->server->http_requests[route][sg_code_index(status)], 1);
+}
+
+void sg_ops_count(h2o_req_t *req, int status)
+{
+    sg_ops_count_route(req, sg_ops_route_index(req->path_normalized), status);
 }
 
 h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len)

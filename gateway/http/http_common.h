@@ -32,6 +32,17 @@ void sg_http_answer_early(h2o_req_t *req, int status, const char *type, const ch
  * search parameters and the fallback that answered. Costs one pool allocation and a copy.
  */
 void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const struct st_sg_query_result_t *res);
+/* The operations routes, each counted apart in sg_server_t.http_requests, and every other path */
+enum { SG_OPS_ROOT, SG_OPS_HEALTH, SG_OPS_METRICS, SG_OPS_STATS, SG_OPS_DASHBOARD, SG_OPS_ADMIN, SG_OPS_OTHER, SG_OPS_COUNT };
+/** Their label values in searchgate_http_requests_total ("root", "health", ...). */
+extern const char *const sg_ops_route_names[SG_OPS_COUNT];
+/** The operations route `path` names exactly (/, /health, /metrics, /stats, /dashboard,
+ * /admin/reload), else SG_OPS_OTHER. */
+int sg_ops_route_index(h2o_iovec_t path);
+/** Counts a response with `status` of operations route `route` in searchgate_http_requests_total. Loop thread. */
+void sg_ops_count_route(h2o_req_t *req, int route, int status);
+/** The same for the route the request's path names. */
+void sg_ops_count(h2o_req_t *req, int status);
 /** The value of request header `name` (`len` bytes, lower case), or {NULL, 0} when absent. */
 h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len);
 

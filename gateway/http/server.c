@@ -49,29 +49,6 @@ static int redis_state(const sg_server_t *s)
 
 /* ---- small routes ---- */
 
-enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_ADMIN, R_OTHER, R_COUNT };
-_Static_assert(R_COUNT == SG_HTTP_ROUTES, "sg_server_t.http_requests has a row per route");
-static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "admin", "other"};
-
-int sg_server_route_index(h2o_iovec_t path)
-{
-    static const char *const paths[R_OTHER] = {"/", "/health", "/metrics", "/stats", "/dashboard", "/admin/reload"};
-    for (int i = 0; i < R_OTHER; ++i)
-        if (h2o_memis(path.base, path.len, paths[i], strlen(paths[i])))
-            return i;
-    return R_OTHER;
-}
-
-static void count(h2o_req_t *req, int route, int status)
-{
-    sg_counter_add(sg_loop_of(req)->server->http_requests[route][sg_code_index(status)], 1);
-}
-
-void sg_server_count(h2o_req_t *req, int status)
-{
-    count(req, sg_server_route_index(req->path_normalized), status);
-}
-
 static void on_root(h2o_req_t *req)
 {
     const sg_gen_t *g = sg_loop_of(req)->gen;
@@ -113,7 +90,7 @@ static void on_root(h2o_req_t *req)
     sg_jw_end(&w);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_ROOT, 200);
+    sg_ops_count_route(req, SG_OPS_ROOT, 200);
 }
 
 static void on_health(h2o_req_t *req)
@@ -159,7 +136,7 @@ static void on_health(h2o_req_t *req)
     int status = ok && !draining ? 200 : 503;
     sg_send_json(req, status, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_HEALTH, status);
+    sg_ops_count_route(req, SG_OPS_HEALTH, status);
 }
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
@@ -203,7 +180,7 @@ static void on_metrics(h2o_req_t *req)
     sg_metrics_render(&b);
     sg_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_METRICS, 200);
+    sg_ops_count_route(req, SG_OPS_METRICS, 200);
 }
 
 /* The value of query parameter `name` (the last one when repeated, as Starlette does), or a
@@ -288,7 +265,7 @@ static void on_stats(h2o_req_t *req)
             snprintf(msg, sizeof(msg), "query parameter window must be a whole number of seconds in [%d, %d], got \"%.*s\"",
                      SG_STATS_WINDOW_MIN, SG_STATS_WINDOW_MAX, (int)(w.len > 32 ? 32 : w.len), w.base);
             sg_send_error(req, 400, "bad_request", msg, 0);
-            count(req, R_STATS, 400);
+            sg_ops_count_route(req, SG_OPS_STATS, 400);
             return;
         }
         window = (int)v;
@@ -323,7 +300,7 @@ static void on_stats(h2o_req_t *req)
     sg_jw_end(&jw);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_STATS, 200);
+    sg_ops_count_route(req, SG_OPS_STATS, 200);
 }
 
 extern const char sg_dashboard_html[];
@@ -332,7 +309,7 @@ extern const size_t sg_dashboard_html_len;
 static void on_dashboard(h2o_req_t *req)
 {
     sg_send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
-    count(req, R_DASHBOARD, 200);
+    sg_ops_count_route(req, SG_OPS_DASHBOARD, 200);
 }
 
 static void method_not_allowed(h2o_req_t *req, const char *allow)
@@ -342,7 +319,7 @@ static void method_not_allowed(h2o_req_t *req, const char *allow)
     snprintf(msg, sizeof(msg), "method %.*s is not allowed here; use %s", (int)(req->method.len > 16 ? 16 : req->method.len),
              req->method.base, allow);
     sg_send_error(req, 405, "method_not_allowed", msg, 0);
-    count(req, R_OTHER, 405);
+    sg_ops_count_route(req, SG_OPS_OTHER, 405);
 }
 
 static int path_is(h2o_iovec_t p, const char *s)
@@ -374,7 +351,7 @@ static void unauthorized(h2o_req_t *req, int route, const char *why)
 {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
     sg_send_error(req, 401, "unauthorized", why, 0);
-    count(req, route, 401);
+    sg_ops_count_route(req, route, 401);
 }
 
 /* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
@@ -416,7 +393,7 @@ static int not_found(h2o_req_t *req)
     char msg[160];
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
     sg_send_error(req, 404, "not_found", msg, 0);
-    count(req, R_OTHER, 404);
+    sg_ops_count_route(req, SG_OPS_OTHER, 404);
     log_small(req);
     return 0;
 }
@@ -520,11 +497,11 @@ static void register_paths(h2o_hostconf_t *hostconf, const sg_config_t *cfg)
         {.path = "/sse", .serve = serve_mcp},
         {.path = "/messages", .serve = serve_mcp},
         {.path = "/admin/reload", .serve = serve_admin},
-        {.path = "/health", .serve = serve_get, .route = R_HEALTH, .get = on_health},
-        {.path = "/metrics", .serve = serve_get, .route = R_METRICS, .guarded = 1, .get = on_metrics},
-        {.path = "/stats", .serve = serve_get, .route = R_STATS, .guarded = 1, .get = on_stats},
-        {.path = "/dashboard", .serve = serve_get, .route = R_DASHBOARD, .get = on_dashboard},
-        {.path = "/", .serve = serve_get, .route = R_ROOT, .guarded = 1, .get = on_root},
+        {.path = "/health", .serve = serve_get, .route = SG_OPS_HEALTH, .get = on_health},
+        {.path = "/metrics", .serve = serve_get, .route = SG_OPS_METRICS, .guarded = 1, .get = on_metrics},
+        {.path = "/stats", .serve = serve_get, .route = SG_OPS_STATS, .guarded = 1, .get = on_stats},
+        {.path = "/dashboard", .serve = serve_get, .route = SG_OPS_DASHBOARD, .get = on_dashboard},
+        {.path = "/", .serve = serve_get, .route = SG_OPS_ROOT, .guarded = 1, .get = on_root},
     };
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); ++i)
         if (paths[i].serve != serve_mcp || cfg->mcp.enabled)
@@ -571,7 +548,7 @@ static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bu
     h2o_iovec_t out = h2o_strdup(&req->pool, body.base, body.len);
     sg_buf_free(&msg);
     sg_buf_free(&body);
-    count(req, R_OTHER, status);
+    sg_ops_count_route(req, SG_OPS_OTHER, status);
     h2o_ostream_send_next(self, req, &out, 1, state);
 }
 
@@ -808,13 +785,13 @@ int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms)
 /* searchgate_http_requests_total for every non-query route and status, at 0 from the start. */
 static void register_http_metrics(sg_server_t *s)
 {
-    for (int r = 0; r < R_COUNT; ++r)
+    for (int r = 0; r < SG_OPS_COUNT; ++r)
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             char labels[64];
             if (c == SG_CODE_OTHER)
-                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", route_names[r]);
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", sg_ops_route_names[r]);
             else
-                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", sg_ops_route_names[r], sg_code_values[c]);
             s->http_requests[r][c] =
                 sg_metrics_counter("searchgate_http_requests_total",
                                    "Requests to routes other than /retrieve, and requests refused before routing.", labels);

@@ -22,11 +22,4 @@ void sg_server_stop(sg_server_t *s);
 void sg_server_dispose(sg_server_t *s);
 /** Whether every loop went round within the last `max_age_ms` (for the systemd watchdog). */
 int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms);
-/** The index into sg_server_t.http_requests of the operations route `path` names (exactly: /,
- * /health, /metrics, /stats, /dashboard, /admin/reload), else the one of every other path. */
-int sg_server_route_index(h2o_iovec_t path);
-/** Counts a response of the operations routes (/, /health, /metrics, /stats, /dashboard,
- * /admin/reload) in searchgate_http_requests_total. Loop thread. */
-void sg_server_count(h2o_req_t *req, int status);
-
 #endif
