@@ -241,26 +241,12 @@ static int build_cores(sg_gen_t *g, const sg_gen_t *prev, const sg_gen_opts_t *o
 
 /* ---- routes (the generation's view of each core) ---- */
 
-static void route_status_metrics(sg_route_t *b, const char *name)
-{
-    char l[256];
-    for (int c = 0; c < SG_NUM_CODES; ++c) {
-        if (c == SG_CODE_OTHER)
-            snprintf(l, sizeof(l), "backend=\"%s\",code=\"other\"", name);
-        else
-            snprintf(l, sizeof(l), "backend=\"%s\",code=\"%d\"", name, sg_code_values[c]);
-        b->requests[c] = sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
-        b->queries[c] =
-            sg_metrics_counter("searchgate_queries_total", "Queries in retrieve/access requests by backend and HTTP status.", l);
-    }
-}
-
 /* The route's series: the same ones every generation's route of that name counts in. */
 static void route_metrics(sg_route_t *b)
 {
     const sg_backend_conf_t *bc = b->conf;
     char l[256];
-    route_status_metrics(b, bc->name);
+    sg_status_metrics_register(bc->name, b->requests, b->queries);
     snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
     b->latency = sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
     b->inflight_requests = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);

@@ -84,6 +84,25 @@ h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len)
     return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
 }
 
+h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name)
+{
+    h2o_iovec_t found = {NULL, 0};
+    if (req->query_at == SIZE_MAX)
+        return found;
+    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
+    size_t nlen = strlen(name);
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp != NULL ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        const char *kend = eq != NULL ? eq : stop;
+        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
+            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
+        p = stop + 1;
+    }
+    return found;
+}
+
 /* ---- X-Searchgate-Provenance ---- */
 
 /* Copies `s` (at most `n` bytes) to `dst` as header_safe() would, but keeps ','; returns the end. */

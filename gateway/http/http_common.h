@@ -43,6 +43,9 @@ int sg_ops_route_index(h2o_iovec_t path);
 void sg_ops_count_route(h2o_req_t *req, int route, int status);
 /** The same for the route the request's path names. */
 void sg_ops_count(h2o_req_t *req, int status);
+/** The value of query parameter `name` (the last one when repeated, as Starlette does), or a NULL
+ * base when absent. */
+h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name);
 /** The value of request header `name` (`len` bytes, lower case), or {NULL, 0} when absent. */
 h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len);
 

@@ -1083,24 +1083,6 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
                    on_keepalive);
 }
 
-/* The value of query parameter `name`, or a NULL base. */
-static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
-{
-    h2o_iovec_t found = {NULL, 0};
-    if (req->query_at == SIZE_MAX)
-        return found;
-    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
-    size_t nlen = strlen(name);
-    while (p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p)), *stop = amp != NULL ? amp : end;
-        const char *eq = memchr(p, '=', (size_t)(stop - p)), *kend = eq != NULL ? eq : stop;
-        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
-            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
-        p = stop + 1;
-    }
-    return found;
-}
-
 static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
@@ -1110,7 +1092,7 @@ static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
         return;
     }
     cJSON *root = NULL;
-    h2o_iovec_t sid = query_param(req, "session_id"), pv = sg_http_header(req, H2O_STRLIT("mcp-protocol-version"));
+    h2o_iovec_t sid = sg_http_query_param(req, "session_id"), pv = sg_http_header(req, H2O_STRLIT("mcp-protocol-version"));
     char version[16];
     if (sid.base == NULL || sid.len == 0) {
         http_error(req, EP_MESSAGES, 400, SG_MCP_INVALID_REQUEST,

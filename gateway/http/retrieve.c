@@ -100,11 +100,7 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
     if (sg_log_enabled(SG_LL_DEBUG))
         log_early(is_access, b, client, status, type, n_queries, start_us);
     if (b != NULL) {
-        int ci = sg_code_index(status);
-        uint64_t lat = sg_now_us() - start_us;
-        sg_counter_add(b->requests[ci], 1);
-        sg_counter_add(b->queries[ci], n_queries);
-        sg_hist_observe_us(b->latency, lat);
+        uint64_t lat = sg_status_metrics_count(b->requests, b->queries, b->latency, status, n_queries, start_us);
         sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
     }
     if (status == 401) /* and the connection ends: its next request meets the connection gate again */

@@ -183,27 +183,6 @@ static void on_metrics(h2o_req_t *req)
     sg_ops_count_route(req, SG_OPS_METRICS, 200);
 }
 
-/* The value of query parameter `name` (the last one when repeated, as Starlette does), or a
- * NULL base when absent. */
-static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
-{
-    h2o_iovec_t found = {NULL, 0};
-    if (req->query_at == SIZE_MAX)
-        return found;
-    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
-    size_t nlen = strlen(name);
-    while (p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        const char *stop = amp != NULL ? amp : end;
-        const char *eq = memchr(p, '=', (size_t)(stop - p));
-        const char *kend = eq != NULL ? eq : stop;
-        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
-            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
-        p = stop + 1;
-    }
-    return found;
-}
-
 /* /stats: "backends":{NAME:{requests, queries, cache and call counters}, ...} */
 static void stats_backends(const sg_gen_t *g, sg_jw_t *w)
 {
@@ -246,7 +225,7 @@ static void on_stats(h2o_req_t *req)
 {
     const sg_server_t *s = sg_loop_of(req)->server;
     int window = 300;
-    h2o_iovec_t w = query_param(req, "window");
+    h2o_iovec_t w = sg_http_query_param(req, "window");
     if (w.base != NULL) {
         /* whole seconds in range, digits only: "abc", "5", "900x" or "-1" is an error, not a clamp */
         long v = -1;

@@ -119,12 +119,8 @@ static void record(sg_query_t *q, int status, const char *type)
     if (sg_log_enabled(SG_LL_DEBUG))
         log_query(q, status, type);
     sg_route_t *b = q->backend;
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - q->start_us;
+    uint64_t lat = sg_status_metrics_count(b->requests, b->queries, b->latency, status, q->n_queries, q->start_us);
     trace(q, status, type, lat);
-    sg_counter_add(b->requests[ci], 1);
-    sg_counter_add(b->queries[ci], q->n_queries);
-    sg_hist_observe_us(b->latency, lat);
     sg_gauge_add(b->inflight_requests, -1);
     if (!q->admitted) { /* else the caller's request is the client's request */
         sg_counter_add(q->client->m_requests, 1);

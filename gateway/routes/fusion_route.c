@@ -132,17 +132,8 @@ sg_fusion_table_t *sg_fusion_build(const sg_gen_t *g)
         fusion_route_t *r = &t->routes[i];
         r->conf = &cfg->fusions[i];
         const char *name = r->conf->name;
+        sg_status_metrics_register(name, r->requests, r->queries);
         char l[256];
-        for (int c = 0; c < SG_NUM_CODES; ++c) {
-            if (c == SG_CODE_OTHER)
-                snprintf(l, sizeof(l), "backend=\"%s\",code=\"other\"", name);
-            else
-                snprintf(l, sizeof(l), "backend=\"%s\",code=\"%d\"", name, sg_code_values[c]);
-            r->requests[c] =
-                sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
-            r->queries[c] = sg_metrics_counter("searchgate_queries_total",
-                                               "Queries in retrieve/access requests by backend and HTTP status.", l);
-        }
         snprintf(l, sizeof(l), "backend=\"%s\"", name);
         r->latency =
             sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
@@ -318,12 +309,8 @@ static void trace(const fusion_req_t *fr, int status, const char *type, uint64_t
 static void record(fusion_req_t *fr, int status, const char *type)
 {
     fusion_route_t *r = fr->route;
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - fr->start_us;
+    uint64_t lat = sg_status_metrics_count(r->requests, r->queries, r->latency, status, fr->n_queries, fr->start_us);
     trace(fr, status, type, lat);
-    sg_counter_add(r->requests[ci], 1);
-    sg_counter_add(r->queries[ci], fr->n_queries);
-    sg_hist_observe_us(r->latency, lat);
     sg_gauge_add(r->inflight, -1);
     sg_counter_add(fr->client->m_requests, 1);
     sg_counter_add(fr->client->m_queries, fr->n_queries);
@@ -728,10 +715,6 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
 void sg_fusion_count_early(sg_gen_t *g, int fi, int status, uint32_t n_queries, uint64_t start_us)
 {
     fusion_route_t *r = &g->fusion->routes[fi];
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - start_us;
-    sg_counter_add(r->requests[ci], 1);
-    sg_counter_add(r->queries[ci], n_queries);
-    sg_hist_observe_us(r->latency, lat);
+    uint64_t lat = sg_status_metrics_count(r->requests, r->queries, r->latency, status, n_queries, start_us);
     sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
 }
