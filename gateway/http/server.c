@@ -88,9 +88,9 @@ static void on_root(h2o_req_t *req)
             sg_jw_kstr(&w, links[i][0], links[i][1]);
     sg_jw_end(&w);
     sg_jw_end(&w);
+    sg_ops_count_route(req, SG_OPS_ROOT, 200);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    sg_ops_count_route(req, SG_OPS_ROOT, 200);
 }
 
 static void on_health(h2o_req_t *req)
@@ -134,9 +134,9 @@ static void on_health(h2o_req_t *req)
     sg_jw_kstr(&w, "status", draining ? "draining" : ok ? "ok" : "degraded");
     sg_jw_end(&w);
     int status = ok && !draining ? 200 : 503;
+    sg_ops_count_route(req, SG_OPS_HEALTH, status);
     sg_send_json(req, status, b.base, b.len);
     sg_buf_free(&b);
-    sg_ops_count_route(req, SG_OPS_HEALTH, status);
 }
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
@@ -178,9 +178,9 @@ static void on_metrics(h2o_req_t *req)
 {
     sg_buf_t b = {0};
     sg_metrics_render(&b);
+    sg_ops_count_route(req, SG_OPS_METRICS, 200); /* after the rendering: an answer does not count itself */
     sg_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
     sg_buf_free(&b);
-    sg_ops_count_route(req, SG_OPS_METRICS, 200);
 }
 
 /* /stats: "backends":{NAME:{requests, queries, cache and call counters}, ...} */
@@ -243,8 +243,8 @@ static void on_stats(h2o_req_t *req)
             char msg[200];
             snprintf(msg, sizeof(msg), "query parameter window must be a whole number of seconds in [%d, %d], got \"%.*s\"",
                      SG_STATS_WINDOW_MIN, SG_STATS_WINDOW_MAX, (int)(w.len > 32 ? 32 : w.len), w.base);
-            sg_send_error(req, 400, "bad_request", msg, 0);
             sg_ops_count_route(req, SG_OPS_STATS, 400);
+            sg_send_error(req, 400, "bad_request", msg, 0);
             return;
         }
         window = (int)v;
@@ -277,9 +277,9 @@ static void on_stats(h2o_req_t *req)
     sg_metrics_render_json(&jw);
     sg_ring_render_json(&jw, window);
     sg_jw_end(&jw);
+    sg_ops_count_route(req, SG_OPS_STATS, 200);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    sg_ops_count_route(req, SG_OPS_STATS, 200);
 }
 
 extern const char sg_dashboard_html[];
@@ -287,8 +287,8 @@ extern const size_t sg_dashboard_html_len;
 
 static void on_dashboard(h2o_req_t *req)
 {
-    sg_send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
     sg_ops_count_route(req, SG_OPS_DASHBOARD, 200);
+    sg_send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
 }
 
 static void method_not_allowed(h2o_req_t *req, const char *allow)
@@ -297,8 +297,8 @@ static void method_not_allowed(h2o_req_t *req, const char *allow)
     char msg[96];
     snprintf(msg, sizeof(msg), "method %.*s is not allowed here; use %s", (int)(req->method.len > 16 ? 16 : req->method.len),
              req->method.base, allow);
-    sg_send_error(req, 405, "method_not_allowed", msg, 0);
     sg_ops_count_route(req, SG_OPS_OTHER, 405);
+    sg_send_error(req, 405, "method_not_allowed", msg, 0);
 }
 
 static int path_is(h2o_iovec_t p, const char *s)
@@ -329,8 +329,8 @@ static int admin_allowed(h2o_req_t *req, const char **why)
 static void unauthorized(h2o_req_t *req, int route, const char *why)
 {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
-    sg_send_error(req, 401, "unauthorized", why, 0);
     sg_ops_count_route(req, route, 401);
+    sg_send_error(req, 401, "unauthorized", why, 0);
 }
 
 /* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
@@ -371,8 +371,8 @@ static int not_found(h2o_req_t *req)
     h2o_iovec_t p = req->path_normalized;
     char msg[160];
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
-    sg_send_error(req, 404, "not_found", msg, 0);
     sg_ops_count_route(req, SG_OPS_OTHER, 404);
+    sg_send_error(req, 404, "not_found", msg, 0);
     log_small(req);
     return 0;
 }
