@@ -506,7 +506,8 @@ static int serve(sg_server_t *s, sg_gen_t *g, const cmdline_t *cl, const char *d
 {
     char err[1024];
     sg_gen_publish(s, g);
-    if (sg_server_start(s, err, sizeof(err)) != 0) {
+    static const sg_server_hooks_t hooks = {sg_reload_admin, sg_reload_init_loop, sg_reload_dispose_loop};
+    if (sg_server_start(s, &hooks, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         return 1;
     }

@@ -108,6 +108,8 @@ struct st_sg_server_t {
     /* one per listener, in s->listeners order: who may talk to it (gate.c); set by sg_gate_init(),
      * read-only afterwards */
     struct st_sg_gate_listener_t *gate;
+    /* what the assembly lends the HTTP server (http/server.h: POST /admin/reload, reload.c), or NULL */
+    const struct st_sg_server_hooks_t *hooks;
 };
 
 /* There is no global server: main() owns the one instance. A request reaches it through the loop

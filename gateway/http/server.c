@@ -12,7 +12,6 @@
 #include "fusion_route.h"
 #include "clients.h"
 #include "gen.h"
-#include "reload.h"
 #include "budget.h"
 #include "blas.h"
 #include "json.h"
@@ -406,12 +405,13 @@ static int serve_mcp(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
 /* POST /admin/reload: re-reads the config (reload.c), for the admin key only */
 static int serve_admin(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
 {
-    if (!path_is(req->path_normalized, h->path))
+    const sg_server_hooks_t *hooks = loop->server->hooks;
+    if (!path_is(req->path_normalized, h->path) || hooks == NULL || hooks->admin_reload == NULL)
         return not_found(req);
     if (!is_method(req, H2O_STRLIT("POST")))
         method_not_allowed(req, "POST");
     else
-        sg_reload_admin(loop, req);
+        hooks->admin_reload(loop, req);
     log_small(req);
     return 0;
 }
@@ -664,7 +664,8 @@ static void loop_init(sg_loop_t *l)
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     l->gen = sg_gen_acquire(s); /* the loop's reference on the current generation (gen.h) */
-    sg_reload_init_loop(l);
+    if (s->hooks != NULL && s->hooks->loop_init != NULL)
+        s->hooks->loop_init(l);
     if (s->cfg->cache.redis.enabled)
         l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
     sg_mcp_init_loop(l);
@@ -732,7 +733,8 @@ static void *loop_main(void *arg)
     drain(l);
     if (!l->abandoned) { /* h2o cannot dispose a context with live connections: the process exits anyway */
         sg_mcp_dispose_loop(l);
-        sg_reload_dispose_loop(l);
+        if (l->server->hooks != NULL && l->server->hooks->loop_dispose != NULL)
+            l->server->hooks->loop_dispose(l);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
         h2o_multithread_queue_t *queue = context_dispose(&l->ctx);
@@ -808,9 +810,10 @@ static h2o_hostconf_t *configure_h2o(h2o_globalconf_t *conf, const sg_config_t *
     return hostconf;
 }
 
-int sg_server_start(sg_server_t *s, char *err, size_t err_size)
+int sg_server_start(sg_server_t *s, const sg_server_hooks_t *hooks, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
+    s->hooks = hooks;
     /* the listeners first: a port in use fails start-up before anything else is set up */
     int n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
     int *fds;
