@@ -4,7 +4,7 @@
  * costs a lookup and an atomic increment and the bytes are never copied; an entry evicted while
  * a response still uses it stays alive until that response lets go.
  */
-#include "cache.h"
+#include "l1.h"
 #include "hmap.h"
 #include "metrics.h"
 

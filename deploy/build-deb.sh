@@ -24,7 +24,7 @@ find "$root/usr/bin" "$root/usr/lib/searchgate" -type f | while read -r f; do
   fi
 done
 
-version=$(sed -n 's/^#define SG_VERSION "\(.*\)"$/\1/p' "$here/../gateway/core/server.h")
+version=$(sed -n 's/^#define SG_VERSION "\(.*\)"$/\1/p' "$here/../gateway/core/runtime.h")
 arch=$(dpkg --print-architecture)
 elfs=$(find "$root/usr/bin" "$root/usr/lib/searchgate" -type f \( -name '*.so' -o -perm -u+x \) ! -name prepare-demo)
 printf 'Source: searchgate\n\nPackage: searchgate\nArchitecture: any\n' > "$work/debian/control"

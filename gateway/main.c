@@ -11,6 +11,7 @@
  */
 #include "server.h"
 #include "gen.h"
+#include "build.h"
 #include "reload.h"
 #include "retrieve.h"
 #include "budget.h"
@@ -34,10 +35,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-int sg_server_start(sg_server_t *s, char *err, size_t err_size);
-void sg_server_stop(sg_server_t *s);
-void sg_server_dispose(sg_server_t *s);
 
 static void usage(FILE *fp)
 {
@@ -509,7 +506,8 @@ static int serve(sg_server_t *s, sg_gen_t *g, const cmdline_t *cl, const char *d
 {
     char err[1024];
     sg_gen_publish(s, g);
-    if (sg_server_start(s, err, sizeof(err)) != 0) {
+    static const sg_server_hooks_t hooks = {sg_reload_admin, sg_reload_init_loop, sg_reload_dispose_loop};
+    if (sg_server_start(s, &hooks, err, sizeof(err)) != 0) {
         fprintf(stderr, "searchgate: %s\n", err);
         return 1;
     }
@@ -605,7 +603,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sg_budget_init(cfg.cache.redis.enabled, cfg.cache.redis_prefix); /* before any budget is made */
-    sg_gen_opts_t o = {dir, cl.check, argv};
+    sg_gen_opts_t o = {dir, cl.check, argv, sg__reload_bury};
     if ((g = sg_gen_build(s, &cfg, 0, NULL, &o, err, sizeof(err))) == NULL) {
         fprintf(stderr, "searchgate: %s\n", err);
         goto out;

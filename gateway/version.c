@@ -5,7 +5,7 @@
  * libcurl that the plugins load, opened here with dlopen() under the same sonames).
  */
 #include "version.h"
-#include "server.h"
+#include "runtime.h"
 #include "blas.h"
 #include "revision.h"
 #include "sg_backend.h"

@@ -6,7 +6,6 @@
 #include "plugin.h"
 #include "common.h"
 #include "metrics.h"
-#include "dispatch.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -95,16 +94,23 @@ static uint64_t host_now_ms(void)
     return sg_now_ms();
 }
 
-static const sg_host_api host_api = {
+/* The admission services (retry_at, hold, release) are the pipeline's: dispatch lends them at its
+ * start-up (sg_plugin_lend_admission), before any plugin instance is created. */
+static sg_host_api host_api = {
     .struct_size = sizeof(sg_host_api),
     .abi_minor = SG_BACKEND_ABI_MINOR,
     .log = host_log,
     .now_ms = host_now_ms,
     .metric = sg_metrics_plugin_sample,
-    .retry_at = sg_dispatch_retry_at,
-    .hold = sg_dispatch_hold,
-    .release = sg_dispatch_release,
 };
+
+void sg_plugin_lend_admission(uint64_t (*retry_at)(void *admission, uint64_t earliest_ms), void (*hold)(void *admission),
+                              void (*release)(void *admission))
+{
+    host_api.retry_at = retry_at;
+    host_api.hold = hold;
+    host_api.release = release;
+}
 
 sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt)
 {

@@ -35,6 +35,10 @@ typedef sg_status (*sg_check_params_fn)(sg_backend *, const char *, size_t, char
 sg_check_params_fn sg_plugin_check_params(const sg_backend_vtable *vt);
 /** The host services table every plugin receives in create(). */
 const sg_host_api *sg_plugin_host_api(void);
+/** Fills the table's admission services (ABI 1.3 retry_at, 1.4 hold / release): the dispatcher's,
+ * lent once at start-up (sg_dispatch_init) before any plugin instance is created. Main thread. */
+void sg_plugin_lend_admission(uint64_t (*retry_at)(void *admission, uint64_t earliest_ms), void (*hold)(void *admission),
+                              void (*release)(void *admission));
 /** HTTP status for a plugin status code. */
 int sg_plugin_status_http(sg_status st);
 /** Short machine-readable name ("unavailable", "timeout", ...) of a status code. */

@@ -14,7 +14,6 @@
 #include "common.h"
 #include "json.h"
 #include "metrics.h"
-#include "query.h"
 
 #include <openssl/sha.h>
 #include <stdio.h>
@@ -110,65 +109,4 @@ void sg_provenance_json(sg_jw_t *w, const sg_provenance_t *p)
     sg_jw_kstr(w, "data", p->data);
     sg_jw_kstr(w, "identity", p->identity);
     sg_jw_end(w);
-}
-
-/* Copies `s` (at most `n` bytes) to `dst` as header_safe() would, but keeps ','; returns the end. */
-static char *copy_param_text(char *dst, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n && s[i] != '\0'; ++i)
-        *dst++ = s[i] < 0x21 || s[i] > 0x7e || s[i] == ';' || s[i] == '"' || s[i] == '\\' ? '_' : s[i];
-    return dst;
-}
-
-static char *append(char *dst, const char *s, size_t n)
-{
-    memcpy(dst, s, n);
-    return dst + n;
-}
-
-static char *append_u32(char *dst, uint32_t v)
-{
-    char tmp[12], *p = tmp + sizeof(tmp);
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    return append(dst, p, (size_t)(tmp + sizeof(tmp) - p));
-}
-
-void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const sg_query_result_t *res)
-{
-    if (p == NULL || p->header == NULL)
-        return;
-    const sg_provenance_t *fb = res != NULL && res->fallback != NULL ? &res->fallback->prov : NULL;
-    size_t plen = res != NULL && res->params != NULL ? strlen(res->params) : 0;
-    if (plen > 256)
-        plen = 256;
-    size_t cap = p->header_len + 64 + (plen != 0 ? plen + 10 : 0) + (fb != NULL ? strlen(fb->route) + 32 : 0);
-    char *v = h2o_mem_alloc_pool(&req->pool, cap), *end = v + p->header_len;
-    memcpy(v, p->header, p->header_len);
-    if (res != NULL && res->status == 200) {
-        const char *state = !res->cache_on                     ? "; cache=off"
-                            : res->n_cached == 0               ? "; cache=none"
-                            : res->n_cached >= res->n_distinct ? "; cache=all"
-                                                               : "; cache=partial";
-        end = append(end, state, strlen(state));
-        if (res->cache_on) {
-            end = append(end, "; cached=", 9);
-            end = append_u32(end, res->n_cached);
-            *end++ = '/';
-            end = append_u32(end, res->n_distinct);
-        }
-    }
-    if (plen != 0) {
-        memcpy(end, "; params=", 9);
-        end = copy_param_text(end + 9, res->params, plen);
-    }
-    if (fb != NULL) {
-        end = append(end, "; fallback=", 11);
-        end = append(end, fb->route, strlen(fb->route));
-        *end++ = ':';
-        end = append(end, fb->data, 16);
-    }
-    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-provenance"), 0, NULL, v, (size_t)(end - v));
 }

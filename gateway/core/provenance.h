@@ -3,7 +3,8 @@
  * the data behind it (the plugin's identity(): index and corpus fingerprints, model identity and
  * precision, the route's search settings, a rerank stage; a fusion route's settings and its legs'
  * fingerprints). Computed once at start-up (provenance.c); every /retrieve and /access answer of
- * a route carries it in the X-Searchgate-Provenance header with the answer's cache outcome, GET /
+ * a route carries it in the X-Searchgate-Provenance header with the answer's cache outcome
+ * (written by http/http_common.c's sg_provenance_add_header), GET /
  * shows it per route, and /metrics has it as the info metric searchgate_route_info.
  *
  * Header value (docs/api.md): "; "-separated key=value pairs, in this order:
@@ -18,10 +19,8 @@
 #define SG_GATEWAY_PROVENANCE_H
 
 #include <stddef.h>
-#include <h2o.h>
 
 typedef struct st_sg_jw_t sg_jw_t;
-struct st_sg_query_result_t;
 
 /** A route's provenance: built with its configuration generation, read-only afterwards (any thread). */
 typedef struct st_sg_provenance_t {
@@ -48,11 +47,4 @@ void sg_provenance_dispose(sg_provenance_t *p);
 void sg_provenance_register_metric(sg_provenance_t *p, const char *plugin_kind, const char *plugin_version);
 /** Writes the member `"provenance": {"type", "plugin", "data", "identity"}` of a GET / route entry. */
 void sg_provenance_json(sg_jw_t *w, const sg_provenance_t *p);
-/**
- * Adds X-Searchgate-Provenance to the response of `req` (loop thread): the precomputed part, and
- * from `res` (NULL before a query ran) the cache outcome of an answer (status 200), the request's
- * search parameters and the fallback that answered. Costs one pool allocation and a copy.
- */
-void sg_provenance_add_header(h2o_req_t *req, const sg_provenance_t *p, const struct st_sg_query_result_t *res);
-
 #endif

@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "plugin.h"
 #include "provenance.h"
+#include "status.h"
 
 typedef struct st_sg_route_t sg_route_t;
 typedef struct st_sg_admit_queue_t sg_admit_queue_t;
@@ -53,28 +54,6 @@ typedef struct st_sg_cap_state_t {
 /* The caps of a route: its own rate (route keys qps/burst, in queries) and the limits its plugin's
  * config asks for (ABI 1.2 limits(), in the plugin's units), one set for search(), one for access(). */
 enum { SG_CAP_ROUTE, SG_CAP_SEARCH, SG_CAP_ACCESS, SG_NUM_CAPS };
-
-/* HTTP statuses the per-route and per-endpoint metrics count separately */
-enum {
-    SG_CODE_200,
-    SG_CODE_400,
-    SG_CODE_401,
-    SG_CODE_403,
-    SG_CODE_404,
-    SG_CODE_405,
-    SG_CODE_408,
-    SG_CODE_413,
-    SG_CODE_422,
-    SG_CODE_429,
-    SG_CODE_500,
-    SG_CODE_502,
-    SG_CODE_503,
-    SG_CODE_504,
-    SG_CODE_OTHER,
-    SG_NUM_CODES
-};
-int sg_code_index(int status);
-extern const int sg_code_values[SG_NUM_CODES];
 
 typedef struct st_sg_route_core_t sg_route_core_t;
 struct st_sg_gen_t;

@@ -27,6 +27,7 @@
  * over as they are.
  */
 #include "gate.h"
+#include "http_common.h"
 #include "gen.h"
 #include "clients.h"
 #include "json.h"
@@ -88,7 +89,7 @@ typedef struct st_accepting_t {
 static struct {
     sg_counter_t *refused[N_REASONS];
     sg_counter_t *accept_paused[N_FD_ERRORS];
-} M;
+} gate_metrics;
 
 struct st_sg_gate_loop_t {
     sg_loop_t *loop;
@@ -325,8 +326,8 @@ static void error_body(sg_buf_t *b, h2o_iovec_t path, int status, const char *ty
 
 static void count(const sg_server_t *s, h2o_iovec_t path, int status, int reason)
 {
-    sg_counter_add(s->http_requests[sg_server_route_index(path_only(path))][sg_code_index(status)], 1);
-    sg_counter_add(M.refused[reason], 1);
+    sg_counter_add(s->http_requests[sg_ops_route_index(path_only(path))][sg_code_index(status)], 1);
+    sg_counter_add(gate_metrics.refused[reason], 1);
 }
 
 /* ---- a raw head ---- */
@@ -659,7 +660,7 @@ static void pause_accepting(sg_loop_t *l, int e)
     sg_gate_loop_t *gl = l->gate;
     uint64_t now = sg_now_ms();
     int which = e == EMFILE ? FD_EMFILE : e == ENFILE ? FD_ENFILE : FD_OTHER;
-    sg_counter_add(M.accept_paused[which], 1);
+    sg_counter_add(gate_metrics.accept_paused[which], 1);
     for (size_t i = 0; i < l->server->n_listeners; ++i) /* the descriptors are the process's: no listener could accept */
         h2o_socket_read_stop(l->listeners[i]);
     if (gl->paused_since_ms == 0)
@@ -725,18 +726,20 @@ void sg_gate_init(sg_server_t *s)
     for (int i = 0; i < N_REASONS; ++i) {
         char l[48];
         snprintf(l, sizeof(l), "reason=\"%s\"", reason_names[i]);
-        M.refused[i] = sg_metrics_counter("searchgate_http_refused_total",
-                                          "Requests refused before routing: on their headers (key, host, origin; too_large by "
-                                          "Content-Length) or because their body stopped short (read_timeout).",
-                                          l);
+        gate_metrics.refused[i] =
+            sg_metrics_counter("searchgate_http_refused_total",
+                               "Requests refused before routing: on their headers (key, host, origin; too_large by "
+                               "Content-Length) or because their body stopped short (read_timeout).",
+                               l);
     }
     for (int i = 0; i < N_FD_ERRORS; ++i) {
         char l[48];
         snprintf(l, sizeof(l), "errno=\"%s\"", fd_error_names[i]);
-        M.accept_paused[i] = sg_metrics_counter("searchgate_accept_paused_total",
-                                                "Times accept() failed for want of a file descriptor (or kernel memory) and the "
-                                                "listener was paused for 100 ms.",
-                                                l);
+        gate_metrics.accept_paused[i] =
+            sg_metrics_counter("searchgate_accept_paused_total",
+                               "Times accept() failed for want of a file descriptor (or kernel memory) and the "
+                               "listener was paused for 100 ms.",
+                               l);
     }
 }
 

@@ -17,7 +17,7 @@
 #ifndef SG_GATEWAY_GATE_H
 #define SG_GATEWAY_GATE_H
 
-#include "server.h"
+#include "runtime.h"
 #include "listen.h"
 
 typedef struct st_sg_gate_loop_t sg_gate_loop_t;

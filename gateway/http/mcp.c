@@ -22,7 +22,9 @@
  * (limits.write_timeout_ms): a reader that takes no bytes of what waits for it is disconnected,
  * and a stream holds at most STREAM_MAX_BUFFER bytes beside what h2o is writing.
  */
+#include "mcp.h"
 #include "mcp_impl.h"
+#include "http_common.h"
 #include "clients.h"
 #include "gen.h"
 #include "json.h"
@@ -144,14 +146,14 @@ static struct {
     sg_counter_t *ended[END_COUNT];
     sg_counter_t *dropped; /* replies for an SSE stream that was gone */
     sg_gauge_t *sessions, *streams;
-} M;
+} mcp_metrics;
 
 static void count_http(int ep, int status)
 {
     size_t i = 0;
     while (http_codes[i] != 0 && http_codes[i] != status)
         ++i;
-    sg_counter_add(M.http[ep][i], 1);
+    sg_counter_add(mcp_metrics.http[ep][i], 1);
 }
 
 /* ---- sessions ---- */
@@ -167,7 +169,7 @@ struct st_mcp_session_t {
     int stream_loop;         /* the loop that owns `stream`, -1 when none */
     mcp_stream_t *stream;    /* freed only by its loop, which clears this under the mutex first */
     uint64_t hash;           /* of the id */
-    h2o_linklist_t lru_link; /* in T.lru: most recently used first */
+    h2o_linklist_t lru_link; /* in mcp_sessions.lru: most recently used first */
 };
 
 static struct {
@@ -177,7 +179,7 @@ static struct {
     h2o_linklist_t lru; /* anchor: lru.next is the most recently used session, lru.prev the coldest */
     size_t max;
     uint64_t idle_ms;
-} T;
+} mcp_sessions;
 
 static int session_eq(const void *item, const void *key, size_t key_len, const void *ud)
 {
@@ -192,36 +194,36 @@ static mcp_session_t *session_of(h2o_linklist_t *link)
 
 static void lru_front(mcp_session_t *s)
 {
-    h2o_linklist_insert(T.lru.next, &s->lru_link);
+    h2o_linklist_insert(mcp_sessions.lru.next, &s->lru_link);
 }
 
 static mcp_session_t *find_locked(const char *id, size_t len)
 {
     if (len != SID_LEN)
         return NULL;
-    return sg_hmap_find(&T.index, sg_hmap_hash(id, len), id, len);
+    return sg_hmap_find(&mcp_sessions.index, sg_hmap_hash(id, len), id, len);
 }
 
 static void remove_locked(mcp_session_t *s, int why)
 {
-    sg_hmap_remove(&T.index, s->hash, s);
+    sg_hmap_remove(&mcp_sessions.index, s->hash, s);
     h2o_linklist_unlink(&s->lru_link);
-    sg_gauge_add(M.sessions, -1);
-    sg_counter_add(M.ended[why], 1);
+    sg_gauge_add(mcp_metrics.sessions, -1);
+    sg_counter_add(mcp_metrics.ended[why], 1);
     free(s->client_id);
     free(s);
 }
 
 static int idle_locked(const mcp_session_t *s, uint64_t now)
 {
-    return s->stream == NULL && now - s->last_ms > T.idle_ms;
+    return s->stream == NULL && now - s->last_ms > mcp_sessions.idle_ms;
 }
 
 /* Ends idle sessions from the cold end; a session with a stream is kept warm by its keep-alives. */
 static void expire_locked(uint64_t now)
 {
-    while (!h2o_linklist_is_empty(&T.lru) && idle_locked(session_of(T.lru.prev), now))
-        remove_locked(session_of(T.lru.prev), END_IDLE);
+    while (!h2o_linklist_is_empty(&mcp_sessions.lru) && idle_locked(session_of(mcp_sessions.lru.prev), now))
+        remove_locked(session_of(mcp_sessions.lru.prev), END_IDLE);
 }
 
 /* Creates a session (an HTTP+SSE one when `stream` is given, owned by loop `stream_loop`); NULL
@@ -239,14 +241,14 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     }
     sid[SID_LEN] = '\0';
     uint64_t now = sg_now_ms();
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     expire_locked(now);
-    while (sg_hmap_size(&T.index) >= T.max) { /* the least recently used session without a stream goes */
-        h2o_linklist_t *victim = T.lru.prev;
-        while (victim != &T.lru && session_of(victim)->stream != NULL)
+    while (sg_hmap_size(&mcp_sessions.index) >= mcp_sessions.max) { /* the least recently used session without a stream goes */
+        h2o_linklist_t *victim = mcp_sessions.lru.prev;
+        while (victim != &mcp_sessions.lru && session_of(victim)->stream != NULL)
             victim = victim->prev;
-        if (victim == &T.lru) {
-            pthread_mutex_unlock(&T.mu);
+        if (victim == &mcp_sessions.lru) {
+            pthread_mutex_unlock(&mcp_sessions.mu);
             return NULL;
         }
         remove_locked(session_of(victim), END_EVICTED);
@@ -260,10 +262,10 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
     s->stream = stream;
     s->stream_loop = stream != NULL ? stream_loop : -1;
     s->hash = sg_hmap_hash(sid, SID_LEN);
-    sg_hmap_insert(&T.index, s->hash, s);
+    sg_hmap_insert(&mcp_sessions.index, s->hash, s);
     lru_front(s);
-    sg_gauge_add(M.sessions, 1);
-    pthread_mutex_unlock(&T.mu);
+    sg_gauge_add(mcp_metrics.sessions, 1);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     return s;
 }
 
@@ -272,7 +274,7 @@ static mcp_session_t *create_session(const char *client_id, const char *version,
 static int use_session(const char *id, size_t len, const sg_client_t *client, int legacy, char version[16])
 {
     uint64_t now = sg_now_ms();
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(id, len);
     if (s != NULL && idle_locked(s, now)) {
         remove_locked(s, END_IDLE);
@@ -286,17 +288,17 @@ static int use_session(const char *id, size_t len, const sg_client_t *client, in
         if (version != NULL)
             memcpy(version, s->version, sizeof(s->version));
     }
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     return ok ? 0 : -1;
 }
 
 static void set_session_version(const char *id, const char *version)
 {
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(id, strlen(id));
     if (s != NULL)
         snprintf(s->version, sizeof(s->version), "%s", version);
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
 }
 
 /* ---- per-loop state and SSE streams ---- */
@@ -421,16 +423,16 @@ static void on_stream_stop(h2o_generator_t *g, h2o_req_t *req)
 static void on_stream_dispose(void *p)
 {
     mcp_stream_t *st = p;
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(st->sid, SID_LEN);
     if (s != NULL && s->stream == st)
         remove_locked(s, END_STREAM_CLOSED);
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     if (h2o_linklist_is_linked(&st->link))
         h2o_linklist_unlink(&st->link);
     sg_timer_stop(&st->loop->timers, &st->keepalive);
     sg_respond_watch_idle(&st->watch);
-    sg_gauge_add(M.streams, -1);
+    sg_gauge_add(mcp_metrics.streams, -1);
     sg_buf_free(&st->inflight);
     sg_buf_free(&st->pending);
     stream_account(st);
@@ -444,11 +446,11 @@ static void on_keepalive(sg_timer_t *t)
     /* a comment line: keeps proxies from timing the stream out and finds clients that went away */
     if (!st->sending && st->pending.len == 0)
         stream_write(st, ": keepalive\n\n", 13);
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(st->sid, SID_LEN);
     if (s != NULL && s->stream == st)
         s->last_ms = sg_now_ms();
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     sg_timer_start(&st->loop->timers, &st->keepalive, sg_now_ms() + (uint64_t)st->loop->server->cfg->mcp.sse_keepalive_s * 1000,
                    on_keepalive);
 }
@@ -456,13 +458,13 @@ static void on_keepalive(sg_timer_t *t)
 /* Sends one reply to the SSE stream of a legacy session, wherever the stream lives. */
 static void deliver(sg_loop_t *from, const char *sid, const char *json, size_t len)
 {
-    pthread_mutex_lock(&T.mu);
+    pthread_mutex_lock(&mcp_sessions.mu);
     mcp_session_t *s = find_locked(sid, SID_LEN);
     int target = s != NULL && s->stream != NULL ? s->stream_loop : -1;
     mcp_stream_t *local = target == from->id ? s->stream : NULL;
-    pthread_mutex_unlock(&T.mu);
+    pthread_mutex_unlock(&mcp_sessions.mu);
     if (target < 0) {
-        sg_counter_add(M.dropped, 1);
+        sg_counter_add(mcp_metrics.dropped, 1);
         return;
     }
     sg_buf_t ev = {0};
@@ -485,58 +487,25 @@ static void on_replies(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     while (!h2o_linklist_is_empty(messages)) {
         mcp_msg_t *m = H2O_STRUCT_FROM_MEMBER(mcp_msg_t, super.link, messages->next);
         h2o_linklist_unlink(&m->super.link);
-        pthread_mutex_lock(&T.mu);
+        pthread_mutex_lock(&mcp_sessions.mu);
         mcp_session_t *s = find_locked(m->sid, SID_LEN);
         mcp_stream_t *st = s != NULL && s->stream != NULL && s->stream->loop->mcp == ml ? s->stream : NULL;
-        pthread_mutex_unlock(&T.mu);
+        pthread_mutex_unlock(&mcp_sessions.mu);
         if (st != NULL)
             stream_write(st, m->data, m->len);
         else
-            sg_counter_add(M.dropped, 1);
+            sg_counter_add(mcp_metrics.dropped, 1);
         free(m);
     }
 }
 
 /* ---- responses ---- */
 
-static h2o_iovec_t header(h2o_req_t *req, const char *name, size_t len)
-{
-    ssize_t i = h2o_find_header_by_str(&req->headers, name, len, -1);
-    return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
-}
-
-static const char *reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 202:
-        return "Accepted";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 406:
-        return "Not Acceptable";
-    case 413:
-        return "Payload Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 503:
-        return "Service Unavailable";
-    }
-    return "Error";
-}
-
 static void send_http(h2o_req_t *req, int ep, int status, const char *ctype, const char *body, size_t len)
 {
     static h2o_generator_t generator = {NULL, NULL};
     req->res.status = status;
-    req->res.reason = reason(status);
+    req->res.reason = sg_http_reason(status);
     req->res.content_length = len;
     if (ctype != NULL)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
@@ -551,7 +520,7 @@ static void count_rpc_error(int code)
 {
     for (size_t i = 0; i < N_RPC_CODES; ++i)
         if (rpc_codes[i] == code)
-            sg_counter_add(M.errors[i], 1);
+            sg_counter_add(mcp_metrics.errors[i], 1);
 }
 
 /* {"jsonrpc":"2.0","id":ID, then the caller's member and the closing brace; `id` is JSON text (NULL: null) */
@@ -858,22 +827,22 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
     }
     const char *m = method->valuestring;
     if (id == NULL) { /* a notification: never answered (initialized, cancelled, progress ...) */
-        sg_counter_add(M.methods[M_NOTIFICATION], 1);
+        sg_counter_add(mcp_metrics.methods[M_NOTIFICATION], 1);
         return;
     }
     if (strcmp(m, "initialize") == 0) {
-        sg_counter_add(M.methods[M_INITIALIZE], 1);
+        sg_counter_add(mcp_metrics.methods[M_INITIALIZE], 1);
         on_initialize(p, it, params);
     } else if (strcmp(m, "ping") == 0) {
-        sg_counter_add(M.methods[M_PING], 1);
+        sg_counter_add(mcp_metrics.methods[M_PING], 1);
         sg__mcp_item_result(it, "{}", 2);
     } else if (strcmp(m, "tools/list") == 0) {
-        sg_counter_add(M.methods[M_TOOLS_LIST], 1);
+        sg_counter_add(mcp_metrics.methods[M_TOOLS_LIST], 1);
         size_t len;
         const char *list = sg__mcp_tools_list(p->gen, &len);
         sg__mcp_item_result(it, list, len);
     } else if (strcmp(m, "tools/call") == 0) {
-        sg_counter_add(M.methods[M_TOOLS_CALL], 1);
+        sg_counter_add(mcp_metrics.methods[M_TOOLS_CALL], 1);
         ++p->n_pending;
         it->pending = 1;
         if (sg__mcp_tools_call(it, p->loop, p->gen, p->client, params) == 0) {
@@ -883,7 +852,7 @@ static void handle_message(sg_mcp_post_t *p, sg_mcp_item_t *it, const cJSON *msg
             it->async = 1; /* its reply goes out from sg__mcp_item_done(), perhaps already did */
         }
     } else {
-        sg_counter_add(M.methods[M_OTHER], 1);
+        sg_counter_add(mcp_metrics.methods[M_OTHER], 1);
         char msg2[160];
         snprintf(msg2, sizeof(msg2), "method not found: %.100s", m);
         sg__mcp_item_error(it, SG_MCP_METHOD_NOT_FOUND, msg2);
@@ -923,7 +892,7 @@ static void run_post(sg_mcp_post_t *p, const cJSON *root)
 static cJSON *read_body(h2o_req_t *req, int ep)
 {
     size_t max_body = sg_loop_of(req)->server->cfg->limits.max_body_bytes;
-    h2o_iovec_t ct = header(req, H2O_STRLIT("content-type"));
+    h2o_iovec_t ct = sg_http_header(req, H2O_STRLIT("content-type"));
     if (ct.base != NULL) {
         const char *semi = memchr(ct.base, ';', ct.len), *b = ct.base, *e = semi != NULL ? semi : ct.base + ct.len;
         trim(&b, &e);
@@ -973,10 +942,10 @@ static void on_mcp_post(sg_loop_t *loop, h2o_req_t *req)
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
     }
-    h2o_iovec_t acc = header(req, H2O_STRLIT("accept"));
+    h2o_iovec_t acc = sg_http_header(req, H2O_STRLIT("accept"));
     int fmt = sg_mcp_accept(acc.base, acc.len);
-    h2o_iovec_t pv = header(req, H2O_STRLIT("mcp-protocol-version"));
-    h2o_iovec_t sid = header(req, H2O_STRLIT("mcp-session-id"));
+    h2o_iovec_t pv = sg_http_header(req, H2O_STRLIT("mcp-protocol-version"));
+    h2o_iovec_t sid = sg_http_header(req, H2O_STRLIT("mcp-session-id"));
     char version[16] = DEFAULT_VERSION;
     cJSON *root = NULL;
     if (fmt == 0) {
@@ -1045,16 +1014,16 @@ static void on_mcp_delete(sg_loop_t *loop, h2o_req_t *req)
         http_error(req, EP_MCP, 401, SG_MCP_INVALID_REQUEST, why);
         return;
     }
-    h2o_iovec_t sid = header(req, H2O_STRLIT("mcp-session-id"));
+    h2o_iovec_t sid = sg_http_header(req, H2O_STRLIT("mcp-session-id"));
     if (sid.base == NULL) {
         http_error(req, EP_MCP, 400, SG_MCP_INVALID_REQUEST, "DELETE /mcp needs the Mcp-Session-Id header");
     } else {
-        pthread_mutex_lock(&T.mu);
+        pthread_mutex_lock(&mcp_sessions.mu);
         mcp_session_t *s = find_locked(sid.base, sid.len);
         int ok = s != NULL && !s->legacy && strcmp(s->client_id, client->id) == 0;
         if (ok)
             remove_locked(s, END_DELETED);
-        pthread_mutex_unlock(&T.mu);
+        pthread_mutex_unlock(&mcp_sessions.mu);
         if (ok)
             send_http(req, EP_MCP, 200, NULL, NULL, 0);
         else
@@ -1086,7 +1055,7 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
     st->loop = loop;
     sg_respond_watch_init(&st->watch, req, "an SSE stream");
     h2o_linklist_insert(&loop->mcp->streams, &st->link);
-    sg_gauge_add(M.streams, 1);
+    sg_gauge_add(mcp_metrics.streams, 1);
     mcp_session_t *s = create_session(client->id, LEGACY_VERSION, st, loop->id, st->sid);
     sg_clients_release(client);
     if (s == NULL) {
@@ -1110,24 +1079,6 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
                    on_keepalive);
 }
 
-/* The value of query parameter `name`, or a NULL base. */
-static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
-{
-    h2o_iovec_t found = {NULL, 0};
-    if (req->query_at == SIZE_MAX)
-        return found;
-    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
-    size_t nlen = strlen(name);
-    while (p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p)), *stop = amp != NULL ? amp : end;
-        const char *eq = memchr(p, '=', (size_t)(stop - p)), *kend = eq != NULL ? eq : stop;
-        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
-            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
-        p = stop + 1;
-    }
-    return found;
-}
-
 static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
 {
     const char *why = NULL;
@@ -1137,7 +1088,7 @@ static void on_messages_post(sg_loop_t *loop, h2o_req_t *req)
         return;
     }
     cJSON *root = NULL;
-    h2o_iovec_t sid = query_param(req, "session_id"), pv = header(req, H2O_STRLIT("mcp-protocol-version"));
+    h2o_iovec_t sid = sg_http_query_param(req, "session_id"), pv = sg_http_header(req, H2O_STRLIT("mcp-protocol-version"));
     char version[16];
     if (sid.base == NULL || sid.len == 0) {
         http_error(req, EP_MESSAGES, 400, SG_MCP_INVALID_REQUEST,
@@ -1223,12 +1174,12 @@ void sg_mcp_init(sg_server_t *s)
     const sg_config_t *cfg = s->cfg;
     if (!cfg->mcp.enabled)
         return;
-    pthread_mutex_init(&T.mu, NULL);
-    T.max = cfg->mcp.max_sessions;
-    T.idle_ms = (uint64_t)cfg->mcp.session_idle_s * 1000;
-    sg_hmap_init(&T.index, session_eq, NULL, 1024); /* grows with the sessions, up to mcp.max_sessions */
-    T.ready = 1;
-    h2o_linklist_init_anchor(&T.lru);
+    pthread_mutex_init(&mcp_sessions.mu, NULL);
+    mcp_sessions.max = cfg->mcp.max_sessions;
+    mcp_sessions.idle_ms = (uint64_t)cfg->mcp.session_idle_s * 1000;
+    sg_hmap_init(&mcp_sessions.index, session_eq, NULL, 1024); /* grows with the sessions, up to mcp.max_sessions */
+    mcp_sessions.ready = 1;
+    h2o_linklist_init_anchor(&mcp_sessions.lru);
     for (int e = 0; e < EP_COUNT; ++e)
         for (size_t c = 0; c < N_HTTP_CODES; ++c) {
             char l[64];
@@ -1236,41 +1187,41 @@ void sg_mcp_init(sg_server_t *s)
                 snprintf(l, sizeof(l), "endpoint=\"%s\",code=\"%d\"", ep_names[e], http_codes[c]);
             else
                 snprintf(l, sizeof(l), "endpoint=\"%s\",code=\"other\"", ep_names[e]);
-            M.http[e][c] =
+            mcp_metrics.http[e][c] =
                 sg_metrics_counter("searchgate_mcp_http_requests_total", "HTTP requests to the MCP endpoints, by status.", l);
         }
     for (int i = 0; i < M_COUNT; ++i) {
         char l[64];
         snprintf(l, sizeof(l), "method=\"%s\"", method_names[i]);
-        M.methods[i] =
+        mcp_metrics.methods[i] =
             sg_metrics_counter("searchgate_mcp_messages_total",
                                "JSON-RPC messages received by the MCP endpoints, by method (other: unknown methods).", l);
     }
     for (size_t i = 0; i < N_RPC_CODES; ++i) {
         char l[64];
         snprintf(l, sizeof(l), "code=\"%d\"", rpc_codes[i]);
-        M.errors[i] = sg_metrics_counter("searchgate_mcp_errors_total", "JSON-RPC error responses, by error code.", l);
+        mcp_metrics.errors[i] = sg_metrics_counter("searchgate_mcp_errors_total", "JSON-RPC error responses, by error code.", l);
     }
     for (int i = 0; i < END_COUNT; ++i) {
         char l[64];
         snprintf(l, sizeof(l), "reason=\"%s\"", end_names[i]);
-        M.ended[i] = sg_metrics_counter("searchgate_mcp_sessions_ended_total", "MCP sessions ended, by reason.", l);
+        mcp_metrics.ended[i] = sg_metrics_counter("searchgate_mcp_sessions_ended_total", "MCP sessions ended, by reason.", l);
     }
-    M.dropped = sg_metrics_counter("searchgate_mcp_replies_dropped_total",
-                                   "Replies for an HTTP+SSE session whose stream had closed before they were ready.", "");
-    M.sessions = sg_metrics_gauge("searchgate_mcp_sessions", "Open MCP sessions (both transports).", "");
-    M.streams = sg_metrics_gauge("searchgate_mcp_sse_streams", "Open GET /sse event streams.", "");
+    mcp_metrics.dropped = sg_metrics_counter("searchgate_mcp_replies_dropped_total",
+                                             "Replies for an HTTP+SSE session whose stream had closed before they were ready.", "");
+    mcp_metrics.sessions = sg_metrics_gauge("searchgate_mcp_sessions", "Open MCP sessions (both transports).", "");
+    mcp_metrics.streams = sg_metrics_gauge("searchgate_mcp_sse_streams", "Open GET /sse event streams.", "");
 }
 
 void sg_mcp_dispose(void)
 {
-    if (!T.ready)
+    if (!mcp_sessions.ready)
         return;
-    while (!h2o_linklist_is_empty(&T.lru))
-        remove_locked(session_of(T.lru.next), END_DELETED);
-    sg_hmap_dispose(&T.index);
-    T.ready = 0;
-    pthread_mutex_destroy(&T.mu);
+    while (!h2o_linklist_is_empty(&mcp_sessions.lru))
+        remove_locked(session_of(mcp_sessions.lru.next), END_DELETED);
+    sg_hmap_dispose(&mcp_sessions.index);
+    mcp_sessions.ready = 0;
+    pthread_mutex_destroy(&mcp_sessions.mu);
 }
 
 void sg_mcp_init_loop(sg_loop_t *loop)
@@ -1292,11 +1243,11 @@ void sg_mcp_stop_loop(sg_loop_t *loop)
     for (h2o_linklist_t *n = loop->mcp->streams.next, *next; n != &loop->mcp->streams; n = next) {
         next = n->next; /* the final send may free the stream */
         mcp_stream_t *st = H2O_STRUCT_FROM_MEMBER(mcp_stream_t, link, n);
-        pthread_mutex_lock(&T.mu);
+        pthread_mutex_lock(&mcp_sessions.mu);
         mcp_session_t *s = find_locked(st->sid, SID_LEN);
         if (s != NULL && s->stream == st)
             remove_locked(s, END_STREAM_CLOSED);
-        pthread_mutex_unlock(&T.mu);
+        pthread_mutex_unlock(&mcp_sessions.mu);
         sg_timer_stop(&loop->timers, &st->keepalive);
         stream_close(st);
     }

@@ -16,7 +16,7 @@
 #define SG_GATEWAY_MCP_H
 
 #include <cJSON.h>
-#include "server.h"
+#include "runtime.h"
 #include "clients.h"
 
 /* ---- hooks called by the server (main.c, server.c) ---- */

@@ -6,7 +6,15 @@
 #ifndef SG_GATEWAY_MCP_IMPL_H
 #define SG_GATEWAY_MCP_IMPL_H
 
-#include "mcp.h"
+#include <stdint.h>
+#include <cJSON.h>
+#include "runtime.h"
+#include "clients.h"
+#include "buf.h"
+
+/* It does not include mcp.h (mcp.c includes both): the server's hooks and this inside are two
+ * separate units. */
+struct st_sg_gen_t;
 
 enum {
     SG_MCP_PARSE_ERROR = -32700,

@@ -10,6 +10,7 @@
  * Failures of the search itself (rate limit, timeout, backend down) are tool results with isError
  * true, as the MCP spec wants, so an agent sees them; malformed calls are JSON-RPC errors.
  */
+#include "mcp.h"
 #include "mcp_impl.h"
 #include "gen.h"
 #include "json.h"

@@ -8,17 +8,19 @@
  *
  * What precedes a query (unknown route, malformed body, unauthorised, an empty batch) is answered
  * here. Everything after it -- rate limits, cache, singleflight, admission, deadline, metrics --
- * happens in the query. Loop thread only. The HTTP request's pool holds a slot that cancels the
- * query when the client goes away first, so done() always finds its request alive.
+ * happens in the query. A fusion route's /retrieve goes through the same steps to
+ * sg_fusion_start() (fusion_route.h), a route type whose legs are queries. Loop thread only. The HTTP request's pool holds a slot
+ * that cancels the query when the client goes away first, so done() always finds its request alive.
  */
-#include "server.h"
+#include "retrieve.h"
+#include "http_common.h"
+#include "runtime.h"
 #include "clients.h"
 #include "fusion_route.h"
 #include "gen.h"
 #include "json.h"
 #include "provenance.h"
 #include "query.h"
-#include "retrieve.h"
 #include "request.h"
 #include "respond.h"
 #include "stats_ring.h"
@@ -26,12 +28,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Lives in the HTTP request's pool: the link between the request and its query. */
+/* Lives in the HTTP request's pool: the link between the request and its query -- a route's, or
+ * a fusion route's. */
 typedef struct st_http_query_t {
     h2o_req_t *req;
-    sg_query_t *q;           /* NULL once answered */
-    int shape;               /* SG_SHAPE_*: how each result appears in the answer */
-    const sg_route_t *route; /* for X-Searchgate-Provenance */
+    sg_query_t *q;               /* NULL once answered */
+    sg_fusion_query_t *fq;       /* a fusion route's: NULL once answered */
+    int shape;                   /* SG_SHAPE_*: how each result appears in the answer */
+    const sg_provenance_t *prov; /* the route's, for X-Searchgate-Provenance */
 } http_query_t;
 
 /* log_level debug: one line per /retrieve or /access answered before it became a query. */
@@ -47,7 +51,7 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
 {
     http_query_t *hq = ctx;
     hq->q = NULL;
-    sg_provenance_add_header(hq->req, &hq->route->prov, res);
+    sg_provenance_add_header(hq->req, hq->prov, res);
     if (res->status == 200) { /* streamed from the blobs, window by window (respond.h) */
         sg_respond_blobs(hq->req, res->blobs, res->n, hq->shape);
     } else {
@@ -55,20 +59,38 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
     }
 }
 
+/* A fusion query answered: as a route's, with the legs that failed in X-Searchgate-Fusion-Partial. */
+static void on_fusion_done(void *ctx, const sg_query_result_t *res, const char *partial)
+{
+    http_query_t *hq = ctx;
+    hq->fq = NULL;
+    h2o_req_t *req = hq->req;
+    sg_provenance_add_header(req, hq->prov, res);
+    if (res->status != 200) {
+        sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
+        return;
+    }
+    if (partial != NULL) {
+        size_t n = strlen(partial);
+        char *v = h2o_mem_alloc_pool(&req->pool, n);
+        memcpy(v, partial, n);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v, n);
+    }
+    sg_respond_blobs(req, res->blobs, res->n, hq->shape);
+}
+
 /* The HTTP request is being freed: if its query still runs, the client went away first. */
 static void on_req_dispose(void *p)
 {
     http_query_t *hq = p;
     sg_query_t *q = hq->q;
+    sg_fusion_query_t *fq = hq->fq;
     hq->q = NULL;
+    hq->fq = NULL;
     if (q != NULL)
         sg_query_cancel(q);
-}
-
-static h2o_iovec_t find_header(h2o_req_t *req, const char *name, size_t len)
-{
-    ssize_t i = h2o_find_header_by_str(&req->headers, name, len, -1);
-    return i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
+    if (fq != NULL)
+        sg_fusion_cancel(fq);
 }
 
 /* A request answered before it became a query (malformed, unknown backend, unauthorised,
@@ -79,23 +101,12 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
     if (sg_log_enabled(SG_LL_DEBUG))
         log_early(is_access, b, client, status, type, n_queries, start_us);
     if (b != NULL) {
-        int ci = sg_code_index(status);
-        uint64_t lat = sg_now_us() - start_us;
-        sg_counter_add(b->requests[ci], 1);
-        sg_counter_add(b->queries[ci], n_queries);
-        sg_hist_observe_us(b->latency, lat);
+        uint64_t lat = sg_status_metrics_count(b->requests, b->queries, b->latency, status, n_queries, start_us);
         sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
     }
-    if (status == 401) { /* and the connection ends: its next request meets the connection gate again */
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    if (status == 401) /* and the connection ends: its next request meets the connection gate again */
         req->http1_is_persistent = 0;
-    }
-    if (b != NULL)
-        sg_provenance_add_header(req, &b->prov, NULL);
-    if (status == 200)
-        sg_send_json(req, 200, msg, strlen(msg));
-    else
-        sg_send_error(req, status, type, msg, 0);
+    sg_http_answer_early(req, status, type, msg, b != NULL ? &b->prov : NULL);
 }
 
 /* A bad X-Timeout-Ms header: found after the client was identified, so counted as one of its
@@ -247,10 +258,13 @@ static int check_search_params(incoming_t *in)
     return 0;
 }
 
-int sg_retrieve_timeout_header(h2o_req_t *req, uint32_t route_timeout_ms, uint64_t start_us, uint64_t *deadline_us)
+/* X-Timeout-Ms shortens (never lengthens) a route's timeout: writes the absolute deadline it asks
+ * for (0 when the header is absent or not shorter than `route_timeout_ms`), or returns -1 when the
+ * header is not a positive integer (422). */
+static int timeout_header(h2o_req_t *req, uint32_t route_timeout_ms, uint64_t start_us, uint64_t *deadline_us)
 {
     *deadline_us = 0;
-    h2o_iovec_t th = find_header(req, H2O_STRLIT("x-timeout-ms"));
+    h2o_iovec_t th = sg_http_header(req, H2O_STRLIT("x-timeout-ms"));
     if (th.base == NULL)
         return 0;
     char tmp[24];
@@ -292,10 +306,71 @@ static void start_query(incoming_t *in, uint64_t deadline_us)
                             .max_response_bytes = in->gen->cfg->limits.max_response_bytes,
                             .envelope_bytes = sg_respond_envelope(pr->n)};
     http_query_t *hq = h2o_mem_alloc_shared(&in->req->pool, sizeof(*hq), on_req_dispose);
-    *hq = (http_query_t){in->req, NULL, spec.shape, in->route};
+    *hq = (http_query_t){in->req, NULL, NULL, spec.shape, &in->route->prov};
     sg_query_t *q = sg_query_start(in->loop, &spec, on_query_done, hq);
     if (q != NULL) /* else done() already ran, and the request may be gone */
         hq->q = q;
+    free(texts);
+}
+
+/* ---- POST /retrieve on a fusion route: the same adapter over sg_fusion_start() ---- */
+
+/* Answered before the fan-out: counted on the fusion route (and on the client once known). */
+static void answer_fusion_early(incoming_t *in, sg_client_t *client, int status, const char *type, const char *msg,
+                                uint32_t n_queries)
+{
+    sg_fusion_count_early(in->gen, in->fusion, status, n_queries, in->start_us);
+    if (client != NULL && status != 200) {
+        sg_counter_add(client->m_requests, 1);
+        sg_counter_add(client->m_queries, n_queries);
+    }
+    sg_http_answer_early(in->req, status, type, msg, sg_fusion_prov(in->gen->fusion, (size_t)in->fusion));
+}
+
+static void start_fusion(incoming_t *in)
+{
+    const sg_fusion_conf_t *fc = &in->gen->cfg->fusions[in->fusion];
+    sg_parsed_t *pr = &in->pr;
+    if (pr->search_params != NULL) {
+        char err[300];
+        snprintf(err, sizeof(err),
+                 "fusion route %s takes no search_params (its legs are searched with their own settings; send them to a leg's "
+                 "route)",
+                 fc->name);
+        answer_fusion_early(in, NULL, 422, "validation_error", err, 0);
+        return;
+    }
+    if (pr->n == 0) {
+        answer_fusion_early(in, in->client, 200, NULL, "{\"result\":[]}", 0);
+        return;
+    }
+    /* deadline: the route's timeout, shortened (never lengthened) by X-Timeout-Ms; shared by the legs */
+    uint64_t deadline_us;
+    if (timeout_header(in->req, fc->timeout_ms, in->start_us, &deadline_us) != 0) {
+        answer_fusion_early(in, in->client, 422, "validation_error",
+                            "header X-Timeout-Ms must be a positive integer (milliseconds)", pr->n);
+        return;
+    }
+    const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
+    for (uint32_t i = 0; i < pr->n; ++i)
+        texts[i] = pr->arena + pr->off[i];
+    sg_fusion_spec_t spec = {.gen = in->gen,
+                             .route = in->fusion,
+                             .client = in->client,
+                             .texts = texts,
+                             .lens = pr->len,
+                             .n = pr->n,
+                             .topk = pr->topk,
+                             .start_us = in->start_us,
+                             .deadline_us = deadline_us,
+                             .shape = pr->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT,
+                             .max_response_bytes = in->gen->cfg->limits.max_response_bytes,
+                             .envelope_bytes = sg_respond_envelope(pr->n)};
+    http_query_t *hq = h2o_mem_alloc_shared(&in->req->pool, sizeof(*hq), on_req_dispose);
+    *hq = (http_query_t){in->req, NULL, NULL, spec.shape, sg_fusion_prov(in->gen->fusion, (size_t)in->fusion)};
+    sg_fusion_query_t *fq = sg_fusion_start(in->loop, &spec, on_fusion_done, hq);
+    if (fq != NULL) /* else done() already ran, and the request may be gone */
+        hq->fq = fq;
     free(texts);
 }
 
@@ -336,7 +411,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
     if (route_from_path(&in, bname, blen) != 0 || parse_body(&in, bname != NULL) != 0)
         goto out;
     if (in.fusion >= 0 && !is_access) {
-        sg_fusion_handle(loop, req, in.fusion, &in.pr, in.start_us);
+        start_fusion(&in);
         goto out;
     }
     if (in.no_pages == NULL && check_search_params(&in) != 0)
@@ -349,7 +424,7 @@ int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const cha
         answer_early(req, is_access, in.route, in.client, 200, NULL, "{\"result\":[]}", 0, in.start_us);
         goto out;
     }
-    if (sg_retrieve_timeout_header(in.req, in.route->conf->timeout_ms, in.start_us, &deadline_us) != 0) {
+    if (timeout_header(in.req, in.route->conf->timeout_ms, in.start_us, &deadline_us) != 0) {
         answer_invalid_timeout(req, is_access, in.route, in.client, in.pr.n, in.start_us);
         goto out;
     }

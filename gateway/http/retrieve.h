@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 #include <h2o.h>
-#include "server.h"
+#include "runtime.h"
 
 #define SG_ACCESS_NO_PAGES_HELP "POST /access requests answered with a null page per URL because the route has no page store."
 
@@ -22,12 +22,5 @@ void sg_retrieve_init(const struct st_sg_gen_t *prev, const struct st_sg_gen_t *
 
 /** Handles POST /retrieve[/<backend>] and POST /access. Returns 0 (always handled). */
 int sg_retrieve_handle(sg_loop_t *loop, h2o_req_t *req, int is_access, const char *backend_name, size_t backend_name_len);
-
-/**
- * X-Timeout-Ms shortens (never lengthens) a route's timeout: writes the absolute deadline it asks
- * for (0 when the header is absent or not shorter than `route_timeout_ms`), or returns -1 when the
- * header is not a positive integer (422). Shared by every HTTP entry point that runs queries.
- */
-int sg_retrieve_timeout_header(h2o_req_t *req, uint32_t route_timeout_ms, uint64_t start_us, uint64_t *deadline_us);
 
 #endif

@@ -28,10 +28,10 @@
  * state by the backend's admit_mutex; L1 has its own mutex, taken inside a shard lock but never
  * the other way round. No lock is held while calling into a plugin.
  */
-#include "server.h"
-#include "query.h"
-#include "query_impl.h"
 #include "dispatch.h"
+#include "plugin.h"
+#include "runtime.h"
+#include "query_impl.h"
 #include "json.h"
 #include "hmap.h"
 #include "clients.h"
@@ -179,6 +179,7 @@ void sg_dispatch_init(void)
         pthread_mutex_init(&shards[i].mu, NULL);
         sg_hmap_init(&shards[i].flights, flight_eq, NULL, 32);
     }
+    sg_plugin_lend_admission(sg_dispatch_retry_at, sg_dispatch_hold, sg_dispatch_release); /* the plugins' host table */
 }
 
 void sg_dispatch_dispose(void)
@@ -836,7 +837,7 @@ static void call_start(sg_call_t *c)
     c->search.start_by_ms = d == 0 ? 0 : d > floor ? d - floor : 1;
     sg_counter_add(b->calls, 1);
     sg_counter_add(b->batch_queries, c->n);
-    sg__budget_started(&c->budget);
+    sg_budget_started(&c->budget);
     sg_status st = c->is_access ? b->core->plugin.vt->access(b->core->inst, &c->search, on_plugin_done, c)
                                 : b->core->plugin.vt->search(b->core->inst, &c->search, on_plugin_done, c);
     if (st != SG_OK) {
@@ -965,7 +966,7 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             sg_buf_free(&key);
         }
         if (!was_running)
-            sg__budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
+            sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
             sg_gen_each_pumped_route(c->origin, pump);
         call_release(c);
@@ -982,7 +983,7 @@ static void on_delivery(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         sg_query_t *r = w->query;
         if (r != NULL) {
             r->uniq[w->uniq].waiter = NULL;
-            sg__query_on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
+            r->next->on_result(r, w->uniq, w->blob, w->status, w->detail, w->retry_after);
         }
         sg_blob_release(w->blob);
         free(w->detail);
@@ -1303,7 +1304,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
         u->blob = late;
         u->source = SG_SRC_L1;
         --r->n_pending;
-        sg__query_took_blob(r, u);
+        r->next->took_blob(r, u);
         ++r->hits_l1;
         if (r->misses > 0)
             --r->misses;
@@ -1326,13 +1327,17 @@ void sg__dispatch_misses(sg_query_t *r)
             dispatch_miss(r, i, &nc);
     }
     for (size_t i = 0; i < nc.n; ++i) /* new flights spend the request's budget reservation; joins do not */
-        sg__budget_charge(r, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
-    sg__budget_settle(r);
+        if (r->budget != NULL)
+            sg_budget_take(r->budget, &nc.list[i]->budget, (uint32_t)nc.list[i]->n);
+    if (r->budget != NULL) { /* what no call took (joins, late L1 hits) goes back */
+        sg_budget_unused(r->loop, r->budget);
+        r->budget = NULL;
+    }
     for (size_t i = 0; i < nc.n; ++i)
         admit_submit(nc.list[i]);
     free(nc.list);
     if (r->n_pending == 0) /* every miss turned out to be in L1 by now */
-        sg__query_finish_if_complete(r);
+        r->next->finish_if_complete(r);
 }
 
 void sg__dispatch_abandon(sg_query_t *r)

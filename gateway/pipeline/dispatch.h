@@ -8,9 +8,25 @@
 #include <stddef.h>
 #include "sg_backend.h"
 #include "blob.h"
-#include "server.h"
+#include "runtime.h"
 
 typedef struct st_sg_query_t sg_query_t;
+typedef struct st_sg_uq_t sg_uq_t;
+
+/*
+ * How dispatch continues a query: query.c's steps, handed over in the query itself
+ * (sg_query_t.next, query_impl.h), so dispatch only calls forward and never names query.c.
+ * Loop thread of the query.
+ */
+typedef struct st_sg_dispatch_next_t {
+    /** Distinct query `u` of `q` took a blob (a late L1 hit): count it in the answer's bounds. */
+    void (*took_blob)(sg_query_t *q, sg_uq_t *u);
+    /** A waiter of `q` finished for distinct query `uniq_index`: a result, or a failure. */
+    void (*on_result)(sg_query_t *q, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
+                      uint32_t retry_after_s);
+    /** Answers `q` when every distinct query has its answer (dispatch found the last ones in L1). */
+    void (*finish_if_complete)(sg_query_t *q);
+} sg_dispatch_next_t;
 
 /** Builds a result blob from a plugin's hits (copies everything; refs = 1). Any thread. */
 sg_blob_t *sg_blob_from_hits(const sg_hits *hits);

@@ -19,7 +19,7 @@
 #include "gen.h"
 #include "budget.h"
 #include "hmap.h"
-#include "ratelimit_global.h"
+#include "rate.h"
 #include "respond.h"
 #include "stats_ring.h"
 #include "../../cache/cache.h"
@@ -41,15 +41,32 @@ static void query_free(sg_query_t *q)
     free(q);
 }
 
+static void query_ref(sg_query_t *q)
+{
+    ++q->refs;
+}
+
 void sg__query_unref(sg_query_t *q)
 {
     if (--q->refs == 0)
         query_free(q);
 }
 
-void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
+/* For the steps that answer later (budget.h, rate.h): whether the query was answered meanwhile,
+ * and the reference that keeps it alive across a Redis round trip. */
+static int query_gone(void *ctx)
 {
-    sg_cache_key(out, b->core->identity, topk, params, text, len);
+    return ((sg_query_t *)ctx)->responded;
+}
+
+static void query_hold(void *ctx)
+{
+    query_ref(ctx);
+}
+
+static void query_release(void *ctx)
+{
+    sg__query_unref(ctx);
 }
 
 /* log_level debug: one line per query, whatever its outcome. */
@@ -71,12 +88,12 @@ static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
     *out = (sg_trace_item_t){u->text, u->len, u->blob, u->fallback_tried && u->blob != NULL ? SG_SRC_FALLBACK : u->source};
 }
 
-/* The route's or the client's query trace (trace.h), when either traces this request. A fusion
- * leg is not traced: the fusion request is. */
+/* The route's or the client's query trace (trace.h), when either traces this request. A query
+ * its caller admitted is not traced: the caller's request is (a fusion route's). */
 static void trace(const sg_query_t *q, int status, const char *type, uint64_t lat)
 {
     const sg_trace_conf_t *rt = q->backend->conf->trace, *ct = q->client->conf->trace;
-    if ((rt == NULL && ct == NULL) || q->leg)
+    if ((rt == NULL && ct == NULL) || q->admitted)
         return;
     sg_trace_event_t ev = {.request_id = q->request_id,
                            .route = q->backend->conf->name,
@@ -103,14 +120,10 @@ static void record(sg_query_t *q, int status, const char *type)
     if (sg_log_enabled(SG_LL_DEBUG))
         log_query(q, status, type);
     sg_route_t *b = q->backend;
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - q->start_us;
+    uint64_t lat = sg_status_metrics_count(b->requests, b->queries, b->latency, status, q->n_queries, q->start_us);
     trace(q, status, type, lat);
-    sg_counter_add(b->requests[ci], 1);
-    sg_counter_add(b->queries[ci], q->n_queries);
-    sg_hist_observe_us(b->latency, lat);
     sg_gauge_add(b->inflight_requests, -1);
-    if (!q->leg) { /* a fusion leg: the fusion request is the client's request */
+    if (!q->admitted) { /* else the caller's request is the client's request */
         sg_counter_add(q->client->m_requests, 1);
         sg_counter_add(q->client->m_queries, q->n_queries);
     }
@@ -131,6 +144,7 @@ static void finish(sg_query_t *q, int status, const char *type)
     if (h2o_linklist_is_linked(&q->link))
         h2o_linklist_unlink(&q->link);
     sg_timer_stop(&q->loop->timers, &q->timer);
+    sg_rate_stop(&q->rate);
     sg__dispatch_abandon(q);
     record(q, status, type);
 }
@@ -173,7 +187,7 @@ static void answer(sg_query_t *q)
 
 /* ---- the bounds of the answer (respond.h) ---- */
 
-void sg__query_took_blob(sg_query_t *q, sg_uq_t *u)
+static void took_blob(sg_query_t *q, sg_uq_t *u)
 {
     q->result_bytes += (uint64_t)u->mult * sg_blob_shape_len(u->blob, q->shape);
     q->blob_bytes += sg_blob_footprint(u->blob);
@@ -254,6 +268,34 @@ static int check_admissible(sg_query_t *q)
     return -1;
 }
 
+/* ---- spend budgets (budget.h), then dispatch (dispatch.h) ---- */
+
+/* The budgets decided: dispatch the misses with the reservation, or answer the refusal. */
+static void on_budget(void *ctx, const sg_budget_decision_t *d)
+{
+    sg_query_t *q = ctx;
+    if (!d->admitted) {
+        fail(q, d->status, d->type, d->message, d->retry_after_s);
+        return;
+    }
+    sg_budget_charge_t reservation = d->charge;
+    q->budget = reservation.n != 0 ? &reservation : NULL;
+    sg__dispatch_misses(q); /* gives back what its calls did not take, and clears q->budget */
+}
+
+static const sg_budget_next_t budget_next = {on_budget, query_gone, query_hold, query_release};
+
+/* The misses spend the budgets that apply to the serving route: the budget step decides, then
+ * on_budget() dispatches them. */
+static void spend(sg_query_t *q)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < q->n_uniq; ++i)
+        if (q->uniq[i].blob == NULL && q->uniq[i].waiter == NULL)
+            ++n;
+    sg_budget_admit(q->gen->budgets, q->loop, q->serving, q->client, n, &budget_next, q);
+}
+
 void sg__query_after_cache(sg_query_t *q)
 {
     if (q->responded || check_bounds(q) != 0)
@@ -265,10 +307,10 @@ void sg__query_after_cache(sg_query_t *q)
     }
     if (check_admissible(q) != 0)
         return;
-    sg__budget_dispatch(q, fail); /* spend budgets, then sg__dispatch_misses() */
+    spend(q);
 }
 
-void sg__query_finish_if_complete(sg_query_t *q)
+static void finish_if_complete(sg_query_t *q)
 {
     if (!q->responded && q->n_pending == 0)
         answer(q);
@@ -294,7 +336,7 @@ static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t
         u->blob = b;
         u->source = t == SG_CACHE_L1 ? SG_SRC_L1 : SG_SRC_REDIS;
         --q->n_pending;
-        sg__query_took_blob(q, u);
+        took_blob(q, u);
         if (t == SG_CACHE_L1) {
             ++q->hits_l1;
             sg_counter_add(q->serving->cache_hits_l1, 1);
@@ -332,7 +374,7 @@ void sg__query_lookup(sg_query_t *q)
     }
     for (uint32_t i = 0; i < n; ++i)
         keys[i] = all.base + offs[i];
-    sg__query_ref(q);
+    query_ref(q);
     sg_cache_lookup(q->loop->redis, n, keys, lens, b->conf->cache_ttl_s, on_cache, q);
     free(keys);
     free(lens);
@@ -403,14 +445,14 @@ static void on_deadline(sg_query_t *q)
 static void on_timer(sg_timer_t *t)
 {
     sg_query_t *q = H2O_STRUCT_FROM_MEMBER(sg_query_t, timer, t);
-    if (q->timer_kind != SG__QT_DEADLINE) { /* the rate limit or the response budget: try again */
+    if (q->timer_kind != SG__QT_DEADLINE) { /* the response budget: try again */
         start_lookup(q);
         return;
     }
     on_deadline(q);
 }
 
-void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status status, const char *detail, uint32_t retry_after_s)
+static void on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status status, const char *detail, uint32_t retry_after_s)
 {
     if (q->responded)
         return;
@@ -419,7 +461,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
         if (u->blob == NULL) {
             u->blob = sg_blob_ref(blob);
             --q->n_pending;
-            sg__query_took_blob(q, u);
+            took_blob(q, u);
             if (check_bounds(q) == 0 && q->n_pending == 0)
                 answer(q);
         }
@@ -437,7 +479,7 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
         }
         q->serving = &q->gen->routes[rc->fallback];
         if (check_admissible(q) == 0)
-            sg__budget_dispatch(q, fail);
+            spend(q);
         return;
     }
     int http = sg_plugin_status_http(status);
@@ -446,35 +488,20 @@ void sg__query_on_result(sg_query_t *q, uint32_t ui, sg_blob_t *blob, sg_status 
     fail(q, http, sg_plugin_status_name(status), msg, http == 503 && retry_after_s == 0 ? 1 : retry_after_s);
 }
 
-/* Acts on a rate-limit decision: SG_RL_ALLOW goes on at once. */
-static void on_rate_decision(sg_query_t *q, int rl, uint64_t wait_us)
+/* ---- the client's rate limit (rate.h) ---- */
+
+static void rate_admitted(void *ctx, int waited)
 {
-    sg_client_t *client = q->client;
-    if (rl == SG_RL_DENY) {
-        uint32_t retry;
-        char msg[240];
-        int status = sg_clients_rate_refusal(client, wait_us, q->max_wait_us, &retry, msg, sizeof(msg));
-        fail(q, status, "rate_limited", msg, retry);
-        return;
-    }
-    if (rl == SG_RL_WAIT) {
-        sg_counter_add(client->m_queued, 1);
-        sg_hist_observe_us(client->m_wait, wait_us);
-        q->timer_kind = SG__QT_RATELIMIT;
-        sg_timer_start(&q->loop->timers, &q->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
-        return;
-    }
-    start_lookup(q);
+    (void)waited;
+    start_lookup(ctx);
 }
 
-/* Redis decided on the shared rate limit (or, when it could not, the replica's fallback bucket). */
-static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+static void rate_refused(void *ctx, int status, const char *type, const char *msg, uint32_t retry_after_s)
 {
-    sg_query_t *q = ctx;
-    if (!q->responded)
-        on_rate_decision(q, decision, wait_us);
-    sg__query_unref(q); /* the round trip's reference */
+    fail(ctx, status, type, msg, retry_after_s);
 }
+
+static const sg_rate_next_t rate_next = {rate_admitted, rate_refused, query_gone, query_hold, query_release};
 
 void sg_query_fail_all(sg_loop_t *loop, const char *why)
 {
@@ -523,6 +550,9 @@ static void index_distinct(sg_query_t *q, const uint32_t *off, const uint32_t *l
     q->n_pending = q->n_uniq;
 }
 
+/* The steps dispatch continues a query with (dispatch.h) */
+const sg_dispatch_next_t sg__query_next = {took_blob, on_result, finish_if_complete};
+
 /* A new query with copies of the spec's texts and parameters; linked into the loop's active list. */
 static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_query_done_fn done, void *ctx)
 {
@@ -532,13 +562,14 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     q->refs = 1;
     h2o_linklist_insert(&loop->active, &q->link);
     q->done = done;
+    q->next = &sg__query_next;
     q->ctx = ctx;
     q->loop = loop;
     q->backend = q->serving = spec->route;
     q->gen = sg_gen_ref(spec->route->gen); /* the route, its fallback and the client live as long as it */
     q->client = sg_clients_ref(spec->client);
     q->is_access = spec->is_access;
-    q->leg = spec->leg;
+    q->admitted = spec->admitted;
     q->topk = spec->is_access ? 1 : spec->topk != 0 ? spec->topk : spec->route->conf->topk;
     q->params = spec->params != NULL && spec->params[0] != '\0' ? sg_strdup(spec->params) : NULL;
     q->shape = spec->shape;
@@ -571,35 +602,15 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
         deadline_us = spec->deadline_us > q->start_us ? spec->deadline_us : q->start_us;
     q->deadline_ms = deadline_us / 1000;
 
-    /* the client's rate limit, counted in queries; it may wait at most until the deadline */
-    sg_client_t *client = q->client;
-    const sg_client_conf_t *cc = client->conf;
-    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
-    if (max_wait_us > deadline_us - q->start_us)
-        max_wait_us = deadline_us - q->start_us;
-    q->max_wait_us = max_wait_us;
-    sg__query_ref(q); /* the caller's handle stays valid through what follows */
+    query_ref(q); /* the caller's handle stays valid through what follows */
     if (check_estimate(q) != 0)
-        goto started; /* 413 before any work, the rate limit not charged */
-    if (spec->leg) {  /* a fusion leg: the fusion request was charged the client's rate limit */
+        goto started;     /* 413 before any work, the rate limit not charged */
+    if (spec->admitted) { /* the caller charged the client's rate limit for the whole request */
         start_lookup(q);
         goto started;
     }
-    uint64_t wait_us = 0;
-    int rl;
-    if (cc->rate > 0 && cc->global) {
-        sg__query_ref(q); /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, q->gen->clients, client, q->n_queries, max_wait_us, on_global_decision, q, &rl,
-                                &wait_us) != 0)
-            goto started; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
-        sg__query_unref(q);
-    } else {
-        rl = sg_clients_ratelimit(q->gen->clients, client, q->n_queries, q->start_us, max_wait_us, &wait_us);
-    }
-    if (rl != SG_RL_ALLOW)
-        on_rate_decision(q, rl, wait_us);
-    else
-        start_lookup(q);
+    /* the client's rate limit, counted in queries; it may wait at most until the deadline */
+    sg_rate_charge(&q->rate, loop, q->gen->clients, q->client, q->n_queries, q->start_us, deadline_us, &rate_next, q);
 started:;
     int answered = q->responded;
     sg__query_unref(q);

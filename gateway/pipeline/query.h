@@ -19,7 +19,7 @@
 #define SG_GATEWAY_QUERY_H
 
 #include <stdint.h>
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "clients.h"
 #include "blob.h"
@@ -43,12 +43,14 @@ typedef struct st_sg_query_spec_t {
     uint64_t start_us;        /* arrival (sg_now_us() clock), for latency and the deadline; 0 = now */
     uint64_t deadline_us;     /* absolute (sg_now_us() clock); 0 = start + the route's timeout_ms.
                                * Never later than that: a caller may only shorten it. */
-    int leg;                  /* a leg of a fusion route (fusion_route.c), which charged the client's
-                               * rate limit and counts the client's request itself: skip both */
+    int admitted;             /* the caller admitted and counts the request itself: it split one
+                               * request into several queries (a route type such as fusion) and
+                               * charged the client's rate limit once for all of them (rate.h), so
+                               * this query is not charged, counted or traced as a client request */
     /* the bounds of the answer (respond.h): the entry point writes each result blob in `shape`
      * (SG_SHAPE_*) plus `envelope_bytes` around them, and that may not exceed
-     * `max_response_bytes` (0 = no bound, no share of the response budget reserved: a fusion
-     * leg). Refused with 413 before any backend work when the route's mean DOC size says it
+     * `max_response_bytes` (0 = no bound, no share of the response budget reserved: the
+     * caller bounds the whole). Refused with 413 before any backend work when the route's mean DOC size says it
      * would not fit, else as soon as the results that arrived exceed it. */
     int shape;
     uint64_t max_response_bytes;

@@ -1,16 +1,26 @@
 /*
- * query_impl.h -- the inside of a query (query.h), for the files that run it: query.c (its life)
- * and dispatch.c (flights and calls, which continue it). Everything here runs on the query's loop
- * thread. Nothing else includes this header: entry points use query.h.
+ * query_impl.h -- the inside of a query (query.h): the struct, for the files that run it: query.c
+ * (its life) and dispatch.c (flights and calls, which continue it through the steps query.c hands
+ * over in `next`, dispatch.h). Everything here runs on the query's loop thread. Entry points use
+ * query.h; the unit tests drive the steps declared at the end.
+ *
+ * It includes neither query.h nor dispatch.h: dispatch.c reads the struct, query.c calls
+ * dispatch, and nothing calls back up but through `next`.
  */
 #ifndef SG_GATEWAY_QUERY_IMPL_H
 #define SG_GATEWAY_QUERY_IMPL_H
 
-#include "query.h"
+#include "runtime.h"
 #include "route.h"
 #include "clients.h"
+#include "rate.h"
 #include "trace.h"
+#include "blob.h"
+#include "../../cache/cache.h"
 
+typedef struct st_sg_query_t sg_query_t;
+struct st_sg_query_result_t;
+struct st_sg_dispatch_next_t;
 typedef struct st_sg_waiter_t sg_waiter_t;
 
 typedef struct st_sg_uq_t {
@@ -26,7 +36,8 @@ typedef struct st_sg_uq_t {
 struct st_sg_query_t {
     h2o_linklist_t link; /* in loop->active until answered */
     int refs;            /* loop thread only: the query itself + an outstanding Redis round trip */
-    sg_query_done_fn done;
+    void (*done)(void *ctx, const struct st_sg_query_result_t *res); /* sg_query_done_fn (query.h) */
+    const struct st_sg_dispatch_next_t *next;                        /* query.c's steps that dispatch continues it with */
     void *ctx;
     sg_loop_t *loop;
     struct st_sg_gen_t *gen; /* the configuration generation of its route and client (referenced) */
@@ -38,9 +49,9 @@ struct st_sg_query_t {
     int is_access; /* POST /access: no cache, no flights */
     uint64_t start_us;
     uint64_t deadline_ms;
-    sg_timer_t timer;     /* deadline, the rate-limit wake-up, or the response-budget wait */
-    int timer_kind;       /* SG__QT_* */
-    uint64_t max_wait_us; /* longest rate-limit wait this query accepts */
+    sg_timer_t timer; /* deadline, the rate-limit wake-up, or the response-budget wait */
+    int timer_kind;   /* SG__QT_* */
+    sg_rate_t rate;   /* the client's rate limit (rate.h), while it decides or waits */
     uint32_t n_queries, n_uniq;
     uint32_t *slot_uniq;
     sg_uq_t *uniq;
@@ -50,13 +61,13 @@ struct st_sg_query_t {
     int responded;
     char request_id[24];
     int fallback_used;
-    int leg;      /* a fusion route's leg (query.h) */
+    int admitted; /* the caller admitted and counts the request (sg_query_spec_t.admitted) */
     char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
 
     /* budget.c: the reservation dispatch draws from, while sg__dispatch_misses() runs */
     struct st_sg_budget_charge_t *budget;
 
-    /* the bounds of the answer (respond.h); max_response_bytes 0 = none (a fusion leg) */
+    /* the bounds of the answer (respond.h); max_response_bytes 0 = none (the caller bounds it) */
     int shape;                   /* SG_SHAPE_* the blobs appear in */
     uint64_t max_response_bytes; /* the whole answer, envelope_bytes included */
     uint64_t envelope_bytes;     /* what the entry point adds around the pieces */
@@ -67,7 +78,7 @@ struct st_sg_query_t {
     uint64_t budget_wait_end_ms; /* while waiting for room in the budget */
 };
 
-enum { SG__QT_DEADLINE = 0, SG__QT_RATELIMIT = 1, SG__QT_BUDGET = 2 };
+enum { SG__QT_DEADLINE = 0, SG__QT_BUDGET = 2 };
 
 /** The search parameters of the backend answering now: the route's request parameters apply to
  * the route's own backend only, never to its fallback. */
@@ -76,25 +87,21 @@ static inline const char *sg__query_params(const sg_query_t *q)
     return q->serving == q->backend ? q->params : NULL;
 }
 
-/** Distinct query `u` of `q` just got its blob: counts its bytes in the answer's size and the
- * memory the query holds (the bounds are checked at the next step, sg__query_check_bounds). */
-void sg__query_took_blob(sg_query_t *q, sg_uq_t *u);
-/** A waiter finished (result or failure) for `q`; continues the query. */
-void sg__query_on_result(sg_query_t *q, uint32_t uniq_index, sg_blob_t *blob, sg_status status, const char *detail,
-                         uint32_t retry_after_s);
+/** The cache key of one query text for backend `b` (its identity, topk and parameters). */
+static inline void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text,
+                                       size_t len)
+{
+    sg_cache_key(out, b->core->identity, topk, params, text, len);
+}
+
+/* query.c's steps, declared for the unit tests that drive a query step by step */
 /** The cache step: looks the open distinct queries up (sg_cache_lookup), then continues. */
 void sg__query_lookup(sg_query_t *q);
 /** Continues a query after its cache lookup: answers it, or dispatches the misses. */
 void sg__query_after_cache(sg_query_t *q);
-/** Answers when every distinct query has its answer (dispatch found the last ones in L1). */
-void sg__query_finish_if_complete(sg_query_t *q);
-static inline void sg__query_ref(sg_query_t *q)
-{
-    ++q->refs;
-}
 /** Drops a reference; frees the query when none is left. */
 void sg__query_unref(sg_query_t *q);
-/** The cache key of one query text for backend `b` (its identity, topk and parameters). */
-void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len);
+/** The steps every query hands dispatch (its `next`), for a test that builds a query by hand. */
+extern const struct st_sg_dispatch_next_t sg__query_next;
 
 #endif

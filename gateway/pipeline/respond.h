@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 #include "buf.h"
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "blob.h"
 

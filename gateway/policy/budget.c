@@ -28,9 +28,7 @@
  * held while calling into dispatch or Redis.
  */
 #include "budget.h"
-#include "query_impl.h"
-#include "dispatch.h"
-#include "gen.h"
+#include "route.h"
 #include "json.h"
 #include "redis.h"
 
@@ -42,15 +40,15 @@
 #define KEY_GRACE_S 300 /* the shared counter outlives its period by this much: replicas' clocks differ a little */
 
 struct st_sg_budget_t {
-    sg_budget_conf_t conf; /* queries and fail change at a reload (under g.mu); the period never does */
+    sg_budget_conf_t conf; /* queries and fail change at a reload (under budget_registry.mu); the period never does */
     int is_route;
     int anon;       /* the anonymous clients' */
-    uint32_t refs;  /* the budget sets (generations) that use it, under g.mu */
-    int current;    /* the current generation uses it: shown in /metrics and /stats (under g.mu) */
+    uint32_t refs;  /* the budget sets (generations) that use it, under budget_registry.mu */
+    int current;    /* the current generation uses it: shown in /metrics and /stats (under budget_registry.mu) */
     char *name;     /* client id, "(anonymous)" or route name */
     char *label;    /* client="..." or route="..." */
     char *key_base; /* <prefix>budget:<kind>:<name>:<period>: */
-    /* guarded by g.mu */
+    /* guarded by budget_registry.mu */
     uint64_t start_s, end_s;
     uint64_t spent;       /* queries this replica sent in the period */
     uint64_t reserved;    /* local reservations not yet sent or given back */
@@ -68,7 +66,7 @@ static struct {
     char *prefix;      /* cache.redis.prefix (start-up) */
     sg_budget_t **all; /* every budget some generation uses */
     size_t n_all;
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} budget_registry = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The budgets of one generation. */
 struct st_sg_budget_set_t {
@@ -140,7 +138,7 @@ static void iso_utc(uint64_t s, char *out, size_t n)
     strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Moves `b` to the period holding `now`. Caller holds g.mu. */
+/* Moves `b` to the period holding `now`. Caller holds budget_registry.mu. */
 static void refresh_locked(sg_budget_t *b, uint64_t now)
 {
     if (now >= b->start_s && now < b->end_s)
@@ -159,14 +157,14 @@ static void refresh_locked(sg_budget_t *b, uint64_t now)
     b->end_s = end;
 }
 
-/* What the period has used as far as this replica knows. Caller holds g.mu. */
+/* What the period has used as far as this replica knows. Caller holds budget_registry.mu. */
 static uint64_t used_locked(const sg_budget_t *b)
 {
     int64_t shared = (int64_t)b->shared_seen + (b->carry > 0 ? b->carry : 0);
     return (uint64_t)shared > b->spent ? (uint64_t)shared : b->spent;
 }
 
-/* A reply of Redis says the counter of `b` (period `period`) was `used` at version `seq`. Caller holds g.mu. */
+/* A reply of Redis says the counter of `b` (period `period`) was `used` at version `seq`. Caller holds budget_registry.mu. */
 static void observe_locked(sg_budget_t *b, uint64_t period, long long used, long long seq)
 {
     if (period != b->start_s || seq <= b->seq)
@@ -175,7 +173,7 @@ static void observe_locked(sg_budget_t *b, uint64_t period, long long used, long
     b->shared_seen = used > 0 ? (uint64_t)used : 0;
 }
 
-/* The 80% warning: one metric increment and one log line per crossing per period. Caller holds g.mu. */
+/* The 80% warning: one metric increment and one log line per crossing per period. Caller holds budget_registry.mu. */
 static void check_warn_locked(sg_budget_t *b)
 {
     if (b->warned || b->conf.queries == 0)
@@ -206,7 +204,8 @@ static void safe_label(char *dst, size_t n, const char *src)
     dst[i] = '\0';
 }
 
-/* A new budget (refs 1) named `name` of `kind` ("client", "anonymous", "route"), counting `conf`. Caller holds g.mu. */
+/* A new budget (refs 1) named `name` of `kind` ("client", "anonymous", "route"), counting `conf`. Caller holds budget_registry.mu.
+ */
 static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *name, const char *kind)
 {
     sg_budget_t *b = sg_mem_calloc(1, sizeof(*b));
@@ -219,7 +218,7 @@ static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *
     safe_label(safe, sizeof(safe), name);
     snprintf(label, sizeof(label), "%s=\"%s\"", b->is_route ? "route" : "client", safe);
     b->label = sg_strdup(label);
-    const char *prefix = g.prefix != NULL ? g.prefix : "sg:";
+    const char *prefix = budget_registry.prefix != NULL ? budget_registry.prefix : "sg:";
     size_t n = strlen(prefix) + strlen(kind) + strlen(name) + 32;
     b->key_base = sg_mem_alloc(n);
     if (strcmp(kind, "anonymous") == 0)
@@ -247,8 +246,8 @@ static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *
         "Requests whose budget could not be checked in Redis: refused 503 (fail=closed) or decided by this replica (fail=open).",
         l2);
     refresh_locked(b, wall_s());
-    g.all = sg_mem_realloc(g.all, (g.n_all + 1) * sizeof(*g.all));
-    g.all[g.n_all++] = b;
+    budget_registry.all = sg_mem_realloc(budget_registry.all, (budget_registry.n_all + 1) * sizeof(*budget_registry.all));
+    budget_registry.all[budget_registry.n_all++] = b;
     return b;
 }
 
@@ -257,17 +256,17 @@ static sg_budget_t *budget_new_locked(const sg_budget_conf_t *conf, const char *
 static sg_budget_t *budget_get(const sg_budget_conf_t *conf, const char *name, const char *kind)
 {
     int is_route = strcmp(kind, "route") == 0, anon = strcmp(kind, "anonymous") == 0;
-    pthread_mutex_lock(&g.mu);
-    for (size_t i = 0; i < g.n_all; ++i) {
-        sg_budget_t *b = g.all[i];
+    pthread_mutex_lock(&budget_registry.mu);
+    for (size_t i = 0; i < budget_registry.n_all; ++i) {
+        sg_budget_t *b = budget_registry.all[i];
         if (b->is_route == is_route && b->anon == anon && strcmp(b->name, name) == 0 && b->conf.period == conf->period) {
             ++b->refs;
-            pthread_mutex_unlock(&g.mu);
+            pthread_mutex_unlock(&budget_registry.mu);
             return b;
         }
     }
     sg_budget_t *b = budget_new_locked(conf, name, kind);
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     return b;
 }
 
@@ -283,22 +282,23 @@ static void budget_release(sg_budget_t *b)
 {
     if (b == NULL)
         return;
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     if (--b->refs != 0) {
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&budget_registry.mu);
         return;
     }
-    for (size_t i = 0; i < g.n_all; ++i)
-        if (g.all[i] == b) { /* the order stays the configs' (/stats lists them in it) */
-            memmove(&g.all[i], &g.all[i + 1], (g.n_all - i - 1) * sizeof(*g.all));
-            --g.n_all;
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        if (budget_registry.all[i] == b) { /* the order stays the configs' (/stats lists them in it) */
+            memmove(&budget_registry.all[i], &budget_registry.all[i + 1],
+                    (budget_registry.n_all - i - 1) * sizeof(*budget_registry.all));
+            --budget_registry.n_all;
             break;
         }
-    if (g.n_all == 0) {
-        free(g.all);
-        g.all = NULL;
+    if (budget_registry.n_all == 0) {
+        free(budget_registry.all);
+        budget_registry.all = NULL;
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     budget_free(b);
 }
 
@@ -306,19 +306,19 @@ static void collector(sg_buf_t *out, void *arg);
 
 void sg_budget_init(int shared, const char *prefix)
 {
-    g.shared = shared;
-    free(g.prefix);
-    g.prefix = prefix != NULL ? sg_strdup(prefix) : NULL;
-    if (!g.collecting) { /* at start-up: the collector list is only appended to before the loops run */
-        g.collecting = 1;
+    budget_registry.shared = shared;
+    free(budget_registry.prefix);
+    budget_registry.prefix = prefix != NULL ? sg_strdup(prefix) : NULL;
+    if (!budget_registry.collecting) { /* at start-up: the collector list is only appended to before the loops run */
+        budget_registry.collecting = 1;
         sg_metrics_add_collector(collector, NULL);
     }
 }
 
 void sg_budget_dispose(void)
 {
-    free(g.prefix);
-    g.prefix = NULL;
+    free(budget_registry.prefix);
+    budget_registry.prefix = NULL;
 }
 
 sg_budget_set_t *sg_budget_set_create(const sg_config_t *cfg, const sg_route_t *routes, size_t n_routes)
@@ -346,7 +346,7 @@ sg_budget_set_t *sg_budget_set_create(const sg_config_t *cfg, const sg_route_t *
     return set;
 }
 
-/* `b` takes `conf`'s limit and failure mode and is the current generation's. Caller holds g.mu. */
+/* `b` takes `conf`'s limit and failure mode and is the current generation's. Caller holds budget_registry.mu. */
 static void publish_locked(sg_budget_t *b, const sg_budget_conf_t *conf)
 {
     if (b == NULL)
@@ -359,15 +359,15 @@ static void publish_locked(sg_budget_t *b, const sg_budget_conf_t *conf)
 void sg_budget_set_publish(sg_budget_set_t *set)
 {
     const sg_config_t *cfg = set->cfg;
-    pthread_mutex_lock(&g.mu);
-    for (size_t i = 0; i < g.n_all; ++i)
-        g.all[i]->current = 0;
+    pthread_mutex_lock(&budget_registry.mu);
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        budget_registry.all[i]->current = 0;
     for (size_t i = 0; i < set->n_clients; ++i)
         publish_locked(set->clients[i], &cfg->clients.keyed[i].budget);
     publish_locked(set->anon, &cfg->clients.defaults.budget);
     for (size_t i = 0; i < set->n_routes; ++i)
         publish_locked(set->routes[i], &cfg->backends[i].budget); /* routes are in config order */
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
 }
 
 void sg_budget_set_free(sg_budget_set_t *set)
@@ -398,14 +398,12 @@ static sg_budget_t *client_budget(const sg_budget_set_t *set, const sg_client_t 
     return NULL;
 }
 
-static int budgets_for(const sg_query_t *r, sg_budget_t **out)
+static int budgets_for(const sg_budget_set_t *set, const sg_route_t *be, const sg_client_t *client, sg_budget_t **out)
 {
     int n = 0;
-    const sg_budget_set_t *set = r->gen != NULL ? r->gen->budgets : NULL;
     if (set == NULL || set->n_enabled == 0) /* none configured */
         return 0;
-    const sg_route_t *be = r->serving;
-    sg_budget_t *cb = be->conf->metered ? client_budget(set, r->client) : NULL;
+    sg_budget_t *cb = be->conf->metered ? client_budget(set, client) : NULL;
     if (cb != NULL)
         out[n++] = cb;
     if (be->conf->budget.enabled && (size_t)be->index < set->n_routes && set->routes[be->index] != NULL)
@@ -443,11 +441,11 @@ static void on_refund(void *arg, redisReply *reply)
 {
     refund_t *f = arg;
     if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 * f->nb)) {
-        pthread_mutex_lock(&g.mu);
+        pthread_mutex_lock(&budget_registry.mu);
         for (int i = 0; i < f->nb; ++i)
             if (reply->element[2 * i]->type == REDIS_REPLY_INTEGER && reply->element[2 * i + 1]->type == REDIS_REPLY_INTEGER)
                 observe_locked(f->b[i], f->period[i], reply->element[2 * i]->integer, reply->element[2 * i + 1]->integer);
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&budget_registry.mu);
     }
     for (int i = 0; i < f->nb; ++i) /* the round trip's references (a reload may have dropped the budget) */
         budget_release(f->b[i]);
@@ -460,7 +458,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
         return;
     uint64_t now = wall_s();
     refund_t *f = sg_mem_calloc(1, sizeof(*f));
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < 2; ++i) {
         sg_budget_t *b = bs[i];
         if (b == NULL)
@@ -475,7 +473,7 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
             f->period[f->nb++] = periods[i];
         }
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     if (f->nb == 0) {
         free(f);
         return;
@@ -499,42 +497,29 @@ static void give_back(sg_loop_t *loop, sg_budget_t *const *bs, const uint64_t *p
     if (loop != NULL && loop->redis != NULL && sg_redis_command(loop->redis, on_refund, f, argc, argv, argvlen) == 0)
         return;
     /* not sent: the next script of this replica gives it back */
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < f->nb; ++i)
         if (f->period[i] == f->b[i]->start_s)
             f->b[i]->carry -= (int64_t)n;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     for (int i = 0; i < f->nb; ++i)
         budget_release(f->b[i]);
     free(f);
 }
 
-void sg__budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n)
+void sg_budget_take(sg_budget_charge_t *reservation, sg_budget_charge_t *call, uint32_t n)
 {
-    sg_budget_charge_t *ch = r->budget;
-    if (ch == NULL)
-        return;
-    *call = *ch;
-    call->n = n < ch->n ? n : ch->n;
-    ch->n -= call->n;
+    *call = *reservation;
+    call->n = n < reservation->n ? n : reservation->n;
+    reservation->n -= call->n;
 }
 
-void sg__budget_settle(sg_query_t *r)
-{
-    sg_budget_charge_t *ch = r->budget;
-    if (ch == NULL)
-        return;
-    r->budget = NULL;
-    give_back(r->loop, ch->b, ch->period, ch->n, ch->shared);
-    ch->n = 0;
-}
-
-void sg__budget_started(sg_budget_charge_t *ch)
+void sg_budget_started(sg_budget_charge_t *ch)
 {
     if (ch->n == 0 || (ch->b[0] == NULL && ch->b[1] == NULL))
         return;
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < 2; ++i) {
         sg_budget_t *b = ch->b[i];
         if (b == NULL)
@@ -544,17 +529,17 @@ void sg__budget_started(sg_budget_charge_t *ch)
             b->reserved -= ch->n < b->reserved ? ch->n : b->reserved;
         if (ch->period[i] == b->start_s) {
             b->spent += ch->n;
-            if (!ch->shared && g.shared)
+            if (!ch->shared && budget_registry.shared)
                 b->carry += ch->n;
             check_warn_locked(b);
         }
         sg_counter_add(b->m_spent, ch->n);
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     ch->n = 0;
 }
 
-void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
+void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
 {
     if (ch->n == 0)
         return;
@@ -564,23 +549,36 @@ void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch)
 
 /* ---- admission ---- */
 
-/* Hands the request to dispatch with its reservation; `r` may be gone afterwards. */
-static void run(sg_query_t *r, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
+/* One admission: who asks, and where the decision goes. */
+typedef struct st_admit_t {
+    const sg_budget_next_t *next;
+    void *ctx;
+    const sg_client_t *client;
+    sg_loop_t *loop;
+} admit_t;
+
+/* Admitted: hands the reservation to the caller's next step. */
+static void run(const admit_t *a, sg_budget_t *const *bs, const uint64_t *periods, uint32_t n, int shared)
 {
-    sg_budget_charge_t ch = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared};
-    r->budget = &ch;
-    sg__dispatch_misses(r); /* calls sg__budget_settle(), which clears r->budget */
+    sg_budget_decision_t d = {.admitted = 1, .charge = {{bs[0], bs[1]}, {periods[0], periods[1]}, n, (uint8_t)shared}};
+    a->next->decided(a->ctx, &d);
 }
 
-static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64_t used, uint32_t n)
+static void refused(const admit_t *a, int status, const char *type, const char *msg, uint32_t retry_after_s)
+{
+    sg_budget_decision_t d = {.status = status, .type = type, .message = msg, .retry_after_s = retry_after_s};
+    a->next->decided(a->ctx, &d);
+}
+
+static void refuse(const admit_t *a, sg_budget_t *b, uint64_t used, uint32_t n)
 {
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     refresh_locked(b, now);
     uint64_t end = b->end_s, limit = b->conf.queries; /* a reload may change the limit: read it here */
     int log = !b->exhausted_logged;
     b->exhausted_logged = 1;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     sg_counter_add(b->m_exhausted, 1);
     uint32_t retry = end > now ? (uint32_t)(end - now) : 1;
     char at[32];
@@ -599,16 +597,16 @@ static void refuse(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *b, uint64
              b->is_route ? "route" : "client", b->name, (unsigned long long)(used < limit ? used : limit),
              (unsigned long long)limit, period, (unsigned long long)left, n, at, retry);
     /* 429, or 503 when the refused client's software retries only 5xx (clients.*.reject_status) */
-    fail(r, r->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
+    refused(a, a->client->conf->reject_status == 503 ? 503 : 429, "budget_exhausted", msg, retry);
 }
 
 /* Decides on this replica's own counts (no Redis, or Redis down with every budget failing open). */
-static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n)
+static void decide_local(const admit_t *a, sg_budget_t *const *bs, uint32_t n)
 {
     uint64_t now = wall_s(), periods[2] = {0, 0};
     sg_budget_t *over = NULL;
     uint64_t over_used = 0;
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < 2 && over == NULL; ++i) {
         sg_budget_t *b = bs[i];
         if (b == NULL)
@@ -626,21 +624,21 @@ static void decide_local(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *con
                 bs[i]->reserved += n;
                 periods[i] = bs[i]->start_s;
             }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     if (over != NULL) {
-        refuse(r, fail, over, over_used, n);
+        refuse(a, over, over_used, n);
         return;
     }
-    run(r, bs, periods, n, 0);
+    run(a, bs, periods, n, 0);
 }
 
-static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *const *bs, uint32_t n, const char *why)
+static void unavailable(const admit_t *a, sg_budget_t *const *bs, uint32_t n, const char *why)
 {
     int closed[2] = {0, 0};
-    pthread_mutex_lock(&g.mu); /* a reload may change the failure mode */
+    pthread_mutex_lock(&budget_registry.mu); /* a reload may change the failure mode */
     for (int i = 0; i < 2; ++i)
         closed[i] = bs[i] != NULL && bs[i]->conf.fail == SG_BUDGET_FAIL_CLOSED;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     for (int i = 0; i < 2; ++i)
         if (closed[i]) {
             sg_counter_add(bs[i]->m_unavail_closed, 1);
@@ -649,13 +647,13 @@ static void unavailable(sg_query_t *r, sg_budget_fail_fn fail, sg_budget_t *cons
                      "the spend budget of %s %s is kept in Redis, which %s; it fails closed (budget.fail), so no backend "
                      "query is sent until Redis answers",
                      bs[i]->is_route ? "route" : "client", bs[i]->name, why);
-            fail(r, 503, "budget_unavailable", msg, 1);
+            refused(a, 503, "budget_unavailable", msg, 1);
             return;
         }
     for (int i = 0; i < 2; ++i)
         if (bs[i] != NULL)
             sg_counter_add(bs[i]->m_unavail_open, 1);
-    decide_local(r, fail, bs, n);
+    decide_local(a, bs, n);
 }
 
 /* Reserves n in every counter, or in none. A counter is a hash: `used` (queries) and `seq` (its
@@ -699,8 +697,7 @@ static const char reserve_lua[] = "local n = tonumber(ARGV[1])\n"
                                   "return out\n";
 
 typedef struct st_reserve_t {
-    sg_query_t *r;
-    sg_budget_fail_fn fail;
+    admit_t a;
     sg_budget_t *b[2]; /* compacted: b[0..nb) */
     uint64_t period[2];
     int64_t carry[2];
@@ -711,20 +708,21 @@ typedef struct st_reserve_t {
 static void on_reserve(void *arg, redisReply *reply)
 {
     reserve_t *q = arg;
-    sg_query_t *r = q->r;
+    const admit_t *a = &q->a;
+    int gone = a->next->gone(a->ctx);
     int ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)(2 + 2 * q->nb);
     for (size_t i = 0; ok && i < reply->elements; ++i)
         ok = reply->element[i]->type == REDIS_REPLY_INTEGER;
     sg_budget_t *bs[2] = {q->b[0], q->b[1]};
     if (!ok) {
-        if (!r->responded)
-            unavailable(r, q->fail, bs, q->n, "did not answer in time");
+        if (!gone)
+            unavailable(a, bs, q->n, "did not answer in time");
         goto out;
     }
     int admitted = reply->element[0]->integer == 1;
     long long which = reply->element[1]->integer;
     uint64_t used[2] = {0, 0}, now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < q->nb; ++i) {
         sg_budget_t *b = q->b[i];
         long long v = reply->element[2 + 2 * i]->integer;
@@ -736,52 +734,51 @@ static void on_reserve(void *arg, redisReply *reply)
             check_warn_locked(b);
         }
     }
-    pthread_mutex_unlock(&g.mu);
-    if (r->responded) { /* answered meanwhile (deadline): nothing is sent */
+    pthread_mutex_unlock(&budget_registry.mu);
+    if (gone) { /* answered meanwhile (deadline): nothing is sent */
         if (admitted)
-            give_back(r->loop, bs, q->period, q->n, 1);
+            give_back(a->loop, bs, q->period, q->n, 1);
         goto out;
     }
     if (!admitted) {
         int k = which >= 1 && which <= q->nb ? (int)which - 1 : 0;
-        refuse(r, q->fail, q->b[k], used[k], q->n);
+        refuse(a, q->b[k], used[k], q->n);
         goto out;
     }
-    run(r, bs, q->period, q->n, 1);
+    run(a, bs, q->period, q->n, 1);
 out:
+    if (a->next->round_trip_done != NULL)
+        a->next->round_trip_done(a->ctx);
     free(q);
-    sg__query_unref(r); /* the script's reference */
 }
 
-void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
+void sg_budget_admit(const sg_budget_set_t *set, sg_loop_t *loop, const sg_route_t *serving, const sg_client_t *client, uint32_t n,
+                     const sg_budget_next_t *next, void *ctx)
 {
     sg_budget_t *bs[2] = {NULL, NULL};
-    int nb = budgets_for(r, bs);
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < r->n_uniq; ++i)
-        if (r->uniq[i].blob == NULL && r->uniq[i].waiter == NULL)
-            ++n;
+    int nb = budgets_for(set, serving, client, bs);
+    admit_t a = {next, ctx, client, loop};
     if (nb == 0 || n == 0) {
-        sg__dispatch_misses(r);
+        sg_budget_decision_t d = {.admitted = 1};
+        next->decided(ctx, &d); /* no reservation: nothing applies */
         return;
     }
-    if (!g.shared) {
-        decide_local(r, fail, bs, n);
+    if (!budget_registry.shared) {
+        decide_local(&a, bs, n);
         return;
     }
-    sg_redis_t *redis = r->loop->redis;
+    sg_redis_t *redis = loop->redis;
     if (redis == NULL || !sg_redis_is_up(redis)) {
-        unavailable(r, fail, bs, n, "is not connected");
+        unavailable(&a, bs, n, "is not connected");
         return;
     }
     reserve_t *q = sg_mem_calloc(1, sizeof(*q));
-    q->r = r;
-    q->fail = fail;
+    q->a = a;
     q->nb = nb;
     q->n = n;
     uint64_t now = wall_s();
     char keys[2][400], limits[2][24], expiry[2][24], carry[2][24], cnt[24], numkeys[16];
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     for (int i = 0; i < nb; ++i) {
         sg_budget_t *b = bs[i];
         refresh_locked(b, now);
@@ -793,7 +790,7 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         snprintf(expiry[i], sizeof(expiry[i]), "%llu", (unsigned long long)(b->end_s + KEY_GRACE_S));
         snprintf(carry[i], sizeof(carry[i]), "%lld", (long long)b->carry);
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     snprintf(cnt, sizeof(cnt), "%u", n);
     snprintf(numkeys, sizeof(numkeys), "%d", nb);
     const char *argv[12];
@@ -814,10 +811,11 @@ void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail)
         argvlen[i] = strlen(argv[i]);
     if (sg_redis_command(redis, on_reserve, q, argc, argv, argvlen) != 0) {
         free(q);
-        unavailable(r, fail, bs, n, "is not connected");
+        unavailable(&a, bs, n, "is not connected");
         return;
     }
-    sg__query_ref(r);
+    if (next->round_trip != NULL)
+        next->round_trip(ctx); /* the caller stays alive until on_reserve() ran */
 }
 
 /* ---- /metrics and /stats ---- */
@@ -872,27 +870,27 @@ static void collector(sg_buf_t *out, void *arg)
         {"searchgate_budget_reset_seconds", "Seconds until the current period ends (calendar periods in UTC)."},
     };
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&budget_registry.mu);
     size_t current = 0;
-    for (size_t i = 0; i < g.n_all; ++i)
-        current += g.all[i]->current != 0;
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        current += budget_registry.all[i]->current != 0;
     if (current == 0) { /* no budget configured: no families either */
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&budget_registry.mu);
         return;
     }
-    snap_t *snaps = sg_mem_alloc((g.n_all > 0 ? g.n_all : 1) * sizeof(*snaps));
-    for (size_t i = 0; i < g.n_all; ++i)
-        snaps[i] = snapshot_locked(g.all[i], now);
+    snap_t *snaps = sg_mem_alloc((budget_registry.n_all > 0 ? budget_registry.n_all : 1) * sizeof(*snaps));
+    for (size_t i = 0; i < budget_registry.n_all; ++i)
+        snaps[i] = snapshot_locked(budget_registry.all[i], now);
     for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); ++f) {
         sg_buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help, fam[f].name);
-        for (size_t i = 0; i < g.n_all; ++i) {
-            if (!g.all[i]->current)
+        for (size_t i = 0; i < budget_registry.n_all; ++i) {
+            if (!budget_registry.all[i]->current)
                 continue;
-            sg_buf_appendf(out, "%s{%s} ", fam[f].name, g.all[i]->label);
+            sg_buf_appendf(out, "%s{%s} ", fam[f].name, budget_registry.all[i]->label);
             sample(out, f, &snaps[i], now);
         }
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
     free(snaps);
 }
 
@@ -913,7 +911,7 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
     sg_jw_ku64(w, "remaining", s->limit - used);
     sg_jw_kdouble(w, "used_ratio", s->limit > 0 ? (double)s->used / (double)s->limit : (s->used > 0 ? 1.0 : 0.0));
     sg_jw_ku64(w, "spent_here", s->spent);
-    sg_jw_kbool(w, "shared", g.shared);
+    sg_jw_kbool(w, "shared", budget_registry.shared);
     sg_jw_kstr(w, "fail", b->conf.fail == SG_BUDGET_FAIL_OPEN ? "open" : "closed");
     sg_jw_kbool(w, "warning", s->limit > 0 && (double)s->used >= WARN_FRACTION * (double)s->limit);
     sg_jw_end(w);
@@ -922,19 +920,19 @@ static void budget_json(sg_jw_t *w, const sg_budget_t *b, const snap_t *s, uint6
 void sg_budget_stats_json(sg_jw_t *w)
 {
     uint64_t now = wall_s();
-    pthread_mutex_lock(&g.mu); /* held while writing: a reload may add or drop budgets */
+    pthread_mutex_lock(&budget_registry.mu); /* held while writing: a reload may add or drop budgets */
     sg_jw_key(w, "budgets");
     sg_jw_obj(w);
     for (int routes = 0; routes <= 1; ++routes) {
         sg_jw_key(w, routes ? "routes" : "clients");
         sg_jw_obj(w);
-        for (size_t i = 0; i < g.n_all; ++i)
-            if ((g.all[i]->is_route != 0) == routes && g.all[i]->current) {
-                snap_t snap = snapshot_locked(g.all[i], now);
-                budget_json(w, g.all[i], &snap, now);
+        for (size_t i = 0; i < budget_registry.n_all; ++i)
+            if ((budget_registry.all[i]->is_route != 0) == routes && budget_registry.all[i]->current) {
+                snap_t snap = snapshot_locked(budget_registry.all[i], now);
+                budget_json(w, budget_registry.all[i], &snap, now);
             }
         sg_jw_end(w);
     }
     sg_jw_end(w);
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&budget_registry.mu);
 }

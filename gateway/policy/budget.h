@@ -14,7 +14,8 @@
 
 #include <stdint.h>
 #include "json.h"
-#include "query.h"
+#include "runtime.h"
+#include "clients.h"
 
 typedef struct st_sg_budget_t sg_budget_t;
 
@@ -50,28 +51,46 @@ void sg_budget_set_free(sg_budget_set_t *set);
 /** Appends `"budgets":{"clients":{...},"routes":{...}}` for /stats (the current generation's). */
 void sg_budget_stats_json(sg_jw_t *w);
 
-/* ---- steps of the query pipeline (query.c, dispatch.c): internal ---- */
+/* ---- the budget step of the query pipeline (query.c, dispatch.c) ---- */
 
-typedef void (*sg_budget_fail_fn)(sg_query_t *r, int status, const char *type, const char *msg, uint32_t retry_after_s);
+/** What the budget step decided: admitted (with the reservation in `charge`, n 0 when no budget
+ * applies), or refused with the answer for the client. Borrowed for the callback. */
+typedef struct st_sg_budget_decision_t {
+    int admitted;
+    sg_budget_charge_t charge;
+    int status;             /* refused: 429 / 503 budget_exhausted, 503 budget_unavailable */
+    const char *type;       /* refused: the error type */
+    const char *message;    /* refused: the error message */
+    uint32_t retry_after_s; /* refused: seconds to the end of the period, or 1 */
+} sg_budget_decision_t;
+
+/** The caller's next step, handed to sg_budget_admit(): the budget step only calls forward. */
+typedef struct st_sg_budget_next_t {
+    /** The decision; called exactly once (at once, or when Redis answered), unless `gone`. */
+    void (*decided)(void *ctx, const sg_budget_decision_t *d);
+    /** Whether the caller was answered meanwhile (its deadline): then nothing is reserved. */
+    int (*gone)(void *ctx);
+    /** Around a Redis round trip (optional): the caller keeps `ctx` alive between the two. */
+    void (*round_trip)(void *ctx);
+    void (*round_trip_done)(void *ctx);
+} sg_budget_next_t;
+
 /**
- * Sends the unanswered distinct queries of `r` to `r->serving` (sg__dispatch_misses) once the budgets
- * that apply admit them: at once when none applies or Redis is off, after one Redis script otherwise.
- * When a budget is exhausted, `fail` answers budget_exhausted with the client's reject_status (429, or 503;
- * Retry-After: seconds to the end of
- * the period); when Redis does not answer and a budget fails closed, 503 budget_unavailable. Loop
- * thread; `r` may be answered (and freed) before it returns.
+ * Decides whether `n` backend queries that `client` sends to route `serving` fit the budgets of
+ * `set` that apply: at once when none applies or Redis is off, after one Redis script (on
+ * `loop`'s connection) otherwise. When a budget is exhausted the decision is budget_exhausted with
+ * the client's reject_status (429, or 503; Retry-After: seconds to the end of the period); when
+ * Redis does not answer and a budget fails closed, 503 budget_unavailable. Loop thread.
  */
-void sg__budget_dispatch(sg_query_t *r, sg_budget_fail_fn fail);
+void sg_budget_admit(const sg_budget_set_t *set, sg_loop_t *loop, const struct st_sg_route_t *serving, const sg_client_t *client,
+                     uint32_t n, const sg_budget_next_t *next, void *ctx);
 
-/* Hooks of dispatch.c, all no-ops for requests and calls without a reservation. */
-/** Moves `n` queries of `r`'s reservation onto a call that is about to be submitted. Loop thread. */
-void sg__budget_charge(sg_query_t *r, sg_budget_charge_t *call, uint32_t n);
-/** Gives back what no call took of `r`'s reservation (joins, late L1 hits). Loop thread of `r`. */
-void sg__budget_settle(sg_query_t *r);
+/** Moves `n` queries of a reservation onto a call that is about to be submitted. Loop thread. */
+void sg_budget_take(sg_budget_charge_t *reservation, sg_budget_charge_t *call, uint32_t n);
 /** The call reached the plugin: its queries are spent. Any thread. */
-void sg__budget_started(sg_budget_charge_t *ch);
-/** The call ended without reaching the plugin (shed, expired or cancelled in the queue): gives it
- * back. Loop thread of `loop` (its Redis connection). */
-void sg__budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch);
+void sg_budget_started(sg_budget_charge_t *ch);
+/** What a reservation or call did not use (joins, late L1 hits; a call shed, expired or cancelled
+ * in the queue) is given back. Loop thread of `loop` (its Redis connection). */
+void sg_budget_unused(sg_loop_t *loop, sg_budget_charge_t *ch);
 
 #endif

@@ -6,34 +6,31 @@
  *   sg_query_start() per leg, all at once, sharing the deadline -> per query: merge the legs'
  *   lists -> done(result, partial legs)
  *
- * and its HTTP adapter for POST /retrieve (retrieve.c parsed the body and found a fusion route):
- * search_params refused -> identify the client -> X-Timeout-Ms -> sg_fusion_start() -> respond
- * (with X-Searchgate-Fusion-Partial when a leg failed). Other entry points (MCP) call
- * sg_fusion_start() the same way they call sg_query_start().
+ * Entry points call sg_fusion_start() the way they call sg_query_start(): POST /retrieve on a
+ * fusion route (http/retrieve.c, which also writes X-Searchgate-Fusion-Partial when a leg failed)
+ * and MCP tools/call. Nothing here speaks HTTP.
  *
  * Legs are ordinary queries on their routes: each keeps its own cache, singleflight, admission
- * (the client's max_inflight and fair-share weight included) and per-route metrics. They skip the
- * client's rate limit (the fusion request was charged) and are not counted as the client's
- * requests (the fusion request is). The fused result is not cached: the legs are, and merging
- * their cached lists costs microseconds (docs/fusion.md has the measurement).
+ * (the client's max_inflight and fair-share weight included) and per-route metrics. They are
+ * admitted by the fusion request (sg_query_spec_t.admitted): it charged the client's rate limit
+ * once for the batch (the same step as the pipeline's, rate.h) and is the client's request. The fused result is not cached: the
+ * legs are, and merging their cached lists costs microseconds (docs/fusion.md has the measurement).
  *
  * Loop thread only. A fusion query holds one reference on itself until it has answered or was
  * cancelled; a Redis round trip for a global rate limit holds another.
  */
-#include "server.h"
+#include "fusion_route.h"
+#include "runtime.h"
 #include "clients.h"
 #include "dispatch.h"
-#include "fusion_route.h"
 #include "stats_ring.h"
 #include "gen.h"
 #include "hmap.h"
 #include "json.h"
 #include "provenance.h"
 #include "query.h"
-#include "ratelimit_global.h"
-#include "request.h"
+#include "rate.h"
 #include "respond.h"
-#include "retrieve.h"
 #include "trace.h"
 
 #include <math.h>
@@ -84,8 +81,8 @@ struct st_sg_fusion_query_t {
     char *arena;
     uint32_t topk;
     char request_id[24];
-    uint64_t start_us, deadline_us, max_wait_us;
-    sg_timer_t timer; /* the rate-limit wait */
+    uint64_t start_us, deadline_us;
+    sg_rate_t rate; /* the client's rate limit (rate.h), while it decides or waits */
     uint32_t legs_pending;
     int answered;
     int shape; /* the bounds of the answer (sg_fusion_spec_t) */
@@ -136,17 +133,8 @@ sg_fusion_table_t *sg_fusion_build(const sg_gen_t *g)
         fusion_route_t *r = &t->routes[i];
         r->conf = &cfg->fusions[i];
         const char *name = r->conf->name;
+        sg_status_metrics_register(name, r->requests, r->queries);
         char l[256];
-        for (int c = 0; c < SG_NUM_CODES; ++c) {
-            if (c == SG_CODE_OTHER)
-                snprintf(l, sizeof(l), "backend=\"%s\",code=\"other\"", name);
-            else
-                snprintf(l, sizeof(l), "backend=\"%s\",code=\"%d\"", name, sg_code_values[c]);
-            r->requests[c] =
-                sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
-            r->queries[c] = sg_metrics_counter("searchgate_queries_total",
-                                               "Queries in retrieve/access requests by backend and HTTP status.", l);
-        }
         snprintf(l, sizeof(l), "backend=\"%s\"", name);
         r->latency =
             sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
@@ -322,12 +310,8 @@ static void trace(const fusion_req_t *fr, int status, const char *type, uint64_t
 static void record(fusion_req_t *fr, int status, const char *type)
 {
     fusion_route_t *r = fr->route;
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - fr->start_us;
+    uint64_t lat = sg_status_metrics_count(r->requests, r->queries, r->latency, status, fr->n_queries, fr->start_us);
     trace(fr, status, type, lat);
-    sg_counter_add(r->requests[ci], 1);
-    sg_counter_add(r->queries[ci], fr->n_queries);
-    sg_hist_observe_us(r->latency, lat);
     sg_gauge_add(r->inflight, -1);
     sg_counter_add(fr->client->m_requests, 1);
     sg_counter_add(fr->client->m_queries, fr->n_queries);
@@ -342,7 +326,7 @@ static void record(fusion_req_t *fr, int status, const char *type)
 static void finish(fusion_req_t *fr, int status, const char *type)
 {
     fr->answered = 1;
-    sg_timer_stop(&fr->loop->timers, &fr->timer);
+    sg_rate_stop(&fr->rate);
     for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
         sg_query_t *q = fr->legs[l].q;
         fr->legs[l].q = NULL;
@@ -608,7 +592,7 @@ static void start_legs(fusion_req_t *fr)
                                 .topk = depth,
                                 .start_us = now,
                                 .deadline_us = fr->deadline_us,
-                                .leg = 1};
+                                .admitted = 1}; /* charged and counted once, as the fusion request */
         sg_query_t *q = sg_query_start(fr->loop, &spec, on_leg_done, leg);
         if (leg->status == 0)
             leg->q = q;
@@ -616,43 +600,39 @@ static void start_legs(fusion_req_t *fr)
     leg_finished(fr);
 }
 
-static void on_timer(sg_timer_t *t)
+/* ---- the client's rate limit, charged once for the batch (rate.h) ---- */
+
+static void rate_admitted(void *ctx, int waited)
 {
-    fusion_req_t *fr = H2O_STRUCT_FROM_MEMBER(fusion_req_t, timer, t);
-    if (atomic_load(&fr->loop->server->stopping)) { /* it waited for its rate limit into the shutdown */
+    fusion_req_t *fr = ctx;
+    if (waited && atomic_load(&fr->loop->server->stopping)) { /* it waited for its rate limit into the shutdown */
         fail(fr, 503, "unavailable", "the gateway is shutting down", 1);
         return;
     }
     start_legs(fr);
 }
 
-/* The client's rate limit, charged once for the request's queries (as query.c does for a route). */
-static void on_rate_decision(fusion_req_t *fr, int rl, uint64_t wait_us)
+static void rate_refused(void *ctx, int status, const char *type, const char *msg, uint32_t retry_after_s)
 {
-    sg_client_t *client = fr->client;
-    if (rl == SG_RL_DENY) {
-        uint32_t retry;
-        char msg[240];
-        int status = sg_clients_rate_refusal(client, wait_us, fr->max_wait_us, &retry, msg, sizeof(msg));
-        fail(fr, status, "rate_limited", msg, retry);
-        return;
-    }
-    if (rl == SG_RL_WAIT) {
-        sg_counter_add(client->m_queued, 1);
-        sg_hist_observe_us(client->m_wait, wait_us);
-        sg_timer_start(&fr->loop->timers, &fr->timer, sg_now_ms() + (wait_us + 999) / 1000, on_timer);
-        return;
-    }
-    start_legs(fr);
+    fail(ctx, status, type, msg, retry_after_s);
 }
 
-static void on_global_decision(void *ctx, int decision, uint64_t wait_us)
+static int fusion_req_gone(void *ctx)
 {
-    fusion_req_t *fr = ctx;
-    if (!fr->answered)
-        on_rate_decision(fr, decision, wait_us);
-    fusion_req_unref(fr); /* the round trip's reference */
+    return ((fusion_req_t *)ctx)->answered;
 }
+
+static void fusion_req_hold(void *ctx)
+{
+    ++((fusion_req_t *)ctx)->refs;
+}
+
+static void fusion_req_release(void *ctx)
+{
+    fusion_req_unref(ctx);
+}
+
+static const sg_rate_next_t rate_next = {rate_admitted, rate_refused, fusion_req_gone, fusion_req_hold, fusion_req_release};
 
 void sg_fusion_cancel(sg_fusion_query_t *fr)
 {
@@ -697,31 +677,6 @@ static void dedup_queries(fusion_req_t *fr, const sg_fusion_spec_t *spec)
     sg_hmap_dispose(&distinct);
 }
 
-/* The client's rate limit, once for the batch (the legs are not charged again); it may wait at
- * most until the deadline. The decision (now or from Redis) continues in on_rate_decision(). */
-static void charge_rate_limit(fusion_req_t *fr)
-{
-    sg_loop_t *loop = fr->loop;
-    sg_client_t *client = fr->client;
-    const sg_client_conf_t *cc = client->conf;
-    uint64_t max_wait_us = cc->mode == SG_RL_QUEUE ? (uint64_t)cc->max_wait_ms * 1000 : 0;
-    if (max_wait_us > fr->deadline_us - fr->start_us)
-        max_wait_us = fr->deadline_us - fr->start_us;
-    fr->max_wait_us = max_wait_us;
-    uint64_t wait_us = 0;
-    int rl;
-    if (cc->rate > 0 && cc->global) {
-        ++fr->refs; /* the Redis round trip's */
-        if (sg_ratelimit_global(loop->redis, fr->gen->clients, client, fr->n_queries, max_wait_us, on_global_decision, fr, &rl,
-                                &wait_us) != 0)
-            return; /* Redis decides (or, when it cannot answer, the replica's fallback bucket) */
-        --fr->refs;
-    } else {
-        rl = sg_clients_ratelimit(fr->gen->clients, client, fr->n_queries, fr->start_us, max_wait_us, &wait_us);
-    }
-    on_rate_decision(fr, rl, wait_us);
-}
-
 sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec, sg_fusion_done_fn done, void *ctx)
 {
     fusion_route_t *r = &spec->gen->fusion->routes[spec->route];
@@ -748,130 +703,19 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     fr->envelope_bytes = spec->envelope_bytes;
     sg_gauge_add(r->inflight, 1);
     dedup_queries(fr, spec);
-    ++fr->refs; /* the caller's handle stays valid through what follows */
-    if (check_estimate(fr) == 0)
-        charge_rate_limit(fr);
+    ++fr->refs;                  /* the caller's handle stays valid through what follows */
+    if (check_estimate(fr) == 0) /* the legs are not charged again; it may wait at most until the deadline */
+        sg_rate_charge(&fr->rate, loop, fr->gen->clients, fr->client, fr->n_queries, fr->start_us, fr->deadline_us, &rate_next, fr);
     int answered = fr->answered;
     fusion_req_unref(fr);
     return answered ? NULL : fr;
 }
 
-/* ---- POST /retrieve on a fusion route ---- */
+/* ---- what an entry point counts on a fusion route ---- */
 
-/* Lives in the HTTP request's pool: the link between the request and its fusion query. */
-typedef struct st_http_fusion_t {
-    h2o_req_t *req;
-    sg_fusion_query_t *q; /* NULL once answered */
-    int return_scores;
-    const fusion_route_t *route; /* for X-Searchgate-Provenance */
-} http_fusion_t;
-
-static void on_http_done(void *ctx, const sg_query_result_t *res, const char *partial)
+void sg_fusion_count_early(sg_gen_t *g, int fi, int status, uint32_t n_queries, uint64_t start_us)
 {
-    http_fusion_t *hf = ctx;
-    hf->q = NULL;
-    h2o_req_t *req = hf->req;
-    sg_provenance_add_header(req, &hf->route->prov, res);
-    if (res->status != 200) {
-        sg_send_error(req, res->status, res->type, res->message, res->retry_after_s);
-        return;
-    }
-    if (partial != NULL) {
-        size_t n = strlen(partial);
-        char *v = h2o_mem_alloc_pool(&req->pool, n);
-        memcpy(v, partial, n);
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-searchgate-fusion-partial"), 0, NULL, v, n);
-    }
-    sg_respond_blobs(req, res->blobs, res->n, hf->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT);
-}
-
-/* The HTTP request is being freed: if its fusion query still runs, the client went away first. */
-static void on_req_dispose(void *p)
-{
-    http_fusion_t *hf = p;
-    sg_fusion_query_t *q = hf->q;
-    hf->q = NULL;
-    if (q != NULL)
-        sg_fusion_cancel(q);
-}
-
-/* Answered before the fan-out: counted on the fusion route (and on the client once known). */
-static void answer_early(h2o_req_t *req, fusion_route_t *r, sg_client_t *client, int status, const char *type, const char *msg,
-                         uint32_t n_queries, uint64_t start_us)
-{
-    int ci = sg_code_index(status);
-    uint64_t lat = sg_now_us() - start_us;
-    sg_counter_add(r->requests[ci], 1);
-    sg_counter_add(r->queries[ci], n_queries);
-    sg_hist_observe_us(r->latency, lat);
-    sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
-    if (client != NULL && status != 200) {
-        sg_counter_add(client->m_requests, 1);
-        sg_counter_add(client->m_queries, n_queries);
-    }
-    if (status == 401)
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
-    sg_provenance_add_header(req, &r->prov, NULL);
-    if (status == 200)
-        sg_send_json(req, 200, msg, strlen(msg));
-    else
-        sg_send_error(req, status, type, msg, 0);
-}
-
-int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us)
-{
-    sg_gen_t *g = loop->gen; /* the loop's reference holds it through this call; the query takes its own */
     fusion_route_t *r = &g->fusion->routes[fi];
-    const sg_fusion_conf_t *fc = r->conf;
-    char err[300];
-    if (pr->search_params != NULL) {
-        snprintf(err, sizeof(err),
-                 "fusion route %s takes no search_params (its legs are searched with their own settings; send them to a leg's "
-                 "route)",
-                 fc->name);
-        answer_early(req, r, NULL, 422, "validation_error", err, 0, start_us);
-        return 0;
-    }
-    const char *why = NULL;
-    sg_client_t *client = sg_clients_identify_request(g->clients, req, &why);
-    if (client == NULL) {
-        answer_early(req, r, NULL, 401, "unauthorized", why, 0, start_us);
-        return 0;
-    }
-    if (pr->n == 0) {
-        answer_early(req, r, client, 200, NULL, "{\"result\":[]}", 0, start_us);
-        sg_clients_release(client);
-        return 0;
-    }
-    /* deadline: the route's timeout, shortened (never lengthened) by X-Timeout-Ms; shared by the legs */
-    uint64_t deadline_us;
-    if (sg_retrieve_timeout_header(req, fc->timeout_ms, start_us, &deadline_us) != 0) {
-        answer_early(req, r, client, 422, "validation_error", "header X-Timeout-Ms must be a positive integer (milliseconds)",
-                     pr->n, start_us);
-        sg_clients_release(client);
-        return 0;
-    }
-    const char **texts = sg_mem_alloc(pr->n * sizeof(*texts));
-    for (uint32_t i = 0; i < pr->n; ++i)
-        texts[i] = pr->arena + pr->off[i];
-    sg_fusion_spec_t spec = {.gen = g,
-                             .route = fi,
-                             .client = client,
-                             .texts = texts,
-                             .lens = pr->len,
-                             .n = pr->n,
-                             .topk = pr->topk,
-                             .start_us = start_us,
-                             .deadline_us = deadline_us,
-                             .shape = pr->return_scores ? SG_SHAPE_SCORED : SG_SHAPE_FLAT,
-                             .max_response_bytes = g->cfg->limits.max_response_bytes,
-                             .envelope_bytes = sg_respond_envelope(pr->n)};
-    http_fusion_t *hf = h2o_mem_alloc_shared(&req->pool, sizeof(*hf), on_req_dispose);
-    *hf = (http_fusion_t){req, NULL, pr->return_scores, r};
-    sg_fusion_query_t *q = sg_fusion_start(loop, &spec, on_http_done, hf);
-    if (q != NULL) /* else done() already ran, and the request may be gone */
-        hf->q = q;
-    free(texts);
-    sg_clients_release(client);
-    return 0;
+    uint64_t lat = sg_status_metrics_count(r->requests, r->queries, r->latency, status, n_queries, start_us);
+    sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
 }

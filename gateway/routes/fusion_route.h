@@ -1,15 +1,15 @@
 /*
- * fusion_route.h -- the HTTP side of fusion routes (fusion_route.c): POST /retrieve fanned out to
- * the legs through the query pipeline, GET / entries, /access forwarding. docs/fusion.md.
+ * fusion_route.h -- fusion routes as a route type (fusion_route.c): a batch fanned out to the legs
+ * through the query pipeline and merged, their GET / entries and /access forwarding. The HTTP
+ * adapter is http/retrieve.c's, as for any route. docs/fusion.md.
  */
 #ifndef SG_GATEWAY_FUSION_ROUTE_H
 #define SG_GATEWAY_FUSION_ROUTE_H
 
-#include "server.h"
+#include "runtime.h"
 #include "fusion.h"
 #include "json.h"
 #include "query.h"
-#include "request.h"
 
 struct st_sg_gen_t;
 /** The fusion routes of one configuration generation (gen.h). */
@@ -61,12 +61,9 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
 /** The caller went away: done() is not called, the legs still running are cancelled (499). */
 void sg_fusion_cancel(sg_fusion_query_t *q);
 
-/**
- * Handles POST /retrieve on fusion route `fi` (an index into the loop's generation's cfg->fusions); `pr` is the parsed
- * body: the caller still frees it, but its arena may have been taken (pr->arena set to NULL).
- * Always answers. Loop thread.
- */
-int sg_fusion_handle(sg_loop_t *loop, h2o_req_t *req, int fi, sg_parsed_t *pr, uint64_t start_us);
+/** Counts a request that ended before its fusion query started (malformed, empty, a bad
+ * X-Timeout-Ms) on fusion route `fi` of `g`: its requests, queries and latency by status. */
+void sg_fusion_count_early(struct st_sg_gen_t *g, int fi, int status, uint32_t n_queries, uint64_t start_us);
 /** The route that answers POST /access on fusion route `fi` of `g`: its first leg with a page store, or NULL. */
 sg_route_t *sg_fusion_access_backend(const struct st_sg_gen_t *g, int fi);
 /** Writes `g`'s fusion routes as entries of GET /'s "backends" array. */

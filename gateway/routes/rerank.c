@@ -20,7 +20,7 @@
  * plugin or a completion callback.
  */
 #include "rerank.h"
-#include "server.h"
+#include "runtime.h"
 #include "route.h"
 #include "rerank_xenc.h"
 #include "hmap.h"
@@ -33,14 +33,14 @@
 
 /* ---- the cross-encoder module (rerank_xenc.h) ---- */
 
-static const sg_xenc_api *X;
+static const sg_xenc_api *xenc_api;
 
 int sg_rerank_open_module(const sg_config_t *cfg, const char *plugin_dir, char *err, size_t err_size)
 {
     int wanted = 0;
     for (size_t i = 0; i < cfg->n_backends; ++i)
         wanted |= cfg->backends[i].rerank != NULL;
-    if (!wanted || X != NULL)
+    if (!wanted || xenc_api != NULL)
         return 0;
     char path[4096];
     snprintf(path, sizeof(path), "%s/rerank_xenc.so", plugin_dir);
@@ -59,7 +59,7 @@ int sg_rerank_open_module(const sg_config_t *cfg, const char *plugin_dir, char *
         dlclose(dl);
         return -1;
     }
-    X = api; /* stays loaded until the process exits */
+    xenc_api = api; /* stays loaded until the process exits */
     return 0;
 }
 
@@ -115,13 +115,13 @@ int sg_rerank_conf_parse(sg_cfg_t *c, const cJSON *o, const char *base_dir, uint
     rc->batch = (uint32_t)v;
     if (sg_cfg_enum(&r, o, "activation", activations, -1, &e) != 0)
         goto fail;
-    rc->activation = e < 0 ? -1 : (e == 0 ? SG_XENC_IDENTITY : e == 1 ? SG_XENC_SIGMOID : SG_XENC_TANH);
+    rc->activation = e < 0 ? -1 : (e == 0 ? SG_RERANK_ACT_IDENTITY : e == 1 ? SG_RERANK_ACT_SIGMOID : SG_RERANK_ACT_TANH);
     if (sg_cfg_int(&r, o, "score_label", 0, 100000, -1, &v) != 0)
         goto fail;
     rc->score_label = (int)v;
     if (sg_cfg_enum(&r, o, "truncation", truncations, -1, &e) != 0)
         goto fail;
-    rc->truncation = e < 0 ? -1 : (e == 0 ? SG_XENC_TRUNC_FAST : SG_XENC_TRUNC_SLOW);
+    rc->truncation = e < 0 ? -1 : (e == 0 ? SG_RERANK_TRUNC_FAST : SG_RERANK_TRUNC_SLOW);
     *out = rc;
     return 0;
 fail:
@@ -367,8 +367,8 @@ static sg_status score_passes(struct sg_backend *st, sg_xenc_workspace *ws, job_
             return SG_ETIMEDOUT;
         }
         size_t m = nu - at < st->conf->batch ? nu - at : st->conf->batch;
-        if (X->score(st->model, ws, s->queries[q].text, s->queries[q].len, sc->passages + at, sc->plens + at, m, st->max_length,
-                     sc->uscores + at, sc->err, sizeof(sc->err)) != 0) {
+        if (xenc_api->score(st->model, ws, s->queries[q].text, s->queries[q].len, sc->passages + at, sc->plens + at, m,
+                            st->max_length, sc->uscores + at, sc->err, sizeof(sc->err)) != 0) {
             *why = sc->err;
             sg_counter_add(st->m_errors, 1);
             return SG_EINTERNAL;
@@ -455,7 +455,7 @@ static void job_score(struct sg_backend *st, sg_xenc_workspace *ws, job_t *j)
 static void *worker_main(void *arg)
 {
     struct sg_backend *st = arg;
-    sg_xenc_workspace *ws = X->workspace_new(st->model);
+    sg_xenc_workspace *ws = xenc_api->workspace_new(st->model);
     pthread_mutex_lock(&st->mu);
     for (;;) {
         while (st->head == NULL && !st->stopping)
@@ -481,7 +481,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&st->mu);
     }
     pthread_mutex_unlock(&st->mu);
-    X->workspace_free(ws);
+    xenc_api->workspace_free(ws);
     return NULL;
 }
 
@@ -700,7 +700,7 @@ static void rr_destroy(sg_backend *st)
     st->inner_vt->destroy(st->inner);
     *st->vt_slot = st->inner_vt;
     *st->inst_slot = NULL;
-    X->free(st->model);
+    xenc_api->free(st->model);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     free(st->threads);
@@ -716,38 +716,38 @@ static int load_model(const sg_rerank_conf_t *rc, sg_xenc_model **out, uint32_t 
 {
     char why[512];
     sg_xenc_model *m = NULL;
-    if (X == NULL) {
+    if (xenc_api == NULL) {
         snprintf(err, err_size, "rerank: the cross-encoder module is not loaded");
         return -1;
     }
-    if (X->load(rc->model, &m, why, sizeof(why)) != 0) {
+    if (xenc_api->load(rc->model, &m, why, sizeof(why)) != 0) {
         snprintf(err, err_size, "rerank.model %s: %s", rc->model, why);
         return -1;
     }
-    uint32_t positions = X->max_length(m, UINT32_MAX);
-    uint32_t max_length = rc->max_length != 0 ? rc->max_length : X->default_max_length(m);
+    uint32_t positions = xenc_api->max_length(m, UINT32_MAX);
+    uint32_t max_length = rc->max_length != 0 ? rc->max_length : xenc_api->default_max_length(m);
     if (max_length > positions) {
         snprintf(err, err_size, "rerank.max_length %u exceeds the model's max_position_embeddings (%u) in %s", max_length,
                  positions, rc->model);
-        X->free(m);
+        xenc_api->free(m);
         return -1;
     }
     if (max_length < 3) {
         snprintf(err, err_size, "rerank.max_length: the model's default max_length %u is below 3 (%s); set rerank.max_length",
                  max_length, rc->model);
-        X->free(m);
+        xenc_api->free(m);
         return -1;
     }
-    if ((rc->activation >= 0 && X->set_activation(m, rc->activation) != 0) ||
-        (rc->truncation >= 0 && X->set_truncation(m, rc->truncation) != 0)) {
+    if ((rc->activation >= 0 && xenc_api->set_activation(m, rc->activation) != 0) ||
+        (rc->truncation >= 0 && xenc_api->set_truncation(m, rc->truncation) != 0)) {
         snprintf(err, err_size, "rerank: the model %s refused the activation or truncation setting", rc->model);
-        X->free(m);
+        xenc_api->free(m);
         return -1;
     }
-    if (rc->score_label >= 0 && X->set_score_label(m, rc->score_label) != 0) {
+    if (rc->score_label >= 0 && xenc_api->set_score_label(m, rc->score_label) != 0) {
         snprintf(err, err_size, "rerank.score_label %d is not a label of %s (it has %d)", rc->score_label, rc->model,
-                 X->num_labels(m));
-        X->free(m);
+                 xenc_api->num_labels(m));
+        xenc_api->free(m);
         return -1;
     }
     *out = m;
@@ -790,10 +790,10 @@ static struct sg_backend *stage_new(sg_route_core_t *k, const sg_backend_conf_t 
     st->model = m;
     st->max_length = max_length;
     const char *inner_ident = ivt->identity != NULL ? ivt->identity(k->inst) : NULL;
-    size_t n = (inner_ident != NULL ? strlen(inner_ident) : 0) + strlen(X->identity(m)) + 96;
+    size_t n = (inner_ident != NULL ? strlen(inner_ident) : 0) + strlen(xenc_api->identity(m)) + 96;
     st->identity = sg_mem_alloc(n);
-    snprintf(st->identity, n, "%s|rerank:%s,candidates=%u,max_length=%u", inner_ident != NULL ? inner_ident : "", X->identity(m),
-             rc->candidates, max_length);
+    snprintf(st->identity, n, "%s|rerank:%s,candidates=%u,max_length=%u", inner_ident != NULL ? inner_ident : "",
+             xenc_api->identity(m), rc->candidates, max_length);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     st->tail = &st->head;
@@ -843,7 +843,7 @@ static int start_workers(struct sg_backend *st, char *err, size_t err_size)
             pthread_mutex_unlock(&st->mu);
             for (uint32_t k = 0; k < i; ++k)
                 pthread_join(st->threads[k], NULL);
-            X->free(st->model);
+            xenc_api->free(st->model);
             pthread_mutex_destroy(&st->mu);
             pthread_cond_destroy(&st->cv);
             free(st->threads);
@@ -874,7 +874,7 @@ int sg_rerank_wrap(sg_route_core_t *k, const sg_backend_conf_t *bc, char *err, s
     k->plugin.vt = &st->vt;
     k->inst = st;
     SG_LOG(SG_LL_INFO, "rerank", "route %s: cross-encoder %s (%d label%s), %u candidates, max_length %u, %u worker%s", bc->name,
-           rc->model, X->num_labels(m), X->num_labels(m) == 1 ? "" : "s", rc->candidates, max_length, rc->workers,
+           rc->model, xenc_api->num_labels(m), xenc_api->num_labels(m) == 1 ? "" : "s", rc->candidates, max_length, rc->workers,
            rc->workers == 1 ? "" : "s");
     return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * rerank.h -- the rerank stage: a route option (`rerank: {...}`, docs/rerank.md) that puts a BERT
- * cross-encoder (backends/local/encoder/xenc.h) behind any backend.
+ * cross-encoder (backends/encoder/xenc.h) behind any backend.
  *
  * The stage is a decorator behind the plugin ABI: once the route's plugin is created,
  * sg_rerank_wrap() replaces the route's vtable and instance by the stage's own, which forwards

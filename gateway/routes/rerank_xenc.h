@@ -1,5 +1,5 @@
 /*
- * rerank_xenc.h -- the cross-encoder library (backends/local/encoder/xenc.h) as the rerank stage
+ * rerank_xenc.h -- the cross-encoder library (backends/encoder/xenc.h) as the rerank stage
  * reaches it: a table of its functions, exported by the module rerank_xenc.so (built beside the
  * plugins) that the gateway dlopen()s at start-up when a route has a `rerank` stage.
  *
@@ -12,7 +12,18 @@
 #ifndef SG_GATEWAY_RERANK_XENC_H
 #define SG_GATEWAY_RERANK_XENC_H
 
-#include "xenc.h"
+#include <stddef.h>
+#include <stdint.h>
+
+/* The library's model and workspace, opaque here: only the module (rerank_xenc.c) includes the
+ * library's header, so the gateway itself never reaches into backends/encoder/. */
+typedef struct sg_xenc_model sg_xenc_model;
+typedef struct sg_xenc_workspace sg_xenc_workspace;
+
+/* The values of set_activation() and set_truncation(): the library's own (SG_XENC_IDENTITY...,
+ * SG_XENC_TRUNC_FAST...), which rerank_xenc.c checks at compile time. */
+enum { SG_RERANK_ACT_IDENTITY = 0, SG_RERANK_ACT_SIGMOID = 1, SG_RERANK_ACT_TANH = 2 };
+enum { SG_RERANK_TRUNC_FAST = 0, SG_RERANK_TRUNC_SLOW = 1 };
 
 #define SG_XENC_API_VERSION 1
 #define SG_XENC_API_ENTRY "sg_rerank_xenc_api"

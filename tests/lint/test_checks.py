@@ -36,11 +36,24 @@ def check_banned():
         assert "backends/x/bad.c:4: atoi() is banned" in out, out
 
 
+def drop_known_lists(path):
+    """Removes the lists of known exceptions (layers-known, circles-known) from a copied table."""
+    with open(path) as f:
+        text = f.read()
+    for block in ("layers-known", "circles-known"):
+        i = text.find("```%s\n" % block)
+        if i >= 0:
+            text = text[:i] + text[text.index("```\n", i + 3) + 4:]
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def check_layers():
     with tempfile.TemporaryDirectory() as t:
         shutil.copy(os.path.join(ROOT, "docs", "architecture.md"), os.path.join(t, "architecture.md"))
         os.makedirs(os.path.join(t, "docs"))
         shutil.move(os.path.join(t, "architecture.md"), os.path.join(t, "docs", "architecture.md"))
+        drop_known_lists(os.path.join(t, "docs", "architecture.md"))  # they name files of the real tree
         write(t, "lib/buf.h", "#include <stddef.h>\n")
         write(t, "cache/cache.h", '#include "../lib/buf.h"\n')
         write(t, "gateway/server.c", '#include "../cache/cache.h"\n#include "buf.h"\n')

@@ -260,6 +260,7 @@ static sg_query_t *new_request(int l, const char *text)
     sg_query_t *r = sg_mem_calloc(1, sizeof(*r));
     r->refs = 2;
     r->done = on_done;
+    r->next = &sg__query_next;
     r->loop = &loops[l];
     r->gen = sg_gen_ref(&gen);
     r->backend = r->serving = &backend;

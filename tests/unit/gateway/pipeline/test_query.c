@@ -380,7 +380,7 @@ static void test_leg(void **state)
     assert_int_equal(atomic_load(&m_req.v), 1);
     const char *more[] = {"leg second", "leg third"};
     uint32_t lens[] = {10, 9};
-    sg_query_spec_t spec = {.route = &backend, .client = &legc, .texts = more, .lens = lens, .n = 2, .leg = 1};
+    sg_query_spec_t spec = {.route = &backend, .client = &legc, .texts = more, .lens = lens, .n = 2, .admitted = 1};
     outcome_t o2;
     memset(&o2, 0, sizeof(o2));
     assert_non_null(sg_query_start(&loop, &spec, on_done, &o2)); /* not refused: searched */

@@ -7,13 +7,14 @@
  * h2o_evloop_run()'s max_wait.
  */
 #include "server.h"
+#include "http_common.h"
 #include "respond.h"
 #include "stats_ring.h"
 #include "fusion_route.h"
 #include "clients.h"
 #include "gen.h"
-#include "reload.h"
 #include "budget.h"
+#include "blas.h"
 #include "json.h"
 #include "listen.h"
 #include "gate.h"
@@ -31,16 +32,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-const int sg_code_values[SG_NUM_CODES] = {200, 400, 401, 403, 404, 405, 408, 413, 422, 429, 500, 502, 503, 504, 0};
-
-int sg_code_index(int status)
-{
-    for (int i = 0; i < SG_NUM_CODES - 1; ++i)
-        if (sg_code_values[i] == status)
-            return i;
-    return SG_CODE_OTHER;
-}
-
 /* 1 when at least one loop has a live Redis connection, 0 when none, 2 when the circuit breaker is
  * open (Redis stopped answering and is skipped), 3 when none is up because Redis (or a sentinel)
  * refuses the connection set-up (credentials, ACL, db), -1 when Redis is off. */
@@ -56,97 +47,7 @@ static int redis_state(const sg_server_t *s)
     return sg_redis_refused() ? 3 : 0;
 }
 
-/* ---- responses ---- */
-
-const char *sg_http_reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Payload Too Large";
-    case 422:
-        return "Unprocessable Entity";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    }
-    return "Error";
-}
-
-static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
-{
-    static h2o_generator_t generator = {NULL, NULL};
-    req->res.status = status;
-    req->res.reason = sg_http_reason(status);
-    req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
-    h2o_iovec_t buf = h2o_strdup(&req->pool, body, len);
-    h2o_start_response(req, &generator);
-    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
-}
-
-void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len)
-{
-    send_body(req, status, "application/json", body, len);
-}
-
-void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s)
-{
-    sg_buf_t b = {0};
-    sg_json_error_body(&b, status, type, msg);
-    if (retry_after_s > 0) {
-        char tmp[16];
-        int n = snprintf(tmp, sizeof(tmp), "%u", retry_after_s);
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, h2o_strdup(&req->pool, tmp, (size_t)n).base,
-                       (size_t)n);
-    }
-    sg_send_json(req, status, b.base, b.len);
-    sg_buf_free(&b);
-}
-
 /* ---- small routes ---- */
-
-enum { R_ROOT, R_HEALTH, R_METRICS, R_STATS, R_DASHBOARD, R_ADMIN, R_OTHER, R_COUNT };
-static const char *const route_names[R_COUNT] = {"root", "health", "metrics", "stats", "dashboard", "admin", "other"};
-
-int sg_server_route_index(h2o_iovec_t path)
-{
-    static const char *const paths[R_OTHER] = {"/", "/health", "/metrics", "/stats", "/dashboard", "/admin/reload"};
-    for (int i = 0; i < R_OTHER; ++i)
-        if (h2o_memis(path.base, path.len, paths[i], strlen(paths[i])))
-            return i;
-    return R_OTHER;
-}
-
-static void count(h2o_req_t *req, int route, int status)
-{
-    sg_counter_add(sg_loop_of(req)->server->http_requests[route][sg_code_index(status)], 1);
-}
-
-void sg_server_count(h2o_req_t *req, int status)
-{
-    count(req, sg_server_route_index(req->path_normalized), status);
-}
 
 static void on_root(h2o_req_t *req)
 {
@@ -187,9 +88,9 @@ static void on_root(h2o_req_t *req)
             sg_jw_kstr(&w, links[i][0], links[i][1]);
     sg_jw_end(&w);
     sg_jw_end(&w);
+    sg_ops_count_route(req, SG_OPS_ROOT, 200);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_ROOT, 200);
 }
 
 static void on_health(h2o_req_t *req)
@@ -233,9 +134,9 @@ static void on_health(h2o_req_t *req)
     sg_jw_kstr(&w, "status", draining ? "draining" : ok ? "ok" : "degraded");
     sg_jw_end(&w);
     int status = ok && !draining ? 200 : 503;
+    sg_ops_count_route(req, SG_OPS_HEALTH, status);
     sg_send_json(req, status, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_HEALTH, status);
 }
 
 static void backend_stats_collector(sg_buf_t *out, void *arg)
@@ -277,30 +178,9 @@ static void on_metrics(h2o_req_t *req)
 {
     sg_buf_t b = {0};
     sg_metrics_render(&b);
-    send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
+    sg_ops_count_route(req, SG_OPS_METRICS, 200); /* after the rendering: an answer does not count itself */
+    sg_send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_METRICS, 200);
-}
-
-/* The value of query parameter `name` (the last one when repeated, as Starlette does), or a
- * NULL base when absent. */
-static h2o_iovec_t query_param(h2o_req_t *req, const char *name)
-{
-    h2o_iovec_t found = {NULL, 0};
-    if (req->query_at == SIZE_MAX)
-        return found;
-    const char *p = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
-    size_t nlen = strlen(name);
-    while (p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        const char *stop = amp != NULL ? amp : end;
-        const char *eq = memchr(p, '=', (size_t)(stop - p));
-        const char *kend = eq != NULL ? eq : stop;
-        if ((size_t)(kend - p) == nlen && memcmp(p, name, nlen) == 0)
-            found = eq != NULL ? h2o_iovec_init(eq + 1, (size_t)(stop - eq - 1)) : h2o_iovec_init(stop, 0);
-        p = stop + 1;
-    }
-    return found;
 }
 
 /* /stats: "backends":{NAME:{requests, queries, cache and call counters}, ...} */
@@ -345,7 +225,7 @@ static void on_stats(h2o_req_t *req)
 {
     const sg_server_t *s = sg_loop_of(req)->server;
     int window = 300;
-    h2o_iovec_t w = query_param(req, "window");
+    h2o_iovec_t w = sg_http_query_param(req, "window");
     if (w.base != NULL) {
         /* whole seconds in range, digits only: "abc", "5", "900x" or "-1" is an error, not a clamp */
         long v = -1;
@@ -363,8 +243,8 @@ static void on_stats(h2o_req_t *req)
             char msg[200];
             snprintf(msg, sizeof(msg), "query parameter window must be a whole number of seconds in [%d, %d], got \"%.*s\"",
                      SG_STATS_WINDOW_MIN, SG_STATS_WINDOW_MAX, (int)(w.len > 32 ? 32 : w.len), w.base);
+            sg_ops_count_route(req, SG_OPS_STATS, 400);
             sg_send_error(req, 400, "bad_request", msg, 0);
-            count(req, R_STATS, 400);
             return;
         }
         window = (int)v;
@@ -377,7 +257,8 @@ static void on_stats(h2o_req_t *req)
     sg_jw_kfixed(&jw, "uptime_s", (double)(sg_now_ms() - s->started_ms) / 1000.0, 3);
     sg_jw_ki64(&jw, "window_s", window);
     sg_jw_kdouble(&jw, "hit_ratio_60s", sg_ring_hit_ratio(60));
-    const sg_blas_choice_t *bl = &s->blas;
+    static const sg_blas_choice_t none; /* before start-up chose (tests): empty strings */
+    const sg_blas_choice_t *bl = s->blas != NULL ? s->blas : &none;
     sg_jw_key(&jw, "blas");
     sg_jw_obj(&jw);
     sg_jw_kstr(&jw, "library", bl->library);
@@ -396,9 +277,9 @@ static void on_stats(h2o_req_t *req)
     sg_metrics_render_json(&jw);
     sg_ring_render_json(&jw, window);
     sg_jw_end(&jw);
+    sg_ops_count_route(req, SG_OPS_STATS, 200);
     sg_send_json(req, 200, b.base, b.len);
     sg_buf_free(&b);
-    count(req, R_STATS, 200);
 }
 
 extern const char sg_dashboard_html[];
@@ -406,8 +287,8 @@ extern const size_t sg_dashboard_html_len;
 
 static void on_dashboard(h2o_req_t *req)
 {
-    send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
-    count(req, R_DASHBOARD, 200);
+    sg_ops_count_route(req, SG_OPS_DASHBOARD, 200);
+    sg_send_body(req, 200, "text/html; charset=utf-8", sg_dashboard_html, sg_dashboard_html_len);
 }
 
 static void method_not_allowed(h2o_req_t *req, const char *allow)
@@ -416,8 +297,8 @@ static void method_not_allowed(h2o_req_t *req, const char *allow)
     char msg[96];
     snprintf(msg, sizeof(msg), "method %.*s is not allowed here; use %s", (int)(req->method.len > 16 ? 16 : req->method.len),
              req->method.base, allow);
+    sg_ops_count_route(req, SG_OPS_OTHER, 405);
     sg_send_error(req, 405, "method_not_allowed", msg, 0);
-    count(req, R_OTHER, 405);
 }
 
 static int path_is(h2o_iovec_t p, const char *s)
@@ -448,8 +329,8 @@ static int admin_allowed(h2o_req_t *req, const char **why)
 static void unauthorized(h2o_req_t *req, int route, const char *why)
 {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
+    sg_ops_count_route(req, route, 401);
     sg_send_error(req, 401, "unauthorized", why, 0);
-    count(req, route, 401);
 }
 
 /* log_level debug: the routes other than /retrieve and /access answer synchronously, so their
@@ -460,90 +341,151 @@ static void log_small(h2o_req_t *req)
            (int)(req->path.len > 200 ? 200 : req->path.len), req->path.base, req->res.status);
 }
 
-static int route_req(sg_loop_t *loop, h2o_req_t *req)
+/* ---- one h2o handler per path ----
+ *
+ * h2o picks a request's path by prefix, first registered first ("/stats" also takes "/stats/x"),
+ * so each handler answers its own path exactly and anything below it 404, as "/" does for every
+ * path no other handler took. Every handler starts the same way: the request runs on the
+ * generation current when it arrives (gen.h), held through the handler, and the connection gate
+ * judges its Host, Origin and key before the route is even looked at. */
+
+typedef struct st_path_handler_t path_handler_t;
+struct st_path_handler_t {
+    h2o_handler_t super;
+    const char *path;
+    int (*serve)(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req);
+    /* the GET routes: */
+    int route;   /* R_* */
+    int guarded; /* shows backends, upstreams or client ids: the admin key when keys are in use */
+    void (*get)(h2o_req_t *);
+    int is_access; /* /access, else /retrieve */
+};
+
+static int is_method(h2o_req_t *req, const char *m, size_t len)
+{
+    return h2o_memis(req->method.base, req->method.len, m, len);
+}
+
+static int not_found(h2o_req_t *req)
 {
     h2o_iovec_t p = req->path_normalized;
-    int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
-                 h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
-    int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
-    const char *name;
-    size_t nlen;
-    sg_loop_refresh_gen(loop);                   /* a request runs on the generation current when it arrives (gen.h) */
-    if (sg_gate_check_request(loop, req) != 0) { /* Host, Origin, the key: before the route is even looked up */
-        log_small(req);
-        return 0;
-    }
-    if (path_is(p, "/retrieve") || path_is(p, "/access")) {
-        if (!is_post) {
-            method_not_allowed(req, "POST");
-            log_small(req);
-            return 0;
-        }
-        return sg_retrieve_handle(loop, req, path_is(p, "/access"), NULL, 0);
-    }
-    if (path_sub(p, "/retrieve", &name, &nlen) || path_sub(p, "/access", &name, &nlen)) {
-        if (!is_post) {
-            method_not_allowed(req, "POST");
-            log_small(req);
-            return 0;
-        }
-        return sg_retrieve_handle(loop, req, p.len > 7 && memcmp(p.base, "/access", 7) == 0, name, nlen);
-    }
-    if (sg_mcp_route(loop, req)) { /* /mcp, /sse, /messages when mcp.enabled */
-        log_small(req);
-        return 0;
-    }
-    if (path_is(p, "/admin/reload")) { /* re-reads the config (reload.c): the admin key only */
-        if (!is_post)
-            method_not_allowed(req, "POST");
-        else
-            sg_reload_admin(loop, req);
-        log_small(req);
-        return 0;
-    }
-    /* the operations routes that show backends, upstreams and client ids are guarded when keys are
-     * in use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
-     * without data that asks for the key and reads /stats with it */
-    static const struct {
-        const char *path;
-        int route;
-        int guarded;
-        void (*fn)(h2o_req_t *);
-    } gets[] = {{"/", R_ROOT, 1, on_root},
-                {"/health", R_HEALTH, 0, on_health},
-                {"/metrics", R_METRICS, 1, on_metrics},
-                {"/stats", R_STATS, 1, on_stats},
-                {"/dashboard", R_DASHBOARD, 0, on_dashboard}};
-    for (size_t i = 0; i < sizeof(gets) / sizeof(gets[0]); ++i) {
-        if (path_is(p, gets[i].path)) {
-            const char *why = NULL;
-            if (!is_get)
-                method_not_allowed(req, "GET");
-            else if (gets[i].guarded && !admin_allowed(req, &why))
-                unauthorized(req, gets[i].route, why);
-            else
-                gets[i].fn(req);
-            log_small(req);
-            return 0;
-        }
-    }
     char msg[160];
     snprintf(msg, sizeof(msg), "no route for %.*s; see GET / for the routes", (int)(p.len > 80 ? 80 : p.len), p.base);
+    sg_ops_count_route(req, SG_OPS_OTHER, 404);
     sg_send_error(req, 404, "not_found", msg, 0);
-    count(req, R_OTHER, 404);
     log_small(req);
     return 0;
 }
 
-static int on_req(h2o_handler_t *self, h2o_req_t *req)
+/* POST /retrieve, /access and /retrieve/<route>, /access/<route> */
+static int serve_retrieve(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
 {
-    (void)self;
+    h2o_iovec_t p = req->path_normalized;
+    const char *name = NULL;
+    size_t nlen = 0;
+    if (!path_is(p, h->path) && !path_sub(p, h->path, &name, &nlen))
+        return not_found(req);
+    if (!is_method(req, H2O_STRLIT("POST"))) {
+        method_not_allowed(req, "POST");
+        log_small(req);
+        return 0;
+    }
+    return sg_retrieve_handle(loop, req, h->is_access, name, nlen);
+}
+
+/* /mcp, /sse, /messages (registered when mcp.enabled) */
+static int serve_mcp(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
+{
+    (void)h;
+    if (!sg_mcp_route(loop, req))
+        return not_found(req);
+    log_small(req);
+    return 0;
+}
+
+/* POST /admin/reload: re-reads the config (reload.c), for the admin key only */
+static int serve_admin(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
+{
+    const sg_server_hooks_t *hooks = loop->server->hooks;
+    if (!path_is(req->path_normalized, h->path) || hooks == NULL || hooks->admin_reload == NULL)
+        return not_found(req);
+    if (!is_method(req, H2O_STRLIT("POST")))
+        method_not_allowed(req, "POST");
+    else
+        hooks->admin_reload(loop, req);
+    log_small(req);
+    return 0;
+}
+
+/* The GET routes. Those that show backends, upstreams and client ids are guarded when keys are in
+ * use (sg_clients_admin_allowed); /health stays open for probes; /dashboard is a static page
+ * without data that asks for the key and reads /stats with it. "/" also takes every path no
+ * other handler did. */
+static int serve_get(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
+{
+    (void)loop;
+    if (!path_is(req->path_normalized, h->path))
+        return not_found(req);
+    const char *why = NULL;
+    if (!is_method(req, H2O_STRLIT("GET")) && !is_method(req, H2O_STRLIT("HEAD")))
+        method_not_allowed(req, "GET");
+    else if (h->guarded && !admin_allowed(req, &why))
+        unauthorized(req, h->route, why);
+    else
+        h->get(req);
+    log_small(req);
+    return 0;
+}
+
+static int on_path(h2o_handler_t *self, h2o_req_t *req)
+{
+    const path_handler_t *h = (const path_handler_t *)self;
     sg_loop_t *loop = sg_loop_of(req);
     sg_loop_refresh_gen(loop);           /* a request runs on the generation current when it arrives (gen.h) */
     sg_gen_t *g = sg_gen_ref(loop->gen); /* held through the handler, whatever it calls */
-    int r = route_req(loop, req);
+    int r = 0;
+    if (sg_gate_check_request(loop, req) != 0) /* Host, Origin, the key: before the route is even looked up */
+        log_small(req);
+    else
+        r = h->serve(h, loop, req);
     sg_gen_release(g);
     return r;
+}
+
+static void on_setup_response(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot);
+
+/* Registers `path` with its handler, and the filter every route's answer goes through. */
+static void register_path(h2o_hostconf_t *hostconf, const path_handler_t *proto)
+{
+    h2o_pathconf_t *pc = h2o_config_register_path(hostconf, proto->path, 0);
+    path_handler_t *h = (path_handler_t *)h2o_create_handler(pc, sizeof(*h));
+    h2o_handler_t super = h->super;
+    *h = *proto;
+    h->super = super;
+    h->super.on_req = on_path;
+    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
+    rf->on_setup_ostream = on_setup_response;
+}
+
+/* Every path the gateway answers, in h2o's order of matching ("/" last: it takes the rest). */
+static void register_paths(h2o_hostconf_t *hostconf, const sg_config_t *cfg)
+{
+    static const path_handler_t paths[] = {
+        {.path = "/retrieve", .serve = serve_retrieve},
+        {.path = "/access", .serve = serve_retrieve, .is_access = 1},
+        {.path = "/mcp", .serve = serve_mcp},
+        {.path = "/sse", .serve = serve_mcp},
+        {.path = "/messages", .serve = serve_mcp},
+        {.path = "/admin/reload", .serve = serve_admin},
+        {.path = "/health", .serve = serve_get, .route = SG_OPS_HEALTH, .get = on_health},
+        {.path = "/metrics", .serve = serve_get, .route = SG_OPS_METRICS, .guarded = 1, .get = on_metrics},
+        {.path = "/stats", .serve = serve_get, .route = SG_OPS_STATS, .guarded = 1, .get = on_stats},
+        {.path = "/dashboard", .serve = serve_get, .route = SG_OPS_DASHBOARD, .get = on_dashboard},
+        {.path = "/", .serve = serve_get, .route = SG_OPS_ROOT, .guarded = 1, .get = on_root},
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); ++i)
+        if (paths[i].serve != serve_mcp || cfg->mcp.enabled)
+            register_path(hostconf, &paths[i]);
 }
 
 /* ---- h2o's own error responses ----
@@ -586,7 +528,7 @@ static void json_error_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bu
     h2o_iovec_t out = h2o_strdup(&req->pool, body.base, body.len);
     sg_buf_free(&msg);
     sg_buf_free(&body);
-    count(req, R_OTHER, status);
+    sg_ops_count_route(req, SG_OPS_OTHER, status);
     h2o_ostream_send_next(self, req, &out, 1, state);
 }
 
@@ -723,7 +665,8 @@ static void loop_init(sg_loop_t *l)
     h2o_linklist_init_anchor(&l->active);
     sg_dispatch_init_loop(l);
     l->gen = sg_gen_acquire(s); /* the loop's reference on the current generation (gen.h) */
-    sg_reload_init_loop(l);
+    if (s->hooks != NULL && s->hooks->loop_init != NULL)
+        s->hooks->loop_init(l);
     if (s->cfg->cache.redis.enabled)
         l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
     sg_mcp_init_loop(l);
@@ -791,7 +734,8 @@ static void *loop_main(void *arg)
     drain(l);
     if (!l->abandoned) { /* h2o cannot dispose a context with live connections: the process exits anyway */
         sg_mcp_dispose_loop(l);
-        sg_reload_dispose_loop(l);
+        if (l->server->hooks != NULL && l->server->hooks->loop_dispose != NULL)
+            l->server->hooks->loop_dispose(l);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->deliveries);
         h2o_multithread_unregister_receiver(l->ctx.queue, &l->finished);
         h2o_multithread_queue_t *queue = context_dispose(&l->ctx);
@@ -820,20 +764,16 @@ int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms)
     return 1;
 }
 
-int sg_server_start(sg_server_t *s, char *err, size_t err_size);
-void sg_server_stop(sg_server_t *s);
-void sg_server_dispose(sg_server_t *s);
-
 /* searchgate_http_requests_total for every non-query route and status, at 0 from the start. */
 static void register_http_metrics(sg_server_t *s)
 {
-    for (int r = 0; r < R_COUNT; ++r)
+    for (int r = 0; r < SG_OPS_COUNT; ++r)
         for (int c = 0; c < SG_NUM_CODES; ++c) {
             char labels[64];
             if (c == SG_CODE_OTHER)
-                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", route_names[r]);
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"other\"", sg_ops_route_names[r]);
             else
-                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", route_names[r], sg_code_values[c]);
+                snprintf(labels, sizeof(labels), "route=\"%s\",code=\"%d\"", sg_ops_route_names[r], sg_code_values[c]);
             s->http_requests[r][c] =
                 sg_metrics_counter("searchgate_http_requests_total",
                                    "Requests to routes other than /retrieve, and requests refused before routing.", labels);
@@ -865,19 +805,16 @@ static h2o_hostconf_t *configure_h2o(h2o_globalconf_t *conf, const sg_config_t *
     conf->http1.req_timeout = cfg->listen_common.read_timeout_ms;
     conf->http1.upgrade_to_http2 = upgrade;
     h2o_hostconf_t *hostconf = h2o_config_register_host(conf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *pc = h2o_config_register_path(hostconf, "/", 0);
-    h2o_handler_t *h = h2o_create_handler(pc, sizeof(*h));
-    h->on_req = on_req;
-    h2o_filter_t *rf = h2o_create_filter(pc, sizeof(*rf));
-    rf->on_setup_ostream = on_setup_response;
+    register_paths(hostconf, cfg);
     h2o_filter_t *f = h2o_create_filter(&hostconf->fallback_path, sizeof(*f));
     f->on_setup_ostream = on_setup_json_errors;
     return hostconf;
 }
 
-int sg_server_start(sg_server_t *s, char *err, size_t err_size)
+int sg_server_start(sg_server_t *s, const sg_server_hooks_t *hooks, char *err, size_t err_size)
 {
     const sg_config_t *cfg = s->cfg;
+    s->hooks = hooks;
     /* the listeners first: a port in use fails start-up before anything else is set up */
     int n_loops = cfg->threads > 0 ? cfg->threads : sg_num_cpus();
     int *fds;

@@ -1,6 +1,8 @@
 /*
- * server.h -- the gateway's runtime state: the event-loop threads and the server that owns them
- * (routes, clients, the h2o configuration), and the HTTP responses every route writes.
+ * runtime.h -- the gateway's runtime state: the event-loop threads and the server that owns them
+ * (routes, clients, the h2o configuration). The loops are run by http/server.c (server.h), the
+ * HTTP answers every route writes are in http/http.h; this header is only the state every room
+ * shares, so it includes nothing above core/.
  *
  * Threads. N loop threads each own an h2o context, a descriptor of every listener (a SO_REUSEPORT
  * socket of their own for TCP) and a timer heap.
@@ -11,8 +13,8 @@
  * configured backend), clients.h, query.h (the pipeline), dispatch.h, retrieve.h; lib/ has
  * blobs, timers, metrics.
  */
-#ifndef SG_GATEWAY_SERVER_H
-#define SG_GATEWAY_SERVER_H
+#ifndef SG_GATEWAY_RUNTIME_H
+#define SG_GATEWAY_RUNTIME_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,10 +23,13 @@
 #include "config.h"
 #include "metrics.h"
 #include "timer.h"
-#include "blas.h"
 #include "route.h"
 
 #define SG_VERSION "0.1.0"
+
+/* The operations routes (/, /health, /metrics, /stats, /dashboard, /admin/reload) and every other
+ * path: what sg_server_t.http_requests counts apart (http/http_common.h's SG_OPS_*) */
+#define SG_HTTP_ROUTES 7
 
 typedef struct st_sg_server_t sg_server_t;
 typedef struct st_sg_loop_t sg_loop_t;
@@ -95,14 +100,16 @@ struct st_sg_server_t {
     _Atomic(struct st_sg_gen_t *) gen_now; /* == gen; loops compare it without the mutex */
     struct st_sg_gen_t *live;              /* the live list (newest first) */
     _Atomic uint32_t n_live;
-    int log_level_override;                       /* --log-level, which a reload does not change; -1 = none */
-    sg_counter_t *http_requests[8][SG_NUM_CODES]; /* by non-retrieve route */
-    sg_blas_choice_t blas;                        /* the BLAS kernels the plugins run (blas.h) */
-    sg_response_budget_t responses;               /* response memory held by the process (respond.h) */
-    sg_counter_t *body_bytes_parsed;              /* request bodies handed to the JSON parser */
+    int log_level_override;                                    /* --log-level, which a reload does not change; -1 = none */
+    sg_counter_t *http_requests[SG_HTTP_ROUTES][SG_NUM_CODES]; /* by operations route (http/server.c), status */
+    const struct st_sg_blas_choice_t *blas; /* the BLAS kernels the plugins run (lib/blas.h), NULL before start-up chose */
+    sg_response_budget_t responses;         /* response memory held by the process (respond.h) */
+    sg_counter_t *body_bytes_parsed;        /* request bodies handed to the JSON parser */
     /* one per listener, in s->listeners order: who may talk to it (gate.c); set by sg_gate_init(),
      * read-only afterwards */
     struct st_sg_gate_listener_t *gate;
+    /* what the assembly lends the HTTP server (http/server.h: POST /admin/reload, reload.c), or NULL */
+    const struct st_sg_server_hooks_t *hooks;
 };
 
 /* There is no global server: main() owns the one instance. A request reaches it through the loop
@@ -113,20 +120,5 @@ static inline sg_loop_t *sg_loop_of(h2o_req_t *req)
 {
     return req->conn->ctx->storage.entries[0].data;
 }
-
-/** The reason phrase of an HTTP status the gateway sends. */
-const char *sg_http_reason(int status);
-/** The index into sg_server_t.http_requests of the operations route `path` names (exactly: /,
- * /health, /metrics, /stats, /dashboard), else the one of every other path. */
-int sg_server_route_index(h2o_iovec_t path);
-/** Whether every loop went round within the last `max_age_ms` (for the systemd watchdog). */
-int sg_server_loops_alive(const sg_server_t *s, uint64_t max_age_ms);
-/** Sends a JSON error and records metrics; `retry_after_s` > 0 adds a Retry-After header. */
-void sg_send_error(h2o_req_t *req, int status, const char *type, const char *msg, uint32_t retry_after_s);
-/** Counts a response of the operations routes (/, /health, /metrics, /stats, /dashboard,
- * /admin/reload) in searchgate_http_requests_total. Loop thread. */
-void sg_server_count(h2o_req_t *req, int status);
-/** Sends a 200 JSON body (copied into the request pool). */
-void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);
 
 #endif

@@ -18,7 +18,9 @@
  * nothing follows the gateway's STOPPING=1.
  */
 #include "reload.h"
-#include "server.h"
+#include "build.h"
+#include "http_common.h"
+#include "runtime.h"
 #include "route.h"
 #include "clients.h"
 #include "dispatch.h"
@@ -56,7 +58,7 @@ static struct {
     size_t pending; /* queued and running */
     sg_gen_t *dead; /* generations to dispose */
     sg_counter_t *m_ok, *m_failed;
-} R = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .tail = &R.head};
+} reloader = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .tail = &reloader.head};
 
 /* ---- what changed ---- */
 
@@ -176,7 +178,7 @@ static void report(job_t *job, const sg_gen_t *prev, const sg_gen_t *g, uint64_t
     sg_jw_obj(&w);
     sg_jw_kstr(&w, "status", "reloaded");
     sg_jw_ku64(&w, "generation", g->id);
-    sg_jw_kstr(&w, "config", R.path);
+    sg_jw_kstr(&w, "config", reloader.path);
     sg_jw_kfixed(&w, "duration_ms", ms, 3);
     static const char *const keys[D_COUNT] = {"added",   "removed", "recreated", "kept",    "added",
                                               "removed", "kept",    "added",     "removed", "restart_required"};
@@ -202,8 +204,8 @@ static void report(job_t *job, const sg_gen_t *prev, const sg_gen_t *g, uint64_t
     sg_buf_appendc(&job->body, '\n');
     for (int i = 0; i < D_COUNT; ++i)
         text_names(&text, texts[i], &d[i]);
-    SG_LOG(SG_LL_INFO, "reload", "configuration %s reloaded in %.0f ms: generation %llu serves new requests (%s)", R.path, ms,
-           (unsigned long long)g->id, text.len != 0 ? text.base : "nothing changed");
+    SG_LOG(SG_LL_INFO, "reload", "configuration %s reloaded in %.0f ms: generation %llu serves new requests (%s)", reloader.path,
+           ms, (unsigned long long)g->id, text.len != 0 ? text.base : "nothing changed");
     snprintf(job->outcome, sizeof(job->outcome), "configuration reloaded: generation %llu serves new requests%s",
              (unsigned long long)g->id, d[D_RESTART].n != 0 ? " (some changes need a restart)" : "");
     for (char *p = warn.base, *nl; p != NULL && (nl = memchr(p, '\n', warn.len - (size_t)(p - warn.base))) != NULL; p = nl + 1)
@@ -226,29 +228,29 @@ static void refuse(job_t *job, int status, const char *type, const char *msg)
 
 static void run(job_t *job)
 {
-    sg_server_t *s = R.server;
+    sg_server_t *s = reloader.server;
     uint64_t start_us = sg_now_us();
     char msg[1400], err[1200];
     sg_config_t *cfg = sg_mem_calloc(1, sizeof(*cfg));
-    if (sg_config_load(cfg, R.path, err, sizeof(err)) != 0) {
+    if (sg_config_load(cfg, reloader.path, err, sizeof(err)) != 0) {
         sg_config_free(cfg);
         free(cfg);
         snprintf(msg, sizeof(msg), "config %s", err);
     } else {
         sg_gen_t *prev = sg_gen_acquire(s);
-        sg_gen_opts_t o = {cfg->plugin_dir != NULL ? cfg->plugin_dir : R.default_dir, 0, NULL};
+        sg_gen_opts_t o = {cfg->plugin_dir != NULL ? cfg->plugin_dir : reloader.default_dir, 0, NULL, sg__reload_bury};
         sg_gen_t *g = sg_gen_build(s, cfg, 1, prev, &o, msg, sizeof(msg)); /* frees cfg on failure */
         if (g != NULL) {
             report(job, prev, g, start_us);
             sg_gen_publish(s, g);
             sg_trace_reopen(); /* after logrotate, or a file a reload points elsewhere: a clean reopen */
-            sg_counter_add(R.m_ok, 1);
+            sg_counter_add(reloader.m_ok, 1);
         }
         sg_gen_release(prev);
         if (g != NULL)
             return;
     }
-    sg_counter_add(R.m_failed, 1);
+    sg_counter_add(reloader.m_failed, 1);
     SG_LOG(SG_LL_ERROR, "reload", "configuration reload refused, the running configuration keeps serving: %s", msg);
     refuse(job, 422, "invalid_config", msg);
     snprintf(job->outcome, sizeof(job->outcome), "configuration reload refused, the running configuration keeps serving: %.150s",
@@ -272,64 +274,64 @@ static void job_done(job_t *job)
 static void *reload_main(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&R.mu);
+    pthread_mutex_lock(&reloader.mu);
     for (;;) {
-        while (R.dead == NULL && R.head == NULL && !R.exiting)
-            pthread_cond_wait(&R.cv, &R.mu);
-        if (R.dead != NULL) {
-            sg_gen_t *dead = R.dead;
-            R.dead = NULL;
-            pthread_mutex_unlock(&R.mu);
+        while (reloader.dead == NULL && reloader.head == NULL && !reloader.exiting)
+            pthread_cond_wait(&reloader.cv, &reloader.mu);
+        if (reloader.dead != NULL) {
+            sg_gen_t *dead = reloader.dead;
+            reloader.dead = NULL;
+            pthread_mutex_unlock(&reloader.mu);
             while (dead != NULL) {
                 sg_gen_t *next = dead->dead_next;
                 sg__gen_dispose(dead);
                 dead = next;
             }
-            pthread_mutex_lock(&R.mu);
+            pthread_mutex_lock(&reloader.mu);
             continue;
         }
-        if (R.head == NULL) /* exiting, with nothing left to do */
+        if (reloader.head == NULL) /* exiting, with nothing left to do */
             break;
-        job_t *job = R.head;
-        if ((R.head = job->next) == NULL)
-            R.tail = &R.head;
-        int stopping = R.stopping;
+        job_t *job = reloader.head;
+        if ((reloader.head = job->next) == NULL)
+            reloader.tail = &reloader.head;
+        int stopping = reloader.stopping;
         if (!stopping) /* under the mutex: sg_reload_refuse() orders it before STOPPING=1 */
             sg_notify_reloading();
-        pthread_mutex_unlock(&R.mu);
+        pthread_mutex_unlock(&reloader.mu);
         if (stopping)
             refuse(job, 503, "unavailable", "the gateway is shutting down");
         else
             run(job);
-        pthread_mutex_lock(&R.mu);
-        if (!stopping && !R.stopping) {
+        pthread_mutex_lock(&reloader.mu);
+        if (!stopping && !reloader.stopping) {
             char state[300];
             snprintf(state, sizeof(state), "READY=1\nSTATUS=%s", job->outcome);
             sg_notify_event(state);
         }
-        pthread_mutex_unlock(&R.mu);
+        pthread_mutex_unlock(&reloader.mu);
         job_done(job);
-        pthread_mutex_lock(&R.mu);
-        --R.pending;
-        pthread_cond_broadcast(&R.cv);
+        pthread_mutex_lock(&reloader.mu);
+        --reloader.pending;
+        pthread_cond_broadcast(&reloader.cv);
     }
-    pthread_mutex_unlock(&R.mu);
+    pthread_mutex_unlock(&reloader.mu);
     return NULL;
 }
 
 /* Queues a reload; -1 when the gateway stops or too many wait. */
 static int submit(job_t *job)
 {
-    pthread_mutex_lock(&R.mu);
-    int ok = R.running && !R.stopping && R.pending < MAX_PENDING + 1;
+    pthread_mutex_lock(&reloader.mu);
+    int ok = reloader.running && !reloader.stopping && reloader.pending < MAX_PENDING + 1;
     if (ok) {
         job->next = NULL;
-        *R.tail = job;
-        R.tail = &job->next;
-        ++R.pending;
-        pthread_cond_signal(&R.cv);
+        *reloader.tail = job;
+        reloader.tail = &job->next;
+        ++reloader.pending;
+        pthread_cond_signal(&reloader.cv);
     }
-    pthread_mutex_unlock(&R.mu);
+    pthread_mutex_unlock(&reloader.mu);
     return ok ? 0 : -1;
 }
 
@@ -337,30 +339,30 @@ static int submit(job_t *job)
 
 void sg_reload_start(sg_server_t *s, const char *config_path, const char *default_plugin_dir)
 {
-    R.server = s;
-    R.path = sg_strdup(config_path);
-    R.default_dir = sg_strdup(default_plugin_dir);
-    R.m_ok = sg_metrics_counter("searchgate_config_reloads_total", "Configuration reloads (SIGHUP, POST /admin/reload), by result.",
-                                "result=\"ok\"");
-    R.m_failed = sg_metrics_counter("searchgate_config_reloads_total",
-                                    "Configuration reloads (SIGHUP, POST /admin/reload), by result.", "result=\"refused\"");
-    R.stopping = R.exiting = 0;
-    R.running = 1;
-    pthread_create(&R.tid, NULL, reload_main, NULL);
-    pthread_setname_np(R.tid, "sg-reload");
+    reloader.server = s;
+    reloader.path = sg_strdup(config_path);
+    reloader.default_dir = sg_strdup(default_plugin_dir);
+    reloader.m_ok = sg_metrics_counter("searchgate_config_reloads_total",
+                                       "Configuration reloads (SIGHUP, POST /admin/reload), by result.", "result=\"ok\"");
+    reloader.m_failed = sg_metrics_counter("searchgate_config_reloads_total",
+                                           "Configuration reloads (SIGHUP, POST /admin/reload), by result.", "result=\"refused\"");
+    reloader.stopping = reloader.exiting = 0;
+    reloader.running = 1;
+    pthread_create(&reloader.tid, NULL, reload_main, NULL);
+    pthread_setname_np(reloader.tid, "sg-reload");
 }
 
 void sg__reload_bury(sg_gen_t *g)
 {
-    pthread_mutex_lock(&R.mu);
-    if (R.running) {
-        g->dead_next = R.dead;
-        R.dead = g;
-        pthread_cond_signal(&R.cv);
-        pthread_mutex_unlock(&R.mu);
+    pthread_mutex_lock(&reloader.mu);
+    if (reloader.running) {
+        g->dead_next = reloader.dead;
+        reloader.dead = g;
+        pthread_cond_signal(&reloader.cv);
+        pthread_mutex_unlock(&reloader.mu);
         return;
     }
-    pthread_mutex_unlock(&R.mu);
+    pthread_mutex_unlock(&reloader.mu);
     sg__gen_dispose(g);
 }
 
@@ -369,52 +371,52 @@ void sg_reload_signal(void)
     job_t *job = sg_mem_calloc(1, sizeof(*job));
     if (submit(job) != 0) {
         SG_LOG(SG_LL_WARN, "reload", "SIGHUP: %s",
-               R.stopping ? "the gateway is shutting down" : "too many reloads queued; ignored");
+               reloader.stopping ? "the gateway is shutting down" : "too many reloads queued; ignored");
         free(job);
     }
 }
 
 void sg_reload_refuse(void)
 {
-    pthread_mutex_lock(&R.mu);
-    R.stopping = 1;
-    pthread_mutex_unlock(&R.mu);
+    pthread_mutex_lock(&reloader.mu);
+    reloader.stopping = 1;
+    pthread_mutex_unlock(&reloader.mu);
 }
 
 void sg_reload_quiesce(void)
 {
-    pthread_mutex_lock(&R.mu);
-    R.stopping = 1;
-    while (R.running && R.pending != 0) /* the running reload finishes; the queued ones get 503 */
-        pthread_cond_wait(&R.cv, &R.mu);
-    pthread_mutex_unlock(&R.mu);
+    pthread_mutex_lock(&reloader.mu);
+    reloader.stopping = 1;
+    while (reloader.running && reloader.pending != 0) /* the running reload finishes; the queued ones get 503 */
+        pthread_cond_wait(&reloader.cv, &reloader.mu);
+    pthread_mutex_unlock(&reloader.mu);
 }
 
 void sg_reload_stop(void)
 {
     sg_reload_quiesce();
-    pthread_mutex_lock(&R.mu);
-    if (!R.running) {
-        pthread_mutex_unlock(&R.mu);
+    pthread_mutex_lock(&reloader.mu);
+    if (!reloader.running) {
+        pthread_mutex_unlock(&reloader.mu);
         return;
     }
-    R.exiting = 1;
-    pthread_cond_broadcast(&R.cv);
-    pthread_mutex_unlock(&R.mu);
-    pthread_join(R.tid, NULL); /* it disposes what is buried first */
-    pthread_mutex_lock(&R.mu);
-    R.running = 0;
-    sg_gen_t *dead = R.dead;
-    R.dead = NULL;
-    pthread_mutex_unlock(&R.mu);
+    reloader.exiting = 1;
+    pthread_cond_broadcast(&reloader.cv);
+    pthread_mutex_unlock(&reloader.mu);
+    pthread_join(reloader.tid, NULL); /* it disposes what is buried first */
+    pthread_mutex_lock(&reloader.mu);
+    reloader.running = 0;
+    sg_gen_t *dead = reloader.dead;
+    reloader.dead = NULL;
+    pthread_mutex_unlock(&reloader.mu);
     while (dead != NULL) {
         sg_gen_t *next = dead->dead_next;
         sg__gen_dispose(dead);
         dead = next;
     }
-    free(R.path);
-    free(R.default_dir);
-    R.path = R.default_dir = NULL;
+    free(reloader.path);
+    free(reloader.default_dir);
+    reloader.path = reloader.default_dir = NULL;
 }
 
 /* ---- POST /admin/reload ---- */
@@ -432,8 +434,8 @@ static void answer(h2o_req_t *req, int status, const char *body, size_t len)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
     if (status == 503)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
+    sg_ops_count(req, status); /* before the answer goes out: a client that reads the metrics next sees it */
     sg_send_json(req, status, body, len);
-    sg_server_count(req, status);
 }
 
 static void answer_error(h2o_req_t *req, int status, const char *type, const char *msg)
@@ -483,7 +485,7 @@ void sg_reload_admin(sg_loop_t *loop, h2o_req_t *req)
         *job->slot = NULL;
         free(job);
         answer_error(req, 503, "unavailable",
-                     R.stopping ? "the gateway is shutting down" : "too many reloads are queued: retry in a moment");
+                     reloader.stopping ? "the gateway is shutting down" : "too many reloads are queued: retry in a moment");
     }
 }
 
