@@ -12,9 +12,9 @@
 #include "config.h"
 #include "common.h"
 #include "cfg.h"
-#include "fusion.h"
-#include "rerank.h"
-#include "trace.h"
+#include "fusion_conf.h"
+#include "rerank_conf.h"
+#include "trace_conf.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cJSON.h>
 #include "config.h"
+#include "cfg.h"
 #include "rerank.h"
 #include "xenc.h"
 
