@@ -327,11 +327,6 @@ sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len)
     return l1 != NULL ? sg_l1_get(l1, key, key_len, sg_now_ms()) : NULL;
 }
 
-int sg_cache_has_l1(void)
-{
-    return l1 != NULL;
-}
-
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s)
 {
     if (redis == NULL)

@@ -64,8 +64,6 @@ void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, con
 void sg_cache_put_l1(const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
 /** The L1 entry under `key` (a referenced blob), or NULL. Any thread. */
 sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len);
-/** 1 when the L1 exists (cache.l1_bytes > 0). */
-int sg_cache_has_l1(void);
 /** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` is 1

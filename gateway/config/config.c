@@ -12,9 +12,9 @@
 #include "config.h"
 #include "common.h"
 #include "cfg.h"
-#include "fusion.h"
-#include "rerank.h"
-#include "trace.h"
+#include "fusion_conf.h"
+#include "rerank_conf.h"
+#include "trace_conf.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -742,7 +742,7 @@ static int parse_backends(sg_config_t *cfg, const cJSON *root, char *err, size_t
     cfg->fusions = sg_mem_calloc(n_entries, sizeof(*cfg->fusions));
     size_t i = 0;
     for (const cJSON *it = bs->child; it != NULL; it = it->next, ++i) {
-        if (sg_fusion_conf_is(it)) { /* a fusion route (fusion.c) */
+        if (sg_fusion_conf_is(it)) { /* a fusion route (config_fusion.c) */
             if (sg_fusion_conf_parse(cfg, it, i, err, err_size) != 0)
                 return -1;
             continue;

@@ -177,7 +177,7 @@ int sg_config_load(sg_config_t *cfg, const char *path, char *err, size_t err_siz
 int sg_config_parse(sg_config_t *cfg, const char *json, size_t len, const char *base_dir, char *err, size_t err_size);
 void sg_config_free(sg_config_t *cfg);
 /**
- * Internal (config.c, fusion.c): reads `o`'s "trace" into `*out` (NULL when absent or null) and
+ * Internal (config.c, config_fusion.c): reads `o`'s "trace" into `*out` (NULL when absent or null) and
  * keeps it in cfg->traces. `name` names the file when the path is a directory.
  */
 struct st_sg_cfg_t;

@@ -87,6 +87,8 @@ struct st_sg_flight_t {
     uint32_t backend, topk, op;
     uint32_t len;
     char *text;
+    char *key; /* its cache key (sg_cache_key), made once when the flight starts; NULL: not cached */
+    uint32_t key_len;
     const char *params; /* the call's (c->params), or NULL */
     sg_waiter_t *waiters;
     uint32_t n_waiters;
@@ -259,6 +261,7 @@ static void call_release(sg_call_t *c)
         return;
     for (size_t i = 0; i < c->n; ++i) {
         free(c->flights[i]->text);
+        free(c->flights[i]->key);
         free(c->flights[i]);
         sg_blob_release(c->blobs[i]);
     }
@@ -883,14 +886,10 @@ static void call_complete(sg_call_t *c, const sg_result *res)
             sg_counter_add(c->backend->call_errors, 1);
     }
     /* results into L1 first: once a flight leaves the table, a duplicate must find its result */
-    if (st == SG_OK && c->backend->conf->cache && !c->is_access && sg_cache_has_l1()) {
-        sg_buf_t key = {0};
-        for (size_t i = 0; i < c->n; ++i) {
-            sg__query_cache_key(&key, c->backend, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len);
-            sg_cache_put_l1(key.base, key.len, c->blobs[i], c->backend->conf->cache_ttl_s);
-        }
-        sg_buf_free(&key);
-    }
+    if (st == SG_OK)
+        for (size_t i = 0; i < c->n; ++i)
+            if (c->flights[i]->key != NULL)
+                sg_cache_put_l1(c->flights[i]->key, c->flights[i]->key_len, c->blobs[i], c->backend->conf->cache_ttl_s);
     for (size_t i = 0; i < c->n; ++i) {
         sg_flight_t *f = c->flights[i];
         shard_t *s = shard_of(f->hash);
@@ -957,14 +956,11 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             if (c->client != NULL)
                 atomic_fetch_sub(&c->client->st->inflight, c->n);
         }
-        if (c->status == SG_OK && b->conf->cache && !c->is_access && c->origin->redis != NULL) { /* L1: call_complete() */
-            sg_buf_t key = {0};
-            for (size_t i = 0; i < c->n; ++i) {
-                sg__query_cache_key(&key, b, c->search.topk, c->params, c->flights[i]->text, c->flights[i]->len);
-                sg_cache_put_redis(c->origin->redis, key.base, key.len, c->blobs[i], b->conf->cache_ttl_s);
-            }
-            sg_buf_free(&key);
-        }
+        if (c->status == SG_OK && c->origin->redis != NULL) /* L1: call_complete() */
+            for (size_t i = 0; i < c->n; ++i)
+                if (c->flights[i]->key != NULL)
+                    sg_cache_put_redis(c->origin->redis, c->flights[i]->key, c->flights[i]->key_len, c->blobs[i],
+                                       b->conf->cache_ttl_s);
         if (!was_running)
             sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)
@@ -1215,17 +1211,6 @@ static uint32_t call_chunk(const sg_route_t *b, int is_access)
 }
 
 /* The L1 entry of one query (a referenced blob), or NULL. */
-static sg_blob_t *peek_l1(const sg_route_t *b, uint32_t topk, const char *params, const char *text, size_t len)
-{
-    if (!sg_cache_has_l1())
-        return NULL;
-    sg_buf_t key = {0};
-    sg__query_cache_key(&key, b, topk, params, text, len);
-    sg_blob_t *blob = sg_cache_get_l1(key.base, key.len);
-    sg_buf_free(&key);
-    return blob;
-}
-
 /* The calls one dispatch starts: the misses that need a new flight fill a call up to the route's
  * chunk, then the next one. */
 typedef struct st_new_calls_t {
@@ -1235,8 +1220,10 @@ typedef struct st_new_calls_t {
 } new_calls_t;
 
 /* A new flight for miss `u` of `r`, in the current call of `nc` (a new call when that one is full),
- * published in shard `s` (caller holds its lock) so that other requests for the query join it. */
-static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t *w, shard_t *s, uint64_t h, uint32_t op)
+ * published in shard `s` (caller holds its lock) so that other requests for the query join it.
+ * The flight takes `key` (its cache key, or empty when the answer is not cached). */
+static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t *w, shard_t *s, uint64_t h, uint32_t op,
+                         sg_buf_t *key)
 {
     sg_route_t *b = r->serving;
     uint32_t chunk = call_chunk(b, r->is_access);
@@ -1247,6 +1234,8 @@ static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t
     f->op = op;
     f->len = u->len;
     f->text = sg_strndup(u->text, u->len);
+    f->key = key->base;
+    f->key_len = (uint32_t)key->len;
     if (nc->cur == NULL || nc->cur->n == chunk) {
         nc->cur = call_new(r, chunk < r->n_uniq ? chunk : r->n_uniq);
         if (nc->n == nc->cap) {
@@ -1295,10 +1284,15 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
         return;
     }
     /* no flight: one may have completed since this request's cache lookup, and its result is in L1
-     * (stored before the flight left the table, which this lock orders) */
-    sg_blob_t *late = b->conf->cache && !r->is_access ? peek_l1(b, r->topk, params, u->text, u->len) : NULL;
+     * (stored before the flight left the table, which this lock orders). The key made for that look
+     * is the new flight's, which stores its answer under it. */
+    sg_buf_t ck = {0};
+    if (b->conf->cache && !r->is_access)
+        sg__query_cache_key(&ck, b, r->topk, params, u->text, u->len);
+    sg_blob_t *late = ck.base != NULL ? sg_cache_get_l1(ck.base, ck.len) : NULL;
     if (late != NULL) {
         pthread_mutex_unlock(&s->mu);
+        sg_buf_free(&ck);
         free(w);
         u->waiter = NULL;
         u->blob = late;
@@ -1314,7 +1308,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
     if (f != NULL)
         shard_remove(s, f); /* its call was cancelled: start afresh */
     u->source = SG_SRC_BACKEND;
-    flight_start(nc, r, u, w, s, h, op);
+    flight_start(nc, r, u, w, s, h, op, &ck);
     pthread_mutex_unlock(&s->mu);
 }
 

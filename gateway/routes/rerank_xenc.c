@@ -7,9 +7,9 @@
 
 _Static_assert((int)SG_RERANK_ACT_IDENTITY == (int)SG_XENC_IDENTITY && (int)SG_RERANK_ACT_SIGMOID == (int)SG_XENC_SIGMOID &&
                    (int)SG_RERANK_ACT_TANH == (int)SG_XENC_TANH,
-               "rerank_xenc.h's activations are the library's");
+               "rerank_conf.h's activations are the library's");
 _Static_assert((int)SG_RERANK_TRUNC_FAST == (int)SG_XENC_TRUNC_FAST && (int)SG_RERANK_TRUNC_SLOW == (int)SG_XENC_TRUNC_SLOW,
-               "rerank_xenc.h's truncation rules are the library's");
+               "rerank_conf.h's truncation rules are the library's");
 
 static const sg_xenc_api api = {
     .version = SG_XENC_API_VERSION,

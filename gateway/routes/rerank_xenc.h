@@ -14,16 +14,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "rerank_conf.h"
 
 /* The library's model and workspace, opaque here: only the module (rerank_xenc.c) includes the
  * library's header, so the gateway itself never reaches into backends/encoder/. */
 typedef struct sg_xenc_model sg_xenc_model;
 typedef struct sg_xenc_workspace sg_xenc_workspace;
 
-/* The values of set_activation() and set_truncation(): the library's own (SG_XENC_IDENTITY...,
- * SG_XENC_TRUNC_FAST...), which rerank_xenc.c checks at compile time. */
-enum { SG_RERANK_ACT_IDENTITY = 0, SG_RERANK_ACT_SIGMOID = 1, SG_RERANK_ACT_TANH = 2 };
-enum { SG_RERANK_TRUNC_FAST = 0, SG_RERANK_TRUNC_SLOW = 1 };
+/* The values of set_activation() and set_truncation() are the config's (rerank_conf.h:
+ * SG_RERANK_ACT_*, SG_RERANK_TRUNC_*), which rerank_xenc.c checks at compile time against the
+ * library's own (SG_XENC_IDENTITY..., SG_XENC_TRUNC_FAST...). */
 
 #define SG_XENC_API_VERSION 1
 #define SG_XENC_API_ENTRY "sg_rerank_xenc_api"

@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+"""Counts how often one request's data enters each source file: the "crossings" of
+docs/architecture.md ("Following one request").
+
+Starts a searchgate of the build under `gdb -batch` on a free port, puts a breakpoint that never
+stops on every function that the debug information places in a file of the named folders
+(default: gateway/ and cache/; static and inlined functions included), waits until the gateway
+answers /health, then counts, while exactly one request is in the gateway, every entry into a
+function whose caller's frame lies in another file (another folder's, a library's, a thread's
+start: anything but the same file), from the entry into the /retrieve handler (--from) until
+--settle seconds after the answer arrived. Calls made by the loop's own iteration (loop_main:
+it refreshes the loop's generation every turn, request or not) are listed apart (--not-from). A call through a function pointer counts like a direct call:
+a continuation that dispatch.c calls into query.c is an entry into query.c. Prints the entries
+per file, most first; --detail also prints each entry as caller -> callee.
+
+With no --config it serves the example plugin (one route, one loop thread, no Redis, no budget),
+and the request (default: one query, topk 3) misses L1, so the walk goes to the plugin and back.
+The counts depend on what the compiler inlined: compare builds of the same type.
+
+    scripts/crossings.py                              # build/, the example route
+    scripts/crossings.py --build /work/wt/base/build --detail
+    scripts/crossings.py --config my.json --body '{"queries": ["q"], "topk": 5}'
+
+Needs gdb. Exit status 0, or 1 when the gateway did not start or gdb failed.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+DOCS = [
+    {"id": "0", "contents": "\"Hamlet\"\nHamlet is a tragedy written by William Shakespeare around 1600."},
+    {"id": "1", "contents": "\"Paris\"\nParis is the capital and largest city of France."},
+    {"id": "2", "contents": "\"Redis\"\nRedis is an in-memory data store used as a cache."},
+]
+
+# Runs inside gdb (its Python). Settings come through the environment.
+GDB_SCRIPT = r'''
+import gdb, json, os, re
+ROOT = os.environ["XING_ROOT"]
+FOLDERS = [f.strip("/") + "/" for f in os.environ["XING_FOLDERS"].split(",")]
+FLAG = os.environ["XING_FLAG"]
+OUT = os.environ["XING_OUT"]
+START = os.environ["XING_FROM"]
+NOT_FROM = set(x for x in os.environ["XING_NOT_FROM"].split(",") if x)
+entries = {}
+state = {"armed": False}
+
+def rel(path):
+    if path is None:
+        return None
+    p = os.path.realpath(path)
+    return os.path.relpath(p, ROOT) if p.startswith(ROOT + "/") else p
+
+def watched(path):
+    return path is not None and any(path.startswith(f) for f in FOLDERS)
+
+class Entry(gdb.Breakpoint):
+    def __init__(self, source, function):
+        super().__init__(source=source, function=function, internal=True)
+        self.file = rel(source)
+        self.fn = function
+
+    def stop(self):
+        if not state["armed"]:
+            if self.fn != START or not os.path.exists(FLAG):
+                return False
+            state["armed"] = True
+        elif not os.path.exists(FLAG):
+            return False
+        f = gdb.newest_frame()
+        caller = f.older()
+        cfile, cfn = None, None
+        if caller is not None:
+            sal = caller.find_sal()
+            cfile = rel(sal.symtab.filename) if sal.symtab is not None else None
+            cfn = caller.name()
+        if cfn in NOT_FROM:
+            cfile, cfn = "(not counted)", cfn
+        if cfile != self.file:
+            key = (self.file, self.fn, cfile or "?", cfn or "?")
+            entries[key] = entries.get(key, 0) + 1
+        return False
+
+gdb.execute("set pagination off")
+gdb.execute("set confirm off")
+gdb.execute("set print thread-events off")
+gdb.execute("set print inferior-events off")
+for sig in ("SIGTERM", "SIGINT", "SIGPIPE", "SIGUSR1", "SIGUSR2", "SIGHUP"):
+    gdb.execute("handle %s nostop noprint pass" % sig)
+listing = gdb.execute("info functions -n", to_string=True)
+current, seen, n = None, set(), 0
+for line in listing.splitlines():
+    m = re.match(r"^File (.*):$", line)
+    if m:
+        current = m.group(1) if watched(rel(m.group(1))) else None
+        continue
+    if current is None:
+        continue
+    m = re.match(r"^\d+:\s+(.*)$", line)
+    if not m:
+        continue
+    name = re.search(r"(\w+)\(", m.group(1))
+    if name is None or (current, name.group(1)) in seen:
+        continue
+    seen.add((current, name.group(1)))
+    try:
+        Entry(current, name.group(1))
+        n += 1
+    except gdb.error:
+        pass
+print("crossings: %d functions watched" % n, flush=True)
+gdb.execute("run")
+with open(OUT, "w") as fp:
+    json.dump([list(k) + [v] for k, v in entries.items()], fp)
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(port, path, timeout=2):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def post(port, path, body):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body.encode(),
+                                 headers={"Content-Type": "application/json", "Connection": "close"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def inferior_pid(gdb_pid):
+    """The gateway: gdb's child (gdb forks it through a shell or directly)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (gdb_pid, gdb_pid)) as f:
+            kids = [int(x) for x in f.read().split()]
+    except OSError:
+        return None
+    for k in kids:
+        try:
+            with open("/proc/%d/comm" % k) as f:
+                if f.read().strip() == "searchgate":
+                    return k
+        except OSError:
+            pass
+    return kids[0] if kids else None
+
+
+def wait_ready(port, proc, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            if get(port, "/health")[0] == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def measure(args, work):
+    port = free_port()
+    config = args.config
+    if config is None:
+        config = os.path.join(work, "gateway.json")
+        with open(config, "w") as f:
+            json.dump({"listen": {"host": "127.0.0.1", "port": port}, "threads": 1,
+                       "backends": [{"name": "example", "plugin": "example", "config": {"documents": DOCS}}]}, f)
+    script = os.path.join(work, "count.py")
+    with open(script, "w") as f:
+        f.write(GDB_SCRIPT)
+    env = dict(os.environ, XING_ROOT=ROOT, XING_FROM=args.start, XING_NOT_FROM=",".join(args.not_from), XING_FOLDERS=",".join(args.folders), XING_FLAG=os.path.join(work, "counting"),
+               XING_OUT=os.path.join(work, "entries.json"))
+    log = open(os.path.join(work, "gdb.log"), "w")
+    cmd = ["gdb", "-batch", "-nx", "-x", script, "--args", os.path.join(args.build, "searchgate"), "--config", config,
+           "--port", str(port), "--threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        if not wait_ready(port, proc, args.start_timeout):
+            raise RuntimeError("the gateway did not answer /health")
+        open(env["XING_FLAG"], "w").close()
+        status, body = post(port, args.path, args.body)
+        time.sleep(args.settle)  # the request's release after the answer went out
+        os.unlink(env["XING_FLAG"])
+        pid = inferior_pid(proc.pid)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    if not os.path.exists(env["XING_OUT"]):
+        raise RuntimeError("gdb wrote no counts")
+    with open(env["XING_OUT"]) as f:
+        return status, body, [tuple(e) for e in json.load(f)]
+
+
+def report(status, body, entries, detail):
+    print("request: HTTP %d, %d bytes" % (status, len(body)))
+    per_file, skipped = {}, 0
+    for file, fn, cfile, cfn, n in entries:
+        if cfile == "(not counted)":
+            skipped += n
+            continue
+        per_file[file] = per_file.get(file, 0) + n
+    print("%-36s %s" % ("file", "entries"))
+    for file, n in sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0])):
+        print("%-36s %d" % (file, n))
+        if detail:
+            for e in sorted((e for e in entries if e[0] == file and e[2] != "(not counted)"), key=lambda e: (-e[4], e[1])):
+                print("    %3d  %s <- %s (%s)" % (e[4], e[1], e[3], e[2]))
+    print("total %d; not counted: %d entries called by %s" % (sum(per_file.values()), skipped, ", ".join(sorted(set(e[3] for e in entries if e[2] == "(not counted)"))) or "-"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="build folder with searchgate (default build/)")
+    ap.add_argument("--config", help="gateway config (default: the example plugin, one loop, no Redis)")
+    ap.add_argument("--from", dest="start", default="sg_retrieve_handle",
+                    help="function that opens the count, once the request is sent (default: the /retrieve handler)")
+    ap.add_argument("--not-from", nargs="*", default=["loop_main"],
+                    help="callers whose calls are not the request's (default: loop_main, the loop's own iteration)")
+    ap.add_argument("--folders", nargs="+", default=["gateway", "cache"], help="source folders watched")
+    ap.add_argument("--path", default="/retrieve")
+    ap.add_argument("--body", default=json.dumps({"queries": ["capital of France"], "topk": 3, "return_scores": True}))
+    ap.add_argument("--settle", type=float, default=0.5, help="seconds counted after the answer (default 0.5)")
+    ap.add_argument("--start-timeout", type=float, default=180)
+    ap.add_argument("--detail", action="store_true", help="each entry: callee <- caller (caller's file)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sg-crossings-") as work:
+        try:
+            status, body, entries = measure(args, work)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            with open(os.path.join(work, "gdb.log")) as f:
+                sys.stderr.write(f.read()[-4000:])
+            sys.stderr.write("crossings: %s\n" % e)
+            return 1
+    report(status, body, entries, args.detail)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
