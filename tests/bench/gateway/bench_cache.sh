@@ -14,7 +14,7 @@ BUILD=$(cd "$BUILD" && pwd)
 DUR=${DUR:-10}
 THREADS=${THREADS:-2}
 work=$(mktemp -d)
-trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 RPORT=$(port)

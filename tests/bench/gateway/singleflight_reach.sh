@@ -16,7 +16,7 @@ REPEAT=${REPEAT:-5}
 RUNS=${RUNS:-3}
 INDEX=${INDEX:-$BUILD/demo/bm25}
 work=$(mktemp -d)
-trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 ~ "^"n"({|$)" {s += $2} END {printf "%d", s}'; }
 
