@@ -271,6 +271,16 @@ static void job_done(job_t *job)
     free(job);
 }
 
+/* Disposes of a list of buried generations (linked through dead_next). */
+static void dispose_all(sg_gen_t *dead)
+{
+    while (dead != NULL) {
+        sg_gen_t *next = dead->dead_next;
+        sg__gen_dispose(dead);
+        dead = next;
+    }
+}
+
 static void *reload_main(void *arg)
 {
     (void)arg;
@@ -282,11 +292,7 @@ static void *reload_main(void *arg)
             sg_gen_t *dead = reloader.dead;
             reloader.dead = NULL;
             pthread_mutex_unlock(&reloader.mu);
-            while (dead != NULL) {
-                sg_gen_t *next = dead->dead_next;
-                sg__gen_dispose(dead);
-                dead = next;
-            }
+            dispose_all(dead);
             pthread_mutex_lock(&reloader.mu);
             continue;
         }
@@ -409,11 +415,7 @@ void sg_reload_stop(void)
     sg_gen_t *dead = reloader.dead;
     reloader.dead = NULL;
     pthread_mutex_unlock(&reloader.mu);
-    while (dead != NULL) {
-        sg_gen_t *next = dead->dead_next;
-        sg__gen_dispose(dead);
-        dead = next;
-    }
+    dispose_all(dead);
     free(reloader.path);
     free(reloader.default_dir);
     reloader.path = reloader.default_dir = NULL;

@@ -600,6 +600,19 @@ static sg_status rr_check_params(sg_backend *st, const char *json, size_t json_l
     return sg_plugin_check_params(st->inner_vt)(st->inner, json, json_len, canon, canon_size, detail, detail_size);
 }
 
+/* Frees a stage whose threads have ended: the model, the locks and the stage's own memory. */
+static void stage_free(sg_backend *st)
+{
+    xenc_api->free(st->model);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->cv);
+    free(st->threads);
+    free(st->identity);
+    free(st->route);
+    free(st->own.model);
+    free(st);
+}
+
 static void rr_destroy(sg_backend *st)
 {
     /* 1. no new calls; calls waiting for a worker end now, a call being scored at its next pass */
@@ -626,14 +639,7 @@ static void rr_destroy(sg_backend *st)
     st->inner_vt->destroy(st->inner);
     *st->vt_slot = st->inner_vt;
     *st->inst_slot = NULL;
-    xenc_api->free(st->model);
-    pthread_mutex_destroy(&st->mu);
-    pthread_cond_destroy(&st->cv);
-    free(st->threads);
-    free(st->identity);
-    free(st->route);
-    free(st->own.model);
-    free(st);
+    stage_free(st);
 }
 
 /* Loads the route's cross-encoder and applies its settings; *max_length is the one the stage uses
@@ -769,14 +775,7 @@ static int start_workers(struct sg_backend *st, char *err, size_t err_size)
             pthread_mutex_unlock(&st->mu);
             for (uint32_t k = 0; k < i; ++k)
                 pthread_join(st->threads[k], NULL);
-            xenc_api->free(st->model);
-            pthread_mutex_destroy(&st->mu);
-            pthread_cond_destroy(&st->cv);
-            free(st->threads);
-            free(st->identity);
-            free(st->route);
-            free(st->own.model);
-            free(st);
+            stage_free(st);
             return -1;
         }
         st->n_threads = i + 1;
