@@ -23,6 +23,7 @@
 #include "clients.h"
 #include "gen.h"
 #include "../cache/cache.h"
+#include "one_route.h"
 
 /* ---- a backend whose calls the test completes ---- */
 
@@ -100,51 +101,16 @@ static sg_hist_t dummy_h;
 static int setup(void **state)
 {
     (void)state;
-    memset(&server, 0, sizeof(server));
-    cfg.cache.l1_bytes = 1 << 20;
-    bconf = (sg_backend_conf_t){
-        .name = "t", .topk = 3, .timeout_ms = 10000, .max_queue = 1000, .chunk = 64, .cache = 1, .cache_ttl_s = 60, .fallback = -1};
-    cfg.backends = &bconf;
-    cfg.n_backends = 1;
-    backend.conf = &bconf;
-    backend.core = &core;
-    backend.gen = &gen;
-    core.plugin.vt = &fake_vt;
-    core.identity = "fake|t|1|";
-    core.id = 1;
-    pthread_mutex_init(&core.admit_mutex, NULL);
-    atomic_init(&gen.refs, 1u << 30); /* never disposed: the test owns it */
-    gen.cfg = &cfg;
-    gen.routes = &backend;
-    gen.n_routes = 1;
-    gen.server = &server;
-    for (int c = 0; c < SG_NUM_CODES; ++c)
-        backend.requests[c] = backend.queries[c] = &dummy_c;
-    backend.latency = backend.call_latency = &dummy_h;
-    backend.inflight_requests = backend.inflight_queries = backend.queued_queries = &dummy_g;
-    backend.call_errors = backend.batch_queries = backend.expired = backend.fallbacks = &dummy_c;
+    one_route_init(&cfg, &bconf, &backend, &core, &gen, &server, &fake_vt, &dummy_c, &dummy_g, &dummy_h);
     backend.shed = &m_shed;
-    backend.cache_hits_redis = &dummy_c;
     backend.calls = &m_calls;
     backend.coalesced = &m_coalesced;
     backend.cache_hits_l1 = &m_hits_l1;
-    backend.floor_refused = &dummy_c;
-    backend.floor_ms = &dummy_g;
     backend.cache_misses = &m_misses;
     client_conf.weight = 1;
-    client.id = "test";
-    client.conf = &client_conf;
-    client.st = &client_st;
-    atomic_init(&client.refs, 1);
-    client.m_requests = client.m_queries = client.m_rate_limited = client.m_queued = client.m_shed = client.m_timeouts =
-        client.m_hits_l1 = client.m_hits_redis = client.m_misses = &dummy_c;
-    client.m_wait = &dummy_h;
-    server.cfg = &cfg;
-    server.gen = &gen;
+    one_route_client(&client, &client_st, "test", &client_conf, &dummy_c, &dummy_h);
     server.loops = loops;
     server.n_loops = 2;
-    h2o_config_init(&server.h2o);
-    h2o_config_register_host(&server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     for (int i = 0; i < 2; ++i) {
         loops[i].id = i;
         loops[i].server = &server;

@@ -19,6 +19,7 @@
 #include "clients.h"
 #include "gen.h"
 #include "../cache/cache.h"
+#include "one_route.h"
 
 /* ---- a backend whose calls the test completes ---- */
 
@@ -90,65 +91,23 @@ static sg_counter_t dummy_c, m_calls, m_hits_l1, m_expired, m_r200, m_r499, m_r5
 static sg_gauge_t dummy_g;
 static sg_hist_t dummy_h;
 
-static void init_client(sg_client_t *c, sg_client_state_t *st, const char *id, sg_client_conf_t *conf)
-{
-    memset(c, 0, sizeof(*c));
-    memset(st, 0, sizeof(*st));
-    c->id = (char *)id;
-    c->conf = conf;
-    c->st = st;
-    atomic_init(&c->refs, 1);
-    c->m_requests = c->m_queries = c->m_rate_limited = c->m_queued = c->m_shed = c->m_timeouts = c->m_hits_l1 = c->m_hits_redis =
-        c->m_misses = &dummy_c;
-    c->m_wait = &dummy_h;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    memset(&server, 0, sizeof(server));
-    cfg.cache.l1_bytes = 1 << 20;
-    bconf = (sg_backend_conf_t){
-        .name = "t", .topk = 3, .timeout_ms = 10000, .max_queue = 1000, .chunk = 64, .cache = 1, .cache_ttl_s = 60, .fallback = -1};
-    cfg.backends = &bconf;
-    cfg.n_backends = 1;
-    backend.conf = &bconf;
-    backend.core = &core;
-    backend.gen = &gen;
-    core.plugin.vt = &fake_vt;
-    core.identity = "fake|t|1|";
-    core.id = 1;
-    pthread_mutex_init(&core.admit_mutex, NULL);
-    atomic_init(&gen.refs, 1u << 30); /* never disposed: the test owns it */
-    gen.cfg = &cfg;
-    gen.routes = &backend;
-    gen.n_routes = 1;
-    gen.server = &server;
-    for (int c = 0; c < SG_NUM_CODES; ++c)
-        backend.requests[c] = backend.queries[c] = &dummy_c;
+    one_route_init(&cfg, &bconf, &backend, &core, &gen, &server, &fake_vt, &dummy_c, &dummy_g, &dummy_h);
     backend.requests[sg_code_index(200)] = &m_r200;
     backend.requests[sg_code_index(499)] = &m_r499;
     backend.requests[sg_code_index(504)] = &m_r504;
-    backend.latency = backend.call_latency = &dummy_h;
-    backend.inflight_requests = backend.inflight_queries = backend.queued_queries = &dummy_g;
-    backend.call_errors = backend.batch_queries = backend.shed = backend.fallbacks = backend.coalesced = &dummy_c;
-    backend.cache_hits_redis = backend.cache_misses = &dummy_c;
     backend.expired = &m_expired;
     backend.calls = &m_calls;
     backend.cache_hits_l1 = &m_hits_l1;
-    backend.floor_refused = &dummy_c;
-    backend.floor_ms = &dummy_g;
     client_conf.weight = 1;
-    init_client(&client, &client_st, "test", &client_conf);
+    one_route_client(&client, &client_st, "test", &client_conf, &dummy_c, &dummy_h);
     limited_conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};
-    init_client(&limited, &limited_st, "limited", &limited_conf);
-    server.cfg = &cfg;
-    server.gen = &gen;
+    one_route_client(&limited, &limited_st, "limited", &limited_conf, &dummy_c, &dummy_h);
     server.loops = &loop;
     server.n_loops = 1;
     gen.clients = sg_clients_create(&cfg, NULL);
-    h2o_config_init(&server.h2o);
-    h2o_config_register_host(&server.h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     loop.server = &server;
     loop.gen = &gen;
     loop.loop = h2o_evloop_create();
@@ -369,7 +328,7 @@ static void test_leg(void **state)
     static sg_client_state_t legst;
     static sg_counter_t m_req;
     conf = (sg_client_conf_t){.weight = 1, .rate = 1, .burst = 1, .mode = SG_RL_REJECT};
-    init_client(&legc, &legst, "legs", &conf);
+    one_route_client(&legc, &legst, "legs", &conf, &dummy_c, &dummy_h);
     legc.m_requests = &m_req;
     outcome_t o;
     const char *texts[] = {"leg first"};
