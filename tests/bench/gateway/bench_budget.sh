@@ -12,13 +12,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=$(cd "$BUILD" && pwd)
 DUR=${DUR:-10}
 THREADS=${THREADS:-2}
-work=$(mktemp -d)
-trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$HERE/bench_lib.sh"
 
-RPORT=$(port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --daemonize no > "$work/redis-server.log" 2>&1 &
-echo $! > "$work/redis-server.pid"
+start_redis
 
 docs='{"id":"0","contents":"\"Hamlet\"\nHamlet is a tragedy written by William Shakespeare."},{"id":"1","contents":"\"Paris\"\nParis is the capital of France."}'
 start_gw() { # name redis(yes/no) budget(yes/no)

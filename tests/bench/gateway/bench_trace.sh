@@ -15,9 +15,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 DUR=${DUR:-10}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
-work=$(mktemp -d)
-trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$HERE/bench_lib.sh"
 docs='{"id":"0","contents":"\"Hamlet\"\nHamlet is a tragedy written by William Shakespeare."},{"id":"1","contents":"\"Paris\"\nParis is the capital of France."},{"id":"2","contents":"\"Tokyo\"\nTokyo is the capital of Japan."}'
 
 start_gw() { # name build_dir trace(yes/no) -> prints the port

@@ -15,14 +15,10 @@ DISTINCT=${DISTINCT:-200}
 REPEAT=${REPEAT:-5}
 RUNS=${RUNS:-3}
 INDEX=${INDEX:-$BUILD/demo/bm25}
-work=$(mktemp -d)
-trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$HERE/bench_lib.sh"
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 ~ "^"n"({|$)" {s += $2} END {printf "%d", s}'; }
 
-RPORT=$(port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --daemonize no > "$work/redis-server.log" 2>&1 &
-echo $! > "$work/redis-server.pid"
+start_redis
 sleep 0.3
 echo "== GRPO-like stream: $DISTINCT distinct x $REPEAT, 64 clients, one query per request, bm25 demo, Redis on, 2 loops =="
 run=1
