@@ -113,6 +113,18 @@ class Gateway:
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
+    def wait_log(self, needle, timeout=5):
+        """The log once it holds `needle`: lines logged by another loop or a timer come a little
+        after the request that caused them. Fails after `timeout` (scaled) seconds."""
+        deadline = time.time() + scaled(timeout)
+        while True:
+            text = self.read_log()
+            if needle in text:
+                return text
+            if time.time() > deadline:
+                raise AssertionError("%r not logged within %.1f s:\n%s" % (needle, scaled(timeout), text))
+            time.sleep(0.01)
+
     def wait_exit(self, timeout=30):
         try:
             return self.proc.wait(timeout=scaled(timeout))

@@ -497,10 +497,7 @@ class Shutdown(unittest.TestCase):
         try:
             self.assertEqual(gw.get("/health").json()["status"], "ok")
             gw.proc.send_signal(signal.SIGTERM)
-            deadline = time.time() + sgtest.scaled(2)
-            while "draining for 3000 ms" not in gw.read_log():
-                self.assertLess(time.time(), deadline, gw.read_log())
-                time.sleep(0.01)
+            gw.wait_log("draining for 3000 ms", timeout=2)
             r = gw.get("/health")
             self.assertEqual(r.status, 503, r)
             self.assertEqual(r.json()["status"], "draining")
@@ -515,10 +512,7 @@ class Shutdown(unittest.TestCase):
     def test_second_signal_ends_the_drain(self):
         gw = Gateway({"backends": [example_backend()], "shutdown_drain_ms": 60000})
         gw.proc.send_signal(signal.SIGTERM)
-        deadline = time.time() + sgtest.scaled(5)
-        while "draining for" not in gw.read_log():
-            self.assertLess(time.time(), deadline, gw.read_log())
-            time.sleep(0.01)
+        gw.wait_log("draining for")
         gw.proc.send_signal(signal.SIGINT)
         self.assertEqual(gw.wait_exit(timeout=10), 0)
         self.assertIn("again: ending the drain now", gw.stop())
@@ -530,17 +524,12 @@ class Shutdown(unittest.TestCase):
         gw = Gateway({"backends": [example_backend()], "shutdown_drain_ms": 60000, "clients": {"admin_key_env": "SG_LISTEN_ADMIN"}})
         try:
             gw.proc.send_signal(signal.SIGTERM)
-            deadline = time.time() + sgtest.scaled(5)
-            while "draining for" not in gw.read_log():
-                self.assertLess(time.time(), deadline, gw.read_log())
-                time.sleep(0.01)
+            gw.wait_log("draining for")
             r = gw.post("/admin/reload", b"", headers={"X-API-Key": "adm"})
             self.assertEqual(r.status, 503, r)
             self.assertIn("shutting down", r.json()["error"]["message"])
             gw.proc.send_signal(signal.SIGHUP)
-            while "SIGHUP while shutting down: not reloading" not in gw.read_log():
-                self.assertLess(time.time(), deadline, gw.read_log())
-                time.sleep(0.01)
+            gw.wait_log("SIGHUP while shutting down: not reloading")
             self.assertEqual(gw.retrieve(["paris"]).status, 200)  # still serving
             gw.proc.send_signal(signal.SIGINT)
             self.assertEqual(gw.wait_exit(timeout=10), 0)
