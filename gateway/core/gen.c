@@ -12,14 +12,6 @@
 
 /* ---- references ---- */
 
-void sg_gen_release(sg_gen_t *g)
-{
-    if (g == NULL || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    if (g->bury != NULL)
-        g->bury(g); /* disposed on the reload thread: it may destroy plugin instances */
-}
-
 sg_gen_t *sg_gen_acquire(sg_server_t *s)
 {
     pthread_mutex_lock(&s->gen_mutex);

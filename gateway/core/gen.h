@@ -62,8 +62,13 @@ static inline sg_gen_t *sg_gen_ref(sg_gen_t *g)
     return g;
 }
 /** Drops a reference; the last one hands the generation to its `bury` (the reload thread, which
- * disposes of it, or at once when that thread is not running: start-up, exit). Any thread. */
-void sg_gen_release(sg_gen_t *g);
+ * disposes of it, or at once when that thread is not running: start-up, exit). Any thread. Inline
+ * like sg_gen_ref: only the last release leaves the caller's file. */
+static inline void sg_gen_release(sg_gen_t *g)
+{
+    if (g != NULL && atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1 && g->bury != NULL)
+        g->bury(g);
+}
 
 /** The current generation, referenced. Any thread (a mutex). */
 sg_gen_t *sg_gen_acquire(struct st_sg_server_t *s);

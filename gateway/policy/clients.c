@@ -248,19 +248,6 @@ void sg_clients_destroy(sg_clients_t *t)
     free(t);
 }
 
-sg_client_t *sg_clients_ref(sg_client_t *c)
-{
-    if (c != NULL)
-        atomic_fetch_add(&c->refs, 1);
-    return c;
-}
-
-void sg_clients_release(sg_client_t *c)
-{
-    if (c != NULL)
-        atomic_fetch_sub(&c->refs, 1); /* anonymous entries are freed by LRU eviction once unreferenced */
-}
-
 size_t sg_clients_tracked(sg_clients_t *t)
 {
     pthread_mutex_lock(&t->mu);

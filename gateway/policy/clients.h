@@ -110,8 +110,22 @@ int sg_clients_rate_refusal(sg_client_t *c, uint64_t wait_us, uint64_t max_wait_
  * key; else anyone. Returns 1, or 0 with a 401 message in `*why`. Constant time in the keys.
  */
 int sg_clients_admin_allowed(sg_clients_t *t, const char *key, size_t key_len, const char **why);
-sg_client_t *sg_clients_ref(sg_client_t *c);
-void sg_clients_release(sg_client_t *c);
+/** Takes one more reference: each holder that can outlive the one before it (the HTTP request, the
+ * query, a call) keeps its own. Inline, like h2o_mem_addref_shared: a counter, not a step of the
+ * request. Any thread. */
+static inline sg_client_t *sg_clients_ref(sg_client_t *c)
+{
+    if (c != NULL)
+        atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+    return c;
+}
+/** Drops a reference. Nothing is freed here: an anonymous client is freed by its table's LRU
+ * eviction once unreferenced, a keyed one with its table. Any thread. */
+static inline void sg_clients_release(sg_client_t *c)
+{
+    if (c != NULL)
+        atomic_fetch_sub_explicit(&c->refs, 1, memory_order_release);
+}
 /** Number of anonymous clients tracked (for tests and /stats). */
 size_t sg_clients_tracked(sg_clients_t *t);
 
