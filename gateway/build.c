@@ -287,6 +287,8 @@ static void route_setup(sg_gen_t *g, size_t i)
     b->conf = &g->cfg->backends[i];
     route_metrics(b);
     sg_dispatch_setup_route(b, k->inner_vt, k->inner_inst);
+    for (int op = 0; op < 2; ++op)
+        b->admits[op] = sg_dispatch_capacity(b, op, g->cfg->limits.max_queries);
     const sg_backend_vtable *vt = k->plugin.vt;
     const char *ident = vt->identity != NULL ? vt->identity(k->inst) : NULL;
     sg_provenance_init(&b->prov, b->conf->name, b->conf->rerank != NULL ? "rerank" : "plugin", vt->name, vt->version, ident, NULL);

@@ -118,6 +118,9 @@ struct st_sg_route_t {
     int access_shares_search; /* access() calls draw on the SG_CAP_SEARCH cap (sg_limits.share_search) */
     uint32_t chunk[2];        /* queries per call for search and access: the route's chunk within the caps' bursts */
     uint32_t max_attempts[2]; /* sg_search.max_attempts for search and access; 0 = the plugin decides */
+    uint32_t admits[2];       /* the most queries of one request it can ever admit for search and access, up to
+                                 limits.max_queries (sg_dispatch_capacity): the pipeline's check asks dispatch
+                                 only beyond it (0: always asks) */
     sg_provenance_t prov;     /* what produced its answers (provenance.h); built with the generation, read-only */
 };
 

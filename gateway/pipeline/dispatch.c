@@ -1288,7 +1288,7 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
      * is the new flight's, which stores its answer under it. */
     sg_buf_t ck = {0};
     if (b->conf->cache && !r->is_access)
-        sg__query_cache_key(&ck, b, r->topk, params, u->text, u->len);
+        sg__query_key_of(&ck, r, u);
     sg_blob_t *late = ck.base != NULL ? sg_cache_get_l1(ck.base, ck.len) : NULL;
     if (late != NULL) {
         pthread_mutex_unlock(&s->mu);

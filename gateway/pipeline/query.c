@@ -38,6 +38,7 @@ static void query_free(sg_query_t *q)
     free(q->uniq);
     free(q->arena);
     free(q->params);
+    sg_buf_free(&q->keys);
     free(q);
 }
 
@@ -145,7 +146,11 @@ static void finish(sg_query_t *q, int status, const char *type)
         h2o_linklist_unlink(&q->link);
     sg_timer_stop(&q->loop->timers, &q->timer);
     sg_rate_stop(&q->rate);
-    sg__dispatch_abandon(q);
+    for (uint32_t i = 0; i < q->n_uniq; ++i)
+        if (q->uniq[i].waiter != NULL) { /* an early answer: detach from the flights still out */
+            sg__dispatch_abandon(q);
+            break;
+        }
     record(q, status, type);
 }
 
@@ -261,6 +266,8 @@ static int check_estimate(sg_query_t *q)
  * would meet the same bound). 0, or -1: answered. */
 static int check_admissible(sg_query_t *q)
 {
+    if (q->n_pending <= q->serving->admits[q->is_access ? 1 : 0])
+        return 0; /* within what the route was found to admit when it was set up */
     char msg[400];
     if (sg_dispatch_describe_capacity(q->serving, q->is_access, q->n_pending, msg, sizeof(msg)) == 0)
         return 0;
@@ -358,28 +365,32 @@ void sg__query_lookup(sg_query_t *q)
         sg__query_after_cache(q);
         return;
     }
-    /* the keys of the open entries, back to back in one buffer */
-    sg_buf_t all = {0}, key = {0};
+    /* the keys of the open entries, back to back in the query's buffer: the misses' flights reuse
+     * them (sg__query_key_of) */
+    sg_buf_t key = {0};
     const char **keys = sg_mem_alloc(q->n_pending * sizeof(*keys));
-    size_t *lens = sg_mem_alloc(q->n_pending * sizeof(*lens)), *offs = sg_mem_alloc(q->n_pending * sizeof(*offs));
+    size_t *lens = sg_mem_alloc(q->n_pending * sizeof(*lens));
     uint32_t n = 0;
+    q->keys.len = 0;
+    q->keys_of = b;
     for (uint32_t i = 0; i < q->n_uniq && n < q->n_pending; ++i) {
         sg_uq_t *u = &q->uniq[i];
+        u->key_len = 0;
         if (u->blob != NULL)
             continue;
         sg__query_cache_key(&key, b, q->topk, sg__query_params(q), u->text, u->len);
-        offs[n] = all.len;
+        u->key_off = (uint32_t)q->keys.len;
+        u->key_len = (uint32_t)key.len;
         lens[n++] = key.len;
-        sg_buf_append(&all, key.base, key.len);
+        sg_buf_append(&q->keys, key.base, key.len);
     }
-    for (uint32_t i = 0; i < n; ++i)
-        keys[i] = all.base + offs[i];
+    for (uint32_t i = 0, j = 0; i < q->n_uniq && j < n; ++i)
+        if (q->uniq[i].blob == NULL)
+            keys[j++] = q->keys.base + q->uniq[i].key_off;
     query_ref(q);
     sg_cache_lookup(q->loop->redis, n, keys, lens, b->conf->cache_ttl_s, on_cache, q);
     free(keys);
     free(lens);
-    free(offs);
-    sg_buf_free(&all);
     sg_buf_free(&key);
 }
 

@@ -30,7 +30,8 @@ typedef struct st_sg_uq_t {
     sg_waiter_t *waiter; /* while waiting on a flight */
     uint32_t mult;       /* queries of the batch with this text: the answer repeats its blob this often */
     uint8_t fallback_tried;
-    uint8_t source; /* where its answer came from: SG_SRC_* (trace.h) */
+    uint8_t source;            /* where its answer came from: SG_SRC_* (trace.h) */
+    uint32_t key_off, key_len; /* its cache key in the query's `keys` (key_len 0: none made) */
 } sg_uq_t;
 
 struct st_sg_query_t {
@@ -61,8 +62,10 @@ struct st_sg_query_t {
     int responded;
     char request_id[24];
     int fallback_used;
-    int admitted; /* the caller admitted and counts the request (sg_query_spec_t.admitted) */
-    char *params; /* the route backend's canonical "search_params" (check_params), or NULL */
+    int admitted;              /* the caller admitted and counts the request (sg_query_spec_t.admitted) */
+    char *params;              /* the route backend's canonical "search_params" (check_params), or NULL */
+    sg_buf_t keys;             /* the cache keys the cache step made, back to back (sg_uq_t.key_off) */
+    const sg_route_t *keys_of; /* the backend they were made for: a fallback's keys differ */
 
     /* budget.c: the reservation dispatch draws from, while sg__dispatch_misses() runs */
     struct st_sg_budget_charge_t *budget;
@@ -92,6 +95,18 @@ static inline void sg__query_cache_key(sg_buf_t *out, const sg_route_t *b, uint3
                                        size_t len)
 {
     sg_cache_key(out, b->core->identity, topk, params, text, len);
+}
+
+/** The cache key of distinct query `u` of `q` for the backend serving it now, into `out` (emptied
+ * first): a copy of the one the cache step made when it was made for that backend, else made anew
+ * (a fallback's identity differs). */
+static inline void sg__query_key_of(sg_buf_t *out, const sg_query_t *q, const sg_uq_t *u)
+{
+    out->len = 0;
+    if (u->key_len != 0 && q->keys_of == q->serving)
+        sg_buf_append(out, q->keys.base + u->key_off, u->key_len);
+    else
+        sg__query_cache_key(out, q->serving, q->topk, sg__query_params(q), u->text, u->len);
 }
 
 /* query.c's steps, declared for the unit tests that drive a query step by step */

@@ -240,6 +240,50 @@ static void test_results_and_cache_hits(void **state)
     assert_int_equal(atomic_load(&m_calls.v), 1);
 }
 
+/* The cache step makes each miss's key once and the new flight stores its answer in L1 under a
+ * copy of it; once another backend serves (a fallback), the key is made anew for that backend. */
+static void test_flight_reuses_the_cache_key(void **state)
+{
+    (void)state;
+    reset_counts();
+    outcome_t o;
+    const char *texts[] = {"gamma", "delta"};
+    sg_query_t *q = start(&o, &client, texts, 2, 0);
+    assert_non_null(q);
+    assert_ptr_equal(q->keys_of, &backend);
+    sg_buf_t want = {0}, got = {0};
+    for (uint32_t i = 0; i < 2; ++i) {
+        sg_uq_t *u = &q->uniq[i];
+        sg__query_cache_key(&want, &backend, q->topk, NULL, u->text, u->len);
+        assert_int_equal(u->key_len, want.len);
+        assert_memory_equal(q->keys.base + u->key_off, want.base, want.len);
+        sg__query_key_of(&got, q, u);
+        assert_int_equal(got.len, want.len);
+        assert_memory_equal(got.base, want.base, want.len);
+    }
+    /* another backend serving: its own identity, not the cache step's copy */
+    sg_route_core_t other_core = core;
+    other_core.identity = "fake|other|1|";
+    sg_route_t other = backend;
+    other.core = &other_core;
+    q->serving = &other;
+    sg__query_key_of(&got, q, &q->uniq[0]);
+    sg__query_cache_key(&want, &other, q->topk, NULL, "gamma", 5);
+    assert_int_equal(got.len, want.len);
+    assert_memory_equal(got.base, want.base, want.len);
+    q->serving = &backend;
+
+    complete(0);
+    run_loop();
+    assert_int_equal(o.status, 200);
+    sg__query_cache_key(&want, &backend, 3, NULL, "delta", 5); /* stored under the cache step's key */
+    sg_blob_t *b = sg_cache_get_l1(want.base, want.len);
+    assert_non_null(b);
+    sg_blob_release(b);
+    sg_buf_free(&want);
+    sg_buf_free(&got);
+}
+
 /* The deadline answers 504 with the usual message, cancels the plugin call nobody else waits for,
  * and a caller's deadline can only shorten the route's. */
 static void test_deadline(void **state)
@@ -376,6 +420,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_results_and_cache_hits),
+        cmocka_unit_test(test_flight_reuses_the_cache_key),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_rate_limit),
