@@ -11,11 +11,21 @@ start: anything but the same file), from the entry into the /retrieve handler (-
 --settle seconds after the answer arrived. Calls made by the loop's own iteration (loop_main:
 it refreshes the loop's generation every turn, request or not) are listed apart (--not-from). A call through a function pointer counts like a direct call:
 a continuation that dispatch.c calls into query.c is an entry into query.c. Prints the entries
-per file, most first; --detail also prints each entry as caller -> callee.
+per file, most first, split into direct calls and callbacks (an entry through a function pointer:
+a continuation the file handed to the step it called, an h2o receiver or dispose callback it
+registered -- told apart by the call instruction before the return address, x86-64 only);
+--detail also prints each entry as callee <- caller.
 
 With no --config it serves the example plugin (one route, one loop thread, no Redis, no budget),
 and the request (default: one query, topk 3) misses L1, so the walk goes to the plugin and back.
-The counts depend on what the compiler inlined: compare builds of the same type.
+The counts depend on what the compiler inlined: compare builds of the same type. A tail call
+hides its caller's frame (the entry is then counted from the caller's caller, often in another
+file), so measure a RelWithDebInfo build configured with -fno-optimize-sibling-calls; the report
+warns when the binary was not:
+
+    cmake -S . -B build-xing -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-fno-optimize-sibling-calls
+    cmake --build build-xing --target searchgate sg_example
+    scripts/crossings.py --build build-xing --detail
 
     scripts/crossings.py                              # build/, the example route
     scripts/crossings.py --build /work/wt/base/build --detail
@@ -86,7 +96,14 @@ class Entry(gdb.Breakpoint):
         if cfn in NOT_FROM:
             cfile, cfn = "(not counted)", cfn
         if cfile != self.file:
-            key = (self.file, self.fn, cfile or "?", cfn or "?")
+            how = "callback"
+            if caller is not None:  # x86-64: a direct call is `call rel32` (E8), 5 bytes before the return address
+                try:
+                    if bytes(gdb.selected_inferior().read_memory(caller.pc() - 5, 1))[0] == 0xE8:
+                        how = "direct"
+                except gdb.error:
+                    pass
+            key = (self.file, self.fn, cfile or "?", cfn or "?", how)
             entries[key] = entries.get(key, 0) + 1
         return False
 
@@ -215,21 +232,42 @@ def measure(args, work):
         return status, body, [tuple(e) for e in json.load(f)]
 
 
-def report(status, body, entries, detail):
+def sibling_calls_kept(build):
+    """Whether the binary was compiled with -fno-optimize-sibling-calls (DW_AT_producer, which GCC
+    records by default): without it a tail call hides its caller's frame and is counted from the
+    caller's caller, in another file."""
+    try:
+        info = subprocess.run(["readelf", "--debug-dump=info", os.path.join(build, "searchgate")], capture_output=True,
+                              text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return "-fno-optimize-sibling-calls" in info
+
+
+def report(status, body, entries, detail, build):
     print("request: HTTP %d, %d bytes" % (status, len(body)))
+    kept = sibling_calls_kept(build)
+    if kept is False:
+        print("warning: %s/searchgate was built with sibling-call optimisation: each tail call is counted from its "
+              "caller's caller (configure with -DCMAKE_C_FLAGS=-fno-optimize-sibling-calls, see the docstring)" % build)
     per_file, skipped = {}, 0
-    for file, fn, cfile, cfn, n in entries:
+    for file, fn, cfile, cfn, how, n in entries:
         if cfile == "(not counted)":
             skipped += n
             continue
-        per_file[file] = per_file.get(file, 0) + n
-    print("%-36s %s" % ("file", "entries"))
-    for file, n in sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0])):
-        print("%-36s %d" % (file, n))
+        d, c = per_file.get(file, (0, 0))
+        per_file[file] = (d + n, c) if how == "direct" else (d, c + n)
+    print("%-36s %7s %7s %9s" % ("file", "entries", "direct", "callbacks"))
+    for file, (d, c) in sorted(per_file.items(), key=lambda kv: (-sum(kv[1]), kv[0])):
+        print("%-36s %7d %7d %9d" % (file, d + c, d, c))
         if detail:
-            for e in sorted((e for e in entries if e[0] == file and e[2] != "(not counted)"), key=lambda e: (-e[4], e[1])):
-                print("    %3d  %s <- %s (%s)" % (e[4], e[1], e[3], e[2]))
-    print("total %d; not counted: %d entries called by %s" % (sum(per_file.values()), skipped, ", ".join(sorted(set(e[3] for e in entries if e[2] == "(not counted)"))) or "-"))
+            for e in sorted((e for e in entries if e[0] == file and e[2] != "(not counted)"), key=lambda e: (e[4], -e[5], e[1])):
+                print("    %3d  %-8s %s <- %s (%s)" % (e[5], e[4], e[1], e[3], e[2]))
+    total_d = sum(d for d, _ in per_file.values())
+    total_c = sum(c for _, c in per_file.values())
+    print("total %d (%d direct calls, %d callbacks); not counted: %d entries called by %s" %
+          (total_d + total_c, total_d, total_c, skipped,
+           ", ".join(sorted(set(e[3] for e in entries if e[2] == "(not counted)"))) or "-"))
 
 
 def main():
@@ -255,7 +293,7 @@ def main():
                 sys.stderr.write(f.read()[-4000:])
             sys.stderr.write("crossings: %s\n" % e)
             return 1
-    report(status, body, entries, args.detail)
+    report(status, body, entries, args.detail, args.build)
     return 0
 
 
