@@ -156,6 +156,17 @@ class Content(unittest.TestCase):
         self.assertTrue(all("ids" not in l for l in gone), gone)
         self.assertGreaterEqual(self.gw.metric("searchgate_requests_total", backend="slow", code="other"), 1)
 
+    def test_early_answers_are_not_traced(self):
+        """docs/traces.md "Which requests have lines": answered before they became a query, no line."""
+        path = os.path.join(self.dir, "ex.jsonl")
+        self.assertEqual(self.gw.retrieve([], path="/retrieve/ex").status, 200)  # an empty batch
+        self.assertEqual(self.gw.retrieve(["early params"], path="/retrieve/ex", search_params={"nprobe": 3}).status, 422)
+        self.assertEqual(self.gw.retrieve(["early timeout"], path="/retrieve/ex", headers={"X-Timeout-Ms": "soon"}).status, 422)
+        self.assertEqual(self.gw.retrieve(["early topk"], topk=-1, path="/retrieve/ex").status, 422)
+        self.assertEqual(self.gw.retrieve(["after early"], path="/retrieve/ex").status, 200)
+        wait_for(lambda: any(l["query"] == "after early" for l in read_lines(path)), "the line after")
+        self.assertEqual([l["query"] for l in read_lines(path) if "early" in l["query"]], ["after early"])
+
     def test_fusion_route(self):
         r = self.gw.retrieve(["fused paris", "fused tokyo"], topk=2, path="/retrieve/fu")
         self.assertEqual(r.status, 200, r)
