@@ -263,6 +263,49 @@ class CacheOutcomes(unittest.TestCase):
         self.assertEqual([l["ids"] for l in lines], want)
 
 
+class Mcp(unittest.TestCase):
+    """MCP tools/call searches go through the pipeline and are traced like /retrieve (docs/traces.md);
+    a call refused for its arguments (-32602) searched nothing and has no line."""
+
+    def test_tools_call_is_traced(self):
+        d = tempfile.mkdtemp(prefix="sgtrace-")
+        try:
+            ex = example_backend("ex")
+            ex["trace"] = {"path": d + "/"}
+            wiki = example_backend("wiki", pages=[{"url": "https://example.org/a", "contents": "page a"}])
+            wiki["trace"] = {"path": d + "/"}
+            gw = Gateway({"backends": [ex, wiki]})
+            try:
+                def call(name, args):
+                    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
+                    r = sgtest.request(gw.port, "POST", "/mcp", json.dumps(body),
+                                       {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+                    self.assertEqual(r.status, 200, r)
+                    return r.json()
+
+                self.assertFalse(call("search", {"query": "mcp hamlet", "topk": 2})["result"]["isError"])
+                self.assertFalse(call("search_wiki", {"queries": ["mcp paris", "mcp tokyo"]})["result"]["isError"])
+                self.assertFalse(call("access_wiki", {"url": "https://example.org/a"})["result"]["isError"])
+                self.assertEqual(call("search", {"query": 7})["error"]["code"], -32602)
+                want = {q: [h["document"]["id"] for h in gw.retrieve([q], topk=k, path="/retrieve/" + route).json()["result"][0]]
+                        for q, k, route in (("mcp hamlet", 2, "ex"), ("mcp paris", 3, "wiki"), ("mcp tokyo", 3, "wiki"))}
+                wait_for(lambda: written(gw, d + "/ex.jsonl") >= 2 and written(gw, d + "/wiki.jsonl") >= 5, "the lines")
+            finally:
+                gw.stop()
+            ex_lines = [l for l in read_lines(d + "/ex.jsonl") if l["client"] == "ip:127.0.0.1"]
+            self.assertEqual([(l["query"], l["op"], l["topk"], l["n"], l["status"], l["cache"]) for l in ex_lines],
+                             [("mcp hamlet", "retrieve", 2, 1, 200, "backend"), ("mcp hamlet", "retrieve", 2, 1, 200, "l1")])
+            self.assertEqual(ex_lines[0]["ids"], want["mcp hamlet"])
+            wiki_lines = read_lines(d + "/wiki.jsonl")
+            self.assertEqual([(l["query"], l["op"], l["i"], l["n"]) for l in wiki_lines[:3]],
+                             [("mcp paris", "retrieve", 0, 2), ("mcp tokyo", "retrieve", 1, 2), ("https://example.org/a", "access", 0, 1)])
+            self.assertEqual([l["ids"] for l in wiki_lines[:2]], [want["mcp paris"], want["mcp tokyo"]])
+            self.assertEqual(wiki_lines[2]["ids"], ["https://example.org/a"])
+            self.assertEqual(len(wiki_lines), 5)  # and the two /retrieve queries above
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class Clients(unittest.TestCase):
     """Client traces: a keyed client's own file, clients.default's for the others (keyed ones without
     a trace of their own included), none with "trace": null; never a key in any file."""
