@@ -2,6 +2,7 @@
 the comparison of two traces, and `replay` against the real gateway -- the same route reproduces
 the recorded answers exactly (ids, scores, batches), another route's differences are what the
 comparison reports, batching, rate, failures and bad usage."""
+import http.server
 import json
 import math
 import os
@@ -10,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -343,6 +345,47 @@ class ReplayParams(unittest.TestCase):
                          [("replay-0", 0, 2, "nprobe=8"), ("replay-0", 1, 2, "nprobe=8"), ("replay-1", 0, 1, None),
                           ("replay-2", 0, 1, "nprobe=2")])
         self.assertIn("params=nprobe=2", got[3]["provenance"])
+
+    def test_bodies_sent(self):
+        """The exact inverse of the canonical text, seen by a server that records the bodies."""
+        bodies = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                bodies.append(body)
+                out = json.dumps({"result": [[] for _ in body["queries"]]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            t = os.path.join(self.dir, "kinds.jsonl")
+            write(t, [{"request": "k", "i": 0, "n": 2, "op": "retrieve", "topk": 4, "query": "a",
+                       "params": "efSearch=64,exact=true,mode=fast,rerank=-1.5e3,w=0.25"},
+                      {"request": "k", "i": 1, "n": 2, "op": "retrieve", "topk": 4, "query": "b",
+                       "params": "efSearch=64,exact=true,mode=fast,rerank=-1.5e3,w=0.25"},
+                      {"request": "l", "i": 0, "n": 1, "op": "retrieve", "query": "c", "params": "x=07,y=1.,z=True,e="},
+                      {"request": "m", "i": 0, "n": 1, "op": "retrieve", "query": "d", "params": ""}])
+            url = "http://127.0.0.1:%d/retrieve" % srv.server_address[1]
+            for mode, want in (("recorded", [{"efSearch": 64, "exact": True, "mode": "fast", "rerank": -1500.0, "w": 0.25},
+                                             {"x": "07", "y": "1.", "z": "True", "e": ""}, None]),
+                               ("none", [None, None, None])):
+                del bodies[:]
+                tool("replay", t, "--url", url, "--out", os.path.join(self.dir, "kinds.out"), "--params", mode)
+                self.assertEqual([b["queries"] for b in bodies], [["a", "b"], ["c"], ["d"]])
+                self.assertEqual([b.get("search_params") for b in bodies], want)
+                self.assertEqual([b.get("topk") for b in bodies], [4, None, None])
+        finally:
+            srv.shutdown()
+            srv.server_close()
 
     def test_params_that_are_not_key_value_text(self):
         t = os.path.join(self.dir, "odd.jsonl")
