@@ -4,7 +4,7 @@
  *
  *   searchgate-trace summary [--top N] [--json] TRACE [TRACE...]
  *   searchgate-trace replay TRACE --url URL [--route R] [--rate N/s] [--batch recorded|single]
- *                           [--concurrency N] [--timeout S] --out FILE
+ *                           [--params recorded|none] [--concurrency N] [--timeout S] --out FILE
  *
  * This file has the command line and what both commands share (reading a trace); the commands are
  * trace_summary.c and trace_replay.c.
@@ -21,13 +21,14 @@ static void usage(FILE *fp)
 {
     fprintf(fp, "usage: searchgate-trace summary [--top N] [--json] TRACE [TRACE...]\n"
                 "       searchgate-trace replay TRACE --url URL [--route R] [--rate N/s] [--batch recorded|single]\n"
-                "                               [--concurrency N] [--timeout S] --out FILE\n"
+                "                               [--params recorded|none] [--concurrency N] [--timeout S] --out FILE\n"
                 "\n"
                 "summary  per client and route: queries, distinct queries, repeat rate, zero hits, empty observations,\n"
                 "         errors, latency percentiles, cache outcomes, the most frequent queries. With several traces,\n"
                 "         each is compared with the first: identical top-k, recall@k, queries whose top-1 changed.\n"
                 "replay   sends a trace's /retrieve queries to URL (any Search-R1 /retrieve endpoint) as recorded\n"
-                "         (same batches, same topk) or one per request, and writes what came back as a new trace.\n"
+                "         (same batches, same topk and search parameters) or one per request, and writes what came\n"
+                "         back as a new trace.\n"
                 "A TRACE of \"-\" is read from standard input (cat rotated pieces into it). See docs/traces.md.\n");
 }
 

@@ -1,6 +1,7 @@
 /*
  * trace_replay.c -- `searchgate-trace replay TRACE --url URL [--route R] [--rate N/s]
- * [--batch recorded|single] [--concurrency N] [--timeout S] --out FILE` (docs/traces.md).
+ * [--batch recorded|single] [--params recorded|none] [--concurrency N] [--timeout S] --out FILE`
+ * (docs/traces.md).
  *
  * Re-sends the /retrieve queries of a trace to any Search-R1 /retrieve endpoint -- the same
  * gateway, another route of it (--route adds "backend": R to the bodies), another gateway, a peer
@@ -8,7 +9,11 @@
  * shows what a new index, nprobe, rerank model or fusion changes in the top-k the agent saw.
  *
  * Batches: "recorded" (the default) sends each recorded request's queries together, in their
- * order, with its topk; "single" sends one query per request. Requests start at most --rate per
+ * order, with its topk and its search parameters; "single" sends one query per request. The
+ * recorded "params" (the canonical text the route's check_params made of the request's
+ * "search_params": "nprobe=64") go back as the object they came from ({"nprobe": 64}); queries
+ * with different parameters are never in one request; "--params none" sends none, for a route
+ * whose backend takes other parameters. Requests start at most --rate per
  * second, --concurrency at a time (libcurl multi; default 1, so the output keeps the trace's
  * order). Each output line keeps the query's origin ("replay_of": "<request>#<i>") and the
  * answer's X-Searchgate-Provenance header when there is one. /access lines are not replayed.
@@ -28,6 +33,7 @@
 typedef struct st_batch_t {
     uint32_t topk; /* 0: not recorded (the route's default) */
     uint32_t n;
+    char *params; /* the recorded canonical search parameters to send ("nprobe=64"), or NULL */
     char **texts;
     char **origin; /* "<request>#<i>" */
     char *request; /* the recorded request id, while reading */
@@ -37,23 +43,94 @@ typedef struct st_replay_t {
     int single;
     batch_t *batches;
     size_t n_batches, cap;
-    uint64_t skipped_access, no_text;
+    int no_params;
+    uint64_t skipped_access, no_text, bad_params;
+    char *bad_example; /* the first "params" that is not key=value text */
 } replay_t;
 
 typedef struct st_opts_t {
     const char *trace, *url, *route, *out;
     double rate;
     long concurrency, timeout_s;
-    int single;
+    int single, no_params;
 } opts_t;
 
-static batch_t *new_batch(replay_t *r, const char *request, uint32_t topk)
+static batch_t *new_batch(replay_t *r, const char *request, uint32_t topk, const char *params)
 {
     if (r->n_batches == r->cap)
         r->batches = sg_mem_realloc(r->batches, (r->cap = r->cap * 2 + 64) * sizeof(*r->batches));
     batch_t *b = &r->batches[r->n_batches++];
-    *b = (batch_t){topk, 0, NULL, NULL, request != NULL ? sg_strdup(request) : NULL};
+    *b = (batch_t){topk, 0, params != NULL ? sg_strdup(params) : NULL, NULL, NULL, request != NULL ? sg_strdup(request) : NULL};
     return b;
+}
+
+/* Whether the `n` bytes at `v` are exactly one JSON number (RFC 8259: -?int frac? exp?). */
+static int json_number(const char *v, size_t n)
+{
+    size_t i = v[0] == '-';
+    if (i >= n || v[i] < '0' || v[i] > '9')
+        return 0;
+    if (v[i] == '0')
+        ++i;
+    else
+        i += strspn(v + i, "0123456789");
+    if (i < n && v[i] == '.') {
+        size_t d = strspn(v + i + 1, "0123456789");
+        if (d == 0)
+            return 0;
+        i += 1 + d;
+    }
+    if (i < n && (v[i] == 'e' || v[i] == 'E')) {
+        i += 1 + (i + 1 < n && (v[i + 1] == '+' || v[i + 1] == '-'));
+        size_t d = strspn(v + i, "0123456789");
+        if (d == 0)
+            return 0;
+        i += d;
+    }
+    return i == n;
+}
+
+/* The JSON value of one canonical "key=value" item's value: a JSON number, true or false as it is
+ * (the local backend's "nprobe=64" came from {"nprobe": 64}), any other text as a string. */
+static void append_param_value(sg_buf_t *out, const char *v, size_t n)
+{
+    if ((n != 0 && json_number(v, n)) || (n == 4 && memcmp(v, "true", 4) == 0) || (n == 5 && memcmp(v, "false", 5) == 0))
+        sg_buf_append(out, v, n);
+    else
+        sg_buf_append_json_string(out, v, n);
+}
+
+/* The "search_params" object whose canonical text is `canon` -- comma-separated "key=value" items
+ * (docs/plugins.md, check_params) -- appended to `out`. Returns -1 (nothing appended) when `canon`
+ * is not such text. */
+static int append_search_params(sg_buf_t *out, const char *canon)
+{
+    sg_buf_t o = {0};
+    sg_buf_appendc(&o, '{');
+    for (const char *p = canon;;) {
+        size_t item = strcspn(p, ","), key = strcspn(p, "=");
+        if (key == 0 || key >= item) {
+            sg_buf_free(&o);
+            return -1;
+        }
+        if (o.len > 1)
+            sg_buf_appendc(&o, ',');
+        sg_buf_append_json_string(&o, p, key);
+        sg_buf_appendc(&o, ':');
+        append_param_value(&o, p + key + 1, item - key - 1);
+        if (p[item] == '\0')
+            break;
+        p += item + 1;
+    }
+    sg_buf_appendc(&o, '}');
+    sg_buf_append(out, o.base, o.len);
+    sg_buf_free(&o);
+    return 0;
+}
+
+static int same_params(const char *a, const char *b)
+{
+    return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
 }
 
 /* Adds a line's query: to the batch of its recorded request (the lines of a request are written
@@ -71,9 +148,21 @@ static int on_line(void *ctx, const cJSON *l)
         return 0;
     }
     uint32_t topk = (uint32_t)sg__tool_num(l, "topk", 0), i = (uint32_t)sg__tool_num(l, "i", 0);
+    const char *params = r->no_params ? NULL : sg__tool_str(l, "params");
+    if (params != NULL && params[0] == '\0')
+        params = NULL; /* the route's defaults */
+    if (params != NULL) {
+        sg_buf_t probe = {0};
+        if (append_search_params(&probe, params) != 0) {
+            if (r->bad_params++ == 0)
+                r->bad_example = sg_strdup(params);
+        }
+        sg_buf_free(&probe);
+    }
     batch_t *b = r->n_batches != 0 ? &r->batches[r->n_batches - 1] : NULL;
-    if (r->single || b == NULL || req == NULL || b->request == NULL || strcmp(b->request, req) != 0 || i == 0)
-        b = new_batch(r, req, topk);
+    if (r->single || b == NULL || req == NULL || b->request == NULL || strcmp(b->request, req) != 0 || i == 0 ||
+        !same_params(b->params, params))
+        b = new_batch(r, req, topk, params);
     b->texts = sg_mem_realloc(b->texts, (b->n + 1) * sizeof(*b->texts));
     b->origin = sg_mem_realloc(b->origin, (b->n + 1) * sizeof(*b->origin));
     b->texts[b->n] = sg_strdup(q);
@@ -94,8 +183,10 @@ static void replay_free(replay_t *r)
         free(b->texts);
         free(b->origin);
         free(b->request);
+        free(b->params);
     }
     free(r->batches);
+    free(r->bad_example);
 }
 
 /* ---- one request ---- */
@@ -146,6 +237,10 @@ static xfer_t *xfer_start(CURLM *m, const opts_t *o, const batch_t *b, size_t bi
     sg_buf_appends(&x->body, "],\"return_scores\":true");
     if (b->topk != 0)
         sg_buf_appendf(&x->body, ",\"topk\":%u", b->topk);
+    if (b->params != NULL) {
+        sg_buf_appends(&x->body, ",\"search_params\":");
+        append_search_params(&x->body, b->params); /* checked when the trace was read */
+    }
     if (o->route != NULL) {
         sg_buf_appends(&x->body, ",\"backend\":");
         sg_buf_append_json_string(&x->body, o->route, strlen(o->route));
@@ -257,6 +352,10 @@ static void write_lines(FILE *out, const xfer_t *x, const opts_t *o, const batch
         sg_buf_appends(&l, ",\"op\":\"retrieve\"");
         if (b->topk != 0)
             sg_buf_appendf(&l, ",\"topk\":%u", b->topk);
+        if (b->params != NULL) {
+            sg_buf_appends(&l, ",\"params\":");
+            sg_buf_append_json_string(&l, b->params, strlen(b->params));
+        }
         sg_buf_appends(&l, ",\"query\":");
         sg_buf_append_json_string(&l, b->texts[i], strlen(b->texts[i]));
         if (list != NULL)
@@ -364,6 +463,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             o->out = v;
         else if (strcmp(a, "--batch") == 0 && (strcmp(v, "recorded") == 0 || strcmp(v, "single") == 0))
             o->single = strcmp(v, "single") == 0;
+        else if (strcmp(a, "--params") == 0 && (strcmp(v, "recorded") == 0 || strcmp(v, "none") == 0))
+            o->no_params = strcmp(v, "none") == 0;
         else if (strcmp(a, "--rate") == 0 && (o->rate = strtod(v, &end)) > 0 && isfinite(o->rate) &&
                  (*end == '\0' || strcmp(end, "/s") == 0))
             continue;
@@ -385,11 +486,19 @@ int sg__tool_replay(int argc, char **argv)
     opts_t o;
     if (parse_opts(argc, argv, &o) != 0)
         return 2;
-    replay_t r = {.single = o.single};
+    replay_t r = {.single = o.single, .no_params = o.no_params};
     uint64_t malformed = 0;
     if (sg__tool_read(o.trace, on_line, &r, &malformed) != 0) {
         replay_free(&r);
         return 1;
+    }
+    if (r.bad_params != 0) {
+        fprintf(stderr,
+                "searchgate-trace replay: %llu lines have \"params\" that are not key=value text (\"%s\"), so their search_params "
+                "cannot be sent again; replay with --params none to send none\n",
+                (unsigned long long)r.bad_params, r.bad_example);
+        replay_free(&r);
+        return 2;
     }
     if (r.no_text != 0)
         fprintf(stderr, "searchgate-trace replay: %llu lines without \"query\" (a trace without the query field) are skipped\n",

@@ -139,6 +139,26 @@ class Routes(unittest.TestCase):
         r = self.gw.retrieve(["x"], path="/retrieve/nosuchroute")
         self.assertEqual(r.status, 404, r)
         self.assertNotIn("x-searchgate-provenance", r.headers)
+        # answered before the route is looked up: a wrong method has none either
+        r = self.gw.get("/retrieve/plain")
+        self.assertEqual(r.status, 405, r)
+        self.assertNotIn("x-searchgate-provenance", r.headers)
+
+    def test_unauthorized_has_none(self):
+        """The key is checked before the route is looked up: a 401 names no route."""
+        gw = Gateway({"backends": [example_backend("plain")],
+                      "clients": {"require_key": True, "keys": [{"id": "job", "key_env": "SG_PROV_KEY"}]}},
+                     env={"SG_PROV_KEY": "sk-prov-test"})
+        try:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                r = gw.retrieve(["x"], path="/retrieve/plain", headers=headers)
+                self.assertEqual(r.status, 401, r)
+                self.assertNotIn("x-searchgate-provenance", r.headers)
+            r = gw.retrieve(["x"], path="/retrieve/plain", headers={"Authorization": "Bearer sk-prov-test"})
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(provd(r)["route"], "plain")
+        finally:
+            gw.stop()
 
     def test_stable_across_restarts(self):
         """The fingerprints depend on the data and settings, not on the process."""

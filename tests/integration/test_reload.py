@@ -329,6 +329,53 @@ class RouteLimits(unittest.TestCase):
             gw.stop()
 
 
+class RouteInfo(unittest.TestCase):
+    """searchgate_route_info after a reload (docs/operations.md): 1 for each route served, 0 for a
+    route (or fusion route) the reload removed and for the old fingerprint of a route it changed; a
+    route added back is 1 again."""
+
+    def test_removed_and_changed_routes_drop_to_0(self):
+        def cfg(with_gone, docs):
+            backends = [sgtest.example_backend("keep"), sgtest.example_backend("changed", documents=docs)]
+            fusions = []
+            if with_gone:
+                backends.append(sgtest.example_backend("gone"))
+                fusions = [{"name": "fu", "fusion": {"routes": ["keep", "gone"]}}]
+            return {"listen": {"host": "127.0.0.1", "port": 0}, "clients": {"admin_key_env": "SG_RL_ADMIN"},
+                    "backends": backends + fusions}
+
+        def info(gw):
+            root = {b["name"]: b["provenance"]["data"] for b in gw.get("/", headers=ADMIN).json()["backends"]}
+            return root, {(r, d): gw.metric("searchgate_route_info", route=r, data=d) for r, d in seen}
+
+        docs2 = sgtest.DOCS[:3]
+        seen = set()
+        gw = sgtest.Gateway(cfg(True, sgtest.DOCS), env=ENV)
+        gw.metrics_headers = ADMIN
+        try:
+            first, _ = info(gw)
+            self.assertEqual(sorted(first), ["changed", "fu", "gone", "keep"])
+            seen |= set(first.items())
+            write(gw.config_path, cfg(False, docs2))
+            self.assertEqual(gw.post("/admin/reload", b"", headers=ADMIN).status, 200)
+            second, _ = info(gw)
+            self.assertEqual(sorted(second), ["changed", "keep"])
+            self.assertEqual(second["keep"], first["keep"])
+            self.assertNotEqual(second["changed"], first["changed"])
+            seen |= set(second.items())
+            _, got = info(gw)
+            self.assertEqual(got, {("keep", first["keep"]): 1, ("changed", first["changed"]): 0, ("changed", second["changed"]): 1,
+                                   ("gone", first["gone"]): 0, ("fu", first["fu"]): 0})
+            write(gw.config_path, cfg(True, docs2))  # gone and fu come back, with the same data
+            self.assertEqual(gw.post("/admin/reload", b"", headers=ADMIN).status, 200)
+            third, got = info(gw)
+            self.assertEqual((third["gone"], third["fu"]), (first["gone"], first["fu"]))
+            self.assertEqual(got, {("keep", first["keep"]): 1, ("changed", first["changed"]): 0, ("changed", second["changed"]): 1,
+                                   ("gone", first["gone"]): 1, ("fu", first["fu"]): 1})
+        finally:
+            gw.stop()
+
+
 class SharedBudget(unittest.TestCase):
     """With Redis, a budget is one counter shared by the replicas: a reload keeps counting in the same
     key (the configured prefix's), and the new limit applies at once."""

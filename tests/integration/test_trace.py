@@ -2,7 +2,8 @@
 load, what each line says (ids and scores as answered, cache and singleflight outcome, status,
 latency), sampling by whole requests, route and client traces, no API key in any file, rotation by
 size and age with `keep`, reopening on SIGUSR1, and a full buffer that drops and counts while
-requests go on unslowed (the file is a pipe nobody reads)."""
+requests go on unslowed (the file is a pipe nobody reads); the cache outcomes joined, redis and
+fallback end to end."""
 import hashlib
 import json
 import os
@@ -135,10 +136,36 @@ class Content(unittest.TestCase):
     def test_client_gone_and_timeout(self):
         r = self.gw.retrieve(["slow one"], path="/retrieve/slow", headers={"X-Timeout-Ms": "50"})
         self.assertEqual(r.status, 504, r)
-        wait_for(lambda: os.path.exists(self.dir + "/slow.jsonl") and len(read_lines(self.dir + "/slow.jsonl")) >= 1, "a line")
-        l = read_lines(self.dir + "/slow.jsonl")[0]
-        self.assertEqual((l["query"], l["status"], l["error"]), ("slow one", 504, "timeout"))
+        path = self.dir + "/slow.jsonl"
+        wait_for(lambda: os.path.exists(path) and any(l["query"] == "slow one" for l in read_lines(path)), "a line")
+        [l] = [l for l in read_lines(path) if l["query"] == "slow one"]
+        self.assertEqual((l["status"], l["error"], l["cache"]), (504, "timeout", "backend"))
+        self.assertNotIn("ids", l)
         self.assertGreaterEqual(l["ms"], 45)
+        # h2c: the client resets after 100 ms while the route takes 300 ms; the request is freed
+        # while its search runs, and its lines say 499 client_gone
+        if shutil.which("nghttp") is None:
+            self.skipTest("nghttp (nghttp2-client) not installed: the 499 part needs an HTTP/2 client")
+        subprocess.run(["nghttp", "-t", "100ms", "-d", "-", "-H", ":method: POST", "http://127.0.0.1:%d/retrieve/slow" % self.gw.port],
+                       input=json.dumps({"queries": ["gone one", "gone two"]}).encode(), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30)
+        wait_for(lambda: len([l for l in read_lines(path) if l["query"].startswith("gone ")]) == 2, "the 499 lines")
+        gone = [l for l in read_lines(path) if l["query"].startswith("gone ")]
+        self.assertEqual([(l["query"], l["i"], l["n"], l["status"], l["error"]) for l in gone],
+                         [("gone one", 0, 2, 499, "client_gone"), ("gone two", 1, 2, 499, "client_gone")])
+        self.assertTrue(all("ids" not in l for l in gone), gone)
+        self.assertGreaterEqual(self.gw.metric("searchgate_requests_total", backend="slow", code="other"), 1)
+
+    def test_early_answers_are_not_traced(self):
+        """docs/traces.md "Which requests have lines": answered before they became a query, no line."""
+        path = os.path.join(self.dir, "ex.jsonl")
+        self.assertEqual(self.gw.retrieve([], path="/retrieve/ex").status, 200)  # an empty batch
+        self.assertEqual(self.gw.retrieve(["early params"], path="/retrieve/ex", search_params={"nprobe": 3}).status, 422)
+        self.assertEqual(self.gw.retrieve(["early timeout"], path="/retrieve/ex", headers={"X-Timeout-Ms": "soon"}).status, 422)
+        self.assertEqual(self.gw.retrieve(["early topk"], topk=-1, path="/retrieve/ex").status, 422)
+        self.assertEqual(self.gw.retrieve(["after early"], path="/retrieve/ex").status, 200)
+        wait_for(lambda: any(l["query"] == "after early" for l in read_lines(path)), "the line after")
+        self.assertEqual([l["query"] for l in read_lines(path) if "early" in l["query"]], ["after early"])
 
     def test_fusion_route(self):
         r = self.gw.retrieve(["fused paris", "fused tokyo"], topk=2, path="/retrieve/fu")
@@ -151,6 +178,132 @@ class Content(unittest.TestCase):
         # the legs' own queries are not in the leg route's trace: the fusion request is
         time.sleep(0.2)
         self.assertFalse(any(l["query"].startswith("fused ") for l in read_lines(self.dir + "/ex.jsonl")))
+
+
+class CacheOutcomes(unittest.TestCase):
+    """The cache outcomes the pipeline sets, end to end: `joined` (an identical query in flight:
+    singleflight), `redis` (another gateway's answer, from the shared Redis) and `fallback` (the
+    route's fallback backend, named in `fallback`)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sgtrace-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def lines(self, gw, path, n):
+        wait_for(lambda: written(gw, path) >= n, "%d lines in %s" % (n, path))
+        return read_lines(path)
+
+    def test_joined(self):
+        slow = example_backend("slow", delay_per_query_ms=1000, cache=False)
+        slow["trace"] = {"path": self.dir + "/slow.jsonl"}
+        gw = Gateway({"backends": [slow]}, threads=2)
+        try:
+            def ask(wait):
+                time.sleep(wait)
+                return gw.retrieve(["joined once"], path="/retrieve/slow").status
+
+            self.assertEqual(sgtest.parallel(ask, [(0,), (0.2,)]), [200, 200])
+            lines = self.lines(gw, self.dir + "/slow.jsonl", 2)
+            self.assertEqual(gw.metric("searchgate_backend_example_calls_total", backend="slow"), 1)
+        finally:
+            gw.stop()
+        self.assertEqual(len(lines), 2)
+        self.assertEqual(sorted(l["cache"] for l in lines), ["backend", "joined"])
+        self.assertEqual(lines[0]["ids"], lines[1]["ids"])
+        self.assertEqual(len({l["request"] for l in lines}), 2)
+
+    def test_redis(self):
+        redis = sgtest.Redis()
+        try:
+            def gateway(name):
+                ex = example_backend("ex", cache=True, cache_ttl_s=60)
+                ex["trace"] = {"path": "%s/%s.jsonl" % (self.dir, name)}
+                gw = Gateway({"backends": [ex], "cache": {"l1_bytes": 8 << 20, "redis": {"host": "127.0.0.1", "port": redis.port,
+                                                                                           "timeout_ms": 1000}}})
+                wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", "redis up")
+                return gw
+
+            a = gateway("a")
+            try:
+                self.assertEqual(a.retrieve(["shared paris"]).status, 200)
+                self.assertEqual(a.retrieve(["shared paris"]).status, 200)
+                wait_for(lambda: len(redis.command("KEYS", "sg:*")) >= 1, "the Redis entry")
+                la = self.lines(a, self.dir + "/a.jsonl", 2)
+            finally:
+                a.stop()
+            b = gateway("b")  # a replica on the same Redis: its L1 is empty
+            try:
+                self.assertEqual(b.retrieve(["shared paris"]).status, 200)
+                self.assertEqual(b.retrieve(["shared paris"]).status, 200)
+                lb = self.lines(b, self.dir + "/b.jsonl", 2)
+            finally:
+                b.stop()
+        finally:
+            redis.close()
+        self.assertEqual([l["cache"] for l in la], ["backend", "l1"])
+        self.assertEqual([l["cache"] for l in lb], ["redis", "l1"])
+        self.assertEqual(lb[0]["ids"], la[0]["ids"])
+        self.assertEqual(lb[0]["scores"], la[0]["scores"])
+
+    def test_fallback(self):
+        broken = example_backend("broken", error={"status": "unavailable", "message": "down"}, fallback="plain")
+        broken["trace"] = {"path": self.dir + "/broken.jsonl"}
+        gw = Gateway({"backends": [broken, example_backend("plain")]})
+        try:
+            r = gw.retrieve(["fall paris", "fall tokyo"], path="/retrieve/broken")
+            self.assertEqual(r.status, 200, r)
+            want = [[h["document"]["id"] for h in hits] for hits in r.json()["result"]]
+            lines = self.lines(gw, self.dir + "/broken.jsonl", 2)
+        finally:
+            gw.stop()
+        self.assertEqual([(l["query"], l["route"], l["cache"], l["fallback"], l["status"]) for l in lines],
+                         [("fall paris", "broken", "fallback", "plain", 200), ("fall tokyo", "broken", "fallback", "plain", 200)])
+        self.assertEqual([l["ids"] for l in lines], want)
+
+
+class Mcp(unittest.TestCase):
+    """MCP tools/call searches go through the pipeline and are traced like /retrieve (docs/traces.md);
+    a call refused for its arguments (-32602) searched nothing and has no line."""
+
+    def test_tools_call_is_traced(self):
+        d = tempfile.mkdtemp(prefix="sgtrace-")
+        try:
+            ex = example_backend("ex")
+            ex["trace"] = {"path": d + "/"}
+            wiki = example_backend("wiki", pages=[{"url": "https://example.org/a", "contents": "page a"}])
+            wiki["trace"] = {"path": d + "/"}
+            gw = Gateway({"backends": [ex, wiki]})
+            try:
+                def call(name, args):
+                    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
+                    r = sgtest.request(gw.port, "POST", "/mcp", json.dumps(body),
+                                       {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+                    self.assertEqual(r.status, 200, r)
+                    return r.json()
+
+                self.assertFalse(call("search", {"query": "mcp hamlet", "topk": 2})["result"]["isError"])
+                self.assertFalse(call("search_wiki", {"queries": ["mcp paris", "mcp tokyo"]})["result"]["isError"])
+                self.assertFalse(call("access_wiki", {"url": "https://example.org/a"})["result"]["isError"])
+                self.assertEqual(call("search", {"query": 7})["error"]["code"], -32602)
+                want = {q: [h["document"]["id"] for h in gw.retrieve([q], topk=k, path="/retrieve/" + route).json()["result"][0]]
+                        for q, k, route in (("mcp hamlet", 2, "ex"), ("mcp paris", 3, "wiki"), ("mcp tokyo", 3, "wiki"))}
+                wait_for(lambda: written(gw, d + "/ex.jsonl") >= 2 and written(gw, d + "/wiki.jsonl") >= 5, "the lines")
+            finally:
+                gw.stop()
+            ex_lines = [l for l in read_lines(d + "/ex.jsonl") if l["client"] == "ip:127.0.0.1"]
+            self.assertEqual([(l["query"], l["op"], l["topk"], l["n"], l["status"], l["cache"]) for l in ex_lines],
+                             [("mcp hamlet", "retrieve", 2, 1, 200, "backend"), ("mcp hamlet", "retrieve", 2, 1, 200, "l1")])
+            self.assertEqual(ex_lines[0]["ids"], want["mcp hamlet"])
+            wiki_lines = read_lines(d + "/wiki.jsonl")
+            self.assertEqual([(l["query"], l["op"], l["i"], l["n"]) for l in wiki_lines[:3]],
+                             [("mcp paris", "retrieve", 0, 2), ("mcp tokyo", "retrieve", 1, 2), ("https://example.org/a", "access", 0, 1)])
+            self.assertEqual([l["ids"] for l in wiki_lines[:2]], [want["mcp paris"], want["mcp tokyo"]])
+            self.assertEqual(wiki_lines[2]["ids"], ["https://example.org/a"])
+            self.assertEqual(len(wiki_lines), 5)  # and the two /retrieve queries above
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class Clients(unittest.TestCase):

@@ -2,15 +2,20 @@
 the comparison of two traces, and `replay` against the real gateway -- the same route reproduces
 the recorded answers exactly (ids, scores, batches), another route's differences are what the
 comparison reports, batching, rate, failures and bad usage."""
+import http.server
 import json
 import math
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
+
+import numpy as np
 
 import sgtest
 from sgtest import Gateway, example_backend
@@ -236,6 +241,162 @@ class Replay(unittest.TestCase):
             got = [json.loads(l) for l in f]
         self.assertEqual(len(got), len(self.recorded))
         self.assertTrue(all(l["status"] == 0 and l["error"].startswith("connection: ") for l in got), got[0])
+
+
+class ReplayParams(unittest.TestCase):
+    """Replay resends the recorded search parameters: a local IVF route (the plugin that takes
+    "search_params") recorded with and without {"nprobe": 8}, replayed against itself, gives the
+    recorded answers exactly; --params none gives the route's defaults; queries with different
+    parameters are never sent together; "params" that are not key=value text are refused."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sgtool-params-")
+        n, d = 2000, 64  # the e5-tiny fixture encodes 64-d
+        rng = np.random.default_rng(7)
+        centers = rng.standard_normal((25, d))
+        x = centers[rng.integers(0, 25, n)] + 0.4 * rng.standard_normal((n, d))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        flat = os.path.join(cls.dir, "flat.index")
+        with open(flat, "wb") as f:  # a FAISS IndexFlatIP file (protocols.md 6.2)
+            f.write(b"IxFI" + struct.pack("<iqqq?iQ", d, n, 1 << 20, 1 << 20, True, 0, n * d))
+            f.write(np.ascontiguousarray(x, dtype="<f4").tobytes())
+        corpus = os.path.join(cls.dir, "corpus.jsonl")
+        with open(corpus, "w") as f:
+            for i in range(n):
+                f.write(json.dumps({"id": str(i), "contents": "\"Row %d\"\nrow %d" % (i, i)}) + "\n")
+        ivf = os.path.join(cls.dir, "ivf.index")
+        subprocess.run([sgtest.binary("searchgate-index"), "convert", flat, ivf, "--factory", "IVF8,Flat", "--eval", "50", "--nprobe",
+                        "1,8"], check=True, capture_output=True, timeout=sgtest.scaled(300))
+        cls.trace = os.path.join(cls.dir, "ivf.jsonl")
+        cls.gw = Gateway({"backends": [{"name": "ivf", "plugin": "local", "topk": 5, "trace": {"path": cls.trace}, "config": {
+            "model": os.path.join(sgtest.FIXTURES, "e5-tiny"), "index": ivf, "corpus": corpus, "nprobe": 1, "max_nprobe": 8,
+            "workers": 1, "max_wait_ms": 1}}]})
+        cls.url = "http://127.0.0.1:%d/retrieve" % cls.gw.port
+        cls.qs = ["meadow lantern %d" % i for i in range(16)]
+        sent = 0
+        for k in range(0, 16, 4):  # batches of 4: with nprobe 8, with the route's nprobe 1, alternately
+            extra = {"search_params": {"nprobe": 8}} if k % 8 == 0 else {}
+            r = cls.gw.retrieve(cls.qs[k:k + 4], topk=5, path="/retrieve/ivf", **extra)
+            assert r.status == 200, r
+            sent += 4
+        deadline = time.time() + sgtest.scaled(20)
+        while cls.gw.metric("searchgate_trace_lines_total", trace=cls.trace) < sent and time.time() < deadline:
+            time.sleep(0.02)
+        snapshot = os.path.join(cls.dir, "recorded.jsonl")
+        shutil.copyfile(cls.trace, snapshot)
+        cls.trace = snapshot
+        with open(snapshot) as f:
+            cls.recorded = [json.loads(l) for l in f]
+        assert len(cls.recorded) == sent, (len(cls.recorded), sent)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def replay(self, trace, name, *args, check=True):
+        out = os.path.join(self.dir, name)
+        p = tool("replay", trace, "--url", self.url, "--out", out, *args, check=check)
+        if not os.path.exists(out):
+            return p, None
+        with open(out) as f:
+            return p, [json.loads(l) for l in f]
+
+    def defaults(self, q):
+        """The route's answer to `q` with its own parameters."""
+        r = self.gw.retrieve([q], topk=5, path="/retrieve/ivf")
+        self.assertEqual(r.status, 200, r)
+        return [h["document"]["id"] for h in r.json()["result"][0]], [h["score"] for h in r.json()["result"][0]]
+
+    def test_recorded(self):
+        self.assertEqual([l.get("params") for l in self.recorded], ["nprobe=8"] * 4 + [None] * 4 + ["nprobe=8"] * 4 + [None] * 4)
+        # the parameters matter for these queries: nprobe 8 finds what nprobe 1 misses
+        self.assertTrue(any(l["ids"] != self.defaults(l["query"])[0] for l in self.recorded if l.get("params")))
+
+    def test_same_route_reproduces_the_parameters(self):
+        before = self.gw.metric("searchgate_requests_total", backend="ivf")
+        _, got = self.replay(self.trace, "same.jsonl", "--route", "ivf")
+        self.assertEqual(self.gw.metric("searchgate_requests_total", backend="ivf") - before, 4)
+        self.assertEqual(len(got), len(self.recorded))
+        for old, new in zip(self.recorded, got):
+            self.assertEqual((new["query"], new["i"], new["n"], new.get("params")), (old["query"], old["i"], old["n"], old.get("params")))
+            self.assertEqual((new["ids"], new["scores"]), (old["ids"], old["scores"]), new["query"])
+            self.assertEqual("params=nprobe=8" in new["provenance"], "params" in old, new["provenance"])
+        c = summary(self.trace, os.path.join(self.dir, "same.jsonl"))["comparisons"][0]
+        self.assertEqual((c["identical_share"], c["top1_changed"]), (1, 0))
+
+    def test_params_none_gives_the_route_defaults(self):
+        _, got = self.replay(self.trace, "none.jsonl", "--route", "ivf", "--params", "none")
+        self.assertEqual(len(got), len(self.recorded))
+        for l in got:
+            self.assertNotIn("params", l)
+            self.assertNotIn("params=", l["provenance"])
+            self.assertEqual((l["ids"], l["scores"]), self.defaults(l["query"]), l["query"])
+
+    def test_different_params_are_sent_apart(self):
+        t = os.path.join(self.dir, "mixed.jsonl")
+        write(t, [{"request": "m", "i": i, "n": 4, "op": "retrieve", "topk": 5, "query": self.qs[i], **p}
+                  for i, p in enumerate([{"params": "nprobe=8"}, {"params": "nprobe=8"}, {}, {"params": "nprobe=2"}])])
+        before = self.gw.metric("searchgate_requests_total", backend="ivf")
+        _, got = self.replay(t, "mixed.out", "--route", "ivf")
+        self.assertEqual(self.gw.metric("searchgate_requests_total", backend="ivf") - before, 3)
+        self.assertEqual([(l["request"], l["i"], l["n"], l.get("params")) for l in got],
+                         [("replay-0", 0, 2, "nprobe=8"), ("replay-0", 1, 2, "nprobe=8"), ("replay-1", 0, 1, None),
+                          ("replay-2", 0, 1, "nprobe=2")])
+        self.assertIn("params=nprobe=2", got[3]["provenance"])
+
+    def test_bodies_sent(self):
+        """The exact inverse of the canonical text, seen by a server that records the bodies."""
+        bodies = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                bodies.append(body)
+                out = json.dumps({"result": [[] for _ in body["queries"]]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            t = os.path.join(self.dir, "kinds.jsonl")
+            write(t, [{"request": "k", "i": 0, "n": 2, "op": "retrieve", "topk": 4, "query": "a",
+                       "params": "efSearch=64,exact=true,mode=fast,rerank=-1.5e3,w=0.25"},
+                      {"request": "k", "i": 1, "n": 2, "op": "retrieve", "topk": 4, "query": "b",
+                       "params": "efSearch=64,exact=true,mode=fast,rerank=-1.5e3,w=0.25"},
+                      {"request": "l", "i": 0, "n": 1, "op": "retrieve", "query": "c", "params": "x=07,y=1.,z=True,e="},
+                      {"request": "m", "i": 0, "n": 1, "op": "retrieve", "query": "d", "params": ""}])
+            url = "http://127.0.0.1:%d/retrieve" % srv.server_address[1]
+            for mode, want in (("recorded", [{"efSearch": 64, "exact": True, "mode": "fast", "rerank": -1500.0, "w": 0.25},
+                                             {"x": "07", "y": "1.", "z": "True", "e": ""}, None]),
+                               ("none", [None, None, None])):
+                del bodies[:]
+                tool("replay", t, "--url", url, "--out", os.path.join(self.dir, "kinds.out"), "--params", mode)
+                self.assertEqual([b["queries"] for b in bodies], [["a", "b"], ["c"], ["d"]])
+                self.assertEqual([b.get("search_params") for b in bodies], want)
+                self.assertEqual([b.get("topk") for b in bodies], [4, None, None])
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+    def test_params_that_are_not_key_value_text(self):
+        t = os.path.join(self.dir, "odd.jsonl")
+        write(t, [{"request": "o", "i": 0, "n": 1, "op": "retrieve", "query": "odd", "params": "fast"}])
+        p, got = self.replay(t, "odd.out", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIsNone(got)
+        self.assertIn("1 lines have \"params\" that are not key=value text (\"fast\")", p.stderr)
+        self.assertIn("--params none", p.stderr)
+        _, got = self.replay(t, "odd.out", "--route", "ivf", "--params", "none")
+        self.assertEqual([(l["status"], l.get("params")) for l in got], [(200, None)])
 
 
 class WorkedExample(unittest.TestCase):
