@@ -166,8 +166,10 @@ class DebianPackage(unittest.TestCase):
         for line in (r"plugin ABI\s+\d+\.\d+", r"h2o\s+2\.2\.5", r"hiredis\s+0\.14", r"libcurl\s+\d+\.\d+", r"BLAS\s+OpenBLAS \d",
                      r"FAISS\s+\d+\.\d+", r"plugins\s+/usr/lib/searchgate: .*bm25"):
             self.assertRegex(out, re.compile("^" + line, re.M))
-        for plugin in ("local", "serper", "qdrant", "upstream"):
-            self.assertIn(plugin, out.splitlines()[-1])
+        for plugin in ("local", "serper", "qdrant", "upstream", "mock"):
+            self.assertIn(plugin, out.splitlines()[-1].split())
+        # the offline trace tool is in the package, and its libraries (libcurl, cJSON) are in Depends
+        self.assertIn("usage: searchgate-trace summary", self.chroot(["searchgate-trace", "--help"]).stdout)
 
     def test_2_user_and_demo_index(self):
         pw = self.chroot(["getent", "passwd", "searchgate"]).stdout.split(":")

@@ -171,6 +171,54 @@ class Port0AndAddressFile(unittest.TestCase):
         self.assertFalse(os.path.exists(path))
 
 
+class SlurmRecipe(unittest.TestCase):
+    """docs/deployment.md "SLURM": two jobs' gateways on one node, each started with
+    `--host 0.0.0.0 --port 0 --address-file F`, at once. Each file holds gethostname():port (a
+    wildcard listener publishes the node's name), the ports differ, and each address reaches its
+    own gateway (each serves a document the other does not have)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sgslurm-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_two_gateways_on_one_node(self):
+        names = ("alpha", "beta")
+        paths = [os.path.join(self.dir, "searchgate.job%d.addr" % i) for i in (1, 2)]
+        gws = []
+        try:
+            for name, path in zip(names, paths):
+                docs = [{"id": name, "contents": '"%s"\nthe %s job\'s document' % (name, name)}]
+                gws.append(Gateway({"backends": [example_backend(documents=docs)]},
+                                   extra_args=["--host", "0.0.0.0", "--address-file", path]))
+            host = socket.gethostname()
+            ports = []
+            for gw, path in zip(gws, paths):
+                with open(path) as f:
+                    text = f.read()
+                self.assertEqual(text, "%s:%d" % (host, gw.port))  # no newline, as the job script reads it
+                ports.append(int(text.rsplit(":", 1)[1]))
+            self.assertNotEqual(ports[0], ports[1])
+            # the job's workers use the file's address; where this machine cannot resolve its own
+            # name (some containers), the same port on loopback stands in for it: the listener is
+            # on 0.0.0.0, so both reach the same socket
+            try:
+                socket.getaddrinfo(host, None, socket.AF_INET)
+                via = host
+            except socket.gaierror:
+                via = "127.0.0.1"
+            for name, port in zip(names, ports):
+                r = request(port, "POST", "/retrieve", {"queries": ["job document"], "topk": 3, "return_scores": True}, host=via)
+                self.assertEqual(r.status, 200, (via, r))
+                self.assertEqual([h["document"]["id"] for h in r.json()["result"][0]], [name])
+        finally:
+            for gw in gws:
+                gw.stop()
+        for path in paths:
+            self.assertFalse(os.path.exists(path), path)
+
+
 class UnixSocket(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="sgunix-")

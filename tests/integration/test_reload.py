@@ -9,10 +9,13 @@ trace added, and invalid configs that must be refused as a whole with --check's 
 no request of the load failed, a removed key is refused 401 by the first request after the reload
 returned, an added route and its MCP tool serve at once, the bm25 index and the kept mock route
 were never loaded again, budgets and rate-limit state carried over, and every old generation was
-disposed once its requests ended.
+disposed once its requests ended. RouteSettings: a changed rerank stage rebuilds its route (the
+answers are the new stage's), a fusion route added, changed (legs, weights) and removed, log_level
+switched to debug and back, and limits (max_topk, max_queries) applying to the next request.
 """
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -449,6 +452,107 @@ class SharedBudget(unittest.TestCase):
         finally:
             redis.resume()
             redis.close()
+
+
+class RouteSettings(unittest.TestCase):
+    """What a reload changes in a route's serving besides its plugin config: the rerank stage, the
+    fusion routes, the log level and the request limits, each seen in the answers (and the admin
+    reply) right after the reload. The example plugin keeps it cheap."""
+
+    def setUp(self):
+        self.gw = None
+
+    def tearDown(self):
+        if self.gw is not None:
+            self.gw.stop()
+
+    def start(self, backends, **top):
+        cfg = dict({"listen": {"host": "127.0.0.1", "port": 0}, "threads": 2, "clients": {"admin_key_env": "SG_RL_ADMIN"},
+                    "backends": backends}, **top)
+        self.gw = sgtest.Gateway(cfg, env=ENV)
+        self.gw.metrics_headers = ADMIN
+        return cfg
+
+    def reload(self, backends, **top):
+        cfg = dict(self.gw.config, backends=backends, **top)
+        write(self.gw.config_path, cfg)
+        r = self.gw.post("/admin/reload", b"", headers=ADMIN, timeout=sgtest.scaled(60))
+        self.assertEqual(r.status, 200, r)
+        return r.json()
+
+    def hits(self, path, query="capital city", topk=3):
+        r = self.gw.retrieve([query], topk=topk, path=path)
+        self.assertEqual(r.status, 200, r)
+        return [(h["document"]["id"], h["score"]) for h in r.json()["result"][0]]
+
+    def test_rerank_settings_rebuild_the_route(self):
+        """rerank is part of the route's instance key (build.c): a changed stage is a new instance,
+        and the answers are the new stage's -- here the same logits through a sigmoid."""
+        def rr(activation):
+            e = sgtest.example_backend("rr", cache=False)
+            e["rerank"] = {"model": os.path.join(sgtest.FIXTURES, "xenc-tiny"), "candidates": 6, "activation": activation}
+            return e
+        self.start([rr("identity")])
+        before = self.hits("/retrieve/rr")
+        rep = self.reload([rr("sigmoid")])
+        self.assertEqual((rep["routes"]["recreated"], rep["routes"]["kept"]), (["rr"], []), rep)
+        after = self.hits("/retrieve/rr")
+        self.assertEqual([i for i, _ in after], [i for i, _ in before])  # monotonic: the order stays
+        for (_, logit), (_, score) in zip(before, after):
+            self.assertAlmostEqual(score, 1 / (1 + math.exp(-logit)), delta=1e-5)
+        self.assertEqual(self.gw.metric("searchgate_backend_instances_created_total", backend="rr"), 2)
+        self.assertEqual(self.reload([rr("sigmoid")])["routes"]["kept"], ["rr"])  # unchanged: the same instance
+
+    def test_fusion_route_added_changed_removed(self):
+        def leg(name):
+            return sgtest.example_backend(name, documents=[{"id": "%s%d" % (name, i), "contents": '"%s%d"\ncity' % (name, i)}
+                                                           for i in range(3)])
+        legs = [leg("a"), leg("b"), leg("c")]
+        self.start(legs)
+        self.assertEqual(self.gw.post("/retrieve/fu", {"queries": ["city"]}).status, 404)
+        rep = self.reload(legs + [{"name": "fu", "fusion": {"routes": ["a", "b"]}}])
+        self.assertEqual(rep["fusion_routes"], {"added": ["fu"], "removed": [], "kept": []}, rep)
+        self.assertEqual(sorted(rep["routes"]["kept"]), ["a", "b", "c"], rep)
+        got = self.hits("/retrieve/fu", "city", 6)
+        self.assertEqual([i for i, _ in got], ["a0", "b0", "a1", "b1", "a2", "b2"])  # rrf, ties in leg order
+        # other legs and a weight: the same query, answered from the new legs with the new weight
+        rep = self.reload(legs + [{"name": "fu", "fusion": {"routes": ["a", "c"], "weights": {"c": 3}}}])
+        self.assertEqual(rep["fusion_routes"], {"added": [], "removed": [], "kept": ["fu"]}, rep)
+        got = self.hits("/retrieve/fu", "city", 6)
+        self.assertEqual([i for i, _ in got], ["c0", "c1", "c2", "a0", "a1", "a2"])
+        self.assertAlmostEqual(got[0][1], 3 * got[3][1])  # both rank 1 of their leg, weights 3 and 1
+        rep = self.reload(legs)
+        self.assertEqual(rep["fusion_routes"], {"added": [], "removed": ["fu"], "kept": []}, rep)
+        self.assertEqual(self.gw.post("/retrieve/fu", {"queries": ["city"]}).status, 404)
+        self.assertEqual(len(self.hits("/retrieve/a", "city")), 3)
+
+    def test_log_level(self):
+        line = " POST /retrieve backend=ex client="  # the per-query debug line
+        self.start([sgtest.example_backend("ex", cache=False)], log_level="info")
+        self.hits("/retrieve/ex")
+        self.reload([sgtest.example_backend("ex", cache=False)], log_level="debug")
+        self.hits("/retrieve/ex")
+        self.assertEqual(self.gw.wait_log(line).count(line), 1)  # the request after the reload only
+        self.reload([sgtest.example_backend("ex", cache=False)], log_level="warn")
+        self.hits("/retrieve/ex")
+        time.sleep(sgtest.scaled(0.3))  # a line would be written before the answer or just after it
+        self.assertEqual(self.gw.read_log().count(line), 1)  # and back to quiet
+
+    def test_limits(self):
+        """limits.max_topk raised: a topk refused before is served; limits.max_queries lowered: a batch
+        served before is refused."""
+        ex = [sgtest.example_backend("ex")]
+        self.start(ex, limits={"max_topk": 3, "max_queries": 10})
+        r = self.gw.retrieve(["capital"], topk=5)
+        self.assertEqual(r.status, 413, r)
+        self.assertIn("limits.max_topk (3)", r.json()["error"]["message"])
+        self.assertEqual(self.gw.retrieve(["q%d" % i for i in range(4)], topk=1).status, 200)
+        rep = self.reload(ex, limits={"max_topk": 10, "max_queries": 3})
+        self.assertEqual(rep["restart_required"], [], rep)
+        self.assertEqual(len(self.hits("/retrieve", "capital", 5)), 5)
+        r = self.gw.retrieve(["q%d" % i for i in range(4)], topk=1)
+        self.assertEqual(r.status, 413, r)
+        self.assertIn("limits.max_queries", r.json()["error"]["message"])
 
 
 class NoAdminKey(unittest.TestCase):
