@@ -520,7 +520,29 @@ class Checker:
                     self.failures.append("%s:%d: names %s, which is not in the repository" % (rel, n, name))
             if re.search(r"(?<![\w.])/work/|(?<![\w/])shared/\w+\.md", line):
                 self.failures.append("%s:%d: names a path outside the repository" % (rel, n))
+            for problem in stale_references(line):
+                self.failures.append("%s:%d: %s" % (rel, n, problem))
         return text
+
+    def check_sources(self):
+        """Comments of the code and tests cite docs the same way: no section numbers, no
+        notes outside the repository (a checkout only: `git ls-files`)."""
+        try:
+            files = subprocess.run(["git", "-C", self.root, "ls-files", "*.c", "*.h", "*.cu", "*.cc", "*.py", "*.sh",
+                                    "CMakeLists.txt", "*.cmake"], capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            return
+        for rel in files:
+            if rel in SELF:
+                continue
+            try:
+                with open(os.path.join(self.root, rel), encoding="utf-8") as f:
+                    lines = f.read().split("\n")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for n, line in enumerate(lines, 1):
+                for problem in stale_references(line, code=True):
+                    self.failures.append("%s:%d: %s" % (rel, n, problem))
 
     def run(self):
         for path in doc_files(self.root):
@@ -543,7 +565,31 @@ class Checker:
                     except Exception as e:  # noqa: BLE001
                         self.failures.append("%s:%d: table row: checker error: %r" % (rel, n, e))
             self.routes = set()
+        self.check_sources()
         return not self.failures
+
+
+STALE_NOTES = re.compile(r"(?<![\w/-])(platform|style)\.md\b")
+NUMBERED_CITE = re.compile(r"\bprotocols\.md,?\s+(?:section\s+|§\s*)?(?:\d+(?:\.\d+)*|Appendix\s+\w+)\b")
+# The checker's own sources and the self-test name what they look for.
+SELF = {"tests/docs/check_snippets.py", "tests/docs/test_docs.py"}
+
+
+def stale_references(line, code=False):
+    """Citations a reader of this repository cannot follow: a section sign or a section number
+    (docs/protocols.md has none: cite its heading), and the house notes platform.md and
+    style.md, which are not part of the repository. In code, a `§` that is data (an entity
+    table) is allowed; a numbered citation and the notes are not."""
+    out = []
+    if ("§" in line and not code) or re.search(r"§\s*\d", line):
+        out.append("a section sign (§): cite a heading instead (a link with its #anchor, or the heading's words)")
+    m = NUMBERED_CITE.search(line)
+    if m:
+        out.append("cites `%s`: docs/protocols.md has no numbered sections; cite a heading" % m.group(0))
+    m = STALE_NOTES.search(line)
+    if m:
+        out.append("cites %s, which is not part of the repository" % m.group(0))
+    return out
 
 
 def section_of(heads, line):

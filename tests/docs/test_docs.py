@@ -4,6 +4,7 @@ and a snippet marked partial is skipped by its name. Run: ctest -R docs_snippets
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -79,7 +80,10 @@ class SeededBreaks(unittest.TestCase):
         self.assertIn('config.type must be "native" or "mcp"', clients)
         self.assertIn("retries: expected an integer in [0, 10], got -1", "\n".join(self.failures_of("docs/configuration.md")))
         self.assertRegex("\n".join(self.failures_of("README.md")), r"gets HTTP 400")
-        self.assertIn("names platform.md, which is not in the repository", "\n".join(self.failures_of("docs/api.md")))
+        api = "\n".join(self.failures_of("docs/api.md"))
+        self.assertIn("names platform.md, which is not in the repository", api)
+        self.assertIn("cites `protocols.md §4`: docs/protocols.md has no numbered sections", api)
+        self.assertIn("a section sign (§)", api)
 
     def test_seeded_breaks_in_tables(self):
         """Inline code in table rows: the slime row of clients.md's CI table without `proxy` (the
@@ -163,6 +167,14 @@ class SeededPage(unittest.TestCase):
                 f.write(PAGE)
             with open(os.path.join(root, "docs", "api.md"), "w") as f:
                 f.write("# API\n")
+            # a checkout: the comments of its code are checked for the same citations
+            os.makedirs(os.path.join(root, "src"))
+            with open(os.path.join(root, "src", "a.c"), "w") as f:
+                f.write('/* the layout: protocols.md 6.2 */\n/* the order of style.md 1.8 */\nstatic const char *s = "\u00a7";\n')
+            with open(os.path.join(root, "src", "b.py"), "w") as f:
+                f.write('"""As platform.md section 6 describes (\u00a74.5)."""\n')
+            subprocess.run(["git", "init", "-q", root], check=True)
+            subprocess.run(["git", "-C", root, "add", "src"], check=True)
             c = run_checker(root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -176,6 +188,11 @@ class SeededPage(unittest.TestCase):
                   "link to api.md#no-such-heading: api.md has no heading #no-such-heading"]
         for e in expect:
             self.assertIn(e, text)
+        self.assertIn("src/a.c:1: cites `protocols.md 6.2`: docs/protocols.md has no numbered sections", text)
+        self.assertIn("src/a.c:2: cites style.md, which is not part of the repository", text)
+        self.assertNotIn("src/a.c:3", text)  # a section sign that is data
+        self.assertIn("src/b.py:1: cites platform.md", text)
+        self.assertIn("src/b.py:1: a section sign", text)
         for row, cell, problem in (("| slime |", '"search_backend": "local"', "SEARCH_R1_CONFIGS['local']['proxy'] is required"),
                                    ("| RLinf |", "server_addr: http://", "must be host:port without scheme"),
                                    ("| verl |", "retrieval_service_url: ", "/retrieve/nosuch answers 404")):

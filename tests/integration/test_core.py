@@ -1,5 +1,5 @@
 """Integration tests of the gateway core with the example plugin: the /retrieve contract of
-protocols.md section 4 and Appendix A, error statuses, concurrency, keep-alive, hang-ups."""
+docs/protocols.md, "The `/retrieve` contract", error statuses, concurrency, keep-alive, hang-ups."""
 import http.client
 import json
 import os
@@ -42,7 +42,7 @@ class Core(unittest.TestCase):
     def tearDownClass(cls):
         cls.gw.stop()
 
-    # --- protocols.md Appendix A ---
+    # --- docs/protocols.md, "The `/retrieve` contract" ---
 
     def test_appendix_a_scored_shape(self):
         r = self.gw.post("/retrieve", {"queries": ["who wrote hamlet", "capital of france"], "topk": 3, "return_scores": True},
