@@ -30,7 +30,10 @@ A snippet that is deliberately partial (a fragment, an abridged answer) says so 
 marked, on the line before its fence, with `<!-- snippet NAME: partial (why) -->`; it is skipped by
 that name. `<!-- snippet NAME: KIND -->` names a snippet's kind when the guess is wrong (KIND: data,
 gateway-config, route-entry, shell). Prose is checked too: every *.md file a page names exists, and
-every #anchor of a link to a page exists in it.
+every #anchor of a link to a page exists in it; a section sign, a numbered docs/protocols.md
+citation ("protocols.md 6.2": it has headings, no numbers) and the house notes platform.md and
+style.md (not in the repository) are flagged in the docs and in the comments of every tracked
+source file.
 
 Usage: check_snippets.py [--root DIR] [--build DIR] [-v]; exit status 1 when anything fails.
 """

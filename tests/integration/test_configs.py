@@ -37,7 +37,8 @@ def documented_default_timeout_ms():
     out = set()
     for page in ("configuration.md", "fusion.md"):
         with open(os.path.join(sgtest.SOURCE_DIR, "docs", page), encoding="utf-8") as f:
-            out.update(int(v) for v in re.findall(r"^\| `timeout_ms` \| integer \| (\d+)[^|]*\|[^|]*\| (?:deadline of a request|the request's deadline)", f.read(), re.M))
+            row = r"^\| `timeout_ms` \| integer \| (\d+)[^|]*\|[^|]*\| (?:deadline of a request|the request's deadline)"
+            out.update(int(v) for v in re.findall(row, f.read(), re.M))
     assert len(out) == 1, out
     return out.pop()
 
