@@ -5,8 +5,9 @@ behavioural models (client_models.py: request, timeouts, failures, retry schedul
 from each client's source at a pinned commit) run by one engine (client_engine.py) with the
 client's HTTP library against a real gateway; their sleeps are counted in a ledger, not waited.
 
-docs/clients.md ("Which status each client survives") is this table in words; docs/protocols.md
-describes each client's retry loop. Run: ctest -R clients_retries.
+The models are restated from the clients' code, not the clients themselves (the frameworks cannot
+be installed here). docs/protocols.md ("Which status each client survives") is this table in words
+and describes each client's retry loop. Run: ctest -R clients_retries.
 """
 import os
 import shutil
