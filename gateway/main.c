@@ -552,7 +552,7 @@ static void block_signals(sigset_t *set)
 static int command_line(int argc, char **argv, cmdline_t *cl)
 {
     int st = parse_args(argc, argv, cl);
-    /* BLAS and OpenMP pools oversubscribe small machines badly (platform.md): plugins
+    /* BLAS and OpenMP pools oversubscribe small machines badly: plugins
      * parallelise across requests instead, unless the operator says otherwise. */
     setenv("OMP_NUM_THREADS", "1", 0);
     setenv("OPENBLAS_NUM_THREADS", "1", 0);

@@ -1,7 +1,7 @@
 /*
  * http.c -- the outbound HTTP engine of the remote backends: one thread per engine driving a
  * libcurl multi handle with curl_multi_poll(), fed through a mutex-protected inbox and woken
- * with curl_multi_wakeup() (style.md 3.3, platform.md 7). See http.h for the contract.
+ * with curl_multi_wakeup(). See http.h for the contract.
  *
  * A transfer lives in exactly one list at a time: the inbox (submitted, not yet seen by the
  * engine), `delayed` (waiting for its not_before time, sorted), `ready` (due, started in the

@@ -5,7 +5,7 @@
  * hand it transfers through a mutex-protected inbox and wake it with curl_multi_wakeup(), so a
  * gateway loop thread never blocks on the network. The engine keeps connections alive (one
  * connection cache per engine), speaks HTTP/1.1 over plain TCP and negotiates HTTP/2 by ALPN
- * over TLS only (Debian's libcurl 7.88 breaks h2c: platform.md section 7), verifies TLS peers by
+ * over TLS only (Debian's libcurl 7.88 breaks h2c), verifies TLS peers by
  * default, caps the response size, and applies per-transfer connect and total timeouts bounded
  * by the caller's deadline.
  *

@@ -1,6 +1,6 @@
 /*
  * flat.cu -- exact (flat) inner-product / L2 search on GPUs, the equivalent of FAISS's
- * index_cpu_to_all_gpus(IndexFlat, useFloat16=True, shard=True) (protocols.md 5 step 8).
+ * index_cpu_to_all_gpus(IndexFlat, useFloat16=True, shard=True) (docs/protocols.md, "e5 query encoding").
  *
  * Storage: the vectors are split into contiguous, equal row ranges, one per GPU (shards), and kept
  * in fp16 (row-major, [rows, d]); for L2 also the fp32 squared norms. They are read from the FAISS

@@ -4,7 +4,7 @@
  * that does not need a GPU, so that it is unit-tested on any machine and shared by the CUDA
  * module (sg_local_cuda.so) and the local plugin.
  *
- *   - the FAISS IndexFlat file reader (protocols.md 6.2; the vectors start at the unaligned
+ *   - the FAISS IndexFlat file reader (docs/protocols.md, "Corpus and index files"; the vectors start at the unaligned
  *     offset 45), over mmap;
  *   - the shard planner (contiguous, equal row ranges, as faiss index_cpu_to_all_gpus shard=True);
  *   - the memory plans: every device buffer the module allocates for a flat-index shard or an

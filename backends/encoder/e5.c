@@ -1,6 +1,6 @@
 /*
  * e5.c -- the e5 encoder: a BERT model read straight from a Hugging Face folder and run on the
- * CPU with OpenBLAS sgemm (protocols.md section 5).
+ * CPU with OpenBLAS sgemm (docs/protocols.md, "e5 query encoding").
  *
  * Load: config.json gives every dimension (nothing assumes e5-base); vocab.txt gives the
  * WordPiece vocabulary; model.safetensors is mmapped and each tensor is checked by name and

@@ -3,7 +3,7 @@
  * dense backend, the Qdrant backend and the tools. A BERT model read straight from a Hugging
  * Face folder (config.json, vocab.txt, model.safetensors), uncased WordPiece tokenisation
  * exactly as BertTokenizer, forward pass on OpenBLAS, mean pooling over the attention mask and
- * L2 normalisation (protocols.md section 5).
+ * L2 normalisation (docs/protocols.md, "e5 query encoding").
  *
  * Thread-safety: a loaded model is read-only and may be shared by any number of threads; each
  * thread encodes with its own workspace.

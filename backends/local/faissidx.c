@@ -32,7 +32,7 @@ static void faiss_err(char *err, size_t err_size, const char *what, const char *
 
 /* FAISS 1.7.3's readers resize their vectors to the size the file claims before reading it and
  * leak the half-built index when a read fails, so a Flat index (the Search-R1 case) is checked
- * here first: header fields, and the file size they imply (layout: protocols.md 6.2). */
+ * here first: header fields, and the file size they imply (layout: docs/protocols.md, "Corpus and index files"). */
 static int check_flat(const char *path, const unsigned char *h, size_t got, uint64_t size, char *err, size_t err_size)
 {
     if (got < 45) {

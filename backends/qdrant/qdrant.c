@@ -1,6 +1,6 @@
 /*
  * qdrant.c -- the "qdrant" backend: dense retrieval against a Qdrant collection in RLinf's layout
- * (protocols.md 7: one unnamed e5 vector per corpus row, payload = the row), queried the way
+ * (docs/protocols.md, "Qdrant": one unnamed e5 vector per corpus row, payload = the row), queried the way
  * RLinf's local_retrieval_server.py does, but batched.
  *
  * search() copies the queries and queues the call for the encoder threads (the e5 encoder of

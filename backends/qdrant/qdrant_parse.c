@@ -1,5 +1,5 @@
 /*
- * qdrant_parse.c -- Qdrant REST bodies for the qdrant backend (protocols.md 7.3, Qdrant v1.10+
+ * qdrant_parse.c -- Qdrant REST bodies for the qdrant backend (docs/protocols.md, "Qdrant", Qdrant v1.10+
  * query API): the /points/query/batch request, its reply, error replies and collection info.
  */
 #include "qdrant_parse.h"

@@ -1,6 +1,6 @@
 /*
  * qdrant_parse.h -- pure functions for the qdrant backend: the batch query body, and the
- * replies of Qdrant's REST API (protocols.md 7.3) turned into DOCs. No I/O, no global state:
+ * replies of Qdrant's REST API (docs/protocols.md, "Qdrant") turned into DOCs. No I/O, no global state:
  * the plugin, the unit tests and the fuzz target call these.
  */
 #ifndef SG_BACKENDS_QDRANT_PARSE_H

@@ -1,6 +1,6 @@
 /*
  * serper.c -- the "serper" backend: Google results through serper.dev, formatted as slime's
- * search_backend "google" does (protocols.md 8), so RL clients get the same observations as
+ * search_backend "google" does (docs/protocols.md, "serper.dev"), so RL clients get the same observations as
  * with their own google_search_server.py while the gateway adds caching, limits and metrics.
  *
  * One search() = one job; each query of it is one POST {base_url}/search with

@@ -1,6 +1,6 @@
 /*
  * serper_parse.c -- serper.dev reply -> /retrieve DOCs, bit-for-bit the formatting of slime's
- * google_search_server.py (protocols.md 8.3):
+ * google_search_server.py (docs/protocols.md, "serper.dev"):
  *
  *     def parse_snippet(snippet): return [s.strip() for s in snippet.split("...") if len(s.strip().split()) > 5]
  *     title = item.get("title", ""); context = " ".join(parse_snippet(item.get("snippet", "")))

@@ -1,6 +1,6 @@
 /*
  * serper_parse.h -- pure functions that turn a serper.dev /search reply into /retrieve DOCs,
- * exactly as slime's and Search-R1's google_search_server.py format them (protocols.md 8.3).
+ * exactly as slime's and Search-R1's google_search_server.py format them (docs/protocols.md, "serper.dev").
  * No I/O and no global state: the plugin, the unit tests and the fuzz target all call these.
  */
 #ifndef SG_BACKENDS_SERPER_PARSE_H

@@ -1,15 +1,15 @@
 /*
  * upstream.c -- the "upstream" backend: forwards /retrieve (and /access) to one or more
  * Search-R1-compatible servers a lab already runs (the Python retrieval_server.py and its
- * copies, protocols.md 2), so the gateway can put its cache, singleflight, limits and metrics in
+ * copies, docs/protocols.md, "The `/retrieve` contract"), so the gateway can put its cache, singleflight, limits and metrics in
  * front of them.
  *
  * One search() = one POST {server}{path} with {"queries": [...], "topk": k, "return_scores":
- * true} -- always true upstream, because the SR1/VERL server crashes on false (protocols.md 2.4)
- * and the gateway needs the scores to serve both shapes itself; items of either shape are
- * accepted back (upstream_parse.c). Servers are chosen round robin or least-in-flight among the
- * healthy ones; a connection failure marks a server down until an active health probe (or,
- * without probes, `revive_ms`) brings it back; a failed attempt is retried on another server.
+ * true} -- always true upstream, because the SR1/VERL server crashes on false (docs/protocols.md, "Server quirks the clients
+ * adapted to") and the gateway needs the scores to serve both shapes itself; items of either shape are accepted back
+ * (upstream_parse.c). Servers are chosen round robin or least-in-flight among the healthy ones; a connection failure marks a server
+ * down until an active health probe (or, without probes, `revive_ms`) brings it back; a failed attempt is retried on another
+ * server.
  */
 #include "sg_backend.h"
 #include "cfg.h"

@@ -1,7 +1,7 @@
 /*
  * upstream_parse.c -- /retrieve and /access replies of a Search-R1-compatible server -> DOCs.
  *
- * Both response shapes of protocols.md 2.3 are accepted, item by item: the wrapped
+ * Both response shapes of docs/protocols.md, "The `/retrieve` contract" are accepted, item by item: the wrapped
  * {"document": DOC, "score": s} and the flat DOC. The DOC is re-serialised compactly (and made
  * valid UTF-8) so the gateway can splice it and serve either shape to its own clients.
  */

@@ -1,5 +1,5 @@
 /*
- * plugin.c -- the plugin loader. The checks follow the order in style.md 1.8: open, find the
+ * plugin.c -- the plugin loader. The checks go in this order: open, find the
  * entry, read the frozen header, then make sure every mandatory 1.0 function is present. Any
  * failure unloads the object and reports "<path>: <reason>".
  */

@@ -146,8 +146,16 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
         schema_open(w, "query", "string", "One search query.");
         sg_jw_end(w);
         string_list_property(w, "queries", cfg->limits.max_queries, "Several queries, answered in order (instead of query).");
-        schema_open(w, "topk", "integer", NULL);
-        sg_jw_ku64(w, "minimum", 0); /* 0, like null or no topk, is the route's default (as on /retrieve) */
+        /* "type": ["integer", "null"]: 0, null or no topk is the route's default (as on /retrieve);
+         * call_tool accepts exactly what this admits */
+        sg_jw_key(w, "topk");
+        sg_jw_obj(w);
+        sg_jw_key(w, "type");
+        sg_jw_arr(w);
+        sg_jw_str(w, "integer");
+        sg_jw_str(w, "null");
+        sg_jw_end(w);
+        sg_jw_ku64(w, "minimum", 0);
         sg_jw_ku64(w, "maximum", cfg->limits.max_topk);
         snprintf(topk_desc, sizeof(topk_desc), "Documents per query (0 or absent: the default, %u).", rtopk);
         sg_jw_kstr(w, "description", topk_desc);

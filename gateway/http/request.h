@@ -1,6 +1,6 @@
 /*
  * request.h -- parsing and validating a /retrieve or /access body, independent of HTTP so it can
- * be unit-tested. protocols.md section 4 is the contract: `queries` (or SkyRL's single `query`),
+ * be unit-tested. docs/protocols.md, "The `/retrieve` contract" is the contract: `queries` (or SkyRL's single `query`),
  * optional `topk` and `return_scores`, unknown fields ignored. searchgate's own optional field:
  * `search_params` (an object the route's backend validates: docs/api.md).
  */

@@ -157,6 +157,7 @@ static int route_from_path(incoming_t *in, const char *bname, size_t blen)
     if (bi < 0) {
         char msg[200];
         snprintf(msg, sizeof(msg), "no backend named \"%.*s\" is configured", (int)(blen > 64 ? 64 : blen), bname);
+        sg_ops_count_route(in->req, SG_OPS_OTHER, 404); /* no route's series: a job on a wrong URL shows here */
         answer_early(in->req, in->is_access, NULL, NULL, 404, "not_found", msg, 0, in->start_us);
         return -1;
     }
@@ -190,6 +191,7 @@ static int parse_body(incoming_t *in, int path_named_route)
             return 0;
         if (bi < 0) {
             snprintf(err, sizeof(err), "no backend named \"%.64s\" is configured", in->pr.backend);
+            sg_ops_count_route(req, SG_OPS_OTHER, 404);
             answer_early(req, in->is_access, NULL, NULL, 404, "not_found", err, 0, in->start_us);
             return -1;
         }

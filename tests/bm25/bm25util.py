@@ -101,7 +101,7 @@ class BruteForce:
 
 
 def expected_doc(row, index):
-    """The DOC the backend must serve for a corpus row (protocols.md §2.3 BM25 variant + id/url)."""
+    """The DOC the backend must serve for a corpus row (docs/backends/bm25.md, "What a hit looks like")."""
     contents = row["contents"]
     lines = contents.split("\n")
     return {"id": str(row.get("id", index)), "title": lines[0].strip('"'), "text": "\n".join(lines[1:]),

@@ -5,8 +5,9 @@ behavioural models (client_models.py: request, timeouts, failures, retry schedul
 from each client's source at a pinned commit) run by one engine (client_engine.py) with the
 client's HTTP library against a real gateway; their sleeps are counted in a ledger, not waited.
 
-docs/clients.md ("Which status each client survives") is this table in words; docs/protocols.md
-describes each client's retry loop. Run: ctest -R clients_retries.
+The models are restated from the clients' code, not the clients themselves (the frameworks cannot
+be installed here). docs/protocols.md ("Which status each client survives") is this table in words
+and describes each client's retry loop. Run: ctest -R clients_retries.
 """
 import os
 import shutil
@@ -38,30 +39,36 @@ class Outcome:
                                                                       self.slept, self.wall)
 
 
-def target(gw, client, operation):
-    """What the client is configured with to reach the gateway's default route: the whole URL, a
-    host:port, or (ASearcher) nothing: it reads the address files the test writes."""
+def target(gw, client, operation, path="/retrieve"):
+    """What the client is configured with to reach the gateway: the whole URL (ending in `path`),
+    a host:port (the client adds /retrieve itself), or (ASearcher) nothing: it reads the address
+    files the test writes."""
     kind = client.calls[operation].endpoint.kind
-    return {"url": "http://127.0.0.1:%d/retrieve" % gw.port, "hostport": "127.0.0.1:%d" % gw.port, "files": None}[kind]
+    return {"url": "http://127.0.0.1:%d%s" % (gw.port, path), "hostport": "127.0.0.1:%d" % gw.port, "files": None}[kind]
 
 
-def run_model(gw, name, operation, items):
-    """Runs client model `name` (client_models.py) once against the gateway's default route."""
+# The counter of the requests a client sends: answered ones, or those refused on their headers (401).
+REQUESTS = ("searchgate_requests_total", {})
+
+
+def run_model(gw, name, operation, items, path="/retrieve", counter=REQUESTS):
+    """Runs client model `name` (client_models.py) once against the gateway (`path`: what a client
+    configured with a URL is given; the default route's)."""
     client = cm.CLIENTS[name]
-    before = gw.metric("searchgate_requests_total")
+    before = gw.metric(counter[0], **counter[1])
     ledger = ce.Ledger()
     t0 = time.monotonic()
     try:
-        answer = ce.call(client, operation, target(gw, client, operation), items, ledger)
+        answer = ce.call(client, operation, target(gw, client, operation, path), items, ledger)
         kind, detail = answer.kind, answer.value
     except Exception as e:  # noqa: BLE001 - what the client raises is the outcome
         kind, detail = "raised", e
     wall = time.monotonic() - t0
-    return Outcome(kind, detail, int(gw.metric("searchgate_requests_total") - before), ledger.seconds, wall)
+    return Outcome(kind, detail, int(gw.metric(counter[0], **counter[1]) - before), ledger.seconds, wall)
 
 
-def run_client(gw, name, query="who wrote hamlet"):
-    return run_model(gw, name, "search", [query])
+def run_client(gw, name, query="who wrote hamlet", **kw):
+    return run_model(gw, name, "search", [query], **kw)
 
 
 def run_access(gw, name, urls):
@@ -92,11 +99,13 @@ class ClientsAgainstStatuses(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.addr_dir, ignore_errors=True)
 
-    def gateway(self, backend, clients=None):
+    def gateway(self, backend, clients=None, limits=None, env=None):
         cfg = {"backends": [backend]}
         if clients is not None:
             cfg["clients"] = clients
-        gw = Gateway(cfg)
+        if limits is not None:
+            cfg["limits"] = limits
+        gw = Gateway(cfg, env=env)
         self.addCleanup(gw.stop)
         # ASearcher finds servers through address files: written as docs/clients.md says
         for f in os.listdir(self.addr_dir):
@@ -106,11 +115,11 @@ class ClientsAgainstStatuses(unittest.TestCase):
         os.environ["RAG_SERVER_ADDR_DIR"] = self.addr_dir
         return gw
 
-    def check(self, gw, expected, label, status=None):
+    def check(self, gw, expected, label, status=None, clients=CLIENTS, **kw):
         got = {}
-        for name in CLIENTS:
-            got[name] = run_client(gw, name, "query %s %s %d" % (label, name, time.time_ns()))
-        for name in CLIENTS:
+        for name in clients:
+            got[name] = run_client(gw, name, "query %s %s %d" % (label, name, time.time_ns()), **kw)
+        for name in clients:
             o = got[name]
             kind, requests, slept = expected[name]
             self.assertEqual((o.kind, o.requests, o.slept), (kind, requests, slept), "%s on %s: %r" % (name, label, o))
@@ -164,6 +173,48 @@ class ClientsAgainstStatuses(unittest.TestCase):
     def test_503_unavailable(self):
         gw = self.gateway(example_backend("wiki", error={"status": "unavailable", "message": "index not loaded"}))
         self.check(gw, ON_5XX, "503 unavailable", 503)
+
+    def test_502_upstream_error(self):
+        gw = self.gateway(example_backend("wiki", error={"status": "upstream", "message": "the upstream answered 500"}))
+        r = gw.retrieve(["x"])
+        self.assertEqual((r.status, r.json()["error"]["type"]), (502, "upstream_error"))
+        self.check(gw, ON_5XX, "502 upstream_error", 502)
+
+    def test_500_internal_error(self):
+        gw = self.gateway(example_backend("wiki", error={"status": "internal", "message": "a backend bug"}))
+        r = gw.retrieve(["x"])
+        self.assertEqual((r.status, r.json()["error"]["type"]), (500, "internal_error"))
+        self.check(gw, ON_5XX, "500 internal_error", 500)  # verl and SkyRL retry 500 like 502-504
+
+    def test_413_too_large(self):
+        # every client sends one query longer than 8 bytes: refused before any backend work
+        gw = self.gateway(example_backend("wiki"), limits={"max_query_bytes": 8})
+        r = gw.retrieve(["a query of more than eight bytes"])
+        self.assertEqual((r.status, r.json()["error"]["type"]), (413, "too_large"))
+        self.check(gw, ON_4XX, "413 too_large", 413)
+
+    def test_401_unauthorized(self):
+        # keys required: none of these clients can send one (none sets a header the gateway reads)
+        env = {"SG_TEST_KEY_JOB": "job-key", "SG_TEST_ADMIN": "adm1n"}
+        gw = self.gateway(example_backend("wiki"), {"require_key": True, "admin_key_env": "SG_TEST_ADMIN",
+                                                    "keys": [{"id": "job", "key_env": "SG_TEST_KEY_JOB"}]}, env=env)
+        gw.metrics_headers = {"X-API-Key": "adm1n"}
+        r = gw.retrieve(["x"])
+        self.assertEqual((r.status, r.json()["error"]["type"]), (401, "unauthorized"))
+        self.check(gw, ON_4XX, "401 unauthorized", 401, counter=("searchgate_http_refused_total", {"reason": "key"}))
+
+    def test_404_unknown_route(self):
+        # a URL naming a route the gateway does not have (slime's /retrieve/<route> case, issue 24):
+        # only the clients configured with a whole URL can name one; RLinf (host:port) and
+        # ASearcher (address files) always reach /retrieve, the default route
+        gw = self.gateway(example_backend("wiki"))
+        r = gw.post("/retrieve/google", {"queries": ["x"]})
+        self.assertEqual((r.status, r.json()["error"]["type"]), (404, "not_found"))
+        url_clients = [n for n in CLIENTS if cm.CLIENTS[n].calls["search"].endpoint.kind == "url"]
+        self.assertEqual(url_clients, ["verl", "skyrl", "search-r1", "slime"])
+        got = self.check(gw, ON_4XX, "404 not_found", 404, clients=url_clients, path="/retrieve/google",
+                         counter=("searchgate_http_requests_total", {"route": "other", "code": "404"}))
+        self.assertEqual(got["slime"].detail, [])  # slime trains on an empty observation and reports nothing
 
     def test_504_timeout(self):
         gw = self.gateway(example_backend("wiki", hang=True, timeout_ms=200))

@@ -15,20 +15,31 @@ Each fenced code block is extracted and checked by what it is:
                  must get a 2xx; trainer overrides (retriever.*, environment.skyrl_gym.search.*)
                  and ASearcher address files are checked.
 
+Inline code in table rows is checked too (README's client table, clients.md's CI table): a cell
+that is a framework setting -- a trainer override, an ASearcher address file, slime's
+SEARCH_R1_CONFIGS (a shown backend dict must be complete, unless the row says "change only"), verl's
+`retrieval_service_url: URL`, RLinf's `server_addr: HOST:PORT`, SkyRL's `search_url: URL`, a bare
+gateway URL -- gets the same checks as the snippet it abbreviates.
+
 URLs that point at the gateway (127.0.0.1:8000, localhost:8000) in framework configs are sent the
 client's own request on the test gateway, whose only route is the default one: a URL naming a route
-(/retrieve/<name>) must be shown together with a config that defines it, or it is flagged.
+(/retrieve/<name>) must be defined in the same section of the page, by a gateway config snippet or
+a configs/*.json file the section names, or it is flagged.
 
 A snippet that is deliberately partial (a fragment, an abridged answer) says so in the text and is
 marked, on the line before its fence, with `<!-- snippet NAME: partial (why) -->`; it is skipped by
 that name. `<!-- snippet NAME: KIND -->` names a snippet's kind when the guess is wrong (KIND: data,
 gateway-config, route-entry, shell). Prose is checked too: every *.md file a page names exists, and
-every #anchor of a link to a page exists in it.
+every #anchor of a link to a page exists in it; a section sign, a numbered docs/protocols.md
+citation ("protocols.md 6.2": it has headings, no numbers) and the house notes platform.md and
+style.md (not in the repository) are flagged in the docs and in the comments of every tracked
+source file.
 
 Usage: check_snippets.py [--root DIR] [--build DIR] [-v]; exit status 1 when anything fails.
 """
 import argparse
 import ast
+import bisect
 import json
 import os
 import re
@@ -48,6 +59,10 @@ import sgtest  # noqa: E402
 MARKER = re.compile(r"^\s*<!--\s*snippet\s+([\w.-]+)\s*:\s*([\w-]+)\s*(?:\((.*)\))?\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 GATEWAY_HOSTS = ("127.0.0.1:8000", "localhost:8000")
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+TABLE_RULE = re.compile(r"^\s*\|[\s|:-]*\|\s*$")
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+HEADING = re.compile(r"^#{1,6}\s")
 
 
 class Snippet:
@@ -145,6 +160,7 @@ class Checker:
         self.tmp = tempfile.mkdtemp(prefix="sgdocs-")
         self.gateway = None
         self.fixtures = None
+        self.routes = set()  # routes the section being checked defines (configs it names, its config snippets)
         with open(os.path.join(root, "docs", "operations.md"), encoding="utf-8") if os.path.exists(
                 os.path.join(root, "docs", "operations.md")) else open(os.devnull) as f:
             self.documented_metrics = set(re.findall(r"searchgate_[a-z0-9_]+", f.read()))
@@ -171,6 +187,9 @@ class Checker:
         if u == url:
             return []
         path = u.split("?")[0] or "/"
+        m = re.match(r"^/retrieve/([^/]+)$", path)
+        if m and m.group(1) in self.routes:
+            path = "/retrieve"  # a route the section's config defines: the request itself is checked on the default one
         if client == "mcp":
             return [] if path in ("/mcp", "/sse") else ["%s: %s is not an MCP endpoint of the gateway (/mcp, /sse)" % (where, url)]
         body = {"query": "what is a volcano", "topk": 3, "return_scores": True} if client == "skyrl" else \
@@ -178,7 +197,7 @@ class Checker:
         r = self.gw().post(path, body)
         if r.status != 200:
             return ["%s: %s answers %d on a gateway with only the default route (%s): name a route a config on this "
-                    "page defines, or use /retrieve" % (where, url, r.status, r.body[:120].decode("utf-8", "replace"))]
+                    "section defines (a config snippet, or a configs/*.json file it names), or use /retrieve" % (where, url, r.status, r.body[:120].decode("utf-8", "replace"))]
         return []
 
     # ---- gateway configs ----
@@ -406,6 +425,83 @@ class Checker:
         if kind:
             self.checked.append((sn.where, kind))
 
+    # ---- inline code in table rows ----
+
+    def check_cell(self, code, row):
+        """(kind, problems) of one inline code span of a table row; kind None: not a framework setting."""
+        if re.search(r"(?:^|\s)(retriever\.|environment\.skyrl_gym\.search\.)[\w.]+=", code):
+            return "overrides", fk.overrides(code, self.check_url)
+        if "$RAG_SERVER_ADDR_DIR/" in code and re.match(r"^(echo|printf)\s|.*--address-file", code):
+            return "asearcher-address", fk.asearcher_address_file(code)
+        m = re.match(r"""^SEARCH_R1_CONFIGS((?:\[["'][\w-]+["']\])+)\s*=\s*(.+)$""", code)
+        if m:
+            keys = re.findall(r"""["']([\w-]+)["']""", m.group(1))
+            try:
+                value = ast.literal_eval(m.group(2))
+            except (ValueError, SyntaxError) as e:
+                return "slime-config", ["not a Python literal: %s" % e]
+            if keys == ["local", "search_url"] and isinstance(value, str):
+                return "slime-config", self.check_url(value, "slime", "SEARCH_R1_CONFIGS['local']['search_url']")
+            return "slime-config", []
+        if re.match(r"""^["'](search_backend|local|google)["']\s*:""", code):
+            try:
+                doc = ast.literal_eval("{" + code + "}")
+            except (ValueError, SyntaxError) as e:
+                return "slime-config", ["not a Python dict literal: %s" % e]
+            doc.setdefault("search_backend", "local" if "local" in doc else "google")
+            errs = fk.slime_backend(doc, self.check_url)
+            if "change only" in row.lower():  # the row tells the reader to keep the other keys of slime's file
+                errs = [e for e in errs if "is required" not in e]
+            return "slime-config", errs
+        m = re.match(r"^([\w.]+):\s+(\S+)$", code)
+        if m:
+            key, value = m.group(1).split(".")[-1], m.group(2)
+            if key == "retrieval_service_url":
+                return "verl-tools", self.check_url(value, "verl", m.group(1))
+            if key == "server_addr":
+                return "rlinf-config", fk.rlinf_config({"tools": {"search": {"server_addr": value, "topk": 3}}}, self.check_url)
+            if key == "search_url":
+                return "skyrl-config", self.check_url(value, "skyrl", m.group(1))
+            return None, []
+        if re.match(r"^(https?://)?(localhost|127\.0\.0\.1):8000(/\S*)?$", code):
+            path = re.sub(r"^(https?://)?[^/]+", "", code) or "/"
+            client = "mcp" if path in ("/mcp", "/sse") else "generic"
+            return "url", self.check_url(code, client, "the URL")
+        return None, []
+
+    def check_table_row(self, rel, n, row):
+        for m in CODE_SPAN.finditer(row):
+            code = m.group(2).strip()
+            kind, errs = self.check_cell(code, row)
+            for e in errs:
+                self.failures.append("%s:%d: table cell `%s`: %s" % (rel, n, code[:80], e))
+            if kind:
+                self.checked.append(("%s:%d" % (rel, n), "table:" + kind))
+
+    def section_routes(self, prose, snippets, heads):
+        """Route names each section of a page defines: its gateway config snippets and the
+        configs/*.json files its prose names."""
+        out = {}
+        for n, line in prose:
+            for name in re.findall(r"(?<![\w/.-])(configs/[\w.-]+\.json)", line):
+                try:
+                    with open(os.path.join(self.root, name), encoding="utf-8") as f:
+                        cfg = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                out.setdefault(section_of(heads, n), set()).update(
+                    b.get("name") for b in cfg.get("backends") or [] if isinstance(b, dict))
+        for sn in snippets:
+            if sn.lang in ("json", "jsonc") and sn.kind != "partial":
+                try:
+                    cfg = json.loads(strip_jsonc(sn.body) if sn.lang == "jsonc" else sn.body)
+                except ValueError:
+                    continue
+                if isinstance(cfg, dict) and isinstance(cfg.get("backends"), list):
+                    out.setdefault(section_of(heads, sn.line), set()).update(
+                        b.get("name") for b in cfg["backends"] if isinstance(b, dict))
+        return out
+
     # ---- prose: files and anchors named ----
 
     def check_prose(self, path, prose):
@@ -427,18 +523,81 @@ class Checker:
                     self.failures.append("%s:%d: names %s, which is not in the repository" % (rel, n, name))
             if re.search(r"(?<![\w.])/work/|(?<![\w/])shared/\w+\.md", line):
                 self.failures.append("%s:%d: names a path outside the repository" % (rel, n))
+            for problem in stale_references(line):
+                self.failures.append("%s:%d: %s" % (rel, n, problem))
         return text
+
+    def check_sources(self):
+        """Comments of the code and tests cite docs the same way: no section numbers, no
+        notes outside the repository (a checkout only: `git ls-files`)."""
+        try:
+            files = subprocess.run(["git", "-C", self.root, "ls-files", "*.c", "*.h", "*.cu", "*.cc", "*.py", "*.sh",
+                                    "CMakeLists.txt", "*.cmake"], capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            return
+        for rel in files:
+            if rel in SELF:
+                continue
+            try:
+                with open(os.path.join(self.root, rel), encoding="utf-8") as f:
+                    lines = f.read().split("\n")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for n, line in enumerate(lines, 1):
+                for problem in stale_references(line, code=True):
+                    self.failures.append("%s:%d: %s" % (rel, n, problem))
 
     def run(self):
         for path in doc_files(self.root):
             snippets, prose = extract(path, self.root)
             self.check_prose(path, prose)
+            heads = [n for n, line in prose if HEADING.match(line)]
+            routes = self.section_routes(prose, snippets, heads)
             for sn in snippets:
+                self.routes = routes.get(section_of(heads, sn.line), set())
                 try:
                     self.check_snippet(sn)
                 except Exception as e:  # noqa: BLE001 - a checker bug is a failure too, with the snippet named
                     self.fail(sn, "checker error: %r" % e)
+            rel = os.path.relpath(path, self.root)
+            for n, line in prose:
+                if TABLE_ROW.match(line) and not TABLE_RULE.match(line):
+                    self.routes = routes.get(section_of(heads, n), set())
+                    try:
+                        self.check_table_row(rel, n, line)
+                    except Exception as e:  # noqa: BLE001
+                        self.failures.append("%s:%d: table row: checker error: %r" % (rel, n, e))
+            self.routes = set()
+        self.check_sources()
         return not self.failures
+
+
+STALE_NOTES = re.compile(r"(?<![\w/-])(platform|style)\.md\b")
+NUMBERED_CITE = re.compile(r"\bprotocols\.md,?\s+(?:section\s+|§\s*)?(?:\d+(?:\.\d+)*|Appendix\s+\w+)\b")
+# The checker's own sources and the self-test name what they look for.
+SELF = {"tests/docs/check_snippets.py", "tests/docs/test_docs.py"}
+
+
+def stale_references(line, code=False):
+    """Citations a reader of this repository cannot follow: a section sign or a section number
+    (docs/protocols.md has none: cite its heading), and the house notes platform.md and
+    style.md, which are not part of the repository. In code, a `§` that is data (an entity
+    table) is allowed; a numbered citation and the notes are not."""
+    out = []
+    if ("§" in line and not code) or re.search(r"§\s*\d", line):
+        out.append("a section sign (§): cite a heading instead (a link with its #anchor, or the heading's words)")
+    m = NUMBERED_CITE.search(line)
+    if m:
+        out.append("cites `%s`: docs/protocols.md has no numbered sections; cite a heading" % m.group(0))
+    m = STALE_NOTES.search(line)
+    if m:
+        out.append("cites %s, which is not part of the repository" % m.group(0))
+    return out
+
+
+def section_of(heads, line):
+    """The index of the section (0: before the first heading) a line number lies in."""
+    return bisect.bisect_right(heads, line)
 
 
 _anchor_cache = {}

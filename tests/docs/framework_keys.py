@@ -2,7 +2,7 @@
 
 The frameworks cannot be installed here, so each check below restates what their loader reads
 and requires, from the file and commit named with it (the same snapshots as
-tests/clients/framework_clients.py and docs/protocols.md). Each function takes the parsed snippet
+tests/clients/client_models.py and docs/protocols.md). Each function takes the parsed snippet
 and returns a list of problems (strings); [] means the framework would accept it.
 """
 import re
@@ -134,6 +134,12 @@ SLIME_BACKEND_KEYS = {"local": ["search_url", "proxy"], "google": ["api_key", "s
 
 def slime_configs(doc, check_url):
     errs = ["SEARCH_R1_CONFIGS: %s is required (read without a default)" % k for k in SLIME_REQUIRED if k not in doc]
+    return errs + slime_backend(doc, check_url)
+
+
+def slime_backend(doc, check_url):
+    """The part of SEARCH_R1_CONFIGS a table row shows: search_backend and its dict, complete."""
+    errs = []
     backend = doc.get("search_backend")
     if backend not in SLIME_BACKEND_KEYS:
         return errs + ["SEARCH_R1_CONFIGS: search_backend must be \"local\" or \"google\", got %r" % backend]

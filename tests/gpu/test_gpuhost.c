@@ -181,7 +181,7 @@ static void test_flat_reader_faiss_files(void **state)
         assert_int_equal(ff.dim, FD);
         assert_int_equal(ff.ntotal, FN);
         assert_int_equal(ff.metric, cases[c].want);
-        assert_int_equal(ff.data_offset, 45); /* protocols.md 6.2 */
+        assert_int_equal(ff.data_offset, 45); /* docs/protocols.md, "Corpus and index files" */
         assert_int_equal(ff.file_size, 45 + (uint64_t)FN * FD * 4);
         /* row 1 starts at 45 + 148: not 4-byte aligned, so rows are copied, never cast */
         assert_int_not_equal(((uintptr_t)sg_gpu_flat_row_bytes(&ff, 1)) % 4, 0);

@@ -1,13 +1,67 @@
 """configs/shared-gateway.json, as shipped (only the listen port, the Redis port and the demo index
-path are pointed at this test's own): several jobs with different quotas on the BM25 demo."""
+path are pointed at this test's own): several jobs with different quotas on the BM25 demo. And
+every shipped config (configs/*.json, deploy/searchgate.json): each route's deadline is under the
+shortest per-attempt timeout of the clients (docs/clients.md "Timeouts")."""
+import glob
 import json
 import os
+import re
 import subprocess
+import sys
 import time
 import unittest
 
 import sgtest
 from sgtest import Gateway, Redis, parallel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients"))
+import client_models  # noqa: E402
+
+
+def shortest_client_timeout_ms():
+    """The shortest time any client model (tests/clients/client_models.py) waits for one answer
+    before it gives the attempt up: requests' read timeout, aiohttp's total."""
+    out = []
+    for c in client_models.CLIENTS.values():
+        for call in c.calls.values():
+            t = call.transport.timeout
+            t = t.get("total") if isinstance(t, dict) else t
+            if t is not None:
+                out.append((int(t * 1000), c.name))
+    return min(out)
+
+
+def documented_default_timeout_ms():
+    """A route's timeout_ms when the config sets none (docs/configuration.md and docs/fusion.md:
+    the lint_config_docs test holds the docs to the code)."""
+    out = set()
+    for page in ("configuration.md", "fusion.md"):
+        with open(os.path.join(sgtest.SOURCE_DIR, "docs", page), encoding="utf-8") as f:
+            row = r"^\| `timeout_ms` \| integer \| (\d+)[^|]*\|[^|]*\| (?:deadline of a request|the request's deadline)"
+            out.update(int(v) for v in re.findall(row, f.read(), re.M))
+    assert len(out) == 1, out
+    return out.pop()
+
+
+class ShippedDeadlines(unittest.TestCase):
+    def test_every_route_answers_before_the_clients_give_up(self):
+        limit, client = shortest_client_timeout_ms()
+        self.assertEqual(limit, 30000, client)  # verl's SearchTool and SkyRL: 30 s per attempt
+        default = documented_default_timeout_ms()
+        files = sorted(glob.glob(os.path.join(sgtest.SOURCE_DIR, "configs", "*.json"))) + \
+            [os.path.join(sgtest.SOURCE_DIR, "deploy", "searchgate.json")]
+        self.assertGreaterEqual(len(files), 9)
+        late = []
+        for path in files:
+            with open(path) as f:
+                cfg = json.load(f)
+            for b in cfg["backends"]:
+                deadline = b.get("timeout_ms", default)
+                # the 504 must reach the client before its own timeout, with time for the answer to travel
+                if deadline >= limit - 1000:
+                    late.append("%s: route %s: timeout_ms %d%s" % (os.path.relpath(path, sgtest.SOURCE_DIR), b["name"],
+                                                                   deadline, "" if "timeout_ms" in b else " (the default)"))
+        self.assertEqual(late, [], "routes whose deadline is not under %s's %d ms timeout" % (client, limit))
 
 
 class SharedGateway(unittest.TestCase):

@@ -1,5 +1,5 @@
 """Integration tests of the gateway core with the example plugin: the /retrieve contract of
-protocols.md section 4 and Appendix A, error statuses, concurrency, keep-alive, hang-ups."""
+docs/protocols.md, "The `/retrieve` contract", error statuses, concurrency, keep-alive, hang-ups."""
 import http.client
 import json
 import os
@@ -42,7 +42,7 @@ class Core(unittest.TestCase):
     def tearDownClass(cls):
         cls.gw.stop()
 
-    # --- protocols.md Appendix A ---
+    # --- docs/protocols.md, "The `/retrieve` contract" ---
 
     def test_appendix_a_scored_shape(self):
         r = self.gw.post("/retrieve", {"queries": ["who wrote hamlet", "capital of france"], "topk": 3, "return_scores": True},
@@ -490,27 +490,65 @@ class MetricsAtStart(unittest.TestCase):
     Every family docs/operations.md describes must be in /metrics before any traffic, for a config
     that uses every feature but rerank and the local backend (their pages test them)."""
 
-    def test_every_documented_family_is_exported_at_start(self):
-        with open(os.path.join(sgtest.SOURCE_DIR, "docs", "operations.md")) as f:
-            documented = set(re.findall(r"searchgate_[a-z0-9_]+", f.read()))
+    def start(self, queries_budget=10):
+        """Two plugin routes (one metered and traced, one with pages), a fusion route over them, a
+        keyed client with a budget and rate-limited anonymous callers, Redis."""
         redis = sgtest.Redis()
+        self.addCleanup(redis.close)
         os.environ["SG_TEST_KEY_METRICS"] = "metrics-key"
-        paid = example_backend("paid")
+        paid = example_backend("paid", directives=True)
         paid["metered"] = True
         tdir = tempfile.mkdtemp(prefix="sgtrace-")
+        self.addCleanup(shutil.rmtree, tdir, True)
         paid["trace"] = {"path": tdir + "/"}  # the searchgate_trace_* families exist per trace file
+        # paid fails on "@error=STATUS" queries, paged answers them: on the fusion route, a partial answer
         gw = Gateway({"backends": [paid, example_backend("paged", pages=[{"url": "https://x.example/", "contents": "x"}]),
                                    {"name": "hy", "fusion": {"routes": ["paid", "paged"]}}],
                       "cache": {"redis": {"port": redis.port}},
                       "clients": {"default": {"rate": 100},
                                   "keys": [{"id": "job", "key_env": "SG_TEST_KEY_METRICS", "global": True,
-                                            "budget": {"queries": 10, "period": "day"}}]}})
-        try:
-            text = gw.get("/metrics").body.decode()
-        finally:
-            gw.stop()
-            redis.close()
-            shutil.rmtree(tdir, ignore_errors=True)
+                                            "budget": {"queries": queries_budget, "period": "day"}}]}})
+        self.addCleanup(gw.stop)
+        return gw
+
+    @staticmethod
+    def series(text):
+        """(family, label set) of every sample; histogram buckets' `le` dropped; the series of
+        anonymous callers (client="ip:...", known only once they call) left out."""
+        out = set()
+        for line in text.splitlines():
+            m = re.match(r"^(searchgate_[a-z0-9_]+?)(_bucket|_sum|_count)?(\{([^}]*)\})? \S+$", line)
+            if m:
+                labels = tuple(sorted((k, v) for k, v in re.findall(r'(\w+)="([^"]*)"', m.group(4) or "") if k != "le"))
+                if ("client", "ip:127.0.0.1") not in labels:
+                    out.add((m.group(1), labels))
+        return out
+
+    def test_every_configured_label_set_is_exported_at_start(self):
+        """Every series that traffic on every route (errors of each kind, /access, the fusion
+        route, an exhausted budget, an unknown route) and from both kinds of client brings about
+        was already in /metrics before it: every route, fusion leg, client, status and reason."""
+        gw = self.start(queries_budget=3)
+        at_start = self.series(gw.get("/metrics").body.decode())
+        key = {"X-API-Key": "metrics-key"}
+        statuses = set()
+        for path in ("/retrieve", "/retrieve/paged", "/retrieve/hy", "/access/paged", "/access/paid", "/access/hy"):
+            for q in ("paris", "@error=unavailable x", "@error=timeout y", "@error=upstream z", "@error=internal w"):
+                body = {"urls": ["https://x.example/"]} if path.startswith("/access") else {"queries": [q]}
+                statuses.add(gw.post(path, body).status)
+                statuses.add(gw.post(path, body, headers=key).status)
+        statuses |= {gw.post("/retrieve/nope", {"queries": ["x"]}).status, gw.post("/retrieve", {"queries": "x"}).status,
+                     gw.post("/retrieve", b"{").status, gw.get("/nope").status}
+        self.assertTrue({200, 400, 404, 422, 429, 500, 502, 503, 504} <= statuses, statuses)
+        self.assertGreater(gw.metric("searchgate_fusion_partial_total", route="hy", leg="paid"), 0)
+        after = self.series(gw.get("/metrics").body.decode())
+        self.assertEqual(sorted(after - at_start), [], "series that appeared only after traffic")
+
+    def test_every_documented_family_is_exported_at_start(self):
+        with open(os.path.join(sgtest.SOURCE_DIR, "docs", "operations.md")) as f:
+            documented = set(re.findall(r"searchgate_[a-z0-9_]+", f.read()))
+        gw = self.start()
+        text = gw.get("/metrics").body.decode()
         exported = set(re.findall(r"^# TYPE (searchgate_\S+)", text, re.M))
         elsewhere = ("searchgate_rerank_", "searchgate_backend_local_")  # not configured here
         families = {re.sub(r"_(bucket|sum|count)$", "", m) if re.sub(r"_(bucket|sum|count)$", "", m) in exported else m

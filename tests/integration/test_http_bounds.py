@@ -93,7 +93,7 @@ class Unauthenticated(unittest.TestCase):
         ("POST", "/retrieve", {"queries": ["a"], "backend": "example"}),
         ("POST", "/retrieve", {"queries": ["a"], "backend": "nope"}),
         ("POST", "/retrieve/example", {"queries": ["a"], "search_params": {"nprobe": 3}}),  # "takes no search_params"
-        ("POST", "/access/example", {"urls": ["https://x"]}),  # no page store: 404
+        ("POST", "/access/example", {"urls": ["https://x"]}),  # no page store: 200, a null page per URL
         ("POST", "/access/wiki", {"urls": ["https://x"]}),
         ("GET", "/retrieve/nope", None),  # 405
         ("POST", "/retrieve/a/b", {"queries": ["a"]}),

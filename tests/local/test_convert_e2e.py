@@ -31,7 +31,7 @@ N, D = 2000, 64
 
 
 def write_flat(path, x):
-    """A FAISS IndexFlatIP file: header (protocols.md 6.2) + float32 rows."""
+    """A FAISS IndexFlatIP file: header (docs/protocols.md, "Corpus and index files") + float32 rows."""
     n, d = x.shape
     with open(path, "wb") as f:
         f.write(b"IxFI" + struct.pack("<iqqq?iQ", d, n, 1 << 20, 1 << 20, True, 0, n * d))

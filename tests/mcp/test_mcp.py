@@ -82,8 +82,18 @@ class Protocol(unittest.TestCase):
         s = tools["search"]
         self.assertEqual(set(s["inputSchema"]["properties"]), {"query", "queries", "topk"})
         self.assertEqual(s["inputSchema"]["properties"]["topk"]["maximum"], 1000)
-        # 0 (like null or no topk) is the route's default, as on /retrieve: the schema must allow it
-        self.assertEqual(s["inputSchema"]["properties"]["topk"]["minimum"], 0)
+        # 0 and null (like no topk) are the route's default, as on /retrieve: the schema admits
+        # exactly what tools/call accepts (docs/mcp.md)
+        topk = s["inputSchema"]["properties"]["topk"]
+        self.assertEqual((topk["type"], topk["minimum"]), (["integer", "null"], 0))
+
+        def admits(v):
+            kinds = {"integer": isinstance(v, int) and not isinstance(v, bool), "null": v is None}
+            return any(kinds[t] for t in topk["type"]) and (v is None or topk["minimum"] <= v <= topk["maximum"])
+
+        for v in (None, 0, 3, 1000, -1, 1.5, "3", 1001, True):
+            _, j = self.call(rpc("tools/call", {"name": "search", "arguments": {"query": "paris", "topk": v}}))
+            self.assertEqual(admits(v), "result" in j and not j["result"].get("isError"), (v, j))
         self.assertIn("result", s["outputSchema"]["required"])
         self.assertEqual(set(tools["access_wiki"]["inputSchema"]["properties"]), {"url", "urls"})
 

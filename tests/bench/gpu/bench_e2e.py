@@ -6,7 +6,7 @@ against the same gateway with "device": "cpu" (the peer, measured in the same ru
 
 Data, made once under --workdir: the e5-base-shaped random model (tests/bench/local/make_model.py),
 a corpus of --rows short rows, a FAISS IndexFlatIP file of --rows random unit vectors written in
-FAISS's own layout (protocols.md 6.2) by numpy in pieces (a 10 M x 768 file is 30.7 GB), and
+FAISS's own layout (docs/protocols.md, "Corpus and index files") by numpy in pieces (a 10 M x 768 file is 30.7 GB), and
 distinct Search-R1-like questions. Load: wrk (tests/bench/local/post.lua) with many connections,
 so the batcher gathers queries from concurrent requests; the gateway's result cache is off.
 

@@ -191,7 +191,7 @@ class FakeServer:
 
 
 def make_cert(directory):
-    """A self-signed certificate for 127.0.0.1 (openssl CLI), as platform.md section 6 describes."""
+    """A self-signed certificate for 127.0.0.1 (openssl CLI)."""
     import os
     import subprocess
     cert = os.path.join(directory, "cert.pem")

@@ -1,4 +1,4 @@
-"""A fake Qdrant REST server (v1.10+ query API), as protocols.md section 7.3 describes it after
+"""A fake Qdrant REST server (v1.10+ query API), as docs/protocols.md, "Qdrant" describes it after
 Qdrant's OpenAPI document. No Qdrant server can be installed or built on the build machines, so
 the tests talk to this.
 

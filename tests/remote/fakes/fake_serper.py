@@ -1,4 +1,4 @@
-"""A fake serper.dev: `POST /search` as protocols.md section 8.1 describes it.
+"""A fake serper.dev: `POST /search` as docs/protocols.md, "serper.dev" describes it.
 
 The real service cannot be reached from the build machines, so the tests talk to this. It
 validates requests the way the real service does (as far as its clients document it): the

@@ -1,4 +1,4 @@
-"""A fake Search-R1-compatible retrieval server (protocols.md section 2): `POST /retrieve` with
+"""A fake Search-R1-compatible retrieval server (docs/protocols.md, "The `/retrieve` contract"): `POST /retrieve` with
 {"queries": [str], "topk": int|null, "return_scores": bool} and `POST /access` with
 {"urls": [str]}, validated the way FastAPI + pydantic validate the reference QueryRequest
 (a missing or ill-typed `queries` is a 422 {"detail": [...]}; falsy topk means the default 3).
@@ -6,7 +6,7 @@
 Documents come from a small corpus scored by word overlap, so answers are deterministic.
 `mode` selects the reference server it imitates:
   "slime"  -- both shapes, honouring return_scores (the SLIME/RLinf copies)
-  "sr1"    -- the SR1/VERL bug: return_scores false is an HTTP 500 (protocols.md 2.4)
+  "sr1"    -- the SR1/VERL bug: return_scores false is an HTTP 500 (docs/protocols.md, "Server quirks the clients adapted to")
   "flat"   -- always the flat shape, whatever return_scores says
 Scripted misbehaviour works as in fake_serper (script[first query] or default_script).
 """
