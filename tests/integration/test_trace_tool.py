@@ -258,7 +258,7 @@ class ReplayParams(unittest.TestCase):
         x = centers[rng.integers(0, 25, n)] + 0.4 * rng.standard_normal((n, d))
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         flat = os.path.join(cls.dir, "flat.index")
-        with open(flat, "wb") as f:  # a FAISS IndexFlatIP file (protocols.md 6.2)
+        with open(flat, "wb") as f:  # a FAISS IndexFlatIP file (docs/protocols.md, "Corpus and index files")
             f.write(b"IxFI" + struct.pack("<iqqq?iQ", d, n, 1 << 20, 1 << 20, True, 0, n * d))
             f.write(np.ascontiguousarray(x, dtype="<f4").tobytes())
         corpus = os.path.join(cls.dir, "corpus.jsonl")
