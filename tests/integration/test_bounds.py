@@ -161,6 +161,96 @@ class AnswerSize(unittest.TestCase):
             gw.stop()
 
 
+class AnswerSizeOtherRoutes(unittest.TestCase):
+    """limits.max_response_bytes on the paths beside the query pipeline's: a fusion route's own
+    checks (the estimate from its legs' DOC sizes, the exact fused size) and a cold bm25 route
+    that knows its corpus's DOC size before its first answer."""
+
+    def fusion_config(self, limit):
+        return {"limits": {"max_response_bytes": limit},
+                "backends": [big_backend("a"), big_backend("b"),
+                             {"name": "hy", "fusion": {"routes": ["a", "b"], "method": "rrf"}}]}
+
+    def test_fusion_exact_size(self):
+        body = {"queries": ["word%d lorem" % i for i in range(6)], "topk": 5}
+        gw = Gateway(self.fusion_config(64 << 20))
+        try:
+            r = gw.post("/retrieve/hy", body)
+            self.assertEqual(r.status, 200, r)
+            size = len(r.body)
+            self.assertGreater(size, 200000)
+        finally:
+            gw.stop()
+        # fresh gateways: the legs know no DOC size, so only the fused answer's exact size decides
+        for limit, status in ((size, 200), (size - 1, 413)):
+            gw = Gateway(self.fusion_config(limit))
+            try:
+                r = gw.post("/retrieve/hy", body)
+                self.assertEqual(r.status, status, (limit, r))
+                if status == 413:
+                    err = r.json()["error"]
+                    self.assertEqual(err["type"], "too_large")
+                    self.assertIn("fusion route hy: the answer is %d bytes, over limits.max_response_bytes (%d)"
+                                  % (size, limit), err["message"])
+                    self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="exact"), 1)
+                    self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="estimate"), 0)
+                else:
+                    self.assertEqual(len(r.body), size)
+                self.assertTrue(wait_for(lambda: gw.metric("searchgate_response_bytes_held") == 0))
+            finally:
+                gw.stop()
+
+    def test_fusion_estimate_before_any_leg_work(self):
+        gw = Gateway(self.fusion_config(1 << 20))
+        try:
+            self.assertEqual(gw.post("/retrieve/hy", {"queries": ["word1"], "topk": 1}).status, 200)  # teaches the legs
+            calls = gw.metric("searchgate_backend_calls_total")
+            r = gw.post("/retrieve/hy", {"queries": ["word%d" % i for i in range(200)], "topk": 5})
+            self.assertEqual(r.status, 413, r)
+            err = r.json()["error"]
+            self.assertEqual(err["type"], "too_large")
+            self.assertIn("fusion route hy: the answer would be at least about", err["message"])
+            self.assertIn("200 queries x topk 5", err["message"])
+            self.assertIn("limits.max_response_bytes (1048576)", err["message"])
+            self.assertEqual(gw.metric("searchgate_backend_calls_total"), calls, "no leg was called")
+            self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="estimate"), 1)
+            self.assertEqual(gw.post("/retrieve/hy", {"queries": ["word2"], "topk": 2}).status, 200)
+        finally:
+            gw.stop()
+
+    def test_cold_bm25_route_refuses_from_its_corpus_doc_size(self):
+        # the issue's request against a fresh bm25 route: the plugin tells the gateway its corpus's
+        # mean DOC size (ABI 1.3 limits), so it is refused before the first search -- the real
+        # answer over this 8-passage corpus would be a small 200, so only the seeded size refuses it
+        tmp = tempfile.mkdtemp(prefix="sgbounds-")
+        try:
+            corpus = os.path.join(tmp, "corpus.jsonl")
+            with open(corpus, "w") as f:
+                for i in range(8):
+                    f.write(json.dumps({"id": str(i), "contents": "\"Water %d\"\n" % i + "water rivers and lakes " * 5}) + "\n")
+            index = os.path.join(tmp, "bm25")
+            subprocess.run([sgtest.binary("searchgate-index-bm25"), corpus, index, "--no-progress", "--quiet"], check=True,
+                           capture_output=True, timeout=scaled(120))
+            gw = Gateway({"backends": [{"name": "wiki", "plugin": "bm25", "config": {"index": index}}]})
+            try:
+                r = gw.retrieve(["water"] * 2000, topk=1000)
+                self.assertEqual(r.status, 413, r)
+                err = r.json()["error"]
+                self.assertEqual(err["type"], "too_large")
+                self.assertIn("2000 queries x topk 1000", err["message"])
+                self.assertIn("limits.max_response_bytes (33554432)", err["message"])
+                self.assertEqual(gw.metric("searchgate_backend_calls_total"), 0, "no backend work")
+                self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="estimate"), 1)
+                # what fits is answered
+                r = gw.retrieve(["water"] * 20, topk=3)
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(len(r.json()["result"]), 20)
+            finally:
+                gw.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class Streaming(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

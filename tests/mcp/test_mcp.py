@@ -357,6 +357,43 @@ class Limits(unittest.TestCase):
         finally:
             gw.stop()
 
+    def test_tool_result_over_max_response_bytes(self):
+        # the query's answer fits limits.max_response_bytes, but the tool result carries it twice
+        # (the text content and structuredContent): it is a tool error naming the limit, not a
+        # result over it
+        docs = big_docs(10, 20000)
+        call = tool_call("word1", topk=5)
+        gw = Gateway({"backends": [example_backend(documents=docs)]})
+        try:
+            answer = len(gw.retrieve(["word1"], topk=5, return_scores=True).body)
+            r = post(gw, call)
+            self.assertFalse(r.json()["result"]["isError"], r)
+            result = len(r.body) - len(b'{"jsonrpc":"2.0","id":1,"result":}')
+        finally:
+            gw.stop()
+        self.assertGreater(result, answer * 3 // 2)
+        limit = (answer + result) // 2
+        gw = Gateway({"backends": [example_backend(documents=docs)], "limits": {"max_response_bytes": limit}})
+        try:
+            r = post(gw, call)
+            self.assertEqual(r.status, 200, r)
+            res = r.json()["result"]
+            self.assertTrue(res["isError"], res)
+            self.assertNotIn("structuredContent", res)
+            text = res["content"][0]["text"]
+            self.assertTrue(text.startswith("too_large: the result is %d bytes, over limits.max_response_bytes (%d)"
+                                            % (result, limit)), text)
+            # counted as what it is: an error result, an answer over the limit
+            self.assertEqual(gw.metric("searchgate_mcp_tool_calls_total", tool="search", outcome="error"), 1)
+            self.assertEqual(gw.metric("searchgate_mcp_tool_calls_total", tool="search", outcome="ok"), 0)
+            self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="exact"), 1)
+            self.assertTrue(wait_for_value(lambda: gw.metric("searchgate_response_bytes_held"), 0))
+            # a smaller one is answered
+            r = post(gw, tool_call("word1", topk=1))
+            self.assertFalse(r.json()["result"]["isError"], r)
+        finally:
+            gw.stop()
+
 
 class Tools(unittest.TestCase):
     @classmethod
@@ -592,6 +629,13 @@ def stalled(gw, head, body=b""):
     s.connect(("127.0.0.1", gw.port))
     s.sendall(head.encode() + body)
     return s
+
+
+def wait_for_value(get, want, seconds=5):
+    end = time.time() + sgtest.scaled(seconds)
+    while time.time() < end and get() != want:
+        time.sleep(0.05)
+    return get() == want
 
 
 def dechunked(body):
