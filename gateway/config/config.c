@@ -68,6 +68,7 @@ static const sg_cfg_key_t limits_config[] = {
     SG_CFG_CUSTOM_KEY("max_response_bytes_inflight"),
     SG_CFG_INT(sg_config_t, limits.response_wait_ms, "response_wait_ms", 0, 600000, 2000),
     SG_CFG_INT(sg_config_t, limits.write_timeout_ms, "write_timeout_ms", 1, 3600000, 30000),
+    SG_CFG_INT(sg_config_t, limits.min_write_bytes_per_s, "min_write_bytes_per_s", 0, (int64_t)1 << 30, 32768),
 };
 
 static const char *const floor_quantiles[] = {"none", "p50", "p90", NULL};

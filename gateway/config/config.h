@@ -126,6 +126,7 @@ typedef struct st_sg_config_t {
         uint64_t max_response_bytes_inflight; /* response memory held by the whole process (503 beyond) */
         uint32_t response_wait_ms;            /* longest wait for room in that budget before 503 */
         uint32_t write_timeout_ms;            /* a reader that takes no bytes this long is disconnected */
+        uint32_t min_write_bytes_per_s;       /* an answer's reader slower than this on average (after the grace) too; 0 = off */
     } limits;
     sg_backend_conf_t *backends; /* plugin routes */
     size_t n_backends;

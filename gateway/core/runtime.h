@@ -76,7 +76,7 @@ typedef struct st_sg_response_budget_t {
     _Atomic uint64_t held;  /* bytes */
     _Atomic uint64_t limit; /* limits.max_response_bytes_inflight (a reload may change it) */
     sg_gauge_t *m_held;
-    sg_counter_t *m_refused, *m_waited, *m_too_large_estimate, *m_too_large_exact, *m_write_timeouts, *m_streamed;
+    sg_counter_t *m_refused, *m_waited, *m_too_large_estimate, *m_too_large_exact, *m_write_timeouts, *m_write_slow, *m_streamed;
 } sg_response_budget_t;
 
 struct st_sg_server_t {

@@ -45,6 +45,7 @@ typedef struct st_mcp_call_t {
     uint32_t n;
     char **texts;       /* the queries (URLs), kept for the access text */
     uint64_t max_bytes; /* limits.max_response_bytes: the tool result is refused beyond it */
+    sg_loop_t *loop;
 } mcp_call_t;
 
 const char *sg__mcp_tools_list(sg_gen_t *g, size_t *len)
@@ -415,9 +416,9 @@ static void result_init(result_t *r)
     sg_jw_arr(&r->structured);
 }
 
-/* Sends {"content":[...],"structuredContent":{"result":[...]},"isError":false} -- or a tool error
- * when it is over `max_bytes` (limits.max_response_bytes) -- and frees `r`'s buffers. */
-static void send_result(sg_mcp_item_t *item, result_t *r, uint64_t max_bytes)
+/* Sends {"content":[...],"structuredContent":{"result":[...]},"isError":false} (0) -- or a tool
+ * error when it is over `max_bytes` (limits.max_response_bytes; -1) -- and frees `r`'s buffers. */
+static int send_result(sg_mcp_item_t *item, result_t *r, uint64_t max_bytes)
 {
     sg_jw_end(&r->content);
     sg_jw_end(&r->structured);
@@ -444,13 +445,14 @@ static void send_result(sg_mcp_item_t *item, result_t *r, uint64_t max_bytes)
             b.len, (unsigned long long)max_bytes);
         sg_buf_free(&b);
         tool_error(item, msg);
-        return;
+        return -1;
     }
     sg__mcp_item_result(item, b.base, b.len);
     sg_buf_free(&b);
+    return 0;
 }
 
-static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
+static int answer_search(mcp_call_t *c, const sg_query_result_t *res)
 {
     sg_buf_t frag = {0}, text = {0};
     result_t r;
@@ -469,12 +471,13 @@ static void answer_search(mcp_call_t *c, const sg_query_result_t *res)
         cJSON_Delete(hits);
         text_item(&r.content, text.base, text.len);
     }
-    send_result(c->item, &r, c->max_bytes);
+    int rc = send_result(c->item, &r, c->max_bytes);
     sg_buf_free(&frag);
     sg_buf_free(&text);
+    return rc;
 }
 
-static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
+static int answer_access(mcp_call_t *c, const sg_query_result_t *res)
 {
     sg_buf_t page = {0};
     result_t r;
@@ -508,8 +511,9 @@ static void answer_access(mcp_call_t *c, const sg_query_result_t *res)
         }
         cJSON_Delete(pj);
     }
-    send_result(c->item, &r, c->max_bytes);
+    int rc = send_result(c->item, &r, c->max_bytes);
     sg_buf_free(&page);
+    return rc;
 }
 
 static void on_query_done(void *ctx, const sg_query_result_t *res)
@@ -525,12 +529,11 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
             snprintf(msg + n, sizeof(msg) - (size_t)n, "; retry after %u s", res->retry_after_s);
         tool_error(item, msg);
         sg_counter_add(c->tool->failed, 1);
-    } else {
-        if (c->tool->is_access)
-            answer_access(c, res);
-        else
-            answer_search(c, res);
+    } else if ((c->tool->is_access ? answer_access(c, res) : answer_search(c, res)) == 0) {
         sg_counter_add(c->tool->ok, 1);
+    } else { /* over limits.max_response_bytes: a tool error */
+        sg_counter_add(c->loop->server->responses.m_too_large_exact, 1);
+        sg_counter_add(c->tool->failed, 1);
     }
     call_free(c);
     sg__mcp_item_done(item);
@@ -600,6 +603,7 @@ static void start_call(mcp_call_t *c, sg_loop_t *loop, sg_client_t *client, uint
     const mcp_tool_t *tool = c->tool;
     char **texts = c->texts;
     uint32_t n = c->n;
+    c->loop = loop;
     uint32_t *lens = sg_mem_alloc(n * sizeof(*lens));
     for (uint32_t i = 0; i < n; ++i)
         lens[i] = (uint32_t)strlen(texts[i]);

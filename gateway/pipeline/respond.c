@@ -19,10 +19,16 @@
  * for the reader: for the writer from its first window until the request is disposed, for an SSE
  * stream while h2o holds one of its buffers. Progress is a proceed (a window taken) or, between
  * two, the socket's send queue shrinking (TIOCOUTQ: the reader took bytes of it), checked four
- * times per limits.write_timeout_ms -- so a reader slower than a window per timeout is not cut,
- * one that takes nothing is. When nothing moved for the whole timeout the watch shuts the
- * connection's socket down, and h2o's own error path then closes the connection and disposes the
- * request, which frees the writer (or the stream).
+ * times per limits.write_timeout_ms -- so a reader slower than a window per timeout is not cut
+ * for being idle, one that takes nothing is. A slow but steady reader would still hold its
+ * answer's blobs for as long as it likes (a 30 MiB answer at 1 KB/s: 8 hours of the budget), so
+ * an answer (not an event stream, which waits for events) also has a minimum average rate,
+ * limits.min_write_bytes_per_s, as Kestrel's MinResponseDataRate: after a grace of
+ * write_timeout_ms from its first byte, its reader must have taken rate x (elapsed - grace)
+ * bytes (handed to h2o less the socket's send queue). When nothing moved for the whole timeout,
+ * or the reader is behind that rate, the watch shuts the connection's socket down, and h2o's own
+ * error path then closes the connection and disposes the request, which frees the writer (or
+ * the stream).
  */
 #include "respond.h"
 #include "gen.h"
@@ -48,9 +54,16 @@ void sg_respond_init(sg_server_t *s)
     rb->m_too_large_exact =
         sg_metrics_counter("searchgate_response_too_large_total",
                            "Requests answered 413 because their answer exceeds limits.max_response_bytes.", "stage=\"exact\"");
-    rb->m_write_timeouts =
-        sg_metrics_counter("searchgate_response_write_timeouts_total",
-                           "Connections closed because the reader took no bytes for limits.write_timeout_ms.", "");
+    rb->m_write_timeouts = sg_metrics_counter(
+        "searchgate_response_write_timeouts_total",
+        "Connections closed because the reader of an answer or stream took no bytes for limits.write_timeout_ms (idle) or, after "
+        "that grace, took an answer slower than limits.min_write_bytes_per_s (slow).",
+        "reason=\"idle\"");
+    rb->m_write_slow = sg_metrics_counter(
+        "searchgate_response_write_timeouts_total",
+        "Connections closed because the reader of an answer or stream took no bytes for limits.write_timeout_ms (idle) or, after "
+        "that grace, took an answer slower than limits.min_write_bytes_per_s (slow).",
+        "reason=\"slow\"");
     rb->m_streamed = sg_metrics_counter("searchgate_response_streamed_total", "Answers written in more than one window.", "");
 }
 
@@ -140,6 +153,15 @@ uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n)
 
 /* ---- the write timeout ---- */
 
+/* One log line per this many ms for each reason of a cut; the others are counted in it. */
+#define CUT_LOG_MS 10000
+
+enum { CUT_IDLE, CUT_SLOW };
+
+static struct {
+    _Atomic uint64_t logged_ms, unlogged;
+} cut_log[2];
+
 static void on_write_check(sg_timer_t *t);
 
 static void arm_check(sg_write_watch_t *w, uint64_t now)
@@ -154,6 +176,59 @@ static h2o_socket_t *socket_of(h2o_req_t *req)
     return conn->callbacks->get_socket != NULL ? conn->callbacks->get_socket(conn) : NULL;
 }
 
+/* The bytes of an answer its reader has taken: those handed to h2o, less what the kernel still
+ * holds in the socket's send queue when the connection carries this answer alone (HTTP/1). */
+static uint64_t bytes_taken(const sg_write_watch_t *w)
+{
+    uint64_t queued = w->outq > 0 && w->req->version < 0x200 ? (uint64_t)w->outq : 0;
+    return w->sent > queued ? w->sent - queued : 0;
+}
+
+/* The minimum rate (limits.min_write_bytes_per_s), for answers of known size only (an event
+ * stream waits for events): after a grace of write_timeout_ms from the answer's first byte, the
+ * reader must have taken rate x (elapsed - grace) bytes -- so an answer of N bytes holds its
+ * memory for at most grace + N / rate. */
+static int too_slow(const sg_write_watch_t *w, uint64_t now, uint32_t grace)
+{
+    uint32_t rate = w->loop->gen->cfg->limits.min_write_bytes_per_s;
+    if (rate == 0 || w->total == 0 || w->start_ms == 0 || now - w->start_ms <= grace)
+        return 0;
+    return bytes_taken(w) < (uint64_t)rate * (now - w->start_ms - grace) / 1000;
+}
+
+/* Counts the cut and logs it, one line per CUT_LOG_MS for each reason (any loop). */
+static void report_cut(sg_write_watch_t *w, int why, uint64_t now, uint32_t timeout)
+{
+    sg_response_budget_t *rb = &w->loop->server->responses;
+    sg_counter_add(why == CUT_SLOW ? rb->m_write_slow : rb->m_write_timeouts, 1);
+    uint64_t last = atomic_load(&cut_log[why].logged_ms);
+    if (last != 0 && now < last + CUT_LOG_MS) {
+        atomic_fetch_add(&cut_log[why].unlogged, 1);
+        return;
+    }
+    if (!atomic_compare_exchange_strong(&cut_log[why].logged_ms, &last, now)) {
+        atomic_fetch_add(&cut_log[why].unlogged, 1);
+        return;
+    }
+    unsigned long long more = (unsigned long long)atomic_exchange(&cut_log[why].unlogged, 0);
+    if (why == CUT_SLOW)
+        SG_LOG(SG_LL_WARN, "http",
+               "closing a connection whose reader takes less than limits.min_write_bytes_per_s (%u bytes/s): %llu of %llu bytes "
+               "of %s taken in %llu ms (%llu more such since the last line)",
+               w->loop->gen->cfg->limits.min_write_bytes_per_s, (unsigned long long)bytes_taken(w), (unsigned long long)w->total,
+               w->what, (unsigned long long)(now - w->start_ms), more);
+    else if (w->total != 0)
+        SG_LOG(SG_LL_WARN, "http",
+               "closing a connection whose reader took no bytes for %u ms (%llu of %llu bytes of %s sent; %llu more such since "
+               "the last line)",
+               timeout, (unsigned long long)w->sent, (unsigned long long)w->total, w->what, more);
+    else
+        SG_LOG(
+            SG_LL_WARN, "http",
+            "closing a connection whose reader took no bytes for %u ms (%s, %llu bytes sent; %llu more such since the last line)",
+            timeout, w->what, (unsigned long long)w->sent, more);
+}
+
 static void on_write_check(sg_timer_t *t)
 {
     sg_write_watch_t *w = H2O_STRUCT_FROM_MEMBER(sg_write_watch_t, timer, t);
@@ -161,24 +236,20 @@ static void on_write_check(sg_timer_t *t)
     uint32_t timeout = w->loop->gen->cfg->limits.write_timeout_ms;
     h2o_socket_t *sock = socket_of(w->req);
     int queued = 0;
+    if (w->timed_out)
+        return;
     if (sock != NULL && ioctl(h2o_socket_get_fd(sock), TIOCOUTQ, &queued) == 0) {
         if (w->outq >= 0 && queued < w->outq)
             w->progress_ms = now; /* the reader took bytes of what the kernel holds */
         w->outq = queued;
     }
-    if (now - w->progress_ms < timeout || w->timed_out) {
-        if (!w->timed_out)
-            arm_check(w, now);
+    int why = now - w->progress_ms >= timeout ? CUT_IDLE : too_slow(w, now, timeout) ? CUT_SLOW : -1;
+    if (why < 0) {
+        arm_check(w, now);
         return;
     }
     w->timed_out = 1;
-    sg_counter_add(w->loop->server->responses.m_write_timeouts, 1);
-    if (w->total != 0)
-        SG_LOG(SG_LL_WARN, "http", "closing a connection whose reader took no bytes for %u ms (%llu of %llu bytes of %s sent)",
-               timeout, (unsigned long long)w->sent, (unsigned long long)w->total, w->what);
-    else
-        SG_LOG(SG_LL_WARN, "http", "closing a connection whose reader took no bytes for %u ms (%s, %llu bytes sent)", timeout,
-               w->what, (unsigned long long)w->sent);
+    report_cut(w, why, now, timeout);
     /* h2o finds the socket broken at its next read or write and closes the connection itself */
     if (sock != NULL)
         shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
@@ -197,8 +268,11 @@ void sg_respond_watch_progress(sg_write_watch_t *w)
 {
     uint64_t now = sg_now_ms();
     w->progress_ms = now;
+    if (w->start_ms == 0)
+        w->start_ms = now;
     w->outq = -1;
-    if (!w->timed_out)
+    /* a check already due stays due: a reader taking windows often must not push the rate's check away */
+    if (!w->timed_out && !sg_timer_is_armed(&w->timer))
         arm_check(w, now);
 }
 

@@ -12,7 +12,8 @@
  *     charged to the budget until its last byte is written;
  *   - the write timeout: a reader that takes no bytes for limits.write_timeout_ms is
  *     disconnected -- for these answers and for event streams (MCP's GET /sse), through
- *     sg_write_watch_t.
+ *     sg_write_watch_t; and the reader of an answer that takes it slower than
+ *     limits.min_write_bytes_per_s on average (after a grace of write_timeout_ms) too.
  *
  * Loop thread, except where a function says "any thread".
  */
@@ -64,7 +65,8 @@ uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n);
  * Content-Length, written window by window as h2o asks for more (HTTP/1.1 and HTTP/2 alike).
  * The writer takes its own references on the blobs and charges them and its window to the
  * process's budget until it has written their last byte; the caller keeps its own references.
- * A reader that takes no bytes for limits.write_timeout_ms is disconnected and everything freed.
+ * A reader that takes no bytes for limits.write_timeout_ms, or that is behind
+ * limits.min_write_bytes_per_s after that grace, is disconnected and everything freed.
  * The caller may add headers (req->res.headers) before the call. Loop thread.
  */
 void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int shape);
@@ -82,9 +84,12 @@ void sg_respond_buffer(h2o_req_t *req, int status, const char *content_type, sg_
  * written (HTTP/1 clears its request timer once the request is read; HTTP/2 arms its idle timer
  * only without open streams). While bytes wait to be written, the watch checks four times per
  * limits.write_timeout_ms whether the reader took any -- a proceed (progress()) or the socket's
- * send queue shrinking -- and when nothing moved for the whole timeout it counts it
- * (searchgate_response_write_timeouts_total), logs it and shuts the connection's socket down;
- * h2o's own error path then closes the connection and disposes the request. Loop thread.
+ * send queue shrinking -- and, for a watch with a `total` (an answer, not an event stream),
+ * whether it is behind limits.min_write_bytes_per_s: rate x (time since the first byte - the
+ * timeout as a grace). When nothing moved for the whole timeout, or the reader is behind, it
+ * counts it (searchgate_response_write_timeouts_total{reason="idle"|"slow"}), logs it (one line
+ * per 10 s for each reason) and shuts the connection's socket down; h2o's own error path then
+ * closes the connection and disposes the request. Loop thread.
  */
 typedef struct st_sg_write_watch_t {
     sg_timer_t timer;
@@ -92,6 +97,7 @@ typedef struct st_sg_write_watch_t {
     h2o_req_t *req;
     const char *what;     /* for the log line: "an answer", "an SSE stream" */
     uint64_t sent, total; /* bytes handed to h2o, of `total` (0: an open-ended stream), for the log */
+    uint64_t start_ms;    /* the first progress: the answer's first byte (the minimum rate's clock) */
     uint64_t progress_ms; /* the last time the reader took bytes */
     int64_t outq;         /* the socket's send queue at the last check; -1 = unknown */
     int timed_out;

@@ -451,7 +451,8 @@ static sg_blob_t *fuse_one(fusion_req_t *fr, uint32_t u)
     return blob;
 }
 
-/* The fused answer fits limits.max_response_bytes (0), or the request was answered 413 (-1). */
+/* The fused answer fits limits.max_response_bytes (0), or the request was answered 413 (-1:
+ * `fr` may be freed then). */
 static int check_size(fusion_req_t *fr, sg_blob_t **fused)
 {
     if (fr->max_response_bytes == 0)
@@ -497,11 +498,12 @@ static int check_estimate(fusion_req_t *fr)
 static void respond(fusion_req_t *fr)
 {
     const sg_fusion_conf_t *fc = fr->route->conf;
-    sg_blob_t **fused = sg_mem_alloc(fr->n_uniq * sizeof(*fused));
-    for (uint32_t u = 0; u < fr->n_uniq; ++u)
+    uint32_t n_uniq = fr->n_uniq; /* a 413 (check_size) frees fr */
+    sg_blob_t **fused = sg_mem_alloc(n_uniq * sizeof(*fused));
+    for (uint32_t u = 0; u < n_uniq; ++u)
         fused[u] = fuse_one(fr, u);
     if (check_size(fr, fused) != 0) {
-        for (uint32_t u = 0; u < fr->n_uniq; ++u)
+        for (uint32_t u = 0; u < n_uniq; ++u)
             sg_blob_release(fused[u]);
         free(fused);
         return;

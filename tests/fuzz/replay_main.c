@@ -7,7 +7,8 @@
  *
  * Arguments starting with '-' are libFuzzer options; the one this program honours is
  * -rss_limit_mb=N, as libFuzzer does: after each input the process's peak resident set
- * (getrusage) must stay within N MiB, or the replay fails naming the input. So an input that
+ * (getrusage) must stay within N MiB, or the replay fails naming the input, with libFuzzer's
+ * "out-of-memory (used: XMb; limit: NMb)". So an input that
  * makes a parser use memory out of proportion to its size (an amplification) is a failure on
  * every build, not only under libFuzzer. The others are ignored.
  */
@@ -67,8 +68,9 @@ static int run_file(const char *path)
     free(exact);
     unsigned long peak = peak_rss_mb();
     if (rss_limit_mb != 0 && peak > rss_limit_mb) {
-        fprintf(stderr, "replay: %s (%zu bytes) took the peak RSS to %lu MiB, over -rss_limit_mb=%lu\n", path, len, peak,
-                rss_limit_mb);
+        /* libFuzzer's words, so one pattern finds the failure under either (fuzz.replay_rss_limit_enforced) */
+        fprintf(stderr, "replay: out-of-memory (used: %luMb; limit: %luMb) after %s (%zu bytes): over -rss_limit_mb=%lu\n", peak,
+                rss_limit_mb, path, len, rss_limit_mb);
         return -1;
     }
     return 0;

@@ -47,10 +47,14 @@ def wait_for(pred, timeout=10.0):
     return pred()
 
 
-def stalled_request(port, body, rcvbuf=4096):
-    """Sends a POST /retrieve on a socket with a tiny receive buffer and never reads it."""
+def stalled_request(port, body, rcvbuf=4096, mss=None):
+    """Sends a POST /retrieve on a socket with a tiny receive buffer and never reads it. `mss`:
+    the segment size the client announces (loopback's is 64 KiB, so a slow reader there reopens
+    its window only each 64 KiB it reads; an Ethernet MSS of 1448 makes it behave as on a LAN)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    if mss is not None:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
     s.connect(("127.0.0.1", port))
     data = json.dumps(body).encode()
     s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -157,6 +161,96 @@ class AnswerSize(unittest.TestCase):
             gw.stop()
 
 
+class AnswerSizeOtherRoutes(unittest.TestCase):
+    """limits.max_response_bytes on the paths beside the query pipeline's: a fusion route's own
+    checks (the estimate from its legs' DOC sizes, the exact fused size) and a cold bm25 route
+    that knows its corpus's DOC size before its first answer."""
+
+    def fusion_config(self, limit):
+        return {"limits": {"max_response_bytes": limit},
+                "backends": [big_backend("a"), big_backend("b"),
+                             {"name": "hy", "fusion": {"routes": ["a", "b"], "method": "rrf"}}]}
+
+    def test_fusion_exact_size(self):
+        body = {"queries": ["word%d lorem" % i for i in range(6)], "topk": 5}
+        gw = Gateway(self.fusion_config(64 << 20))
+        try:
+            r = gw.post("/retrieve/hy", body)
+            self.assertEqual(r.status, 200, r)
+            size = len(r.body)
+            self.assertGreater(size, 200000)
+        finally:
+            gw.stop()
+        # fresh gateways: the legs know no DOC size, so only the fused answer's exact size decides
+        for limit, status in ((size, 200), (size - 1, 413)):
+            gw = Gateway(self.fusion_config(limit))
+            try:
+                r = gw.post("/retrieve/hy", body)
+                self.assertEqual(r.status, status, (limit, r))
+                if status == 413:
+                    err = r.json()["error"]
+                    self.assertEqual(err["type"], "too_large")
+                    self.assertIn("fusion route hy: the answer is %d bytes, over limits.max_response_bytes (%d)"
+                                  % (size, limit), err["message"])
+                    self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="exact"), 1)
+                    self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="estimate"), 0)
+                else:
+                    self.assertEqual(len(r.body), size)
+                self.assertTrue(wait_for(lambda: gw.metric("searchgate_response_bytes_held") == 0))
+            finally:
+                gw.stop()
+
+    def test_fusion_estimate_before_any_leg_work(self):
+        gw = Gateway(self.fusion_config(1 << 20))
+        try:
+            self.assertEqual(gw.post("/retrieve/hy", {"queries": ["word1"], "topk": 1}).status, 200)  # teaches the legs
+            calls = gw.metric("searchgate_backend_calls_total")
+            r = gw.post("/retrieve/hy", {"queries": ["word%d" % i for i in range(200)], "topk": 5})
+            self.assertEqual(r.status, 413, r)
+            err = r.json()["error"]
+            self.assertEqual(err["type"], "too_large")
+            self.assertIn("fusion route hy: the answer would be at least about", err["message"])
+            self.assertIn("200 queries x topk 5", err["message"])
+            self.assertIn("limits.max_response_bytes (1048576)", err["message"])
+            self.assertEqual(gw.metric("searchgate_backend_calls_total"), calls, "no leg was called")
+            self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="estimate"), 1)
+            self.assertEqual(gw.post("/retrieve/hy", {"queries": ["word2"], "topk": 2}).status, 200)
+        finally:
+            gw.stop()
+
+    def test_cold_bm25_route_refuses_from_its_corpus_doc_size(self):
+        # the issue's request against a fresh bm25 route: the plugin tells the gateway its corpus's
+        # mean DOC size (ABI 1.3 limits), so it is refused before the first search -- the real
+        # answer over this 8-passage corpus would be a small 200, so only the seeded size refuses it
+        tmp = tempfile.mkdtemp(prefix="sgbounds-")
+        try:
+            corpus = os.path.join(tmp, "corpus.jsonl")
+            with open(corpus, "w") as f:
+                for i in range(8):
+                    f.write(json.dumps({"id": str(i), "contents": "\"Water %d\"\n" % i + "water rivers and lakes " * 5}) + "\n")
+            index = os.path.join(tmp, "bm25")
+            subprocess.run([sgtest.binary("searchgate-index-bm25"), corpus, index, "--no-progress", "--quiet"], check=True,
+                           capture_output=True, timeout=scaled(120))
+            gw = Gateway({"backends": [{"name": "wiki", "plugin": "bm25", "config": {"index": index}}]})
+            try:
+                r = gw.retrieve(["water"] * 2000, topk=1000)
+                self.assertEqual(r.status, 413, r)
+                err = r.json()["error"]
+                self.assertEqual(err["type"], "too_large")
+                self.assertIn("2000 queries x topk 1000", err["message"])
+                self.assertIn("limits.max_response_bytes (33554432)", err["message"])
+                self.assertEqual(gw.metric("searchgate_backend_calls_total"), 0, "no backend work")
+                self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="estimate"), 1)
+                # what fits is answered
+                r = gw.retrieve(["water"] * 20, topk=3)
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(len(r.json()["result"]), 20)
+            finally:
+                gw.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class Streaming(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -245,38 +339,120 @@ class SlowReaders(unittest.TestCase):
             log = gw.stop()
         self.assertIn("took no bytes for 1000 ms", log)
 
-    def test_slow_steady_reader_is_not_cut(self):
-        # after the first 3 MB (what the kernel buffers hold) the reader takes 8 KB every 100 ms: a
-        # 64 KiB window then takes 0.8 s to go out, twice the write timeout, yet the reader is not
-        # cut -- it takes bytes all along (the socket's send queue shrinks)
-        gw = Gateway({"limits": {"max_response_bytes": 64 << 20, "write_timeout_ms": 400}, "backends": [big_backend()]})
+    def read_answer(self, s):
+        """A reader of the answer on `s`: read(n) takes up to n bytes; returns (read, state)."""
+        state = {"got": b"", "length": None}
+
+        def read(n):
+            chunk = s.recv(n)
+            state["got"] += chunk
+            if state["length"] is None and b"\r\n\r\n" in state["got"]:
+                head, state["got"] = state["got"].split(b"\r\n\r\n", 1)
+                state["length"] = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                                       if h.lower().startswith(b"content-length")][0])
+            return chunk
+        return read, state
+
+    def test_slow_steady_reader_is_cut_at_the_minimum_rate(self):
+        # a reader that takes ~1 KB/s all along is never idle, yet it would hold its answer's
+        # blobs for hours: after the grace (write_timeout_ms) it must keep up with
+        # limits.min_write_bytes_per_s on average, and is cut when it falls behind
+        # (the reader's window reopens each ~1.5 KB it reads: progress every ~1.5 s, never idle
+        # for the grace of 4 s)
+        grace, rate = 4000, 64 << 10
+        gw = Gateway({"limits": {"max_response_bytes": 64 << 20, "write_timeout_ms": grace, "min_write_bytes_per_s": rate},
+                      "backends": [big_backend()]})
+        try:
+            self.assertEqual(gw.retrieve(["word1"], topk=1).status, 200)
+            self.assertTrue(wait_for(lambda: gw.metric("searchgate_response_bytes_held") == 0))
+            level = gw.metric("searchgate_response_bytes_held")
+            body = {"queries": ["word%d lorem" % (i % 20) for i in range(120)], "topk": 5}  # ~6 MB
+            s = stalled_request(gw.port, body, mss=1448)
+            s.settimeout(scaled(10))
+            read, state = self.read_answer(s)
+            t0 = time.time()
+            self.assertTrue(read(1024))
+            self.assertGreater(gw.metric("searchgate_response_bytes_held"), level + (512 << 10), "the answer holds its blobs")
+            cut_after = None
+            try:
+                while time.time() - t0 < scaled(20):
+                    time.sleep(0.25)
+                    if not read(256):  # 256 bytes every 250 ms: ~1 KB/s
+                        break
+                    if cut_after is None and gw.metric("searchgate_response_write_timeouts_total", reason="slow") == 1:
+                        cut_after = time.time() - t0
+            except ConnectionResetError:
+                pass
+            if cut_after is None:
+                cut_after = time.time() - t0
+            self.assertEqual(gw.metric("searchgate_response_write_timeouts_total", reason="slow"), 1, "the slow reader was not cut")
+            self.assertEqual(gw.metric("searchgate_response_write_timeouts_total", reason="idle"), 0, "cut as idle, not as slow")
+            # cut after the grace plus what the rate allows for the bytes the kernels buffered
+            # (a few KB here: well under a second at 64 KiB/s), plus a check period (1 s)
+            self.assertGreater(cut_after, grace / 1000.0)
+            self.assertLess(cut_after, grace / 1000.0 + scaled(3))
+            self.assertLess(len(state["got"]), state["length"])
+            self.assertTrue(closed_by_peer(s), "the connection is still open")
+            s.close()
+            self.assertTrue(wait_for(lambda: gw.metric("searchgate_response_bytes_held") == level),
+                            "the answer's budget bytes did not come back")
+            self.assertEqual(gw.retrieve(["word1"], topk=1).status, 200)
+            log = gw.wait_log("takes less than limits.min_write_bytes_per_s (65536 bytes/s)")
+        finally:
+            gw.stop()
+        self.assertIn("of an answer taken in", log)
+
+    def test_reader_above_the_minimum_rate_is_not_cut(self):
+        # the new contract (a minimum rate, limits.min_write_bytes_per_s) cuts readers below it;
+        # one that reads steadily above it, from the first byte, is not cut however long the
+        # answer takes: 16 KB every 100 ms (~160 KB/s) against a minimum of 64 KiB/s, a 64 KiB
+        # window then takes 0.4 s to go out, longer than the write timeout (grace) of 300 ms
+        gw = Gateway({"limits": {"max_response_bytes": 64 << 20, "write_timeout_ms": 300, "min_write_bytes_per_s": 64 << 10},
+                      "backends": [big_backend()]})
+        try:
+            body = {"queries": ["word%d lorem" % (i % 20) for i in range(120)], "topk": 5}  # ~6 MB
+            s = stalled_request(gw.port, body, rcvbuf=16384)
+            s.settimeout(scaled(10))
+            read, state = self.read_answer(s)
+            slow_end = time.time() + 4
+            while time.time() < slow_end:
+                self.assertTrue(read(16384))
+                time.sleep(0.1)
+            self.assertEqual(gw.metric("searchgate_response_write_timeouts_total"), 0, "a reader above the minimum was cut")
+            self.assertGreater(gw.metric("searchgate_response_bytes_held"), 512 << 10, "the answer is still being written")
+            while len(state["got"]) < state["length"]:
+                self.assertTrue(read(1 << 16))
+            s.close()
+            self.assertEqual(len(state["got"]), state["length"])
+            json.loads(state["got"])
+            self.assertEqual(gw.metric("searchgate_response_write_timeouts_total"), 0)
+        finally:
+            gw.stop()
+
+    def test_slow_steady_reader_without_minimum_rate_is_not_cut(self):
+        # min_write_bytes_per_s 0 turns the rate off: after the first 3 MB (what the kernel
+        # buffers hold) the reader takes 8 KB every 100 ms, a 64 KiB window takes 0.8 s to go out,
+        # twice the write timeout, yet the reader is not cut -- it takes bytes all along (the
+        # socket's send queue shrinks)
+        gw = Gateway({"limits": {"max_response_bytes": 64 << 20, "write_timeout_ms": 400, "min_write_bytes_per_s": 0},
+                      "backends": [big_backend()]})
         try:
             body = {"queries": ["word%d lorem" % (i % 20) for i in range(120)], "topk": 5}  # ~6 MB
             s = stalled_request(gw.port, body)
             s.settimeout(scaled(10))
-            got, length = b"", None
-
-            def read(n):
-                nonlocal got, length
-                chunk = s.recv(n)
-                got += chunk
-                if length is None and b"\r\n\r\n" in got:
-                    head, got = got.split(b"\r\n\r\n", 1)
-                    length = int([h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0])
-                return chunk
-
-            while len(got) < 3 << 20:
+            read, state = self.read_answer(s)
+            while len(state["got"]) < 3 << 20:
                 self.assertTrue(read(1 << 16))
             slow_end = time.time() + 3
             while time.time() < slow_end:
                 self.assertTrue(read(8192))
                 time.sleep(0.1)
             self.assertEqual(gw.metric("searchgate_response_write_timeouts_total"), 0, "a steady reader was cut")
-            while len(got) < length:
+            while len(state["got"]) < state["length"]:
                 self.assertTrue(read(1 << 16))
             s.close()
-            self.assertEqual(len(got), length)
-            json.loads(got)
+            self.assertEqual(len(state["got"]), state["length"])
+            json.loads(state["got"])
         finally:
             gw.stop()
 

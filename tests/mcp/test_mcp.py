@@ -367,6 +367,43 @@ class Limits(unittest.TestCase):
         finally:
             gw.stop()
 
+    def test_tool_result_over_max_response_bytes(self):
+        # the query's answer fits limits.max_response_bytes, but the tool result carries it twice
+        # (the text content and structuredContent): it is a tool error naming the limit, not a
+        # result over it
+        docs = big_docs(10, 20000)
+        call = tool_call("word1", topk=5)
+        gw = Gateway({"backends": [example_backend(documents=docs)]})
+        try:
+            answer = len(gw.retrieve(["word1"], topk=5, return_scores=True).body)
+            r = post(gw, call)
+            self.assertFalse(r.json()["result"]["isError"], r)
+            result = len(r.body) - len(b'{"jsonrpc":"2.0","id":1,"result":}')
+        finally:
+            gw.stop()
+        self.assertGreater(result, answer * 3 // 2)
+        limit = (answer + result) // 2
+        gw = Gateway({"backends": [example_backend(documents=docs)], "limits": {"max_response_bytes": limit}})
+        try:
+            r = post(gw, call)
+            self.assertEqual(r.status, 200, r)
+            res = r.json()["result"]
+            self.assertTrue(res["isError"], res)
+            self.assertNotIn("structuredContent", res)
+            text = res["content"][0]["text"]
+            self.assertTrue(text.startswith("too_large: the result is %d bytes, over limits.max_response_bytes (%d)"
+                                            % (result, limit)), text)
+            # counted as what it is: an error result, an answer over the limit
+            self.assertEqual(gw.metric("searchgate_mcp_tool_calls_total", tool="search", outcome="error"), 1)
+            self.assertEqual(gw.metric("searchgate_mcp_tool_calls_total", tool="search", outcome="ok"), 0)
+            self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="exact"), 1)
+            self.assertTrue(wait_for_value(lambda: gw.metric("searchgate_response_bytes_held"), 0))
+            # a smaller one is answered
+            r = post(gw, tool_call("word1", topk=1))
+            self.assertFalse(r.json()["result"]["isError"], r)
+        finally:
+            gw.stop()
+
 
 class Tools(unittest.TestCase):
     @classmethod
@@ -604,6 +641,26 @@ def stalled(gw, head, body=b""):
     return s
 
 
+def wait_for_value(get, want, seconds=5):
+    end = time.time() + sgtest.scaled(seconds)
+    while time.time() < end and get() != want:
+        time.sleep(0.05)
+    return get() == want
+
+
+def dechunked(body):
+    """The data of the complete chunks at the start of an HTTP/1.1 chunked body."""
+    out = b""
+    while b"\r\n" in body:
+        size, rest = body.split(b"\r\n", 1)
+        n = int(size, 16)
+        if len(rest) < n + 2:
+            break
+        out += rest[:n]
+        body = rest[n + 2:]
+    return out
+
+
 def drained_to_eof(s, timeout):
     """Reads what the gateway sent until the connection ends; the bytes read, or None if it stays open."""
     s.settimeout(timeout)
@@ -691,6 +748,39 @@ class SlowReaders(unittest.TestCase):
         self.assertIsNotNone(drained_to_eof(s, sgtest.scaled(10)), "the connection stayed open")
         self.assertIn("an SSE stream", self.gw.read_log())
 
+    def test_a_quiet_sse_stream_is_not_cut(self):
+        # the minimum rate (limits.min_write_bytes_per_s) is for answers: an event stream waits
+        # for events, so one quiet for many times the grace is not behind any rate. After 3 s of
+        # quiet (grace 400 ms, a minimum of 16 MiB/s: an answer would owe 40 MB by then), an
+        # ~8 MB reply, more than the kernel's send buffer takes (4 MiB at most), is read through
+        # a tiny receive buffer: it waits in the gateway for several checks, and is not cut
+        self.gw = Gateway({"backends": [example_backend(documents=big_docs(10, 400000))],
+                           "limits": {"write_timeout_ms": 400, "min_write_bytes_per_s": 16 << 20}})
+        s = stalled(self.gw, "GET /sse HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n\r\n" % self.gw.port)
+        s.settimeout(sgtest.scaled(10))
+        got = b""
+        while re.search(rb"session_id=([0-9a-f]{32})", got) is None:
+            got += s.recv(4096)
+        sid = re.search(rb"session_id=([0-9a-f]{32})", got).group(1).decode()
+        time.sleep(3)
+        r = post(self.gw, tool_call("word3", id=7), path="/messages?session_id=" + sid)
+        self.assertEqual(r.status, 202, r)
+        parts, tail, seen = [got], got, False
+        while not (seen and tail.endswith(b"\n\n\r\n")):
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "the stream was closed")
+            parts.append(chunk)
+            tail = tail[-64:] + chunk
+            seen = seen or b'"id":7' in tail
+            time.sleep(0.001)
+        got = b"".join(parts)
+        events = dechunked(got.split(b"\r\n\r\n", 1)[1]).split(b"\n\n")
+        reply = json.loads([e for e in events if b'"id":7' in e][0].split(b"data: ", 1)[1])
+        self.assertEqual(reply["id"], 7)
+        self.assertEqual(len(reply["result"]["structuredContent"]["result"][0]), 10)
+        self.assertEqual(self.gw.metric("searchgate_response_write_timeouts_total"), 0, "a quiet stream was cut")
+        self.assertEqual(self.gw.metric("searchgate_mcp_sse_streams"), 1)
+        s.close()
 
 if __name__ == "__main__":
     sgtest.main()

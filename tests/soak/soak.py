@@ -561,7 +561,8 @@ def attack_stalled_reader(port, rnd, write_timeout_s):
 
 
 def attack_slow_reader(port, rnd, seconds, stop):
-    """Takes 1 KB per second of a ~6 MB answer for `seconds`, then leaves: a steady reader is not cut."""
+    """Takes 1 KB per second of a ~6 MB answer for `seconds`, then leaves (or is cut: slower than
+    limits.min_write_bytes_per_s after the grace of write_timeout_ms, it holds the budget no longer)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", port))

@@ -10,7 +10,13 @@ its idle RSS, the statuses the clients got and the wall time:
   workloads  issue  {"queries": ["water"] x 2000, "topk": 1000}: an 18 KB request whose answer is
                     ~1.45 GB (the issue's measurement on the gcide demo index)
              max    distinct queries at topk 1000 adding up to about --answer-mib MiB, just under
-                    the after build's default limits.max_response_bytes (32 MiB)
+                    the after build's default limits.max_response_bytes (32 MiB); every client
+                    sends the same body, so concurrent clients share one set of results
+             distinct  the same size as max, but a different body per client (queries no other
+                    client sends): N clients hold N answers' results at once, which the after
+                    build bounds by limits.max_response_bytes_inflight (512 MiB): peak RSS grows
+                    with N up to that budget, and clients beyond it get 503 + Retry-After
+                    (--distinct adds it to --workloads)
   readers    normal the client reads the whole answer as fast as it can
              slow   the client reads --slow-rate bytes/s for --slow-seconds, then hangs up (a
                     1 KB/s reader never finishes a large answer)
@@ -20,10 +26,12 @@ before build's 16 x 1.45 GB cannot take the machine down. Run it on a quiet mach
 
   tests/bench/gateway/bench_response_rss.py --before ../before/build --after build \\
       --index build/demo/bm25 --sizes 1,4,16
+  tests/bench/gateway/bench_response_rss.py --before ../before/build --after build \\
+      --index build/demo/bm25 --workloads distinct --sizes 1,4,16,32
 
 (build/demo/bm25 comes from build/prepare-default). A quick check that it runs:
-  tests/bench/gateway/bench_response_rss.py --after build --index build/demo/bm25 --sizes 1 \\
-      --workloads max --answer-mib 2 --slow-seconds 2
+  tests/bench/gateway/bench_response_rss.py --after build --index build/demo/bm25 --sizes 1,2 \\
+      --workloads max --distinct --answer-mib 2 --slow-seconds 2
 Standard library only; /usr/bin/python3.
 """
 import argparse
@@ -44,7 +52,8 @@ ap.add_argument("--before", help="build directory of the unfixed gateway (e.g. a
 ap.add_argument("--after", help="build directory of the fixed gateway (e.g. build)")
 ap.add_argument("--index", required=True, help="a BM25 index directory (build/demo/bm25 from build/prepare-default)")
 ap.add_argument("--sizes", default="1,4,16", help="concurrent requests, comma-separated")
-ap.add_argument("--workloads", default="issue,max", help="issue, max (comma-separated)")
+ap.add_argument("--workloads", default="issue,max", help="issue, max, distinct (comma-separated)")
+ap.add_argument("--distinct", action="store_true", help="add the distinct workload: a different max-size body per client")
 ap.add_argument("--readers", default="normal,slow", help="normal, slow (comma-separated)")
 ap.add_argument("--answer-mib", type=float, default=30.0, help="the max workload's answer size")
 ap.add_argument("--slow-rate", type=int, default=1024, help="bytes per second a slow reader takes")
@@ -65,6 +74,11 @@ if not os.path.isdir(index):
     sys.exit("%s: no such index (build one with build/prepare-default)" % index)
 sizes = [int(x) for x in a.sizes.split(",") if x]
 workloads = [w for w in a.workloads.split(",") if w]
+if a.distinct and "distinct" not in workloads:
+    workloads.append("distinct")
+for w in workloads:
+    if w not in ("issue", "max", "distinct"):
+        sys.exit("unknown workload %s" % w)
 readers = [r for r in a.readers.split(",") if r]
 tmp = tempfile.mkdtemp(prefix="sgbench-rss-")
 
@@ -150,17 +164,22 @@ class Gateway:
         self.log.close()
 
 
-def max_request(build):
-    """Distinct queries at topk 1000 whose answer is about --answer-mib MiB (probed on `build`)."""
+def max_count(build):
+    """How many distinct queries at topk 1000 make an answer of about --answer-mib MiB (probed on `build`)."""
     gw = Gateway(build)
     try:
         st, n = gw.post({"queries": ["water 0"], "topk": 1000, "return_scores": True})
         if st != 200 or n == 0:
             sys.exit("probe failed: %s" % st)
-        count = max(1, int(a.answer_mib * 1048576 * 0.97 / n))
+        return max(1, int(a.answer_mib * 1048576 * 0.97 / n))
     finally:
         gw.stop()
-    return {"queries": ["water %d" % i for i in range(count)], "topk": 1000, "return_scores": True}
+
+
+def max_request(count, client=0):
+    """`count` distinct queries at topk 1000; `client` > 0 makes them differ from every other
+    client's (distinct texts: nothing is shared between the requests)."""
+    return {"queries": ["water %d" % (client * count + i) for i in range(count)], "topk": 1000, "return_scores": True}
 
 
 def slow_reader(port, body, out, i):
@@ -194,7 +213,8 @@ def slow_reader(port, body, out, i):
         s.close()
 
 
-def run_one(build, body, readers_kind, conc):
+def run_one(build, body_of, readers_kind, conc):
+    """`body_of(i)`: the body client i sends."""
     gw = Gateway(build)
     try:
         gw.post({"queries": ["water"], "topk": 3})  # warm: the index pages in, the route learns its DOC size
@@ -205,11 +225,11 @@ def run_one(build, body, readers_kind, conc):
 
         def normal(i):
             try:
-                out[i] = gw.post(body)
+                out[i] = gw.post(body_of(i))
             except (OSError, http.client.HTTPException) as e:
                 out[i] = ("error: %s" % e.__class__.__name__, 0)
 
-        target = normal if readers_kind == "normal" else (lambda i: slow_reader(gw.port, body, out, i))
+        target = normal if readers_kind == "normal" else (lambda i: slow_reader(gw.port, body_of(i), out, i))
         ts = [threading.Thread(target=target, args=(i,)) for i in range(conc)]
         for t in ts:
             t.start()
@@ -232,13 +252,18 @@ def run_one(build, body, readers_kind, conc):
 
 
 def main():
-    bodies = {}
+    bodies = {}  # workload -> body_of(client)
     if "issue" in workloads:
-        bodies["issue"] = {"queries": ["water"] * 2000, "topk": 1000, "return_scores": True}
-    if "max" in workloads:
-        bodies["max"] = max_request(builds[-1][1])
-        print("max workload: %d distinct queries at topk 1000 (~%.0f MiB answer)" % (len(bodies["max"]["queries"]),
-                                                                                   a.answer_mib))
+        issue = {"queries": ["water"] * 2000, "topk": 1000, "return_scores": True}
+        bodies["issue"] = lambda i: issue
+    if "max" in workloads or "distinct" in workloads:
+        count = max_count(builds[-1][1])
+        same = max_request(count)
+        bodies["max"] = lambda i: same
+        distinct = {}
+        bodies["distinct"] = lambda i: distinct.setdefault(i, max_request(count, i + 1))
+        print("max workloads: %d distinct queries at topk 1000 (~%.0f MiB answer)%s" %
+              (count, a.answer_mib, "; distinct: a different body per client" if "distinct" in workloads else ""))
     rows = []
     for wname in workloads:
         for rkind in readers:
