@@ -357,19 +357,24 @@ int sg_redis_check(const sg_redis_conf_t *conf, char *msg, size_t size)
                      conf->node.port);
         return st;
     }
-    char host[256], first_msg[512] = "";
+    char host[256], first_msg[512] = "", skipped[1200] = "";
     uint16_t port = 0;
     int refused = 0;
+    /* like a loop: a sentinel that names a server failing the set-up (a replica: a stale view) is
+     * passed over for the next one; a later success says which was passed over */
     for (size_t i = 0; i < conf->n_sentinels; ++i) {
         int st = probe_sentinel(&p, &conf->sentinels[i], host, sizeof(host), &port);
         if (st == SG_REDIS_CHECK_OK) {
             char from[300];
             snprintf(from, sizeof(from), "%s:%u", conf->sentinels[i].host, conf->sentinels[i].port);
             st = probe_server(&p, host, port);
-            if (st == SG_REDIS_CHECK_OK)
-                snprintf(msg, size, "Redis master \"%s\" is %s:%u (sentinel %s); it answers as master", conf->master, host, port,
-                         from);
-            return st;
+            if (st == SG_REDIS_CHECK_OK) {
+                snprintf(msg, size, "Redis master \"%s\" is %s:%u (sentinel %s); it answers as master%s", conf->master, host, port,
+                         from, skipped);
+                return st;
+            }
+            if (skipped[0] == '\0')
+                snprintf(skipped, sizeof(skipped), "; but sentinel %s named %s:%u: %.512s", from, host, port, msg);
         }
         if (first_msg[0] == '\0' || (st == SG_REDIS_CHECK_REFUSED && !refused))
             snprintf(first_msg, sizeof(first_msg), "%s", msg);

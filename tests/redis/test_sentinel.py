@@ -372,6 +372,55 @@ class Failover(unittest.TestCase):
                 gw.stop()
             g.close()
 
+    def test_sentinel_naming_a_replica_is_refused(self):
+        """A sentinel whose view is stale (here one cut off from the group: it monitors the replica's
+        address and cannot authenticate to the data nodes, so it never learns better) names a node
+        that answers ROLE slave. The gateway's set-up refuses it (a warning naming the sentinel, the
+        readonly metric), asks the next sentinel and uses the real master; it never writes to the
+        replica. --check says the same."""
+        g = Group()
+        stale = Server(["sentinel monitor %s 127.0.0.1 %d 2" % (MASTER, g.replica.port),
+                        "requirepass %s" % ADMIN_PW, "user sgw on >%s %s" % (SENTINEL_PW, SENTINEL_ACL)],
+                       sentinel=True, admin=(None, ADMIN_PW))
+        gw = None
+        d = tempfile.mkdtemp(prefix="sgcheck-")
+        try:
+            self.assertEqual(stale.cmd("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)[1], str(g.replica.port).encode())
+            self.assertEqual(g.replica.cmd("ROLE")[0], b"slave")
+            cfg = g.gateway_config()
+            cfg["cache"]["redis"]["sentinels"].insert(0, "127.0.0.1:%d" % stale.port)  # loop 0 asks it first
+            replica = "127.0.0.1:%d" % g.replica.port
+            path = os.path.join(d, "check.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            rc, out, err = searchgate_check(path, ENV)
+            self.assertEqual(rc, 0, out + err)
+            self.assertIn('Redis master "%s" is 127.0.0.1:%d (sentinel 127.0.0.1:%d); it answers as master' %
+                          (MASTER, g.master.port, g.sentinels[0].port), out)
+            self.assertIn("; but sentinel 127.0.0.1:%d named %s: Redis %s, which the sentinels name as master \"%s\", is not a "
+                          "master (ROLE: slave)" % (stale.port, replica, replica, MASTER), out)
+
+            gw = Gateway(cfg, env=ENV, threads=1)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
+            self.assertEqual(gw.get("/stats").json()["cache"]["redis"]["master"], "127.0.0.1:%d" % g.master.port)
+            log = gw.read_log()
+            line = [l for l in log.splitlines() if "answers ROLE slave" in l]
+            self.assertTrue(line, log)
+            self.assertIn(" warn  [redis] ", line[0])
+            self.assertIn('Redis master "%s": sentinel 127.0.0.1:%d named %s, which answers ROLE slave' %
+                          (MASTER, stale.port, replica), line[0])
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total", kind="readonly"), 1)
+            for i in range(10):
+                self.assertEqual(gw.retrieve(["stale sentinel %d" % i]).status, 200)
+            self.assertTrue(wait_for(lambda: g.master.cmd("DBSIZE") > 0, scaled(5)))
+            self.assertNotIn("user=sg ", g.replica.cmd("CLIENT", "LIST").decode())
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+            if gw is not None:
+                gw.stop()
+            stale.close()
+            g.close()
+
     def test_subscription_refused_is_a_warning(self):
         """A sentinel user without the channel permission: the master is found and used, and the
         log says (once per 10 s) why failovers would only be seen late."""
