@@ -399,6 +399,11 @@ class Failover(unittest.TestCase):
                           (MASTER, g.master.port, g.sentinels[0].port), out)
             self.assertIn("; but sentinel 127.0.0.1:%d named %s: Redis %s, which the sentinels name as master \"%s\", is not a "
                           "master (ROLE: slave)" % (stale.port, replica, replica, MASTER), out)
+            # a server that refuses the set-up (here: everywhere) is what a failed check names
+            rc, out, err = searchgate_check(path, dict(ENV, SG_TEST_REDIS_PW="wrong"))
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn('refused AUTH as user "sg"', err)
+            self.assertNotIn("no sentinel named the master", err)
 
             gw = Gateway(cfg, env=ENV, threads=1)
             self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
