@@ -6,7 +6,13 @@ writes and reads resume on the promoted replica within seconds, budgets and glob
 keep counting there, and nothing is ever written to a replica.
 
 Prints the time without a cache (kill -> first cache write on the new master), measured on
-whatever machine runs the test, under the test's own load."""
+whatever machine runs the test, under the test's own load.
+
+Three tests isolate the ways a loop learns that the master moved, each with the others ruled out
+by the gateway's own counters: a -READONLY reply (a node demoted with REPLICAOF, which keeps its
+connections), a +switch-master message (SENTINEL FAILOVER, which leaves the old master up and its
+connections open until failover-timeout), and the set-up's ROLE check (a stale sentinel naming a
+replica)."""
 import json
 import os
 import shutil
