@@ -22,10 +22,12 @@
  * get-master-addr-by-name and then stays SUBSCRIBEd to +switch-master (hiredis delivers the regular
  * replies before any pub/sub message, so both share the one pipelined connection). The data
  * connection goes to the address named there. It is dropped and the master discovered again (a
- * fresh sentinel connection; the next sentinel when one fails) when it is lost, when its ROLE is
- * not master, or when a command is answered -READONLY (a demoted master); a +switch-master message
+ * fresh sentinel connection; the next sentinel when one fails, or named a node whose ROLE is not
+ * master) when it is lost, when its ROLE is not master, or when a command is answered -READONLY (a
+ * demoted master: Redis keeps client connections open on REPLICAOF); a +switch-master message
  * moves it to the new master at once, without waiting for the back-off. Sentinels kill the
- * clients of the instances they reconfigure, so a failover is seen at once either way.
+ * clients of the instances they reconfigure, but a live old master (SENTINEL FAILOVER, or one back
+ * from a partition) is reconfigured only a while after +switch-master: the message is the signal.
  *
  * hiredis 0.14 has no command timeouts, so every command with a callback is tracked in a FIFO
  * with its start time; a per-loop timer fails commands older than timeout_ms and drops the
@@ -116,6 +118,7 @@ struct st_sg_redis_t {
     link_t sen;
     int sen_state;
     size_t sen_idx, sen_tries; /* the sentinel in use; failures in a row in this round */
+    size_t named_by;           /* the sentinel that named host:port */
     uint32_t sen_backoff_ms;
     sg_timer_t sen_timer;  /* the query's deadline, or the next sentinel connection */
     char sen_why[WHY_MAX]; /* the first failure of a round */
@@ -143,8 +146,9 @@ static struct {
     uint64_t err_logged_ms, unlogged_errs;
     atomic_int refused; /* the last set-up was refused (until one succeeds) */
     char refused_why[WHY_MAX];
-    char master[300];       /* Sentinel mode: the master last confirmed */
-    uint64_t sub_logged_ms; /* when a refused +switch-master subscription was last logged */
+    char master[300];        /* Sentinel mode: the master last confirmed */
+    uint64_t sub_logged_ms;  /* when a refused +switch-master subscription was last logged */
+    uint64_t role_logged_ms; /* when a named master that is not one was last logged */
     /* circuit breaker */
     atomic_int open;        /* read without the lock on every lookup */
     _Atomic uint32_t fails; /* commands in a row without a reply in time */
@@ -588,6 +592,31 @@ static void on_hs_select(void *arg, redisReply *rep)
     handshake_refused(r, step, rep);
 }
 
+/* The server a sentinel named answers ROLE `role`, not master: not yet promoted, demoted, or the
+ * sentinel's view is stale (cut off from the others, or misconfigured). Nothing is sent to it, and
+ * the next discovery starts with the next sentinel, so one stale sentinel cannot keep a loop from
+ * the master the others name. Logged (warn, at most once per interval) with the sentinel. */
+static void named_not_master(sg_redis_t *r, const char *role)
+{
+    const sg_redis_node_t *s = &r->conf->sentinels[r->named_by];
+    char why[WHY_MAX];
+    snprintf(why, sizeof(why), "%s:%u, named master by sentinel %s:%u, answers ROLE %s (not yet promoted, or demoted)", r->host,
+             r->port, s->host, s->port, role);
+    sg_counter_add(m_err_readonly, 1);
+    uint64_t now = sg_now_ms();
+    pthread_mutex_lock(&g_av.mu);
+    if (g_av.role_logged_ms == 0 || now >= g_av.role_logged_ms + LOG_INTERVAL_MS) {
+        SG_LOG(SG_LL_WARN, "redis",
+               "%s: sentinel %s:%u named %s:%u, which answers ROLE %s: not using it (a promotion under way, a demoted node, or "
+               "a sentinel with a stale view); asking the next sentinel",
+               g_av.where, s->host, s->port, r->host, r->port, role);
+        g_av.role_logged_ms = now;
+    }
+    pthread_mutex_unlock(&g_av.mu);
+    r->sen_idx = (r->named_by + 1) % r->conf->n_sentinels;
+    drop(r, why);
+}
+
 static void on_hs_role(void *arg, redisReply *rep)
 {
     sg_redis_t *r = arg;
@@ -600,13 +629,8 @@ static void on_hs_role(void *arg, redisReply *rep)
     const char *role = rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 && rep->element[0]->type == REDIS_REPLY_STRING
                            ? rep->element[0]->str
                            : "?";
-    if (strcmp(role, "master") != 0) {
-        char why[WHY_MAX];
-        snprintf(why, sizeof(why), "%s:%u, named master by a sentinel, answers ROLE %s (not yet promoted, or demoted)", r->host,
-                 r->port, role);
-        sg_counter_add(m_err_readonly, 1);
-        drop(r, why);
-    }
+    if (strcmp(role, "master") != 0)
+        named_not_master(r, role);
 }
 
 static void handshake_done(sg_redis_t *r)
@@ -718,6 +742,7 @@ static void master_addr(sg_redis_t *r, const char *host, uint16_t port)
     int same = strcmp(host, r->host) == 0 && port == r->port;
     if (same && (r->state == ST_CONNECTING || r->state == ST_HANDSHAKE || r->state == ST_UP))
         return;
+    r->named_by = r->sen_idx;
     snprintf(r->host, sizeof(r->host), "%s", host);
     r->port = port;
     r->addr_fresh = 1;

@@ -357,23 +357,36 @@ int sg_redis_check(const sg_redis_conf_t *conf, char *msg, size_t size)
                      conf->node.port);
         return st;
     }
-    char host[256], first_msg[512] = "";
+    char host[256], first_msg[512] = "", skipped[1200] = "", server_msg[512] = "";
     uint16_t port = 0;
-    int refused = 0;
+    int refused = 0, server_st = SG_REDIS_CHECK_OK;
+    /* like a loop: a sentinel that names a server failing the set-up (a replica: a stale view) is
+     * passed over for the next one; a later success says which was passed over */
     for (size_t i = 0; i < conf->n_sentinels; ++i) {
         int st = probe_sentinel(&p, &conf->sentinels[i], host, sizeof(host), &port);
         if (st == SG_REDIS_CHECK_OK) {
             char from[300];
             snprintf(from, sizeof(from), "%s:%u", conf->sentinels[i].host, conf->sentinels[i].port);
             st = probe_server(&p, host, port);
-            if (st == SG_REDIS_CHECK_OK)
-                snprintf(msg, size, "Redis master \"%s\" is %s:%u (sentinel %s); it answers as master", conf->master, host, port,
-                         from);
-            return st;
+            if (st == SG_REDIS_CHECK_OK) {
+                snprintf(msg, size, "Redis master \"%s\" is %s:%u (sentinel %s); it answers as master%s", conf->master, host, port,
+                         from, skipped);
+                return st;
+            }
+            if (skipped[0] == '\0') {
+                snprintf(skipped, sizeof(skipped), "; but sentinel %s named %s:%u: %.512s", from, host, port, msg);
+                snprintf(server_msg, sizeof(server_msg), "%s", msg);
+                server_st = st;
+            }
+            continue;
         }
         if (first_msg[0] == '\0' || (st == SG_REDIS_CHECK_REFUSED && !refused))
             snprintf(first_msg, sizeof(first_msg), "%s", msg);
         refused |= st == SG_REDIS_CHECK_REFUSED;
+    }
+    if (server_msg[0] != '\0') { /* a sentinel named a server: what that server did is the news */
+        snprintf(msg, size, "%s", server_msg);
+        return server_st;
     }
     snprintf(msg, size, "%s%s", conf->n_sentinels > 1 ? "no sentinel named the master: " : "", first_msg);
     return refused ? SG_REDIS_CHECK_REFUSED : SG_REDIS_CHECK_UNREACHABLE;

@@ -6,7 +6,13 @@ writes and reads resume on the promoted replica within seconds, budgets and glob
 keep counting there, and nothing is ever written to a replica.
 
 Prints the time without a cache (kill -> first cache write on the new master), measured on
-whatever machine runs the test, under the test's own load."""
+whatever machine runs the test, under the test's own load.
+
+Three tests isolate the ways a loop learns that the master moved, each with the others ruled out
+by the gateway's own counters: a -READONLY reply (a node demoted with REPLICAOF, which keeps its
+connections), a +switch-master message (SENTINEL FAILOVER, which leaves the old master up and its
+connections open until failover-timeout), and the set-up's ROLE check (a stale sentinel naming a
+replica)."""
 import json
 import os
 import shutil
@@ -260,6 +266,170 @@ class Failover(unittest.TestCase):
         finally:
             if gw is not None:
                 gw.stop()
+            g.close()
+
+    def test_readonly_reply_alone_moves(self):
+        """-READONLY as the only signal: the sentinels come to name the replica (re-monitored, so no
+        +switch-master is published), the replica is promoted and the old master demoted with
+        REPLICAOF, which keeps its client connections open (Redis 7 drops only blocked clients).
+        The gateway's next write there is answered -READONLY; it asks the sentinels again and moves,
+        with no connection lost, no +switch-master and its subscriptions intact."""
+        g = Group()
+        gw = None
+        watches = []
+        try:
+            gw = Gateway(g.gateway_config(), env=ENV, threads=2)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
+            old = "127.0.0.1:%d" % g.master.port
+            new = "127.0.0.1:%d" % g.replica.port
+            watches = [Subscriber(s.port, "+switch-master", password=ADMIN_PW) for s in g.sentinels]
+            load = Load(gw, threads=4)
+            time.sleep(1)
+            counts = {k: gw.metric("searchgate_cache_redis_errors_total", kind=k) for k in ("readonly", "disconnect", "sentinel")}
+            # the sentinels name the replica, which becomes a master; nothing tells the gateway
+            g.replica.cmd("REPLICAOF", "NO", "ONE")
+            for s in g.sentinels:
+                s.cmd("SENTINEL", "REMOVE", MASTER)
+                s.cmd("SENTINEL", "MONITOR", MASTER, "127.0.0.1", g.replica.port, 2)
+                s.cmd("SENTINEL", "SET", MASTER, "auth-pass", ADMIN_PW)
+                self.assertEqual(s.cmd("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)[1], str(g.replica.port).encode())
+            time.sleep(0.5)
+            self.assertEqual(gw.get("/stats").json()["cache"]["redis"]["master"], old, "moved before any signal")
+            self.assertIn("user=sg ", g.master.cmd("CLIENT", "LIST").decode())
+            # the demotion keeps the gateway's connections: only the write's -READONLY can move it
+            t_demote = time.time()
+            g.master.cmd("REPLICAOF", "127.0.0.1", g.replica.port)
+            self.assertTrue(wait_for(lambda: gw.get("/stats").json()["cache"]["redis"]["master"] == new, scaled(5), 0.01),
+                            gw.read_log()[-3000:])
+            t_move = time.time()
+            # every loop left the demoted node (the gateway closed its connections itself)
+            self.assertTrue(wait_for(lambda: "user=sg " not in g.master.cmd("CLIENT", "LIST").decode(), scaled(5)))
+            self.assertTrue(wait_for(lambda: g.replica.cmd("DBSIZE") > 0 and
+                                     int(info(g.replica, "stats")["keyspace_hits"]) > 0, scaled(5)))
+            time.sleep(0.5)
+            results = load.finish()
+            log = gw.read_log()
+            print("\n-READONLY alone: the gateway moved %.3f s after the demotion" % (t_move - t_demote), flush=True)
+            self.assertEqual([r for r in results if r[1] != 200], [], log[-3000:])
+            self.assertGreater(gw.metric("searchgate_cache_redis_errors_total", kind="readonly"), counts["readonly"])
+            self.assertEqual(gw.metric("searchgate_cache_redis_errors_total", kind="disconnect"), counts["disconnect"],
+                             "a server closed a gateway connection: the move is not READONLY's alone\n" + log[-3000:])
+            self.assertEqual(gw.metric("searchgate_cache_redis_errors_total", kind="sentinel"), counts["sentinel"],
+                             "a subscription was lost (its re-query could explain the move)\n" + log[-3000:])
+            self.assertEqual([w.first for w in watches], [None] * len(watches), "a sentinel published +switch-master")
+            self.assertIn("READONLY You can't write against a read only replica", log)
+            self.assertIn('Redis master "%s" moved from %s to %s (failover)' % (MASTER, old, new), log)
+            self.assertEqual(gw.metric("searchgate_cache_redis_master_changes_total"), 1)
+            self.assertEqual(gw.retrieve(["after readonly"]).status, 200)
+        finally:
+            for w in watches:
+                w.close()
+            if gw is not None:
+                gw.stop()
+            g.close()
+
+    def test_switch_master_alone_moves_at_once(self):
+        """+switch-master as the only signal: SENTINEL FAILOVER promotes the replica (its clients
+        are killed: the gateway has none there) and announces it; the old master is still a master
+        with the gateway's connection open (it is demoted, its clients killed, only later). The
+        gateway moves within 1 s of the announcement on the sentinel it subscribes through, far
+        under the 2 s reconnect back-off, with no connection lost, no -READONLY, no subscription
+        lost (whose re-query could also move it)."""
+        g = Group()
+        gw = None
+        watch = None
+        try:
+            gw = Gateway(g.gateway_config(), env=ENV, threads=1)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
+            old = "127.0.0.1:%d" % g.master.port
+            new = "127.0.0.1:%d" % g.replica.port
+
+            def subscribed(s):
+                return any("user=sgw " in l and " sub=1 " in l for l in s.cmd("CLIENT", "LIST").decode().splitlines())
+
+            self.assertTrue(wait_for(lambda: sum(subscribed(s) for s in g.sentinels) == 1, scaled(5)))
+            sen = [s for s in g.sentinels if subscribed(s)][0]
+            watch = Subscriber(sen.port, "+switch-master", password=ADMIN_PW)
+            load = Load(gw, threads=4)
+            time.sleep(1)
+            counts = {k: gw.metric("searchgate_cache_redis_errors_total", kind=k) for k in ("readonly", "disconnect", "sentinel")}
+            self.assertEqual(g.sentinels[0].cmd("SENTINEL", "FAILOVER", MASTER), "OK")
+            self.assertTrue(wait_for(lambda: gw.get("/stats").json()["cache"]["redis"]["master"] == new, scaled(20), 0.005),
+                            gw.read_log()[-3000:])
+            t_move = time.time()
+            self.assertTrue(wait_for(lambda: watch.first is not None, scaled(5)))
+            time.sleep(0.5)
+            results = load.finish()
+            log = gw.read_log()
+            print("\n+switch-master alone: the gateway moved %.3f s after the announcement" % (t_move - watch.first), flush=True)
+            self.assertEqual([r for r in results if r[1] != 200], [], log[-3000:])
+            self.assertEqual(gw.metric("searchgate_cache_redis_errors_total", kind="disconnect"), counts["disconnect"],
+                             "a server closed the gateway's connection: the move is not +switch-master's alone\n" + log[-3000:])
+            self.assertEqual(gw.metric("searchgate_cache_redis_errors_total", kind="readonly"), counts["readonly"], log[-3000:])
+            self.assertEqual(gw.metric("searchgate_cache_redis_errors_total", kind="sentinel"), counts["sentinel"], log[-3000:])
+            self.assertLess(t_move - watch.first, scaled(1), "moved on the announcement, not after a back-off")
+            self.assertIn('Redis master "%s" moved from %s to %s (failover)' % (MASTER, old, new), log)
+            self.assertEqual(gw.metric("searchgate_cache_redis_master_changes_total"), 1)
+            self.assertTrue(wait_for(lambda: int(info(g.replica, "stats")["keyspace_hits"]) > 0, scaled(5)))
+        finally:
+            if watch is not None:
+                watch.close()
+            if gw is not None:
+                gw.stop()
+            g.close()
+
+    def test_sentinel_naming_a_replica_is_refused(self):
+        """A sentinel whose view is stale (here one cut off from the group: it monitors the replica's
+        address and cannot authenticate to the data nodes, so it never learns better) names a node
+        that answers ROLE slave. The gateway's set-up refuses it (a warning naming the sentinel, the
+        readonly metric), asks the next sentinel and uses the real master; it never writes to the
+        replica. --check says the same."""
+        g = Group()
+        stale = Server(["sentinel monitor %s 127.0.0.1 %d 2" % (MASTER, g.replica.port),
+                        "requirepass %s" % ADMIN_PW, "user sgw on >%s %s" % (SENTINEL_PW, SENTINEL_ACL)],
+                       sentinel=True, admin=(None, ADMIN_PW))
+        gw = None
+        d = tempfile.mkdtemp(prefix="sgcheck-")
+        try:
+            self.assertEqual(stale.cmd("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)[1], str(g.replica.port).encode())
+            self.assertEqual(g.replica.cmd("ROLE")[0], b"slave")
+            cfg = g.gateway_config()
+            cfg["cache"]["redis"]["sentinels"].insert(0, "127.0.0.1:%d" % stale.port)  # loop 0 asks it first
+            replica = "127.0.0.1:%d" % g.replica.port
+            path = os.path.join(d, "check.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            rc, out, err = searchgate_check(path, ENV)
+            self.assertEqual(rc, 0, out + err)
+            self.assertIn('Redis master "%s" is 127.0.0.1:%d (sentinel 127.0.0.1:%d); it answers as master' %
+                          (MASTER, g.master.port, g.sentinels[0].port), out)
+            self.assertIn("; but sentinel 127.0.0.1:%d named %s: Redis %s, which the sentinels name as master \"%s\", is not a "
+                          "master (ROLE: slave)" % (stale.port, replica, replica, MASTER), out)
+            # a server that refuses the set-up (here: everywhere) is what a failed check names
+            rc, out, err = searchgate_check(path, dict(ENV, SG_TEST_REDIS_PW="wrong"))
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn('refused AUTH as user "sg"', err)
+            self.assertNotIn("no sentinel named the master", err)
+
+            gw = Gateway(cfg, env=ENV, threads=1)
+            self.assertTrue(wait_for(lambda: gw.get("/health").json()["cache"]["redis"] == "up", scaled(10)), gw.read_log())
+            self.assertEqual(gw.get("/stats").json()["cache"]["redis"]["master"], "127.0.0.1:%d" % g.master.port)
+            log = gw.read_log()
+            line = [l for l in log.splitlines() if "answers ROLE slave" in l]
+            self.assertTrue(line, log)
+            self.assertIn(" warn  [redis] ", line[0])
+            self.assertIn('Redis master "%s": sentinel 127.0.0.1:%d named %s, which answers ROLE slave' %
+                          (MASTER, stale.port, replica), line[0])
+            self.assertGreaterEqual(gw.metric("searchgate_cache_redis_errors_total", kind="readonly"), 1)
+            for i in range(10):
+                self.assertEqual(gw.retrieve(["stale sentinel %d" % i]).status, 200)
+            self.assertTrue(wait_for(lambda: g.master.cmd("DBSIZE") > 0, scaled(5)))
+            self.assertNotIn("user=sg ", g.replica.cmd("CLIENT", "LIST").decode())
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+            if gw is not None:
+                gw.stop()
+            stale.close()
             g.close()
 
     def test_subscription_refused_is_a_warning(self):
