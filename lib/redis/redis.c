@@ -913,7 +913,8 @@ static void sen_lost(link_t *l, const char *err)
     }
     /* the subscription ended (a sentinel restarted, or refused it: an error reply closes it):
      * subscribe again through the next sentinel. A refusal would repeat: it is a warning, as
-     * failovers are then only seen when the master's connection drops. */
+     * failovers are then only seen at the next try (it asks for the master again first: at most
+     * the 2 s back-off late) or when the master's connection drops or answers READONLY. */
     sg_counter_add(m_err_sentinel, 1);
     int refused = l->lost_err == REDIS_ERR_OTHER;
     uint64_t now = sg_now_ms();
@@ -921,7 +922,8 @@ static void sen_lost(link_t *l, const char *err)
     if (refused && (g_av.sub_logged_ms == 0 || now >= g_av.sub_logged_ms + LOG_INTERVAL_MS)) {
         SG_LOG(SG_LL_WARN, "redis",
                "%s: sentinel %s:%u refused the +switch-master subscription (%s): give the sentinels' user &+switch-master "
-               "and +subscribe; without it a failover is noticed only when the old master's connection drops or answers READONLY",
+               "and +subscribe; without it a failover is noticed only at the next try to subscribe (every 2 s, each asking for "
+               "the master again) or when the old master's connection drops or answers READONLY",
                g_av.where, s->host, s->port, err);
         g_av.sub_logged_ms = now;
     } else {
