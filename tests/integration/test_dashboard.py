@@ -17,13 +17,14 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 class Dashboard(unittest.TestCase):
-    def test_renders_numbers(self):
-        self.assertTrue(shutil.which(CHROMIUM), "chromium is required (Debian package chromium; .ci/deps.sh test installs it)")
+    def render(self, profile):
+        """A fresh gateway, 40 requests (8 distinct queries: 32 cache hits), then the page in
+        Chromium. Returns the DOM and the seconds from the last request to the page's dump."""
         gw = Gateway({"backends": [example_backend()]})
-        profile = tempfile.mkdtemp(prefix="sgchromium-")
         try:
-            for i in range(40):  # 8 distinct queries, 40 requests: 32 cache hits
+            for i in range(40):
                 self.assertEqual(gw.retrieve(["paris %d" % (i % 8)], topk=1).status, 200)
+            last = time.time()
             time.sleep(1.2)  # the per-second series only shows whole seconds
             page = gw.get("/dashboard")
             self.assertEqual(page.status, 200)
@@ -34,8 +35,21 @@ class Dashboard(unittest.TestCase):
                                   "--user-data-dir=" + profile, "--virtual-time-budget=5000", "--dump-dom",
                                   "http://127.0.0.1:%d/dashboard" % gw.port],
                                  capture_output=True, text=True, timeout=120)
-            dom = out.stdout
-            self.assertIn('id="hit-rate"', dom, out.stderr[-2000:])
+            self.assertIn('id="hit-rate"', out.stdout, out.stderr[-2000:])
+            return out.stdout, time.time() - last
+        finally:
+            gw.stop()
+
+    def test_renders_numbers(self):
+        self.assertTrue(shutil.which(CHROMIUM), "chromium is required (Debian package chromium; .ci/deps.sh test installs it)")
+        profile = tempfile.mkdtemp(prefix="sgchromium-")
+        try:
+            # the queries/s card covers the last 10 s: on a machine so loaded that Chromium took
+            # longer than that to show the page, the requests fell out of it; render again then
+            for _ in range(3):
+                dom, seconds = self.render(profile)
+                if seconds < 9:
+                    break
 
             def card(name):
                 m = re.search(r'id="%s">([^<]*)<' % name, dom)
@@ -46,6 +60,7 @@ class Dashboard(unittest.TestCase):
             self.assertRegex(hit, r"^\d+(\.\d)? %$")
             self.assertAlmostEqual(float(hit.split()[0]), 80.0, delta=0.1)
             self.assertRegex(card("qps"), r"^\d+\.\d$")
+            self.assertLess(seconds, 9, "Chromium took %.1f s to show the page, three times" % seconds)
             self.assertGreater(float(card("qps")), 0)
             self.assertRegex(card("p50"), r"^\d+\.\d\d ms$")
             self.assertRegex(card("p99"), r"^\d+\.\d\d ms$")
@@ -53,7 +68,6 @@ class Dashboard(unittest.TestCase):
             self.assertRegex(dom, r"<tr><td>example</td><td>40</td><td>40</td><td>32</td><td>0</td><td>8</td>")
             self.assertIn('id="error"></span>', dom)  # no fetch error shown
         finally:
-            gw.stop()
             shutil.rmtree(profile, ignore_errors=True)
 
 
