@@ -45,7 +45,6 @@ typedef struct st_mcp_call_t {
     uint32_t n;
     char **texts;       /* the queries (URLs), kept for the access text */
     uint64_t max_bytes; /* limits.max_response_bytes: the tool result is refused beyond it */
-    sg_loop_t *loop;
 } mcp_call_t;
 
 const char *sg__mcp_tools_list(sg_gen_t *g, size_t *len)
@@ -532,7 +531,7 @@ static void on_query_done(void *ctx, const sg_query_result_t *res)
     } else if ((c->tool->is_access ? answer_access(c, res) : answer_search(c, res)) == 0) {
         sg_counter_add(c->tool->ok, 1);
     } else { /* over limits.max_response_bytes: a tool error */
-        sg_counter_add(c->loop->server->responses.m_too_large_exact, 1);
+        sg_counter_add(c->gen->server->responses.m_too_large_exact, 1);
         sg_counter_add(c->tool->failed, 1);
     }
     call_free(c);
@@ -603,7 +602,6 @@ static void start_call(mcp_call_t *c, sg_loop_t *loop, sg_client_t *client, uint
     const mcp_tool_t *tool = c->tool;
     char **texts = c->texts;
     uint32_t n = c->n;
-    c->loop = loop;
     uint32_t *lens = sg_mem_alloc(n * sizeof(*lens));
     for (uint32_t i = 0; i < n; ++i)
         lens[i] = (uint32_t)strlen(texts[i]);
