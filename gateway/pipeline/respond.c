@@ -54,16 +54,11 @@ void sg_respond_init(sg_server_t *s)
     rb->m_too_large_exact =
         sg_metrics_counter("searchgate_response_too_large_total",
                            "Requests answered 413 because their answer exceeds limits.max_response_bytes.", "stage=\"exact\"");
-    rb->m_write_timeouts = sg_metrics_counter(
-        "searchgate_response_write_timeouts_total",
-        "Connections closed because the reader of an answer or stream took no bytes for limits.write_timeout_ms (idle) or, after "
-        "that grace, took an answer slower than limits.min_write_bytes_per_s (slow).",
-        "reason=\"idle\"");
-    rb->m_write_slow = sg_metrics_counter(
-        "searchgate_response_write_timeouts_total",
-        "Connections closed because the reader of an answer or stream took no bytes for limits.write_timeout_ms (idle) or, after "
-        "that grace, took an answer slower than limits.min_write_bytes_per_s (slow).",
-        "reason=\"slow\"");
+    static const char cuts[] = "Connections closed because the reader of an answer or stream took no bytes for "
+                               "limits.write_timeout_ms (idle) or, after that grace, took an answer slower than "
+                               "limits.min_write_bytes_per_s (slow).";
+    rb->m_write_timeouts = sg_metrics_counter("searchgate_response_write_timeouts_total", cuts, "reason=\"idle\"");
+    rb->m_write_slow = sg_metrics_counter("searchgate_response_write_timeouts_total", cuts, "reason=\"slow\"");
     rb->m_streamed = sg_metrics_counter("searchgate_response_streamed_total", "Answers written in more than one window.", "");
 }
 
