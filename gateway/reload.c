@@ -147,8 +147,7 @@ void sg_reload_warnings(const sg_gen_t *prev, const sg_gen_t *g, sg_buf_t *out)
         sg_route_t *b = &g->routes[i];
         char msg[600];
         for (int op = 0; op < 2; ++op)
-            if (!(op == 1 && !b->core->serves_access) && b->admits[op] < max &&
-                sg_dispatch_describe_capacity(b, op, max, msg, sizeof(msg)) != 0)
+            if (!(op == 1 && !b->core->serves_access) && sg_dispatch_describe_capacity(b, op, max, msg, sizeof(msg)) != 0)
                 sg_buf_appendf(out, "%s %s: %s; limits.max_queries is %u\n", op ? "/access" : "/retrieve", b->conf->name, msg, max);
     }
     if (prev == NULL)
