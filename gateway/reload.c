@@ -436,7 +436,7 @@ static void answer(h2o_req_t *req, int status, const char *body, size_t len)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, H2O_STRLIT("Bearer realm=\"searchgate\""));
     if (status == 503)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
-    sg_ops_count(req, status); /* before the answer goes out: a client that reads the metrics next sees it */
+    sg_ops_count_route(req, SG_OPS_ADMIN, status); /* before the answer goes out: a client that reads the metrics next sees it */
     sg_send_json(req, status, body, len);
 }
 

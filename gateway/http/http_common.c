@@ -73,11 +73,6 @@ void sg_ops_count_route(h2o_req_t *req, int route, int status)
     sg_counter_add(sg_loop_of(req)->server->http_requests[route][sg_code_index(status)], 1);
 }
 
-void sg_ops_count(h2o_req_t *req, int status)
-{
-    sg_ops_count_route(req, sg_ops_route_index(req->path_normalized), status);
-}
-
 h2o_iovec_t sg_http_header(h2o_req_t *req, const char *name, size_t len)
 {
     ssize_t i = h2o_find_header_by_str(&req->headers, name, len, -1);

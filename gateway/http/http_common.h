@@ -41,8 +41,6 @@ extern const char *const sg_ops_route_names[SG_OPS_COUNT];
 int sg_ops_route_index(h2o_iovec_t path);
 /** Counts a response with `status` of operations route `route` in searchgate_http_requests_total. Loop thread. */
 void sg_ops_count_route(h2o_req_t *req, int route, int status);
-/** The same for the route the request's path names. */
-void sg_ops_count(h2o_req_t *req, int status);
 /** The value of query parameter `name` (the last one when repeated, as Starlette does), or a NULL
  * base when absent. */
 h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name);
