@@ -299,8 +299,6 @@ static int parse_clients(sg_config_t *cfg, const cJSON *o, char *err, size_t err
     cfg->clients.defaults.weight = 1;
     cfg->clients.defaults.max_wait_ms = 30000;
     cfg->clients.defaults.reject_status = 429;
-    cfg->clients.max_tracked = 65536;
-    cfg->clients.global_replicas = 1;
     if (sg_cfg_read(&c, o, clients_config, SG_CFG_N(clients_config), NULL, cfg) != 0)
         return -1;
     if (o == NULL)
