@@ -183,7 +183,8 @@ void sg_cache_dispose(void)
     prefix = NULL;
 }
 
-const char *sg_cache_redis_prefix(void)
+/* The prefix of every Redis key this gateway writes (cache.redis.prefix). */
+static const char *redis_prefix(void)
 {
     return prefix != NULL ? prefix : "";
 }
@@ -298,7 +299,7 @@ void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, con
         m->idx[k] = i;
         m->keys[k] = sg_strndup(keys[i], key_lens[i]);
         m->key_lens[k] = key_lens[i];
-        redis_key(&rkeys[k], sg_cache_redis_prefix(), keys[i], key_lens[i]);
+        redis_key(&rkeys[k], redis_prefix(), keys[i], key_lens[i]);
         argv[k + 1] = rkeys[k].base;
         argvlen[k + 1] = rkeys[k].len;
     }
@@ -333,7 +334,7 @@ void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_b
         return;
     sg_buf_t rk = {0}, val = {0};
     char ttl[16];
-    redis_key(&rk, sg_cache_redis_prefix(), key, key_len);
+    redis_key(&rk, redis_prefix(), key, key_len);
     sg_cache_encode(&val, blob);
     snprintf(ttl, sizeof(ttl), "%u", ttl_s);
     const char *argv[5] = {"SET", rk.base, val.base, "EX", ttl};

@@ -40,8 +40,6 @@ sg_blob_t *sg_cache_decode(const char *p, size_t len, const char **why);
 /** Creates the shared L1 (none when `l1_bytes` is 0) and the cache's metrics. Main thread, once. */
 void sg_cache_init(size_t l1_bytes, const char *redis_prefix);
 void sg_cache_dispose(void);
-/** The prefix of every Redis key this gateway writes (cache.redis.prefix). */
-const char *sg_cache_redis_prefix(void);
 
 enum { SG_CACHE_MISS = 0, SG_CACHE_L1 = 1, SG_CACHE_REDIS = 2 };
 
