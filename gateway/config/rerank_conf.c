@@ -3,6 +3,10 @@
  * at start-up and at each reload; the stage that uses it is routes/rerank.c.
  */
 #include "rerank_conf.h"
+
+_Static_assert(SG_RERANK_ACT_IDENTITY == 0 && SG_RERANK_ACT_SIGMOID == 1 && SG_RERANK_ACT_TANH == 2 && SG_RERANK_TRUNC_FAST == 0 &&
+                   SG_RERANK_TRUNC_SLOW == 1,
+               "activations[] and truncations[] list the values in order");
 #include "common.h"
 #include "cfg.h"
 
@@ -15,6 +19,7 @@ int sg_rerank_conf_parse(sg_cfg_t *c, const cJSON *o, const char *base_dir, uint
 {
     static const char *const keys[] = {"model", "candidates", "max_length",  "workers",    "max_queue",
                                        "batch", "activation", "score_label", "truncation", NULL};
+    /* in the order of SG_RERANK_ACT_* and SG_RERANK_TRUNC_*: the index is the value */
     static const char *const activations[] = {"identity", "sigmoid", "tanh", NULL};
     static const char *const truncations[] = {"fast", "slow", NULL};
     *out = NULL;
@@ -61,13 +66,13 @@ int sg_rerank_conf_parse(sg_cfg_t *c, const cJSON *o, const char *base_dir, uint
     rc->batch = (uint32_t)v;
     if (sg_cfg_enum(&r, o, "activation", activations, -1, &e) != 0)
         goto fail;
-    rc->activation = e < 0 ? -1 : (e == 0 ? SG_RERANK_ACT_IDENTITY : e == 1 ? SG_RERANK_ACT_SIGMOID : SG_RERANK_ACT_TANH);
+    rc->activation = e; /* -1: not set */
     if (sg_cfg_int(&r, o, "score_label", 0, 100000, -1, &v) != 0)
         goto fail;
     rc->score_label = (int)v;
     if (sg_cfg_enum(&r, o, "truncation", truncations, -1, &e) != 0)
         goto fail;
-    rc->truncation = e < 0 ? -1 : (e == 0 ? SG_RERANK_TRUNC_FAST : SG_RERANK_TRUNC_SLOW);
+    rc->truncation = e;
     *out = rc;
     return 0;
 fail:
