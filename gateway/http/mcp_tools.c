@@ -63,6 +63,16 @@ static void schema_open(sg_jw_t *w, const char *key, const char *type, const cha
         sg_jw_kstr(w, "description", desc);
 }
 
+/* "type":[TYPE,"null"] */
+static void schema_type_or_null(sg_jw_t *w, const char *type)
+{
+    sg_jw_key(w, "type");
+    sg_jw_arr(w);
+    sg_jw_str(w, type);
+    sg_jw_str(w, "null");
+    sg_jw_end(w);
+}
+
 /* "items":{"type":TYPE} */
 static void schema_items(sg_jw_t *w, const char *type)
 {
@@ -82,12 +92,8 @@ static void output_schema(sg_jw_t *w, const char *desc, int access)
     schema_open(w, "result", "array", desc);
     sg_jw_key(w, "items");
     sg_jw_obj(w);
-    if (access) { /* {"type":["object","null"]} */
-        sg_jw_key(w, "type");
-        sg_jw_arr(w);
-        sg_jw_str(w, "object");
-        sg_jw_str(w, "null");
-        sg_jw_end(w);
+    if (access) {
+        schema_type_or_null(w, "object");
     } else { /* {"type":"array","items":{"type":"object"}} */
         sg_jw_kstr(w, "type", "array");
         schema_items(w, "object");
@@ -150,11 +156,7 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
          * call_tool accepts exactly what this admits */
         sg_jw_key(w, "topk");
         sg_jw_obj(w);
-        sg_jw_key(w, "type");
-        sg_jw_arr(w);
-        sg_jw_str(w, "integer");
-        sg_jw_str(w, "null");
-        sg_jw_end(w);
+        schema_type_or_null(w, "integer");
         sg_jw_ku64(w, "minimum", 0);
         sg_jw_ku64(w, "maximum", cfg->limits.max_topk);
         snprintf(topk_desc, sizeof(topk_desc), "Documents per query (0 or absent: the default, %u).", rtopk);
