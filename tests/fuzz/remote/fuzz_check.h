@@ -1,6 +1,6 @@
 /*
- * fuzz_check.h -- invariants shared by the reply-parser fuzz harnesses. A failed check aborts,
- * which libFuzzer (and the CTest replay) report as a crash.
+ * fuzz_check.h -- invariants shared by the reply-parser fuzz harnesses, on fuzz_util.h's
+ * FUZZ_CHECK (a failed check aborts, which libFuzzer and the CTest replay report as a crash).
  */
 #ifndef SG_TESTS_REMOTE_FUZZ_CHECK_H
 #define SG_TESTS_REMOTE_FUZZ_CHECK_H
@@ -11,14 +11,7 @@
 #include <string.h>
 
 #include "http.h"
-
-#define FUZZ_CHECK(c)                                                                                                              \
-    do {                                                                                                                           \
-        if (!(c)) {                                                                                                                \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);                                              \
-            abort();                                                                                                               \
-        }                                                                                                                          \
-    } while (0)
+#include "../fuzz_util.h" /* FUZZ_CHECK */
 
 /* The bytes are valid UTF-8, parse as one JSON object, and have no NUL inside. */
 static inline cJSON *fuzz_check_doc(const char *json, size_t len)
