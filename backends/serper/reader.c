@@ -434,13 +434,14 @@ sg_status sg_reader_access(sg_reader_t *rd, const sg_search *s, sg_done_fn done,
         p->attempts = 1;
         used[m] = k;
         attempt_headers(rd, k, headers[m]);
-        reqs[m++] = (sg_http_req_t){.method = "GET",
-                                    .url = p->target,
-                                    .headers = headers[m - 1],
-                                    .deadline_ms = j->deadline_ms,
-                                    .start_by_ms = j->start_by_ms,
-                                    .cb = on_response,
-                                    .ud = p};
+        reqs[m] = (sg_http_req_t){.method = "GET",
+                                  .url = p->target,
+                                  .headers = headers[m],
+                                  .deadline_ms = j->deadline_ms,
+                                  .start_by_ms = j->start_by_ms,
+                                  .cb = on_response,
+                                  .ud = p};
+        ++m;
     }
     j->outstanding = j->n_left;
     const char *why = NULL;
