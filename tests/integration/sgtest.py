@@ -68,6 +68,16 @@ def request(port, method, path, body=None, headers=None, timeout=60, host="127.0
         conn.close()
 
 
+
+def wait_for(pred, timeout=10.0):
+    """True once pred() holds, polled every 20 ms for `timeout` (scaled) seconds, else pred()'s last answer."""
+    end = time.time() + scaled(timeout)
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
 class Gateway:
     """A searchgate process on a free port, with a config given as a dict."""
 

@@ -16,7 +16,7 @@ import time
 import unittest
 
 import sgtest
-from sgtest import Gateway, scaled
+from sgtest import Gateway, scaled, wait_for
 
 # 40 documents of about 10 KB: answers of megabytes from a handful of queries
 BIG_DOCS = [{"id": str(i), "contents": "\"Doc %d\"\n" % i + ("word%d lorem ipsum common " % i) * 400} for i in range(40)]
@@ -36,15 +36,6 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def wait_for(pred, timeout=10.0):
-    end = time.time() + scaled(timeout)
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def stalled_request(port, body, rcvbuf=4096, mss=None):

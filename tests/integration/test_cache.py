@@ -7,7 +7,7 @@ import time
 import unittest
 
 import sgtest
-from sgtest import Gateway, Redis, example_backend, parallel, scaled
+from sgtest import Gateway, Redis, example_backend, parallel, scaled, wait_for
 
 
 def cfg(redis_port, **backend):
@@ -17,15 +17,6 @@ def cfg(redis_port, **backend):
         "backends": [example_backend("example", **b), example_backend("nocache", cache=False)],
         "cache": {"l1_bytes": 8 << 20, "redis": {"host": "127.0.0.1", "port": redis_port, "timeout_ms": 100}},
     }
-
-
-def wait_for(pred, timeout=10.0):
-    deadline = time.time() + scaled(timeout)
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 class CacheHits(unittest.TestCase):

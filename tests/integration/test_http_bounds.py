@@ -24,7 +24,7 @@ import time
 import unittest
 
 import sgtest
-from sgtest import Gateway, example_backend, scaled
+from sgtest import Gateway, example_backend, scaled, wait_for
 
 ENV = {"SG_TEST_KEY_A": "key-a"}
 KEYS = [{"id": "job-a", "key_env": "SG_TEST_KEY_A"}]
@@ -535,15 +535,6 @@ def h2_open(port):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0))
     return s, H2Reader(s)
-
-
-def wait_for(pred, timeout=10.0):
-    end = time.time() + scaled(timeout)
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 class Http2Bodies(unittest.TestCase):

@@ -397,7 +397,7 @@ class Limits(unittest.TestCase):
             self.assertEqual(gw.metric("searchgate_mcp_tool_calls_total", tool="search", outcome="error"), 1)
             self.assertEqual(gw.metric("searchgate_mcp_tool_calls_total", tool="search", outcome="ok"), 0)
             self.assertEqual(gw.metric("searchgate_response_too_large_total", stage="exact"), 1)
-            self.assertTrue(wait_for_value(lambda: gw.metric("searchgate_response_bytes_held"), 0))
+            self.assertTrue(sgtest.wait_for(lambda: gw.metric("searchgate_response_bytes_held") == 0, 5))
             # a smaller one is answered
             r = post(gw, tool_call("word1", topk=1))
             self.assertFalse(r.json()["result"]["isError"], r)
@@ -639,13 +639,6 @@ def stalled(gw, head, body=b""):
     s.connect(("127.0.0.1", gw.port))
     s.sendall(head.encode() + body)
     return s
-
-
-def wait_for_value(get, want, seconds=5):
-    end = time.time() + sgtest.scaled(seconds)
-    while time.time() < end and get() != want:
-        time.sleep(0.05)
-    return get() == want
 
 
 def dechunked(body):
