@@ -16,7 +16,7 @@ static char *prefix; /* of every Redis key */
 static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_invalid_values;
 /* the "invalid value" log line: at most one per INVALID_LOG_MS, with the count of those not logged */
 #define INVALID_LOG_MS 10000
-static _Atomic uint64_t invalid_logged_ms, invalid_unlogged;
+static sg_log_every_t invalid_log;
 
 void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len)
 {
@@ -220,16 +220,13 @@ static void mget_finish(mget_t *m)
 static void invalid_value(const char *why)
 {
     sg_counter_add(m_invalid_values, 1);
-    uint64_t now = sg_now_ms(), last = atomic_load_explicit(&invalid_logged_ms, memory_order_relaxed);
-    if ((last != 0 && now < last + INVALID_LOG_MS) ||
-        !atomic_compare_exchange_strong_explicit(&invalid_logged_ms, &last, now, memory_order_relaxed, memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&invalid_unlogged, 1, memory_order_relaxed);
+    uint64_t skipped;
+    if (!sg_log_due(&invalid_log, INVALID_LOG_MS, sg_now_ms(), &skipped))
         return;
-    }
     SG_LOG(SG_LL_WARN, "cache",
            "a value read from Redis is not a valid cache entry (%s); treated as a miss and replaced (%llu more since the "
            "last such line)",
-           why, (unsigned long long)atomic_exchange_explicit(&invalid_unlogged, 0, memory_order_relaxed));
+           why, (unsigned long long)skipped);
 }
 
 static void on_mget(void *arg, redisReply *reply)

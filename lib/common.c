@@ -148,6 +148,18 @@ uint64_t sg_hash64(const void *data, size_t n, uint64_t seed)
     return mix(h ^ s0, h ^ s2);
 }
 
+int sg_log_due(sg_log_every_t *e, uint64_t interval_ms, uint64_t now, uint64_t *skipped)
+{
+    uint64_t last = __atomic_load_n(&e->logged_ms, __ATOMIC_RELAXED);
+    if ((last != 0 && now < last + interval_ms) ||
+        !__atomic_compare_exchange_n(&e->logged_ms, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        __atomic_fetch_add(&e->skipped, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    *skipped = __atomic_exchange_n(&e->skipped, 0, __ATOMIC_RELAXED);
+    return 1;
+}
+
 int sg_num_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -47,6 +47,14 @@ static inline void sg_log_set_level(int level)
     } while (0)
 void sg__log(int level, const char *subsys, const char *fmt, ...) SG_PRINTF_FMT(3, 4);
 void sg__vlog(int level, const char *subsys, const char *fmt, va_list ap);
+/** A line logged at most once per interval, whichever thread gets there (zero-initialised). */
+typedef struct st_sg_log_every_t {
+    uint64_t logged_ms, skipped; /* read and written with __atomic builtins */
+} sg_log_every_t;
+/** 1 when the caller should log its line now: the first time, then at most once per `interval_ms`
+ * (`now` in sg_now_ms()), with `*skipped` set to the calls refused since the last line; else 0,
+ * and the call is counted among those. Any thread. */
+int sg_log_due(sg_log_every_t *e, uint64_t interval_ms, uint64_t now, uint64_t *skipped);
 
 /** 64-bit hash of a byte string (wyhash-style mixing); `seed` selects an independent function. */
 uint64_t sg_hash64(const void *p, size_t n, uint64_t seed);

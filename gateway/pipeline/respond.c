@@ -153,9 +153,7 @@ uint64_t sg_respond_blob_bytes(sg_blob_t *const *blobs, uint32_t n)
 
 enum { CUT_IDLE, CUT_SLOW };
 
-static struct {
-    _Atomic uint64_t logged_ms, unlogged;
-} cut_log[2];
+static sg_log_every_t cut_log[2];
 
 static void on_write_check(sg_timer_t *t);
 
@@ -196,16 +194,10 @@ static void report_cut(sg_write_watch_t *w, int why, uint64_t now, uint32_t time
 {
     sg_response_budget_t *rb = &w->loop->server->responses;
     sg_counter_add(why == CUT_SLOW ? rb->m_write_slow : rb->m_write_timeouts, 1);
-    uint64_t last = atomic_load(&cut_log[why].logged_ms);
-    if (last != 0 && now < last + CUT_LOG_MS) {
-        atomic_fetch_add(&cut_log[why].unlogged, 1);
+    uint64_t skipped;
+    if (!sg_log_due(&cut_log[why], CUT_LOG_MS, now, &skipped))
         return;
-    }
-    if (!atomic_compare_exchange_strong(&cut_log[why].logged_ms, &last, now)) {
-        atomic_fetch_add(&cut_log[why].unlogged, 1);
-        return;
-    }
-    unsigned long long more = (unsigned long long)atomic_exchange(&cut_log[why].unlogged, 0);
+    unsigned long long more = (unsigned long long)skipped;
     if (why == CUT_SLOW)
         SG_LOG(SG_LL_WARN, "http",
                "closing a connection whose reader takes less than limits.min_write_bytes_per_s (%u bytes/s): %llu of %llu bytes "

@@ -26,7 +26,7 @@
 static sg_counter_t *m_fallback;
 static sg_gauge_t *m_fallback_active;
 static _Atomic int fallback_active; /* the last decision was the fallback's */
-static _Atomic uint64_t switch_logged_ms, switches_unlogged;
+static sg_log_every_t switch_log;
 static char *key_prefix; /* cache.redis.prefix: every key this gateway writes starts with it */
 
 void sg_ratelimit_global_init(const char *prefix)
@@ -60,14 +60,12 @@ static int fallback(sg_clients_t *t, sg_client_t *c, uint64_t n, uint64_t max_wa
     sg_counter_add(m_fallback, 1);
     if (!atomic_load_explicit(&fallback_active, memory_order_relaxed) && !atomic_exchange(&fallback_active, 1)) {
         sg_gauge_set(m_fallback_active, 1);
-        uint64_t now = sg_now_ms(), last = atomic_load(&switch_logged_ms);
-        if ((last == 0 || now >= last + SWITCH_LOG_MS) && atomic_compare_exchange_strong(&switch_logged_ms, &last, now))
+        uint64_t skipped;
+        if (sg_log_due(&switch_log, SWITCH_LOG_MS, sg_now_ms(), &skipped))
             SG_LOG(SG_LL_WARN, "ratelimit",
                    "Redis cannot decide the global rate limits (%s): each replica enforces 1/%u of every global client's "
                    "rate and burst on its own until it answers (%llu more switches since the last such line)",
-                   why, n_replicas, (unsigned long long)atomic_exchange(&switches_unlogged, 0));
-        else
-            atomic_fetch_add(&switches_unlogged, 1);
+                   why, n_replicas, (unsigned long long)skipped);
     }
     return sg_clients_ratelimit_fallback(t, c, n_replicas, n, sg_now_us(), max_wait_us, wait_us);
 }
