@@ -33,7 +33,8 @@
 typedef struct st_batch_t {
     uint32_t topk; /* 0: not recorded (the route's default) */
     uint32_t n;
-    char *params; /* the recorded canonical search parameters to send ("nprobe=64"), or NULL */
+    char *params;      /* the recorded canonical search parameters to send ("nprobe=64"), or NULL */
+    char *params_json; /* the same as the "search_params" object ({"nprobe":64}), or NULL */
     char **texts;
     char **origin; /* "<request>#<i>" */
     char *request; /* the recorded request id, while reading */
@@ -55,12 +56,16 @@ typedef struct st_opts_t {
     int single, no_params;
 } opts_t;
 
-static batch_t *new_batch(replay_t *r, const char *request, uint32_t topk, const char *params)
+/* A new batch; it takes `params_json` (malloc'ed, or NULL). */
+static batch_t *new_batch(replay_t *r, const char *request, uint32_t topk, const char *params, char *params_json)
 {
     if (r->n_batches == r->cap)
         r->batches = sg_mem_realloc(r->batches, (r->cap = r->cap * 2 + 64) * sizeof(*r->batches));
     batch_t *b = &r->batches[r->n_batches++];
-    *b = (batch_t){topk, 0, params != NULL ? sg_strdup(params) : NULL, NULL, NULL, request != NULL ? sg_strdup(request) : NULL};
+    *b = (batch_t){.topk = topk,
+                   .params = params != NULL ? sg_strdup(params) : NULL,
+                   .params_json = params_json,
+                   .request = request != NULL ? sg_strdup(request) : NULL};
     return b;
 }
 
@@ -150,19 +155,21 @@ static int on_line(void *ctx, const cJSON *l)
     uint32_t topk = (uint32_t)sg__tool_num(l, "topk", 0), i = (uint32_t)sg__tool_num(l, "i", 0);
     const char *params = r->no_params ? NULL : sg__tool_str(l, "params");
     if (params != NULL && params[0] == '\0')
-        params = NULL; /* the route's defaults */
-    if (params != NULL) {
-        sg_buf_t probe = {0};
-        if (append_search_params(&probe, params) != 0) {
-            if (r->bad_params++ == 0)
-                r->bad_example = sg_strdup(params);
-        }
-        sg_buf_free(&probe);
+        params = NULL;   /* the route's defaults */
+    sg_buf_t json = {0}; /* the search_params object, kept by a new batch */
+    if (params != NULL && append_search_params(&json, params) != 0) {
+        if (r->bad_params++ == 0)
+            r->bad_example = sg_strdup(params);
     }
     batch_t *b = r->n_batches != 0 ? &r->batches[r->n_batches - 1] : NULL;
     if (r->single || b == NULL || req == NULL || b->request == NULL || strcmp(b->request, req) != 0 || i == 0 ||
-        !same_params(b->params, params))
-        b = new_batch(r, req, topk, params);
+        !same_params(b->params, params)) {
+        sg_buf_appendc(&json, '\0');
+        b = new_batch(r, req, topk, params, params != NULL ? json.base : NULL);
+        if (params != NULL)
+            json = (sg_buf_t){0};
+    }
+    sg_buf_free(&json);
     b->texts = sg_mem_realloc(b->texts, (b->n + 1) * sizeof(*b->texts));
     b->origin = sg_mem_realloc(b->origin, (b->n + 1) * sizeof(*b->origin));
     b->texts[b->n] = sg_strdup(q);
@@ -184,6 +191,7 @@ static void replay_free(replay_t *r)
         free(b->origin);
         free(b->request);
         free(b->params);
+        free(b->params_json);
     }
     free(r->batches);
     free(r->bad_example);
@@ -239,7 +247,7 @@ static xfer_t *xfer_start(CURLM *m, const opts_t *o, const batch_t *b, size_t bi
         sg_buf_appendf(&x->body, ",\"topk\":%u", b->topk);
     if (b->params != NULL) {
         sg_buf_appends(&x->body, ",\"search_params\":");
-        append_search_params(&x->body, b->params); /* checked when the trace was read */
+        sg_buf_appends(&x->body, b->params_json);
     }
     if (o->route != NULL) {
         sg_buf_appends(&x->body, ",\"backend\":");
