@@ -18,11 +18,11 @@
  */
 #include "e5.h"
 #include "e5_internal.h"
+#include "faissidx.h"
 #include "kern.h"
 
 #include <cJSON.h>
 #include <cblas.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,67 +64,16 @@ static char **read_queries(const char *path, size_t *n_out)
     return texts;
 }
 
-/* The Flat file's vectors (IndexFlatIP: "IxFI", d, ntotal, two dummies, is_trained, metric, count, data). */
-static float *read_flat(const char *path, int *dim, long *rows)
+/* Exact top-TOPK rows of each query: the Flat index through the local plugin's FAISS reader. */
+static void topk(const sg_fidx_t *ix, const float *q, size_t nq, int64_t *ids)
 {
-    FILE *fp = fopen(path, "rb");
-    unsigned char head[45];
-    if (fp == NULL || fread(head, 1, sizeof(head), fp) != sizeof(head) || memcmp(head, "IxFI", 4) != 0) {
-        if (fp != NULL)
-            fclose(fp);
-        return NULL;
-    }
-    int32_t d;
-    int64_t nt;
-    memcpy(&d, head + 4, 4);
-    memcpy(&nt, head + 8, 8);
-    float *x = malloc((size_t)nt * (size_t)d * sizeof(float));
-    if (x == NULL || fread(x, sizeof(float), (size_t)nt * (size_t)d, fp) != (size_t)nt * (size_t)d) {
-        free(x);
-        fclose(fp);
-        return NULL;
-    }
-    fclose(fp);
-    *dim = d;
-    *rows = nt;
-    return x;
-}
-
-/* Exact top-TOPK rows of each query (inner product; ties: the smaller row). */
-static void topk(const float *index, long rows, int d, const float *q, size_t nq, long *ids)
-{
-    const long chunk = 8192;
-    float *sc = malloc((size_t)chunk * nq * sizeof(float)), *best = malloc(nq * TOPK * sizeof(float));
-    if (sc == NULL || best == NULL)
+    char err[256];
+    float *dist = malloc(nq * TOPK * sizeof(float));
+    if (dist == NULL || sg_fidx_search(ix, nq, q, TOPK, dist, ids, err, sizeof(err)) != 0) {
+        fprintf(stderr, "search: %s\n", dist != NULL ? err : "out of memory");
         abort();
-    for (size_t i = 0; i < nq * TOPK; ++i) {
-        best[i] = -INFINITY;
-        ids[i] = -1;
     }
-    for (long r0 = 0; r0 < rows; r0 += chunk) {
-        long m = rows - r0 < chunk ? rows - r0 : chunk;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)m, d, 1.0f, q, d, index + (size_t)r0 * (size_t)d, d,
-                    0.0f, sc, (int)m);
-        for (size_t a = 0; a < nq; ++a) {
-            float *bs = best + a * TOPK;
-            long *bi = ids + a * TOPK;
-            for (long i = 0; i < m; ++i) {
-                float s = sc[a * (size_t)m + (size_t)i];
-                if (!(s > bs[TOPK - 1]))
-                    continue;
-                int j = TOPK - 1;
-                while (j > 0 && bs[j - 1] < s) {
-                    bs[j] = bs[j - 1];
-                    bi[j] = bi[j - 1];
-                    --j;
-                }
-                bs[j] = s;
-                bi[j] = r0 + i;
-            }
-        }
-    }
-    free(sc);
-    free(best);
+    free(dist);
 }
 
 /* Encodes every query in batches of BATCH; returns the best pass's queries/s of thread CPU time. */
@@ -191,17 +140,22 @@ int main(int argc, char **argv)
         return 2;
     }
     openblas_set_num_threads(1);
-    int repeats = argc > 4 ? atoi(argv[4]) : 3, dim = 0;
+    int repeats = argc > 4 ? atoi(argv[4]) : 3;
     size_t n = 0;
-    long rows = 0;
     char **texts = read_queries(argv[2], &n);
-    float *index = read_flat(argv[3], &dim, &rows);
-    if (texts == NULL || n == 0 || index == NULL) {
-        fprintf(stderr, "cannot read %s or %s\n", argv[2], argv[3]);
+    sg_fidx_t index;
+    char err[512], desc[256];
+    if (texts == NULL || n == 0) {
+        fprintf(stderr, "cannot read %s\n", argv[2]);
         return 1;
     }
+    if (sg_fidx_open(argv[3], NULL, &index, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int dim = index.dim;
+    long rows = (long)index.ntotal;
     sg_e5_model *m;
-    char err[512], desc[256];
     if (sg_e5_load(argv[1], &m, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -216,9 +170,9 @@ int main(int argc, char **argv)
         return 1;
     }
     float *ref = malloc(n * (size_t)dim * sizeof(float)), *out = malloc(n * (size_t)dim * sizeof(float));
-    long *ref_ids = malloc(n * TOPK * sizeof(long)), *ids = malloc(n * TOPK * sizeof(long));
+    int64_t *ref_ids = malloc(n * TOPK * sizeof(int64_t)), *ids = malloc(n * TOPK * sizeof(int64_t));
     double qps32 = encode_all(m, texts, n, repeats, ref);
-    topk(index, rows, dim, ref, n, ref_ids);
+    topk(&index, ref, n, ref_ids);
     printf("%zu queries, batches of %d, one thread; %ld-row index; float32 (%s): %.1f queries/s of CPU time\n", n, BATCH, rows,
            sg_e5_engine(m, desc, sizeof(desc)), qps32);
     sg_e5_free(m);
@@ -233,7 +187,7 @@ int main(int argc, char **argv)
             continue;
         }
         double qps = encode_all(m, texts, n, repeats, out);
-        topk(index, rows, dim, out, n, ids);
+        topk(&index, out, n, ids);
         double cmean = 0, cmin = 1, same[3] = {0, 0, 0}, r3 = 0;
         static const int ks[3] = {1, 3, TOPK};
         for (size_t i = 0; i < n; ++i) {
@@ -243,7 +197,7 @@ int main(int argc, char **argv)
             cmean += c / (double)n;
             cmin = c < cmin ? c : cmin;
             for (int q = 0; q < 3; ++q)
-                same[q] += memcmp(ref_ids + i * TOPK, ids + i * TOPK, (size_t)ks[q] * sizeof(long)) == 0;
+                same[q] += memcmp(ref_ids + i * TOPK, ids + i * TOPK, (size_t)ks[q] * sizeof(int64_t)) == 0;
             for (int a = 0; a < 3; ++a)
                 for (int b = 0; b < 3; ++b)
                     r3 += ids[i * TOPK + (size_t)a] == ref_ids[i * TOPK + (size_t)b];
@@ -257,7 +211,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; ++i)
         free(texts[i]);
     free(texts);
-    free(index);
+    sg_fidx_close(&index);
     free(ref);
     free(out);
     free(ref_ids);
