@@ -862,14 +862,13 @@ static void prod_task(void *arg, size_t i, unsigned slot)
     int p0 = panel_edge(p->np, p->pchunks, pc), p1 = panel_edge(p->np, p->pchunks, pc + 1);
     for (size_t a = r0; a < r1; a += p->block) {
         size_t b = a + p->block < r1 ? a + p->block : r1;
-        if (m->engine == ENG_INT8 && p->split) {
-            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, 0);
-            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx2, a, b, p0, p1, p->y, p->ldy,
-                            SG_KERN_Q8_ADD | (p->gelu ? SG_KERN_Q8_GELU : 0));
-        } else if (m->engine == ENG_INT8) {
-            sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, p->gelu ? SG_KERN_Q8_GELU : 0);
-        } else {
+        if (m->engine != ENG_INT8) {
             sg_kern_f32_tile(m->kern, p->pw, p->x, (size_t)p->in, a, b, p0, p1, p->y, p->ldy, p->gelu);
+        } else {
+            if (p->split) /* an input in two int8 terms: the first, then the second added to it */
+                sg_kern_q8_tile(m->kern, p->pw, &p->w->qx, a, b, p0, p1, p->y, p->ldy, 0);
+            sg_kern_q8_tile(m->kern, p->pw, p->split ? &p->w->qx2 : &p->w->qx, a, b, p0, p1, p->y, p->ldy,
+                            (p->split ? SG_KERN_Q8_ADD : 0) | (p->gelu ? SG_KERN_Q8_GELU : 0));
         }
         if (p->ln != NULL && p->pchunks == 1) /* whole rows: residual + LayerNorm while they are in cache */
             layer_norm(p->y + a * p->ldy, p->res + a * p->ldy, b - a, (int)p->ldy, p->ln, p->eps);
