@@ -375,11 +375,22 @@ static void q8_quantize_scalar(const float *x, size_t ldx, int k, const float *m
 }
 
 /* rotated rows (k a multiple of SG_KERN_ROT): each block rotated twice, for the maximum and to quantise */
+static void q8_row_prepare_scalar(const float *xr, int k, const float *mu, const float *sign, float *c);
+static void q8_row_quant_scalar(const float *c, int k, sg_kern_q8x_t *qx, size_t r);
+
 static void q8_quantize_rot_scalar(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
                                    sg_kern_q8x_t *qx)
 {
+    if (k <= ROT_KEEP) { /* the rotated row kept between its maximum and its quantisation: rotated once */
+        float keep[ROT_KEEP];
+        for (size_t r = r0; r < r1; ++r) {
+            q8_row_prepare_scalar(x + r * ldx, k, mu, sign, keep);
+            q8_row_quant_scalar(keep, k, qx, r);
+        }
+        return;
+    }
     float v[SG_KERN_ROT];
-    for (size_t r = r0; r < r1; ++r) {
+    for (size_t r = r0; r < r1; ++r) { /* longer rows: rotated for the maximum, then again to quantise */
         const float *xr = x + r * ldx;
         float mx = 0;
         for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
@@ -876,23 +887,29 @@ T512 INLINE void rot_block512(const float *xr, const float *mu, const float *sig
     fwht512(v);
 }
 
+T512 static void q8_row_prepare512(const float *xr, int k, const float *mu, const float *sign, float *c);
+T512 static void q8_row_quant512(const float *c, int k, sg_kern_q8x_t *qx, size_t r);
+
 T512 static void q8_quantize_rot512(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
                                     sg_kern_q8x_t *qx)
 {
+    if (k <= ROT_KEEP) { /* the rotated row kept between its maximum and its quantisation: rotated once */
+        float keep[ROT_KEEP] __attribute__((aligned(64)));
+        for (size_t r = r0; r < r1; ++r) {
+            q8_row_prepare512(x + r * ldx, k, mu, sign, keep);
+            q8_row_quant512(keep, k, qx, r);
+        }
+        return;
+    }
     const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 v[4];
-    float keep[ROT_KEEP] __attribute__((aligned(64))); /* the rotated row, when it fits: rotated once */
-    const int kept = k <= ROT_KEEP;
-    for (size_t r = r0; r < r1; ++r) {
+    for (size_t r = r0; r < r1; ++r) { /* longer rows: rotated for the maximum, then again to quantise */
         const float *xr = x + r * ldx;
         __m512 m = _mm512_setzero_ps();
         for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
             rot_block512(xr, mu, sign, blk, v);
-            for (int i = 0; i < 4; ++i) {
+            for (int i = 0; i < 4; ++i)
                 m = _mm512_max_ps(m, _mm512_and_ps(v[i], abs));
-                if (kept)
-                    _mm512_store_ps(keep + blk * SG_KERN_ROT + 16 * i, v[i]);
-            }
         }
         float mx = _mm512_reduce_max_ps(m);
         float inv = mx > 0 ? 127.0f / mx : 0.0f;
@@ -901,11 +918,7 @@ T512 static void q8_quantize_rot512(const float *x, size_t ldx, int k, const flo
         int8_t *s = qx->s + r * (size_t)qx->kp;
         uint8_t *u = qx->u + r * (size_t)qx->kp;
         for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
-            if (kept)
-                for (int i = 0; i < 4; ++i)
-                    v[i] = _mm512_load_ps(keep + blk * SG_KERN_ROT + 16 * i);
-            else
-                rot_block512(xr, mu, sign, blk, v);
+            rot_block512(xr, mu, sign, blk, v);
             for (int i = 0; i < 4; ++i) {
                 __m512 q32 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v[i], vinv), lo), hi);
                 __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(q32));
@@ -947,23 +960,29 @@ T256 INLINE void rot_block256(const float *xr, const float *mu, const float *sig
         v[i] = _mm256_mul_ps(v[i], _mm256_set1_ps(0.125f));
 }
 
+T256 static void q8_row_prepare256(const float *xr, int k, const float *mu, const float *sign, float *c);
+T256 static void q8_row_quant256(const float *c, int k, sg_kern_q8x_t *qx, size_t r);
+
 T256 static void q8_quantize_rot256(const float *x, size_t ldx, int k, const float *mu, const float *sign, size_t r0, size_t r1,
                                     sg_kern_q8x_t *qx)
 {
+    if (k <= ROT_KEEP) { /* the rotated row kept between its maximum and its quantisation: rotated once */
+        float keep[ROT_KEEP] __attribute__((aligned(32)));
+        for (size_t r = r0; r < r1; ++r) {
+            q8_row_prepare256(x + r * ldx, k, mu, sign, keep);
+            q8_row_quant256(keep, k, qx, r);
+        }
+        return;
+    }
     const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 v[8];
-    float keep[ROT_KEEP] __attribute__((aligned(32)));
-    const int kept = k <= ROT_KEEP;
-    for (size_t r = r0; r < r1; ++r) {
+    for (size_t r = r0; r < r1; ++r) { /* longer rows: rotated for the maximum, then again to quantise */
         const float *xr = x + r * ldx;
         __m256 m = _mm256_setzero_ps();
         for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
             rot_block256(xr, mu, sign, blk, v);
-            for (int i = 0; i < 8; ++i) {
+            for (int i = 0; i < 8; ++i)
                 m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs));
-                if (kept)
-                    _mm256_store_ps(keep + blk * SG_KERN_ROT + 8 * i, v[i]);
-            }
         }
         float lanes[8], mx = 0;
         _mm256_storeu_ps(lanes, m);
@@ -975,11 +994,7 @@ T256 static void q8_quantize_rot256(const float *x, size_t ldx, int k, const flo
         int8_t *s = qx->s + r * (size_t)qx->kp;
         uint8_t *u = qx->u + r * (size_t)qx->kp;
         for (int blk = 0; blk < k / SG_KERN_ROT; ++blk) {
-            if (kept)
-                for (int i = 0; i < 8; ++i)
-                    v[i] = _mm256_load_ps(keep + blk * SG_KERN_ROT + 8 * i);
-            else
-                rot_block256(xr, mu, sign, blk, v);
+            rot_block256(xr, mu, sign, blk, v);
             for (int i = 0; i < 8; ++i) {
                 __m256i q32 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], vinv), lo), hi));
                 __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
