@@ -16,6 +16,20 @@
 
 #include <cJSON.h>
 
+/* Whether valid JSON text holds a \uXXXX escape of a UTF-16 surrogate (D800-DFFF). */
+static int has_surrogate_escape(const char *p, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; ++i) {
+        if (p[i] != '\\')
+            continue;
+        if (p[i + 1] == 'u' && i + 5 < n && (p[i + 2] == 'd' || p[i + 2] == 'D') && p[i + 3] != '\0' &&
+            strchr("89abcdefABCDEF", p[i + 3]) != NULL)
+            return 1;
+        ++i; /* skip the escaped character (an escaped backslash followed by u is no escape) */
+    }
+    return 0;
+}
+
 /* The output of a decoded value, as a client reads it: valid JSON of the reply's shape. */
 static void check_shapes(const sg_blob_t *b, const char *scored, size_t scored_len, const char *flat, size_t flat_len)
 {
@@ -24,6 +38,14 @@ static void check_shapes(const sg_blob_t *b, const char *scored, size_t scored_l
     FUZZ_CHECK(sg_json_validate(scored, scored_len, &bad_at, &why) == 0);
     FUZZ_CHECK(sg_json_validate(flat, flat_len, &bad_at, &why) == 0);
     cJSON *s = cJSON_ParseWithLength(scored, scored_len), *f = cJSON_ParseWithLength(flat, flat_len);
+    if (s == NULL || f == NULL) {
+        /* RFC 8259 (8.2) lets a string hold an unpaired surrogate escape ("\\ude00"), which Python's
+         * json module writes and reads; cJSON refuses those, and only those may stop it here */
+        FUZZ_CHECK(has_surrogate_escape(scored, scored_len) && has_surrogate_escape(flat, flat_len));
+        cJSON_Delete(s);
+        cJSON_Delete(f);
+        return;
+    }
     FUZZ_CHECK(cJSON_IsArray(s) && cJSON_GetArraySize(s) == (int)b->n_hits);
     FUZZ_CHECK(cJSON_IsArray(f) && cJSON_GetArraySize(f) == (int)b->n_hits);
     const cJSON *doc = f->child;
