@@ -35,6 +35,8 @@ A scheme SPEC is comma-separated key=value pairs (defaults: plain per-channel / 
     rot=           matrices whose input (after centring) and weights are rotated along k by a block
                    Hadamard transform with random signs (x' = H D x, W' = W D H^T: the product is unchanged,
                    outliers are spread over the block before both are quantised)
+    gptq=0         GPTQ rounding of the weights (1, 2, 3: the calibration inputs, as bc), with the
+                   per-channel scales of round-to-nearest; damp=0.01 (of H's mean diagonal)
     rb=64          the rotation's block (a power of 2; the encoder's is 64; capped at k)
     res=           matrices whose weights get a second int8 residual term (w ~ s1 q1 + s2 q2)
 E.g. --scheme "" (plain int8) --scheme "ctr=2,rot=all" (what the encoder runs, calibrated with --calib)
@@ -94,11 +96,11 @@ def c_embeddings(encode, model, queries, precision, prefix):
 
 def parse_scheme(spec):
     s = {"w": 8, "g": 0, "a": 8, "ag": 0, "clip": 0, "bc": 0, "ctr": 0, "keep": "", "bf16": "", "asym": "", "af": "", "res": "", "aclip": 1.0, "acl": "all", "agsel": "all",
-         "ares": "", "rot": "", "rb": 64}
+         "ares": "", "rot": "", "rb": 64, "gptq": 0, "damp": 0.01}
     for kv in filter(None, spec.split(",")):
         k, v = kv.split("=", 1)
         assert k in s, "unknown scheme key %s" % k
-        s[k] = v if k in ("keep", "bf16", "res", "asym", "af", "acl", "agsel", "ares", "rot") else float(v) if k == "aclip" else int(v)
+        s[k] = v if k in ("keep", "bf16", "res", "asym", "af", "acl", "agsel", "ares", "rot") else float(v) if k in ("aclip", "damp") else int(v)
     return s
 
 
@@ -159,6 +161,41 @@ def rotation(k, block, seed=5):
     return f
 
 
+def gptq(w, xcal, mu, rot, levels, damp):
+    """GPTQ (Frantar et al. 2022) with the per-channel scales of round-to-nearest: the columns are
+    quantised in order and each one's rounding error is spread over the columns not yet quantised,
+    weighted by the inverse of the calibration inputs' second moment H = X^T X (X centred, rotated)."""
+    x = xcal - mu if mu is not None else xcal
+    if rot is not None:
+        x = rot(x)
+    x = x.double()
+    h = x.T @ x
+    k = h.shape[0]
+    dead = torch.diag(h) == 0
+    h[dead, dead] = 1
+    h += damp * torch.mean(torch.diag(h)) * torch.eye(k, dtype=h.dtype)
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    w = w.double().clone()
+    sc = (w.abs().amax(dim=1, keepdim=True) / levels)
+    sc = torch.where(sc > 0, sc, torch.ones_like(sc))
+    q = torch.zeros_like(w)
+    blk = 128
+    for i0 in range(0, k, blk):
+        i1 = min(i0 + blk, k)
+        wb = w[:, i0:i1].clone()
+        eb = torch.zeros_like(wb)
+        ub = u[i0:i1, i0:i1]
+        for j in range(i1 - i0):
+            col = wb[:, j]
+            qc = torch.round(col / sc[:, 0]).clamp(-levels, levels)
+            q[:, i0 + j] = qc
+            err = (col - qc * sc[:, 0]) / ub[j, j]
+            wb[:, j:] -= err.unsqueeze(1) * ub[j, j:].unsqueeze(0)
+            eb[:, j] = err
+        w[:, i1:] -= eb @ u[i0:i1, i1:]
+    return q.float().reshape(w.shape[0], 1, k), sc.float().reshape(w.shape[0], 1, 1)
+
+
 def quant_rows_clipped(x, levels, ratio):
     mx = x.abs().amax(dim=1, keepdim=True) * ratio
     sc = mx / levels
@@ -189,7 +226,7 @@ def mse_scale(w, levels, group):
 class QLinear:
     """One product of the encoder (weights [n, k]) under a scheme."""
 
-    def __init__(self, w, b, mode, s, xmean=None):
+    def __init__(self, w, b, mode, s, xmean=None, xcal=None):
         self.mode, self.s, self.b = mode, s, b.clone()
         self.w = w
         if mode == "bf16":
@@ -204,7 +241,9 @@ class QLinear:
         if s.get("_rot"):
             self.rot = rotation(k, s["rb"])
             w = self.rot(w)  # W D H^T: each row rotated like an input row
-        if s["clip"]:
+        if xcal is not None and s["gptq"]:
+            q, sc = gptq(w, xcal, xmean if s["ctr"] else None, self.rot, levels, s["damp"])
+        elif s["clip"]:
             sc = mse_scale(w, levels, g)
             wg = w.reshape(w.shape[0], -1, g if g and g < k else k)
             q = torch.round(wg / sc).clamp(-levels, levels)
@@ -259,7 +298,7 @@ class QLinear:
 
 
 class Encoder:
-    def __init__(self, t, cfg, scheme, xmeans=None):
+    def __init__(self, t, cfg, scheme, xmeans=None, xcals=None):
         self.t, self.cfg = t, cfg
         H = cfg["hidden_size"]
         self.H, self.heads, self.eps = H, cfg["num_attention_heads"], cfg["layer_norm_eps"]
@@ -291,7 +330,8 @@ class Encoder:
                     s["_ares"] = matches(scheme["ares"], i, typ)
                     s["_rot"] = matches(scheme["rot"], i, typ)
                 xm = xmeans[i][typ] if xmeans is not None else None
-                L[typ] = QLinear(w, b, mode, s, xm) if scheme is not None else QLinear(w, b, "f32", {})
+                xc = xcals[i][typ] if xcals is not None else None
+                L[typ] = QLinear(w, b, mode, s, xm, xc) if scheme is not None else QLinear(w, b, "f32", {})
             L["ln1"] = (t[p + "attention.output.LayerNorm.weight"], t[p + "attention.output.LayerNorm.bias"])
             L["ln2"] = (t[p + "output.LayerNorm.weight"], t[p + "output.LayerNorm.bias"])
             self.layers.append(L)
@@ -341,6 +381,13 @@ def input_means(t, cfg, seqs):
     rec = [{k: [] for k in TYPES} for _ in range(cfg["num_hidden_layers"])]
     Encoder(t, cfg, None).encode(seqs, rec)
     return [{k: torch.cat(v).mean(dim=0) for k, v in r.items()} for r in rec]
+
+
+def input_rows(t, cfg, seqs):
+    """Per layer and product: every input row over the sequences' tokens (GPTQ's calibration)."""
+    rec = [{k: [] for k in TYPES} for _ in range(cfg["num_hidden_layers"])]
+    Encoder(t, cfg, None).encode(seqs, rec)
+    return [{k: torch.cat(v) for k, v in r.items()} for r in rec]
 
 
 def input_stats(t, cfg, seqs):
@@ -509,7 +556,9 @@ def main():
         src = s["bc"] or s["ctr"]
         if src and src not in means:
             means[src] = input_means(t, cfg, calib[src])
-        e = Encoder(t, cfg, s, means.get(src)).encode(seqs)
+        if s["gptq"] and ("rows", s["gptq"]) not in means:
+            means[("rows", s["gptq"])] = input_rows(t, cfg, calib[s["gptq"]])
+        e = Encoder(t, cfg, s, means.get(src), means.get(("rows", s["gptq"]))).encode(seqs)
         report("int8 [%s]" % (spec or "plain"), ref, e, ref_ids, index)
 
 
