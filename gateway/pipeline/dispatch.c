@@ -37,7 +37,6 @@
 #include "clients.h"
 #include "budget.h"
 #include "gen.h"
-#include "respond.h"
 #include "../../cache/cache.h"
 
 #include <math.h>
@@ -872,7 +871,7 @@ static void call_complete(sg_call_t *c, const sg_result *res)
                 doc_bytes += capped.hits[j].doc_len;
             n_docs += capped.n_hits;
         }
-        sg_respond_observe(c->backend, c->is_access, doc_bytes, n_docs);
+        sg_route_observe_docs(c->backend, c->is_access, doc_bytes, n_docs);
     } else {
         if (detail == NULL || detail[0] == '\0')
             detail = sg_plugin_status_name(st);

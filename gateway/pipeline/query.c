@@ -244,7 +244,7 @@ static int check_bounds(sg_query_t *q)
  * distinct results will take is what the query reserves in the budget. 0, or -1: answered. */
 static int check_estimate(sg_query_t *q)
 {
-    uint32_t doc = sg_respond_doc_bytes(q->backend, q->is_access);
+    uint32_t doc = sg_route_doc_bytes(q->backend, q->is_access);
     if (q->max_response_bytes == 0 || doc == 0)
         return 0;
     uint64_t per = q->is_access ? 1 : q->topk;
