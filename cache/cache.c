@@ -198,6 +198,7 @@ typedef struct st_mget_t {
     sg_cache_answer_t answer;
     sg_blob_t **blobs;
     uint8_t *tier;
+    sg_l1_miss_t **misses;
     uint32_t *key_off, *key_len;
     char **keys; /* binary keys of the Redis lookups (for the L1 promotion) */
     size_t *key_lens;
@@ -214,9 +215,10 @@ static mget_t *mget_new(const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, voi
     m->ttl_s = req->ttl_s;
     m->blobs = sg_mem_calloc(n, sizeof(*m->blobs));
     m->tier = sg_mem_calloc(n, 1);
+    m->misses = sg_mem_calloc(n, sizeof(*m->misses));
     m->key_off = sg_mem_alloc(n * sizeof(*m->key_off));
     m->key_len = sg_mem_alloc(n * sizeof(*m->key_len));
-    m->answer = (sg_cache_answer_t){req->n, m->blobs, m->tier, m->key_off, m->key_len};
+    m->answer = (sg_cache_answer_t){req->n, m->blobs, m->tier, m->misses, m->key_off, m->key_len};
     return m;
 }
 
@@ -229,6 +231,7 @@ static void mget_finish(mget_t *m)
     free(m->key_lens);
     free(m->blobs);
     free(m->tier);
+    free(m->misses);
     free(m->key_off);
     free(m->key_len);
     free(m);
@@ -267,6 +270,8 @@ static void on_mget(void *arg, redisReply *reply)
             m->tier[m->idx[i]] = SG_CACHE_REDIS;
             if (l1 != NULL) /* promote: the next hit is served from memory */
                 sg_l1_put(l1, m->keys[i], m->key_lens[i], b, expire);
+            sg_l1_miss_release(m->misses[m->idx[i]]); /* found: nothing to watch for */
+            m->misses[m->idx[i]] = NULL;
         }
     }
     mget_finish(m);
@@ -318,7 +323,8 @@ void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_l
     uint32_t missing = 0;
     uint64_t now = sg_now_ms();
     for (uint32_t i = 0; i < req->n; ++i) {
-        if (l1 != NULL && (m->blobs[i] = sg_l1_get(l1, req->keys->base + m->key_off[i], m->key_len[i], now)) != NULL)
+        const char *key = req->keys->base + m->key_off[i];
+        if (l1 != NULL && (m->blobs[i] = sg_l1_lookup(l1, key, m->key_len[i], now, &m->misses[i])) != NULL)
             m->tier[i] = SG_CACHE_L1;
         else
             ++missing;

@@ -64,27 +64,31 @@ typedef struct st_sg_cache_lookup_t {
  * The answer of sg_cache_lookup(), borrowed for the duration of the callback: `blobs[i]` is the
  * result stored under key i (a reference the callee takes over) or NULL on a miss, `tier[i]` says
  * where it was found (SG_CACHE_*), and key i is `key_len[i]` bytes at `key_off[i]` in the
- * request's `keys`.
+ * request's `keys`. For a miss, `misses[i]` is L1's watch on the key (l1.h; a reference the
+ * callee takes over, NULL without L1): a result stored under the key after the lookup -- by the
+ * flight that was computing it -- fills it, so the callee reads it instead of looking again.
  */
 typedef struct st_sg_cache_answer_t {
     uint32_t n;
     sg_blob_t **blobs;
     const uint8_t *tier;
+    sg_l1_miss_t **misses;
     const uint32_t *key_off, *key_len;
 } sg_cache_answer_t;
 
 typedef void (*sg_cache_lookup_cb)(void *ctx, const sg_cache_answer_t *answer);
 
 /**
- * Looks the texts of `req` up: makes their keys, looks in L1 at once, then sends one pipelined
- * MGET on `redis` (NULL: no Redis) for the rest; values found in Redis are promoted into L1 for
- * `ttl_s` seconds. A Redis that is down, slow or answering garbage turns into misses. Calls `cb`
- * exactly once, on this loop thread -- before returning when no Redis round trip is needed.
+ * Looks the texts of `req` up: makes their keys, looks in L1 at once (leaving a watch on each key
+ * it misses), then sends one pipelined MGET on `redis` (NULL: no Redis) for the rest; values
+ * found in Redis are promoted into L1 for `ttl_s` seconds. A Redis that is down, slow or answering garbage turns into misses. Calls
+ * `cb` exactly once, on this loop thread -- before returning when no Redis round trip is needed.
  */
 void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx);
 /** Stores one result in L1 for `ttl_s` seconds (no-op without L1). Any thread. */
 void sg_cache_put_l1(const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
-/** The L1 entry under `key` (a referenced blob), or NULL. Any thread. */
+/** The L1 entry under `key` (a referenced blob), or NULL. Any thread. (A key the cache step looked
+ * up is watched instead: sg_cache_answer_t.misses.) */
 sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len);
 /** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);

@@ -29,8 +29,10 @@
 
 static void query_free(sg_query_t *q)
 {
-    for (uint32_t i = 0; i < q->n_uniq; ++i)
+    for (uint32_t i = 0; i < q->n_uniq; ++i) {
         sg_blob_release(q->uniq[i].blob);
+        sg_l1_miss_release(q->uniq[i].miss);
+    }
     sg_respond_release(q->loop->server, q->held); /* its blobs are gone now */
     sg_clients_release(q->client);
     sg_gen_release(q->gen);
@@ -323,8 +325,8 @@ static void finish_if_complete(sg_query_t *q)
         answer(q);
 }
 
-/* The cache answered: note each open entry's key (the misses' flights store under it), take its
- * blobs for the entries still open, then go on. */
+/* The cache answered: note each open entry's key (the misses' flights store under it) and, for a
+ * miss, L1's watch on it; take the blobs it found, then go on. */
 static void on_cache(void *ctx, const sg_cache_answer_t *a)
 {
     sg_query_t *q = ctx;
@@ -336,7 +338,8 @@ static void on_cache(void *ctx, const sg_cache_answer_t *a)
         u->key_off = a->key_off[k];
         u->key_len = a->key_len[k];
         sg_blob_t *b = a->blobs[k];
-        uint8_t t = a->tier[k++];
+        uint8_t t = a->tier[k];
+        u->miss = a->misses[k++]; /* a miss: dispatch reads it (or its flight's store fills it) */
         if (b == NULL)
             continue;
         if (q->responded) {
@@ -355,8 +358,10 @@ static void on_cache(void *ctx, const sg_cache_answer_t *a)
             sg_counter_add(q->serving->cache_hits_redis, 1);
         }
     }
-    for (; k < a->n; ++k) /* the query answered (and was changed) meanwhile */
+    for (; k < a->n; ++k) { /* the query answered (and was changed) meanwhile */
         sg_blob_release(a->blobs[k]);
+        sg_l1_miss_release(a->misses[k]);
+    }
     sg__query_after_cache(q);
     sg__query_unref(q); /* the lookup's reference */
 }
