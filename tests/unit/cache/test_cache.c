@@ -50,6 +50,7 @@ typedef struct {
     uint32_t n;
     sg_blob_t *blobs[4];
     uint8_t tier[4];
+    sg_l1_miss_t *misses[4];
     uint32_t key_off[4], key_len[4];
 } answered_t;
 
@@ -61,6 +62,7 @@ static void on_answer(void *ctx, const sg_cache_answer_t *a)
     for (uint32_t i = 0; i < a->n && i < 4; ++i) {
         got->blobs[i] = a->blobs[i];
         got->tier[i] = a->tier[i];
+        got->misses[i] = a->misses[i];
         got->key_off[i] = a->key_off[i];
         got->key_len[i] = a->key_len[i];
     }
@@ -68,7 +70,7 @@ static void on_answer(void *ctx, const sg_cache_answer_t *a)
 
 /* The lookup makes each text's key once (sg_cache_key's bytes), appends it to the caller's buffer
  * and says where, so that the caller stores the misses' answers under the same bytes; it finds
- * what was stored under them. */
+ * what was stored under them, and leaves L1's watch on a key it missed, which the store fills. */
 static void test_lookup_makes_the_keys(void **state)
 {
     (void)state;
@@ -91,6 +93,9 @@ static void test_lookup_makes_the_keys(void **state)
     assert_null(got.blobs[0]);
     assert_ptr_equal(got.blobs[1], stored);
     assert_int_equal(got.tier[1], SG_CACHE_L1);
+    assert_null(got.misses[1]);
+    assert_non_null(got.misses[0]);
+    assert_null(sg_l1_miss_result(got.misses[0], 0));
     assert_int_equal(got.key_off[0], 7);
     assert_int_equal(got.key_off[1], 7 + got.key_len[0]);
     assert_int_equal(keys.len, 7 + got.key_len[0] + got.key_len[1]);
@@ -99,6 +104,11 @@ static void test_lookup_makes_the_keys(void **state)
     sg_cache_key(&want, identity, 5, "nprobe=8", "alpha", 5);
     assert_int_equal(got.key_len[0], want.len);
     assert_memory_equal(keys.base + got.key_off[0], want.base, want.len);
+    sg_cache_put_l1(keys.base + got.key_off[0], got.key_len[0], stored, 60); /* the miss's answer */
+    sg_blob_t *late = sg_l1_miss_result(got.misses[0], sg_now_ms());
+    assert_ptr_equal(late, stored);
+    sg_blob_release(late);
+    sg_l1_miss_release(got.misses[0]);
     sg_blob_release(got.blobs[1]);
     sg_blob_release(stored);
     sg_buf_free(&want);
