@@ -189,29 +189,51 @@ static const char *redis_prefix(void)
     return prefix != NULL ? prefix : "";
 }
 
-/* One lookup waiting for Redis: the entries L1 did not answer, by index into the caller's keys. */
+/* One lookup: its answer as it fills, and while it waits for Redis the entries L1 did not answer,
+ * by index into the caller's keys. */
 typedef struct st_mget_t {
     sg_cache_lookup_cb cb;
     void *ctx;
     uint32_t ttl_s;
-    uint32_t n_keys; /* all the caller's keys */
+    sg_cache_answer_t answer;
     sg_blob_t **blobs;
     uint8_t *tier;
+    sg_l1_miss_t **misses;
+    uint32_t *key_off, *key_len;
     char **keys; /* binary keys of the Redis lookups (for the L1 promotion) */
     size_t *key_lens;
-    uint32_t n;
+    uint32_t n; /* Redis lookups */
     uint32_t idx[];
 } mget_t;
 
+static mget_t *mget_new(const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx)
+{
+    uint32_t n = req->n != 0 ? req->n : 1;
+    mget_t *m = sg_mem_calloc(1, sizeof(*m) + n * sizeof(uint32_t));
+    m->cb = cb;
+    m->ctx = ctx;
+    m->ttl_s = req->ttl_s;
+    m->blobs = sg_mem_calloc(n, sizeof(*m->blobs));
+    m->tier = sg_mem_calloc(n, 1);
+    m->misses = sg_mem_calloc(n, sizeof(*m->misses));
+    m->key_off = sg_mem_alloc(n * sizeof(*m->key_off));
+    m->key_len = sg_mem_alloc(n * sizeof(*m->key_len));
+    m->answer = (sg_cache_answer_t){req->n, m->blobs, m->tier, m->misses, m->key_off, m->key_len};
+    return m;
+}
+
 static void mget_finish(mget_t *m)
 {
-    m->cb(m->ctx, m->blobs, m->tier, m->n_keys);
+    m->cb(m->ctx, &m->answer);
     for (uint32_t i = 0; i < m->n; ++i)
         free(m->keys[i]);
     free(m->keys);
     free(m->key_lens);
     free(m->blobs);
     free(m->tier);
+    free(m->misses);
+    free(m->key_off);
+    free(m->key_len);
     free(m);
 }
 
@@ -248,40 +270,17 @@ static void on_mget(void *arg, redisReply *reply)
             m->tier[m->idx[i]] = SG_CACHE_REDIS;
             if (l1 != NULL) /* promote: the next hit is served from memory */
                 sg_l1_put(l1, m->keys[i], m->key_lens[i], b, expire);
+            sg_l1_miss_release(m->misses[m->idx[i]]); /* found: nothing to watch for */
+            m->misses[m->idx[i]] = NULL;
         }
     }
     mget_finish(m);
 }
 
-void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, const size_t *key_lens, uint32_t ttl_s,
-                     sg_cache_lookup_cb cb, void *ctx)
+/* Sends one MGET for the `missing` keys of `m` that L1 did not answer (`keys`: the request's). 0,
+ * or -1 when it could not be sent. */
+static int send_mget(sg_redis_t *redis, mget_t *m, const sg_buf_t *keys, uint32_t missing)
 {
-    sg_blob_t **blobs = sg_mem_calloc(n != 0 ? n : 1, sizeof(*blobs));
-    uint8_t *tier = sg_mem_calloc(n != 0 ? n : 1, 1);
-    uint32_t missing = 0;
-    uint64_t now = sg_now_ms();
-    for (uint32_t i = 0; i < n; ++i) {
-        if (l1 != NULL && (blobs[i] = sg_l1_get(l1, keys[i], key_lens[i], now)) != NULL)
-            tier[i] = SG_CACHE_L1;
-        else
-            ++missing;
-    }
-    mget_t *m = sg_mem_calloc(1, sizeof(*m) + missing * sizeof(uint32_t));
-    m->cb = cb;
-    m->ctx = ctx;
-    m->ttl_s = ttl_s;
-    m->n_keys = n;
-    m->blobs = blobs;
-    m->tier = tier;
-    if (missing == 0 || redis == NULL) {
-        mget_finish(m);
-        return;
-    }
-    if (!sg_redis_is_up(redis)) {
-        sg_counter_add(m_redis_bypass, 1);
-        mget_finish(m);
-        return;
-    }
     m->keys = sg_mem_calloc(missing, sizeof(*m->keys));
     m->key_lens = sg_mem_calloc(missing, sizeof(*m->key_lens));
     const char **argv = sg_mem_alloc((missing + 1) * sizeof(*argv));
@@ -289,14 +288,15 @@ void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, con
     sg_buf_t *rkeys = sg_mem_calloc(missing, sizeof(*rkeys));
     argv[0] = "MGET";
     argvlen[0] = 4;
-    for (uint32_t i = 0; i < n; ++i) {
-        if (blobs[i] != NULL)
+    for (uint32_t i = 0; i < m->answer.n; ++i) {
+        if (m->blobs[i] != NULL)
             continue;
         uint32_t k = m->n++;
+        const char *key = keys->base + m->key_off[i];
         m->idx[k] = i;
-        m->keys[k] = sg_strndup(keys[i], key_lens[i]);
-        m->key_lens[k] = key_lens[i];
-        redis_key(&rkeys[k], redis_prefix(), keys[i], key_lens[i]);
+        m->keys[k] = sg_strndup(key, m->key_len[i]);
+        m->key_lens[k] = m->key_len[i];
+        redis_key(&rkeys[k], redis_prefix(), key, m->key_len[i]);
         argv[k + 1] = rkeys[k].base;
         argvlen[k + 1] = rkeys[k].len;
     }
@@ -306,7 +306,39 @@ void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, con
     free(rkeys);
     free(argv);
     free(argvlen);
-    if (rc != 0) {
+    return rc;
+}
+
+void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx)
+{
+    mget_t *m = mget_new(req, cb, ctx);
+    sg_buf_t key = {0};
+    for (uint32_t i = 0; i < req->n; ++i) { /* the keys, made once: the caller stores results under them */
+        sg_cache_key(&key, req->identity, req->topk, req->params, req->texts[i], req->lens[i]);
+        m->key_off[i] = (uint32_t)req->keys->len;
+        m->key_len[i] = (uint32_t)key.len;
+        sg_buf_append(req->keys, key.base, key.len);
+    }
+    sg_buf_free(&key);
+    uint32_t missing = 0;
+    uint64_t now = sg_now_ms();
+    for (uint32_t i = 0; i < req->n; ++i) {
+        const char *key = req->keys->base + m->key_off[i];
+        if (l1 != NULL && (m->blobs[i] = sg_l1_lookup(l1, key, m->key_len[i], now, &m->misses[i])) != NULL)
+            m->tier[i] = SG_CACHE_L1;
+        else
+            ++missing;
+    }
+    if (missing == 0 || redis == NULL) {
+        mget_finish(m);
+        return;
+    }
+    if (!sg_redis_is_up(redis)) {
+        sg_counter_add(m_redis_bypass, 1);
+        mget_finish(m);
+        return;
+    }
+    if (send_mget(redis, m, req->keys, missing) != 0) {
         sg_counter_add(m_redis_bypass, 1);
         mget_finish(m);
         return;

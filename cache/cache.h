@@ -44,23 +44,51 @@ void sg_cache_dispose(void);
 enum { SG_CACHE_MISS = 0, SG_CACHE_L1 = 1, SG_CACHE_REDIS = 2 };
 
 /**
- * The answer of sg_cache_lookup(): `blobs[i]` is the result stored under key i (a reference the
- * callee takes over) or NULL on a miss, and `tier[i]` says where it was found (SG_CACHE_*). Both
- * arrays are borrowed for the duration of the callback.
+ * What one lookup asks for: the results of `n` query texts of one route, under the keys
+ * sg_cache_key() makes of the route's cache `identity`, `topk`, `params` and each text. The
+ * lookup makes the keys once and appends them, back to back, to `keys` (the caller's buffer, left
+ * as it is until the callback ran): the caller stores the answers of the misses under them.
  */
-typedef void (*sg_cache_lookup_cb)(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t n);
+typedef struct st_sg_cache_lookup_t {
+    const char *identity;
+    uint32_t topk;
+    const char *params; /* the canonical search parameters, or NULL */
+    uint32_t n;
+    const char *const *texts; /* not NUL-terminated; borrowed for the call */
+    const uint32_t *lens;
+    uint32_t ttl_s; /* of the values promoted from Redis into L1 */
+    sg_buf_t *keys;
+} sg_cache_lookup_t;
 
 /**
- * Looks `n` keys up: L1 at once, then one pipelined MGET on `redis` (NULL: no Redis) for the
- * rest; values found in Redis are promoted into L1 for `ttl_s` seconds. A Redis that is down,
- * slow or answering garbage turns into misses. Calls `cb` exactly once, on this loop thread --
- * before returning when no Redis round trip is needed. The keys are copied.
+ * The answer of sg_cache_lookup(), borrowed for the duration of the callback: `blobs[i]` is the
+ * result stored under key i (a reference the callee takes over) or NULL on a miss, `tier[i]` says
+ * where it was found (SG_CACHE_*), and key i is `key_len[i]` bytes at `key_off[i]` in the
+ * request's `keys`. For a miss, `misses[i]` is L1's watch on the key (l1.h; a reference the
+ * callee takes over, NULL without L1): a result stored under the key after the lookup -- by the
+ * flight that was computing it -- fills it, so the callee reads it instead of looking again.
  */
-void sg_cache_lookup(sg_redis_t *redis, uint32_t n, const char *const *keys, const size_t *key_lens, uint32_t ttl_s,
-                     sg_cache_lookup_cb cb, void *ctx);
+typedef struct st_sg_cache_answer_t {
+    uint32_t n;
+    sg_blob_t **blobs;
+    const uint8_t *tier;
+    sg_l1_miss_t **misses;
+    const uint32_t *key_off, *key_len;
+} sg_cache_answer_t;
+
+typedef void (*sg_cache_lookup_cb)(void *ctx, const sg_cache_answer_t *answer);
+
+/**
+ * Looks the texts of `req` up: makes their keys, looks in L1 at once (leaving a watch on each key
+ * it misses), then sends one pipelined MGET on `redis` (NULL: no Redis) for the rest; values
+ * found in Redis are promoted into L1 for `ttl_s` seconds. A Redis that is down, slow or answering garbage turns into misses. Calls
+ * `cb` exactly once, on this loop thread -- before returning when no Redis round trip is needed.
+ */
+void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx);
 /** Stores one result in L1 for `ttl_s` seconds (no-op without L1). Any thread. */
 void sg_cache_put_l1(const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
-/** The L1 entry under `key` (a referenced blob), or NULL. Any thread. */
+/** The L1 entry under `key` (a referenced blob), or NULL. Any thread. (A key the cache step looked
+ * up is watched instead: sg_cache_answer_t.misses.) */
 sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len);
 /** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
 void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);

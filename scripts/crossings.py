@@ -30,8 +30,11 @@ warns when the binary was not:
     scripts/crossings.py                              # build/, the example route
     scripts/crossings.py --build /work/wt/base/build --detail
     scripts/crossings.py --config my.json --body '{"queries": ["q"], "topk": 5}'
+    scripts/crossings.py --build build-xing --max-direct 2   # the check (CTest lint_crossings)
 
-Needs gdb. Exit status 0, or 1 when the gateway did not start or gdb failed.
+Needs gdb. Exit status 0, or 1 when the gateway did not start or gdb failed, or with --max-direct
+when a file was entered by more direct calls than that (or the binary keeps sibling calls, whose
+counts mean nothing for it).
 """
 import argparse
 import json
@@ -244,7 +247,7 @@ def sibling_calls_kept(build):
     return "-fno-optimize-sibling-calls" in info
 
 
-def report(status, body, entries, detail, build):
+def report(status, body, entries, detail, build, max_direct=None):
     print("request: HTTP %d, %d bytes" % (status, len(body)))
     kept = sibling_calls_kept(build)
     if kept is False:
@@ -263,11 +266,18 @@ def report(status, body, entries, detail, build):
         if detail:
             for e in sorted((e for e in entries if e[0] == file and e[2] != "(not counted)"), key=lambda e: (e[4], -e[5], e[1])):
                 print("    %3d  %-8s %s <- %s (%s)" % (e[5], e[4], e[1], e[3], e[2]))
+    over = sorted((f, d) for f, (d, _) in per_file.items() if max_direct is not None and d > max_direct)
+    for f, d in over:
+        print("crossings: %s entered by %d direct calls, over %d" % (f, d, max_direct))
     total_d = sum(d for d, _ in per_file.values())
     total_c = sum(c for _, c in per_file.values())
     print("total %d (%d direct calls, %d callbacks); not counted: %d entries called by %s" %
           (total_d + total_c, total_d, total_c, skipped,
            ", ".join(sorted(set(e[3] for e in entries if e[2] == "(not counted)"))) or "-"))
+    if max_direct is not None and kept is not True:
+        print("crossings: --max-direct needs a binary built with -fno-optimize-sibling-calls")
+        return 1
+    return 1 if over else 0
 
 
 def main():
@@ -284,6 +294,9 @@ def main():
     ap.add_argument("--settle", type=float, default=0.5, help="seconds counted after the answer (default 0.5)")
     ap.add_argument("--start-timeout", type=float, default=180)
     ap.add_argument("--detail", action="store_true", help="each entry: callee <- caller (caller's file)")
+    ap.add_argument("--max-direct", type=int, metavar="N",
+                    help="exit 1 when a file is entered by more than N direct calls (a check; needs a build with "
+                         "-fno-optimize-sibling-calls)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-crossings-") as work:
         try:
@@ -293,8 +306,10 @@ def main():
                 sys.stderr.write(f.read()[-4000:])
             sys.stderr.write("crossings: %s\n" % e)
             return 1
-    report(status, body, entries, args.detail, args.build)
-    return 0
+    if args.max_direct is not None and status != 200:
+        print("crossings: the request was answered %d, not 200: the walk did not reach the backend" % status)
+        return 1
+    return report(status, body, entries, args.detail, args.build, args.max_direct)
 
 
 if __name__ == "__main__":

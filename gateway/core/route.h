@@ -73,8 +73,8 @@ struct st_sg_route_core_t {
     int serves_access;      /* POST /access is answered (the plugin has access() and a page store) */
     int destroyed;          /* inst was destroyed (shutdown) */
     _Atomic int in_current; /* the current generation has a route on this core (dispatch pumps it) */
-    /* the mean bytes of one DOC for search and access (respond.h): the plugin's figure
-     * (sg_limits.doc_bytes) until calls measured it; 0 = unknown. Any thread, relaxed. */
+    /* the mean bytes of one DOC for search and access (sg_route_doc_bytes() below): the plugin's
+     * figure (sg_limits.doc_bytes) until calls measured it; 0 = unknown. Any thread, relaxed. */
     _Atomic uint32_t doc_bytes[2];
     /* admission: guarded by admit_mutex (set up with the core's first route: admit_ready) */
     int admit_ready;
@@ -123,5 +123,31 @@ struct st_sg_route_t {
                                  only beyond it (0: always asks) */
     sg_provenance_t prov;     /* what produced its answers (provenance.h); built with the generation, read-only */
 };
+
+/*
+ * The route's mean DOC size, which the query pipeline estimates an answer's size from before any
+ * backend work (respond.h, limits.max_response_bytes). It is the core's counter, kept across
+ * reloads: these read and update it in place, any thread (relaxed atomics).
+ */
+
+/** The mean size of one DOC of route `b` for `op` (SG_OP_SEARCH or SG_OP_ACCESS); 0 = unknown. */
+static inline uint32_t sg_route_doc_bytes(const sg_route_t *b, int op)
+{
+    return atomic_load_explicit(&b->core->doc_bytes[op != 0], memory_order_relaxed);
+}
+
+/** Folds `n_docs` DOCs of `doc_bytes` bytes in all, as one call of route `b` returned them, into
+ * the mean: a moving mean, 1/8 per call. Racing updates lose one sample, which is harmless. */
+static inline void sg_route_observe_docs(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_docs)
+{
+    if (n_docs == 0)
+        return;
+    uint64_t x = doc_bytes / n_docs;
+    x = x > UINT32_MAX ? UINT32_MAX : x != 0 ? x : 1;
+    _Atomic uint32_t *mean = &b->core->doc_bytes[op != 0];
+    uint64_t old = atomic_load_explicit(mean, memory_order_relaxed);
+    uint64_t next = old == 0 ? x : (old * 7 + x + 4) / 8;
+    atomic_store_explicit(mean, (uint32_t)(next != 0 ? next : 1), memory_order_relaxed);
+}
 
 #endif

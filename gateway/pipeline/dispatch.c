@@ -18,15 +18,19 @@
  * token is started by a timer of the loop that last pumped the route.
  *
  * No duplicate slips between a flight and the cache: a completed call stores its results in L1
- * *before* it takes their flights out of the table, and a request that finds no flight looks in
- * L1 again under the shard lock before it starts one. A duplicate therefore either joins the
- * flight or finds the result -- even when its own cache lookup (L1, then a Redis MGET) ran while
- * the flight was still in the air. (With L1 off, a result only reaches Redis, asynchronously,
- * and that window stays open.)
+ * *before* it takes their flights out of the table, and the store fills L1's watch on the key
+ * (cache/l1.h) that each request whose cache lookup missed it holds. A request that finds no
+ * flight under the shard lock reads its watch: a flight that completed since its lookup left
+ * the result there. A duplicate therefore either joins the flight or finds the result -- even
+ * when its own cache lookup (L1, then a Redis MGET) ran while the flight was still in the air --
+ * without looking in L1 twice. A miss the cache step did not look up (a fallback backend's: its
+ * keys differ) holds no watch and looks in L1 under the shard lock instead. The flight that
+ * starts takes the watch over and lets it go once it stored its result. (With L1 off, a result
+ * only reaches Redis, asynchronously, and that window stays open.)
  *
  * Locks: a flight's waiter list and table membership are guarded by its shard mutex; admission
  * state by the backend's admit_mutex; L1 has its own mutex, taken inside a shard lock but never
- * the other way round. No lock is held while calling into a plugin.
+ * the other way round (a watch is read without it). No lock is held while calling into a plugin.
  */
 #include "dispatch.h"
 #include "plugin.h"
@@ -37,7 +41,6 @@
 #include "clients.h"
 #include "budget.h"
 #include "gen.h"
-#include "respond.h"
 #include "../../cache/cache.h"
 
 #include <math.h>
@@ -89,6 +92,8 @@ struct st_sg_flight_t {
     char *text;
     char *key; /* its cache key (sg_cache_key), made once when the flight starts; NULL: not cached */
     uint32_t key_len;
+    sg_l1_miss_t *miss; /* L1's watch on the key, taken over from the request that started it; its
+                         * store fills it for the other requests that hold it, then it lets go */
     const char *params; /* the call's (c->params), or NULL */
     sg_waiter_t *waiters;
     uint32_t n_waiters;
@@ -260,6 +265,7 @@ static void call_release(sg_call_t *c)
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
         return;
     for (size_t i = 0; i < c->n; ++i) {
+        sg_l1_miss_release(c->flights[i]->miss); /* (let go in call_complete() already) */
         free(c->flights[i]->text);
         free(c->flights[i]->key);
         free(c->flights[i]);
@@ -872,7 +878,7 @@ static void call_complete(sg_call_t *c, const sg_result *res)
                 doc_bytes += capped.hits[j].doc_len;
             n_docs += capped.n_hits;
         }
-        sg_respond_observe(c->backend, c->is_access, doc_bytes, n_docs);
+        sg_route_observe_docs(c->backend, c->is_access, doc_bytes, n_docs);
     } else {
         if (detail == NULL || detail[0] == '\0')
             detail = sg_plugin_status_name(st);
@@ -885,11 +891,15 @@ static void call_complete(sg_call_t *c, const sg_result *res)
         if (st != SG_OK)
             sg_counter_add(c->backend->call_errors, 1);
     }
-    /* results into L1 first: once a flight leaves the table, a duplicate must find its result */
-    if (st == SG_OK)
-        for (size_t i = 0; i < c->n; ++i)
-            if (c->flights[i]->key != NULL)
-                sg_cache_put_l1(c->flights[i]->key, c->flights[i]->key_len, c->blobs[i], c->backend->conf->cache_ttl_s);
+    /* results into L1 first (which fills the watches on their keys): once a flight leaves the
+     * table, a duplicate must find its result */
+    for (size_t i = 0; i < c->n; ++i) {
+        sg_flight_t *f = c->flights[i];
+        if (st == SG_OK && f->key != NULL)
+            sg_cache_put_l1(f->key, f->key_len, c->blobs[i], c->backend->conf->cache_ttl_s);
+        sg_l1_miss_release(f->miss);
+        f->miss = NULL;
+    }
     for (size_t i = 0; i < c->n; ++i) {
         sg_flight_t *f = c->flights[i];
         shard_t *s = shard_of(f->hash);
@@ -1225,9 +1235,11 @@ typedef struct st_new_calls_t {
 static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t *w, shard_t *s, uint64_t h, uint32_t op,
                          sg_buf_t *key)
 {
+    sg_flight_t *f = sg_mem_calloc(1, sizeof(*f));
+    f->miss = u->miss; /* the flight's store fills it */
+    u->miss = NULL;
     sg_route_t *b = r->serving;
     uint32_t chunk = call_chunk(b, r->is_access);
-    sg_flight_t *f = sg_mem_calloc(1, sizeof(*f));
     f->hash = h;
     f->backend = b->core->id; /* the core: the same instance under every generation that keeps it */
     f->topk = r->topk;
@@ -1257,8 +1269,23 @@ static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t
     shard_insert(s, f);
 }
 
-/* Miss `i` of `r`: joins the flight already searching it, else takes its result from L1 when a
- * flight completed since the request's cache lookup, else starts a new flight in `nc`. */
+/* The result of miss `u` of `r` that a flight stored since the cache step missed it (a referenced
+ * blob), or NULL; `key` is its cache key, or empty when the route does not cache. Its watch
+ * says (L1 filled it); a miss without one -- the cache step did not look it up for the backend
+ * serving now -- looks in L1. The caller holds the flight's shard lock, which orders the store
+ * of a flight before its leaving the table. */
+static sg_blob_t *stored_since_lookup(const sg_query_t *r, sg_uq_t *u, const sg_buf_t *key)
+{
+    if (u->miss != NULL && r->keys_of == r->serving)
+        return sg_l1_miss_result(u->miss, sg_now_ms());
+    sg_l1_miss_release(u->miss); /* (one on the key of a backend no longer serving: not expected,
+                                  * since the first dispatch takes every watch) */
+    u->miss = NULL;
+    return key->base != NULL ? sg_cache_get_l1(key->base, key->len) : NULL;
+}
+
+/* Miss `i` of `r`: joins the flight already searching it, else takes its result when a flight
+ * completed since the request's cache lookup, else starts a new flight in `nc`. */
 static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
 {
     sg_route_t *b = r->serving;
@@ -1279,21 +1306,24 @@ static void dispatch_miss(sg_query_t *r, uint32_t i, new_calls_t *nc)
     if (f != NULL && (f->n_waiters > 0 || call_revive(f->call))) {
         waiter_link(f, w);
         pthread_mutex_unlock(&s->mu);
+        sg_l1_miss_release(u->miss); /* the flight answers it */
+        u->miss = NULL;
         u->source = SG_SRC_JOINED;
         sg_counter_add(b->coalesced, 1);
         return;
     }
-    /* no flight: one may have completed since this request's cache lookup, and its result is in L1
-     * (stored before the flight left the table, which this lock orders). The key made for that look
-     * is the new flight's, which stores its answer under it. */
+    /* no flight: one may have completed since this request's cache lookup. The key is the new
+     * flight's, which stores its answer under it. */
     sg_buf_t ck = {0};
     if (b->conf->cache && !r->is_access)
         sg__query_key_of(&ck, r, u);
-    sg_blob_t *late = ck.base != NULL ? sg_cache_get_l1(ck.base, ck.len) : NULL;
+    sg_blob_t *late = stored_since_lookup(r, u, &ck);
     if (late != NULL) {
         pthread_mutex_unlock(&s->mu);
         sg_buf_free(&ck);
         free(w);
+        sg_l1_miss_release(u->miss);
+        u->miss = NULL;
         u->waiter = NULL;
         u->blob = late;
         u->source = SG_SRC_L1;

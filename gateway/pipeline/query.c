@@ -3,8 +3,8 @@
  * (query.h). No HTTP here: the entry points (retrieve.c for /retrieve and /access) parse and
  * identify, then hand over; the answer goes back through the caller's done() callback.
  *
- *   rate limit (wait or refuse) -> distinct queries -> cache (one sg_cache_lookup(): L1, then
- *   one MGET to Redis; it answers once through a callback) -> dispatch the misses (dispatch.c:
+ *   rate limit (wait or refuse) -> distinct queries -> cache (one sg_cache_lookup(): the keys, L1,
+ *   then one MGET to Redis; it answers once through a callback) -> dispatch the misses (dispatch.c:
  *   singleflight, admission, plugin; a failure may move to the route's fallback) -> done()
  *
  * Everything here runs on the query's loop thread. The query holds one reference on itself until
@@ -29,8 +29,10 @@
 
 static void query_free(sg_query_t *q)
 {
-    for (uint32_t i = 0; i < q->n_uniq; ++i)
+    for (uint32_t i = 0; i < q->n_uniq; ++i) {
         sg_blob_release(q->uniq[i].blob);
+        sg_l1_miss_release(q->uniq[i].miss);
+    }
     sg_respond_release(q->loop->server, q->held); /* its blobs are gone now */
     sg_clients_release(q->client);
     sg_gen_release(q->gen);
@@ -244,7 +246,7 @@ static int check_bounds(sg_query_t *q)
  * distinct results will take is what the query reserves in the budget. 0, or -1: answered. */
 static int check_estimate(sg_query_t *q)
 {
-    uint32_t doc = sg_respond_doc_bytes(q->backend, q->is_access);
+    uint32_t doc = sg_route_doc_bytes(q->backend, q->is_access);
     if (q->max_response_bytes == 0 || doc == 0)
         return 0;
     uint64_t per = q->is_access ? 1 : q->topk;
@@ -323,17 +325,21 @@ static void finish_if_complete(sg_query_t *q)
         answer(q);
 }
 
-/* The cache answered: take its blobs for the entries still open, then go on. */
-static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t n)
+/* The cache answered: note each open entry's key (the misses' flights store under it) and, for a
+ * miss, L1's watch on it; take the blobs it found, then go on. */
+static void on_cache(void *ctx, const sg_cache_answer_t *a)
 {
     sg_query_t *q = ctx;
     uint32_t k = 0;
-    for (uint32_t i = 0; i < q->n_uniq && k < n; ++i) {
+    for (uint32_t i = 0; i < q->n_uniq && k < a->n; ++i) {
         sg_uq_t *u = &q->uniq[i];
         if (u->blob != NULL)
             continue;
-        sg_blob_t *b = blobs[k];
-        uint8_t t = tier[k++];
+        u->key_off = a->key_off[k];
+        u->key_len = a->key_len[k];
+        sg_blob_t *b = a->blobs[k];
+        uint8_t t = a->tier[k];
+        u->miss = a->misses[k++]; /* a miss: dispatch reads it (or its flight's store fills it) */
         if (b == NULL)
             continue;
         if (q->responded) {
@@ -352,8 +358,10 @@ static void on_cache(void *ctx, sg_blob_t **blobs, const uint8_t *tier, uint32_t
             sg_counter_add(q->serving->cache_hits_redis, 1);
         }
     }
-    for (; k < n; ++k) /* the query answered (and was changed) meanwhile */
-        sg_blob_release(blobs[k]);
+    for (; k < a->n; ++k) { /* the query answered (and was changed) meanwhile */
+        sg_blob_release(a->blobs[k]);
+        sg_l1_miss_release(a->misses[k]);
+    }
     sg__query_after_cache(q);
     sg__query_unref(q); /* the lookup's reference */
 }
@@ -365,33 +373,33 @@ void sg__query_lookup(sg_query_t *q)
         sg__query_after_cache(q);
         return;
     }
-    /* the keys of the open entries, back to back in the query's buffer: the misses' flights reuse
-     * them (sg__query_key_of) */
-    sg_buf_t key = {0};
-    const char **keys = sg_mem_alloc(q->n_pending * sizeof(*keys));
-    size_t *lens = sg_mem_alloc(q->n_pending * sizeof(*lens));
+    /* the open entries; the lookup makes their keys into the query's buffer, for the misses'
+     * flights (sg__query_key_of) */
+    const char **texts = sg_mem_alloc(q->n_pending * sizeof(*texts));
+    uint32_t *lens = sg_mem_alloc(q->n_pending * sizeof(*lens));
     uint32_t n = 0;
-    q->keys.len = 0;
-    q->keys_of = b;
     for (uint32_t i = 0; i < q->n_uniq && n < q->n_pending; ++i) {
         sg_uq_t *u = &q->uniq[i];
         u->key_len = 0;
         if (u->blob != NULL)
             continue;
-        sg__query_cache_key(&key, b, q->topk, sg__query_params(q), u->text, u->len);
-        u->key_off = (uint32_t)q->keys.len;
-        u->key_len = (uint32_t)key.len;
-        lens[n++] = key.len;
-        sg_buf_append(&q->keys, key.base, key.len);
+        texts[n] = u->text;
+        lens[n++] = u->len;
     }
-    for (uint32_t i = 0, j = 0; i < q->n_uniq && j < n; ++i)
-        if (q->uniq[i].blob == NULL)
-            keys[j++] = q->keys.base + q->uniq[i].key_off;
+    q->keys.len = 0;
+    q->keys_of = b;
+    sg_cache_lookup_t req = {.identity = b->core->identity,
+                             .topk = q->topk,
+                             .params = sg__query_params(q),
+                             .n = n,
+                             .texts = texts,
+                             .lens = lens,
+                             .ttl_s = b->conf->cache_ttl_s,
+                             .keys = &q->keys};
     query_ref(q);
-    sg_cache_lookup(q->loop->redis, n, keys, lens, b->conf->cache_ttl_s, on_cache, q);
-    free(keys);
+    sg_cache_lookup(q->loop->redis, &req, on_cache, q);
+    free(texts);
     free(lens);
-    sg_buf_free(&key);
 }
 
 static void on_timer(sg_timer_t *t);

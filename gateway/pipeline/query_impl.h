@@ -32,6 +32,8 @@ typedef struct st_sg_uq_t {
     uint8_t fallback_tried;
     uint8_t source;            /* where its answer came from: SG_SRC_* (trace.h) */
     uint32_t key_off, key_len; /* its cache key in the query's `keys` (key_len 0: none made) */
+    sg_l1_miss_t *miss;        /* L1's watch on that key since the cache step missed it (l1.h), until
+                                * dispatch reads it or hands it to the flight that stores the answer */
 } sg_uq_t;
 
 struct st_sg_query_t {

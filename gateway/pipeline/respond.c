@@ -1,6 +1,6 @@
 /*
- * respond.c -- the bounds of answers (respond.h): the process's response budget, the mean DOC
- * size per route that the pipeline estimates answers from, and the streaming writer.
+ * respond.c -- the bounds of answers (respond.h): the process's response budget (its set-up; the
+ * counters themselves are inline in respond.h) and the streaming writer.
  *
  * Why stream: an answer is a splice of result blobs ({"result":[` blob `,` blob ... `]}), and
  * the same blob may appear many times (a batch that repeats one query). Building the body whole
@@ -66,55 +66,6 @@ void sg_respond_set_limit(sg_server_t *s, uint64_t limit)
 {
     atomic_store_explicit(&s->responses.limit, limit, memory_order_relaxed);
     sg_gauge_set(sg_metrics_gauge("searchgate_response_bytes_limit", "limits.max_response_bytes_inflight.", ""), (int64_t)limit);
-}
-
-int sg_respond_reserve(sg_server_t *s, uint64_t own, uint64_t bytes)
-{
-    sg_response_budget_t *rb = &s->responses;
-    uint64_t cur = atomic_load_explicit(&rb->held, memory_order_relaxed);
-    do {
-        if (cur > own && cur + bytes > atomic_load_explicit(&rb->limit, memory_order_relaxed))
-            return -1;
-    } while (!atomic_compare_exchange_weak_explicit(&rb->held, &cur, cur + bytes, memory_order_relaxed, memory_order_relaxed));
-    if (rb->m_held != NULL)
-        sg_gauge_add(rb->m_held, (int64_t)bytes);
-    return 0;
-}
-
-void sg_respond_grow(sg_server_t *s, uint64_t bytes)
-{
-    atomic_fetch_add_explicit(&s->responses.held, bytes, memory_order_relaxed);
-    if (s->responses.m_held != NULL) /* NULL in unit tests that build a server by hand */
-        sg_gauge_add(s->responses.m_held, (int64_t)bytes);
-}
-
-void sg_respond_release(sg_server_t *s, uint64_t bytes)
-{
-    if (bytes == 0)
-        return;
-    atomic_fetch_sub_explicit(&s->responses.held, bytes, memory_order_relaxed);
-    if (s->responses.m_held != NULL)
-        sg_gauge_add(s->responses.m_held, -(int64_t)bytes);
-}
-
-uint32_t sg_respond_doc_bytes(const sg_route_t *b, int op)
-{
-    return atomic_load_explicit(&b->core->doc_bytes[op != 0], memory_order_relaxed);
-}
-
-void sg_respond_observe(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_docs)
-{
-    if (n_docs == 0)
-        return;
-    uint64_t x = doc_bytes / n_docs;
-    if (x > UINT32_MAX)
-        x = UINT32_MAX;
-    if (x == 0)
-        x = 1;
-    /* a moving mean (1/8 per call); racing updates lose one sample, which is harmless */
-    uint64_t old = atomic_load_explicit(&b->core->doc_bytes[op != 0], memory_order_relaxed);
-    uint64_t next = old == 0 ? x : (old * 7 + x + 4) / 8;
-    atomic_store_explicit(&b->core->doc_bytes[op != 0], (uint32_t)(next != 0 ? next : 1), memory_order_relaxed);
 }
 
 uint64_t sg_respond_size(sg_blob_t *const *blobs, uint32_t n, int shape)

@@ -2,7 +2,8 @@
  * respond.h -- the bounds of answers and the writer of large ones.
  *
  *   - bytes per answer: limits.max_response_bytes, checked by the query pipeline before any
- *     backend work (an estimate from the route's mean DOC size) and exactly as results arrive;
+ *     backend work (an estimate from the route's mean DOC size, route.h) and exactly as results
+ *     arrive;
  *   - response memory held by the process: limits.max_response_bytes_inflight, a budget every
  *     query and answer in progress charges with the bytes of the result blobs it pins and its
  *     output window (sg_response_budget_t in server.h);
@@ -20,6 +21,7 @@
 #ifndef SG_GATEWAY_RESPOND_H
 #define SG_GATEWAY_RESPOND_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include "buf.h"
 #include "runtime.h"
@@ -34,21 +36,45 @@ void sg_respond_init(sg_server_t *s);
 /** A new limits.max_response_bytes_inflight (a reload): holders above it keep what they have. Any thread. */
 void sg_respond_set_limit(sg_server_t *s, uint64_t limit);
 
+/*
+ * The budget's counter (sg_response_budget_t, runtime.h): what queries and answers hold of it.
+ * A counter, not a step: the holders take and give back their bytes in place (like
+ * sg_clients_ref()), and the gauge searchgate_response_bytes_held follows it. Any thread.
+ */
+
 /** Takes `bytes` more of the process's response budget for a holder that has `own` bytes of it
  * already, if they fit or when nobody else holds any (one answer larger than the budget still
- * runs alone). Returns 0, or -1 without taking anything. Any thread. */
-int sg_respond_reserve(sg_server_t *s, uint64_t own, uint64_t bytes);
-/** Charges `bytes` whether they fit or not (memory already in use). Any thread. */
-void sg_respond_grow(sg_server_t *s, uint64_t bytes);
-/** Gives back `bytes` taken by sg_respond_reserve() or sg_respond_grow(). Any thread. */
-void sg_respond_release(sg_server_t *s, uint64_t bytes);
+ * runs alone). Returns 0, or -1 without taking anything. */
+static inline int sg_respond_reserve(sg_server_t *s, uint64_t own, uint64_t bytes)
+{
+    sg_response_budget_t *rb = &s->responses;
+    uint64_t cur = atomic_load_explicit(&rb->held, memory_order_relaxed);
+    do {
+        if (cur > own && cur + bytes > atomic_load_explicit(&rb->limit, memory_order_relaxed))
+            return -1;
+    } while (!atomic_compare_exchange_weak_explicit(&rb->held, &cur, cur + bytes, memory_order_relaxed, memory_order_relaxed));
+    if (rb->m_held != NULL) /* NULL in unit tests that build a server by hand */
+        sg_gauge_add(rb->m_held, (int64_t)bytes);
+    return 0;
+}
 
-/** The mean size of one DOC of route `b` for `op` (SG_OP_SEARCH or SG_OP_ACCESS); 0 = unknown.
- * Any thread. */
-uint32_t sg_respond_doc_bytes(const sg_route_t *b, int op);
-/** Folds `n_docs` DOCs of `doc_bytes` bytes in all, as a call of route `b` returned them, into
- * the route's mean. Any thread. */
-void sg_respond_observe(sg_route_t *b, int op, uint64_t doc_bytes, uint64_t n_docs);
+/** Charges `bytes` whether they fit or not (memory already in use). */
+static inline void sg_respond_grow(sg_server_t *s, uint64_t bytes)
+{
+    atomic_fetch_add_explicit(&s->responses.held, bytes, memory_order_relaxed);
+    if (s->responses.m_held != NULL)
+        sg_gauge_add(s->responses.m_held, (int64_t)bytes);
+}
+
+/** Gives back `bytes` taken by sg_respond_reserve() or sg_respond_grow(). */
+static inline void sg_respond_release(sg_server_t *s, uint64_t bytes)
+{
+    if (bytes == 0)
+        return;
+    atomic_fetch_sub_explicit(&s->responses.held, bytes, memory_order_relaxed);
+    if (s->responses.m_held != NULL)
+        sg_gauge_add(s->responses.m_held, -(int64_t)bytes);
+}
 
 /** Bytes around the pieces of an answer of `n` queries: {"result":[ ]} and n - 1 commas. */
 static inline uint64_t sg_respond_envelope(uint32_t n)

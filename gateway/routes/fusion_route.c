@@ -479,7 +479,7 @@ static int check_estimate(fusion_req_t *fr)
     const sg_fusion_conf_t *fc = fr->route->conf;
     uint32_t doc = 0;
     for (uint32_t l = 0; l < fc->n_legs; ++l) {
-        uint32_t d = sg_respond_doc_bytes(&fr->gen->routes[fc->legs[l]], SG_OP_SEARCH);
+        uint32_t d = sg_route_doc_bytes(&fr->gen->routes[fc->legs[l]], SG_OP_SEARCH);
         doc = d > doc ? d : doc;
     }
     uint64_t low = fr->envelope_bytes + (uint64_t)fr->n_queries * fr->topk * (doc / 2);

@@ -44,6 +44,78 @@ static void test_key_params(void **state)
     sg_buf_free(&k4);
 }
 
+/* What the lookup answers (before returning: no Redis). */
+typedef struct {
+    int calls;
+    uint32_t n;
+    sg_blob_t *blobs[4];
+    uint8_t tier[4];
+    sg_l1_miss_t *misses[4];
+    uint32_t key_off[4], key_len[4];
+} answered_t;
+
+static void on_answer(void *ctx, const sg_cache_answer_t *a)
+{
+    answered_t *got = ctx;
+    ++got->calls;
+    got->n = a->n;
+    for (uint32_t i = 0; i < a->n && i < 4; ++i) {
+        got->blobs[i] = a->blobs[i];
+        got->tier[i] = a->tier[i];
+        got->misses[i] = a->misses[i];
+        got->key_off[i] = a->key_off[i];
+        got->key_len[i] = a->key_len[i];
+    }
+}
+
+/* The lookup makes each text's key once (sg_cache_key's bytes), appends it to the caller's buffer
+ * and says where, so that the caller stores the misses' answers under the same bytes; it finds
+ * what was stored under them, and leaves L1's watch on a key it missed, which the store fills. */
+static void test_lookup_makes_the_keys(void **state)
+{
+    (void)state;
+    sg_cache_init(1 << 20, "");
+    const char *identity = "local|local|1.0.0|x";
+    sg_buf_t want = {0}, keys = {0};
+    sg_cache_key(&want, identity, 5, "nprobe=8", "beta", 4);
+    sg_hit hit = {"{\"id\":\"b\"}", 10, 1.0};
+    sg_hits hits = {&hit, 1};
+    sg_blob_t *stored = sg_blob_from_hits(&hits);
+    sg_cache_put_l1(want.base, want.len, stored, 60);
+    sg_buf_appends(&keys, "earlier"); /* the lookup appends */
+    const char *texts[] = {"alpha", "beta"};
+    const uint32_t lens[] = {5, 4};
+    answered_t got = {0};
+    sg_cache_lookup_t req = {identity, 5, "nprobe=8", 2, texts, lens, 60, &keys};
+    sg_cache_lookup(NULL, &req, on_answer, &got);
+    assert_int_equal(got.calls, 1);
+    assert_int_equal(got.n, 2);
+    assert_null(got.blobs[0]);
+    assert_ptr_equal(got.blobs[1], stored);
+    assert_int_equal(got.tier[1], SG_CACHE_L1);
+    assert_null(got.misses[1]);
+    assert_non_null(got.misses[0]);
+    assert_null(sg_l1_miss_result(got.misses[0], 0));
+    assert_int_equal(got.key_off[0], 7);
+    assert_int_equal(got.key_off[1], 7 + got.key_len[0]);
+    assert_int_equal(keys.len, 7 + got.key_len[0] + got.key_len[1]);
+    assert_int_equal(got.key_len[1], want.len);
+    assert_memory_equal(keys.base + got.key_off[1], want.base, want.len);
+    sg_cache_key(&want, identity, 5, "nprobe=8", "alpha", 5);
+    assert_int_equal(got.key_len[0], want.len);
+    assert_memory_equal(keys.base + got.key_off[0], want.base, want.len);
+    sg_cache_put_l1(keys.base + got.key_off[0], got.key_len[0], stored, 60); /* the miss's answer */
+    sg_blob_t *late = sg_l1_miss_result(got.misses[0], sg_now_ms());
+    assert_ptr_equal(late, stored);
+    sg_blob_release(late);
+    sg_l1_miss_release(got.misses[0]);
+    sg_blob_release(got.blobs[1]);
+    sg_blob_release(stored);
+    sg_buf_free(&want);
+    sg_buf_free(&keys);
+    sg_cache_dispose();
+}
+
 /* A cached value's documents must lie inside its fragment's brackets, in order, without
  * overlapping: the flat reply is spliced from them, so a value that lists the same span many
  * times (a foreign or damaged Redis entry) would make a reply many times its size -- 4,000 copies
@@ -163,7 +235,7 @@ static void test_cache_value_content(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_key_params), cmocka_unit_test(test_cache_value_docs_bounded),
-                                       cmocka_unit_test(test_cache_value_content)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_key_params), cmocka_unit_test(test_lookup_makes_the_keys),
+                                       cmocka_unit_test(test_cache_value_docs_bounded), cmocka_unit_test(test_cache_value_content)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,5 @@
-/* Unit tests: the in-process LRU (cache/l1.c): byte budget, LRU order, expiry, replacement. */
+/* Unit tests: the in-process LRU (cache/l1.c): byte budget, LRU order, expiry, replacement, and
+ * the watches a lookup that misses leaves on its key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,9 +95,116 @@ static void test_replace_and_oversize(void **state)
     sg_blob_release(g);
 }
 
+/* A lookup that misses leaves a watch on the key, which a later miss of the same key shares and
+ * the next store fills -- with that store's expiry; the pending key is no entry (no bytes, not
+ * counted) and a hit leaves no watch. */
+static void test_watch_filled_by_the_store(void **state)
+{
+    (void)state;
+    sg_l1_t *c = sg_l1_create(1 << 20);
+    sg_l1_miss_t *m1, *m2, *m3;
+    assert_null(sg_l1_lookup(c, "k", 1, 0, &m1));
+    assert_non_null(m1);
+    assert_null(sg_l1_miss_result(m1, 0)); /* nothing stored yet */
+    assert_null(sg_l1_lookup(c, "k", 1, 0, &m2));
+    assert_ptr_equal(m2, m1); /* one watch per key */
+    assert_null(sg_l1_get(c, "k", 1, 0));
+    size_t bytes, entries;
+    sg_l1_usage(c, &bytes, &entries);
+    assert_int_equal(entries, 0);
+    assert_int_equal(bytes, 0);
+    sg_blob_t *b = blob_of("[1]");
+    sg_l1_put(c, "k", 1, b, 1000);
+    sg_blob_t *got = sg_l1_miss_result(m1, 999);
+    assert_ptr_equal(got, b);
+    sg_blob_release(got);
+    assert_null(sg_l1_miss_result(m1, 1000)); /* expired with the entry it was filled from */
+    sg_l1_usage(c, &bytes, &entries);
+    assert_int_equal(entries, 1);
+    sg_l1_miss_release(m1);
+    sg_l1_miss_release(m2);
+    got = sg_l1_lookup(c, "k", 1, 0, &m3); /* a hit: nothing to watch */
+    assert_ptr_equal(got, b);
+    assert_null(m3);
+    sg_blob_release(got);
+    sg_blob_release(b);
+    sg_l1_destroy(c);
+}
+
+/* The watch keeps the result its store left even once the entry is replaced or evicted -- the
+ * holder (a request between its cache lookup and its dispatch) must see that a result arrived;
+ * an entry too large to be cached fills nothing. */
+static void test_watch_outlives_its_entry(void **state)
+{
+    (void)state;
+    char frag[1000];
+    memset(frag, 'x', sizeof(frag));
+    frag[0] = '[';
+    frag[sizeof(frag) - 1] = '\0';
+    sg_l1_t *c = sg_l1_create(16 * 1024);
+    sg_l1_miss_t *m, *big_m;
+    assert_null(sg_l1_lookup(c, "k", 1, 0, &m));
+    sg_blob_t *b = blob_of("[\"k\"]");
+    sg_l1_put(c, "k", 1, b, UINT64_MAX);
+    for (int i = 0; i < 40; ++i) { /* evicts "k" */
+        char key[16];
+        int n = snprintf(key, sizeof(key), "key%d", i);
+        sg_blob_t *x = blob_of(frag);
+        sg_l1_put(c, key, (size_t)n, x, UINT64_MAX);
+        sg_blob_release(x);
+    }
+    assert_null(sg_l1_get(c, "k", 1, 0));
+    sg_blob_t *got = sg_l1_miss_result(m, 0);
+    assert_ptr_equal(got, b);
+    sg_blob_release(got);
+    sg_l1_miss_release(m);
+    char huge[5000];
+    memset(huge, 'y', sizeof(huge) - 1);
+    huge[sizeof(huge) - 1] = '\0';
+    sg_blob_t *g = blob_of(huge);
+    assert_null(sg_l1_lookup(c, "big", 3, 0, &big_m));
+    sg_l1_put(c, "big", 3, g, UINT64_MAX);
+    assert_null(sg_l1_miss_result(big_m, 0)); /* not cached: not filled */
+    sg_l1_miss_release(big_m);
+    sg_blob_release(g);
+    sg_blob_release(b);
+    sg_l1_destroy(c);
+}
+
+/* The last holder of a watch no store filled gives the key's place up: the next miss gets a
+ * fresh watch, which the next store fills; and a watch may outlive the cache (shutdown). */
+static void test_watch_given_up(void **state)
+{
+    (void)state;
+    sg_l1_t *c = sg_l1_create(1 << 20);
+    sg_l1_miss_t *m1, *m2, *m3;
+    assert_null(sg_l1_lookup(c, "k", 1, 0, &m1));
+    assert_null(sg_l1_lookup(c, "k", 1, 0, &m2));
+    sg_l1_miss_release(m1); /* m2 still holds it */
+    assert_null(sg_l1_miss_result(m2, 0));
+    sg_l1_miss_release(m2); /* the last: the key's place goes */
+    assert_null(sg_l1_lookup(c, "k", 1, 0, &m3));
+    sg_blob_t *b = blob_of("[3]");
+    sg_l1_put(c, "k", 1, b, UINT64_MAX);
+    sg_blob_t *got = sg_l1_miss_result(m3, 0);
+    assert_ptr_equal(got, b);
+    sg_blob_release(got);
+    sg_l1_miss_release(m3);
+    size_t bytes, entries;
+    sg_l1_usage(c, &bytes, &entries);
+    assert_int_equal(entries, 1);
+    assert_null(sg_l1_lookup(c, "other", 5, 0, &m1));
+    sg_l1_destroy(c); /* m1 outlives it */
+    assert_null(sg_l1_miss_result(m1, 0));
+    sg_l1_miss_release(m1);
+    sg_blob_release(b);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hit_miss_expiry), cmocka_unit_test(test_byte_budget_lru),
-                                       cmocka_unit_test(test_replace_and_oversize)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hit_miss_expiry),          cmocka_unit_test(test_byte_budget_lru),
+        cmocka_unit_test(test_replace_and_oversize),     cmocka_unit_test(test_watch_filled_by_the_store),
+        cmocka_unit_test(test_watch_outlives_its_entry), cmocka_unit_test(test_watch_given_up)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -304,6 +304,68 @@ static void test_lookup_before_completion_dispatch_after(void **state)
     sg__query_unref(b);
 }
 
+/* The cache step's answer for a hand-built query of one text, as query.c's on_cache keeps it:
+ * the key and, on a miss, L1's watch on it. */
+static void keep_answer(void *ctx, const sg_cache_answer_t *a)
+{
+    sg_query_t *r = ctx;
+    assert_int_equal(a->n, 1);
+    assert_null(a->blobs[0]);
+    r->uniq[0].key_off = a->key_off[0];
+    r->uniq[0].key_len = a->key_len[0];
+    r->uniq[0].miss = a->misses[0];
+}
+
+/* Results of other queries that push every older entry out of L1 (1 MiB here). */
+static void fill_l1(void)
+{
+    static char doc[200 * 1024];
+    memset(doc, 'x', sizeof(doc));
+    doc[0] = '"';
+    doc[sizeof(doc) - 1] = '"';
+    sg_hit hit = {doc, sizeof(doc), 1.0};
+    sg_hits hits = {&hit, 1};
+    for (int i = 0; i < 8; ++i) {
+        char key[16];
+        int n = snprintf(key, sizeof(key), "filler%d", i);
+        sg_blob_t *b = sg_blob_from_hits(&hits);
+        sg_cache_put_l1(key, (size_t)n, b, 60);
+        sg_blob_release(b);
+    }
+}
+
+/* The duplicate's cache lookup missed while the flight was in the air (its MGET outstanding),
+ * and by the time it dispatches, the flight's result has left L1 again (evicted by other
+ * results): the watch its lookup left on the key still carries the result, so the backend is
+ * not asked twice. (Before the watch, dispatch looked in L1 a second time and found nothing.) */
+static void test_lookup_watch_outlives_the_entry(void **state)
+{
+    (void)state;
+    reset_counts();
+    sg_query_t *b = new_request(1, "tallest mountain");
+    sg_query_t *a = new_request(0, "tallest mountain");
+    sg__query_lookup(a);
+    assert_int_equal(n_calls, 1);
+    const char *texts[] = {b->uniq[0].text};
+    const uint32_t lens[] = {b->uniq[0].len};
+    sg_cache_lookup_t req = {core.identity, b->topk, NULL, 1, texts, lens, 60, &b->keys};
+    b->keys_of = &backend;
+    sg_cache_lookup(NULL, &req, keep_answer, b); /* b's L1 lookup misses now */
+    complete(0);
+    run_loop(0);
+    assert_true(a->responded);
+    fill_l1();
+    assert_null(peek_l1("tallest mountain", 16));
+    sg__query_after_cache(b); /* the MGET answered nil: b dispatches its miss */
+    assert_int_equal(n_calls, 1);
+    assert_true(b->responded);
+    assert_non_null(b->uniq[0].blob);
+    assert_int_equal(b->hits_l1, 1);
+    assert_int_equal(b->misses, 0);
+    sg__query_unref(a);
+    sg__query_unref(b);
+}
+
 /* Still coalesced while in flight; and errors are not cached, so a later duplicate searches again. */
 static void test_in_flight_join_and_errors(void **state)
 {
@@ -603,6 +665,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duplicate_after_completion_before_store),
         cmocka_unit_test(test_lookup_before_completion_dispatch_after),
+        cmocka_unit_test(test_lookup_watch_outlives_the_entry),
         cmocka_unit_test(test_in_flight_join_and_errors),
         cmocka_unit_test_setup_teardown(test_plugin_inflight_per_query, setup_caps, teardown_caps),
         cmocka_unit_test_setup_teardown(test_plugin_per_call_and_queue, setup_caps, teardown_caps),

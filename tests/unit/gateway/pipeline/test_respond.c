@@ -107,6 +107,30 @@ static void test_budget(void **state)
     sg_respond_release(&s, 5000);
 }
 
+/* The route's mean DOC size (route.h), which the estimate reads: the first call's mean, then a
+ * moving mean of 1/8 per call, never 0 once measured; search and access apart. */
+static void test_doc_mean(void **state)
+{
+    (void)state;
+    sg_route_core_t core;
+    sg_route_t b;
+    memset(&core, 0, sizeof(core));
+    memset(&b, 0, sizeof(b));
+    b.core = &core;
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_SEARCH), 0); /* unknown */
+    sg_route_observe_docs(&b, SG_OP_SEARCH, 0, 0);             /* no DOC: no sample */
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_SEARCH), 0);
+    sg_route_observe_docs(&b, SG_OP_SEARCH, 3000, 3); /* the first call sets it */
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_SEARCH), 1000);
+    sg_route_observe_docs(&b, SG_OP_SEARCH, 1800, 1); /* (1000 x 7 + 1800 + 4) / 8 */
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_SEARCH), 1100);
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_ACCESS), 0); /* its own mean */
+    sg_route_observe_docs(&b, SG_OP_ACCESS, 0, 5);             /* empty DOCs count as 1 byte */
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_ACCESS), 1);
+    sg_route_observe_docs(&b, SG_OP_ACCESS, (uint64_t)UINT32_MAX * 4, 2); /* clamped */
+    assert_int_equal(sg_route_doc_bytes(&b, SG_OP_ACCESS), ((uint64_t)1 * 7 + UINT32_MAX + 4) / 8);
+}
+
 /* A route as sg_dispatch_setup_route() leaves it: its conf, caps and chunk. */
 static void route_init(sg_route_t *b, sg_backend_conf_t *bc, uint32_t max_inflight, uint32_t max_queue, uint32_t chunk)
 {
@@ -174,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_pieces_are_the_fragment),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_doc_mean),
         cmocka_unit_test(test_capacity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
