@@ -1276,11 +1276,16 @@ static void flight_start(new_calls_t *nc, sg_query_t *r, sg_uq_t *u, sg_waiter_t
  * of a flight before its leaving the table. */
 static sg_blob_t *stored_since_lookup(const sg_query_t *r, sg_uq_t *u, const sg_buf_t *key)
 {
-    if (u->miss != NULL && r->keys_of == r->serving)
-        return sg_l1_miss_result(u->miss, sg_now_ms());
-    sg_l1_miss_release(u->miss); /* (one on the key of a backend no longer serving: not expected,
-                                  * since the first dispatch takes every watch) */
-    u->miss = NULL;
+    if (u->miss != NULL && r->keys_of == r->serving) {
+        sg_blob_t *b = sg_l1_miss_result(u->miss, sg_now_ms());
+        if (b != NULL || !sg_l1_miss_filled(u->miss)) /* unfilled: nothing was stored since */
+            return b;
+        /* filled, but that result expired since: a later store may be in L1 (below) */
+    } else {
+        sg_l1_miss_release(u->miss); /* (one on the key of a backend no longer serving: not
+                                      * expected, since the first dispatch takes every watch) */
+        u->miss = NULL;
+    }
     return key->base != NULL ? sg_cache_get_l1(key->base, key->len) : NULL;
 }
 

@@ -366,6 +366,41 @@ static void test_lookup_watch_outlives_the_entry(void **state)
     sg__query_unref(b);
 }
 
+/* A watch filled with a result that expired before the request dispatched (a TTL shorter than its
+ * MGET and budget step) does not hide a fresh result a later store put in L1: the request looks. */
+static void test_lookup_watch_expired_looks_in_l1(void **state)
+{
+    (void)state;
+    reset_counts();
+    sg_query_t *b = new_request(1, "deepest lake");
+    sg_query_t *a = new_request(0, "deepest lake");
+    sg__query_lookup(a);
+    assert_int_equal(n_calls, 1);
+    const char *texts[] = {b->uniq[0].text};
+    const uint32_t lens[] = {b->uniq[0].len};
+    sg_cache_lookup_t req = {core.identity, b->topk, NULL, 1, texts, lens, 60, &b->keys};
+    b->keys_of = &backend;
+    sg_cache_lookup(NULL, &req, keep_answer, b); /* b's L1 lookup misses now */
+    const uint32_t ttl = bconf.cache_ttl_s;
+    bconf.cache_ttl_s = 0; /* a's store fills b's watch with a result that expires at once */
+    complete(0);
+    run_loop(0);
+    bconf.cache_ttl_s = ttl;
+    assert_true(a->responded);
+    assert_true(sg_l1_miss_filled(b->uniq[0].miss));
+    assert_null(peek_l1("deepest lake", 12));
+    sg_buf_t key = {0};
+    sg__query_cache_key(&key, &backend, 3, NULL, "deepest lake", 12);
+    sg_cache_put_l1(key.base, key.len, a->uniq[0].blob, 60); /* a later flight's fresh result */
+    sg_buf_free(&key);
+    sg__query_after_cache(b);
+    assert_int_equal(n_calls, 1);
+    assert_true(b->responded);
+    assert_int_equal(b->hits_l1, 1);
+    sg__query_unref(a);
+    sg__query_unref(b);
+}
+
 /* Still coalesced while in flight; and errors are not cached, so a later duplicate searches again. */
 static void test_in_flight_join_and_errors(void **state)
 {
@@ -666,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_after_completion_before_store),
         cmocka_unit_test(test_lookup_before_completion_dispatch_after),
         cmocka_unit_test(test_lookup_watch_outlives_the_entry),
+        cmocka_unit_test(test_lookup_watch_expired_looks_in_l1),
         cmocka_unit_test(test_in_flight_join_and_errors),
         cmocka_unit_test_setup_teardown(test_plugin_inflight_per_query, setup_caps, teardown_caps),
         cmocka_unit_test_setup_teardown(test_plugin_per_call_and_queue, setup_caps, teardown_caps),
