@@ -39,7 +39,7 @@ struct st_sg_l1_t {
     sg_hmap_t index;  /* key -> entry, stored or pending */
     size_t n_pending; /* pending entries in the index */
     sg_counter_t *evictions;
-    sg_gauge_t *g_bytes, *g_entries;
+    sg_gauge_t *g_bytes, *g_entries, *g_pending;
     h2o_linklist_t lru; /* anchor: lru.next is the most recent entry, lru.prev the coldest */
 };
 
@@ -66,6 +66,8 @@ sg_l1_t *sg_l1_create(size_t max_bytes)
         sg_metrics_counter("searchgate_cache_l1_evictions_total", "L1 entries evicted to stay within cache.l1_bytes.", "");
     c->g_bytes = sg_metrics_gauge("searchgate_cache_l1_bytes", "Bytes held by the L1 cache.", "");
     c->g_entries = sg_metrics_gauge("searchgate_cache_l1_entries", "Entries in the L1 cache.", "");
+    c->g_pending = sg_metrics_gauge("searchgate_cache_l1_pending",
+                                    "Keys L1 keeps a place for: misses in progress that hold a watch on them.", "");
     return c;
 }
 
@@ -93,6 +95,7 @@ static void gauges_locked(sg_l1_t *c)
 {
     sg_gauge_set(c->g_bytes, (int64_t)c->bytes);
     sg_gauge_set(c->g_entries, (int64_t)(sg_hmap_size(&c->index) - c->n_pending));
+    sg_gauge_set(c->g_pending, (int64_t)c->n_pending);
 }
 
 /* A pending entry for `key` with a new watch: one reference for the index, one for the caller. */
@@ -113,13 +116,6 @@ static sg_l1_miss_t *watch_locked(sg_l1_t *c, uint64_t h, const char *key, size_
     return m;
 }
 
-/* Frees a watch nobody holds any more. */
-static void miss_free(sg_l1_miss_t *m)
-{
-    sg_blob_release(atomic_load_explicit(&m->blob, memory_order_relaxed));
-    free(m);
-}
-
 /* Drops the index's reference on pending entry `e`'s watch and frees `e` (out of the index). */
 static void pending_free_locked(sg_l1_t *c, entry_t *e)
 {
@@ -127,8 +123,7 @@ static void pending_free_locked(sg_l1_t *c, entry_t *e)
     m->_entry = NULL;
     --c->n_pending;
     free(e);
-    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
-        miss_free(m);
+    sg__l1_miss_unref(m);
 }
 
 sg_blob_t *sg_l1_lookup(sg_l1_t *c, const char *key, size_t key_len, uint64_t now_ms, sg_l1_miss_t **miss)
@@ -169,8 +164,7 @@ void sg__l1_miss_release_unfilled(sg_l1_miss_t *m)
 {
     sg_l1_t *c = m->_cache;
     if (c == NULL) { /* the cache was destroyed (shutdown) */
-        if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
-            miss_free(m);
+        sg__l1_miss_unref(m);
         return;
     }
     pthread_mutex_lock(&c->mu);
@@ -184,8 +178,10 @@ void sg__l1_miss_release_unfilled(sg_l1_miss_t *m)
         m = NULL;
     }
     pthread_mutex_unlock(&c->mu);
-    if (left == 0 && m != NULL)
-        miss_free(m);
+    if (left == 0 && m != NULL) {
+        sg_blob_release(atomic_load_explicit(&m->blob, memory_order_relaxed));
+        free(m);
+    }
 }
 
 void sg_l1_put(sg_l1_t *c, const char *key, size_t key_len, sg_blob_t *blob, uint64_t expire_ms)

@@ -33,6 +33,8 @@ typedef struct st_sg_l1_miss_t {
 } sg_l1_miss_t;
 
 sg_l1_t *sg_l1_create(size_t max_bytes);
+/** Frees the cache. No other thread may use it by then; watches still held outlive it (their
+ * last release frees them without it). */
 void sg_l1_destroy(sg_l1_t *c);
 /** Returns a referenced blob, or NULL on a miss or an expired entry. Thread-safe. */
 sg_blob_t *sg_l1_get(sg_l1_t *c, const char *key, size_t key_len, uint64_t now_ms);
@@ -54,6 +56,22 @@ static inline sg_blob_t *sg_l1_miss_result(sg_l1_miss_t *m, uint64_t now_ms)
     return b != NULL && now_ms < m->expire_ms ? sg_blob_ref(b) : NULL;
 }
 
+/** Whether a store filled watch `m` (its result may have expired since). Any thread. */
+static inline int sg_l1_miss_filled(sg_l1_miss_t *m)
+{
+    return atomic_load_explicit(&m->blob, memory_order_acquire) != NULL;
+}
+
+/** Drops one reference on watch `m`; the last frees it with the result it holds. For a watch the
+ * cache no longer holds (filled, or the cache gone) and for l1.c. */
+static inline void sg__l1_miss_unref(sg_l1_miss_t *m)
+{
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
+        sg_blob_release(atomic_load_explicit(&m->blob, memory_order_relaxed));
+        free(m);
+    }
+}
+
 /** l1.c: drops a reference on a watch not filled yet (the last holder gives up the key's place). */
 void sg__l1_miss_release_unfilled(sg_l1_miss_t *m);
 
@@ -64,14 +82,10 @@ static inline void sg_l1_miss_release(sg_l1_miss_t *m)
 {
     if (m == NULL)
         return;
-    if (atomic_load_explicit(&m->blob, memory_order_acquire) == NULL) {
+    if (!sg_l1_miss_filled(m))
         sg__l1_miss_release_unfilled(m);
-        return;
-    }
-    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) { /* filled: the cache let it go */
-        sg_blob_release(atomic_load_explicit(&m->blob, memory_order_relaxed));
-        free(m);
-    }
+    else
+        sg__l1_miss_unref(m); /* filled: the cache let it go */
 }
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "server.h"
+#include "metrics.h"
 #include "../cache/cache.h"
 
 /* A blob holding `frag` (no documents located in it: L1 only counts and returns it). */
@@ -17,6 +18,19 @@ static sg_blob_t *blob_of(const char *frag)
     b->json = sg_strdup(frag);
     b->json_len = strlen(frag);
     return b;
+}
+
+/* The value of the gauge searchgate_cache_l1_pending in /metrics. */
+static long pending_gauge(void)
+{
+    sg_buf_t out = {0};
+    sg_metrics_render(&out);
+    sg_buf_append(&out, "", 1);
+    const char *line = strstr(out.base, "\nsearchgate_cache_l1_pending ");
+    assert_non_null(line);
+    long v = strtol(line + strlen("\nsearchgate_cache_l1_pending "), NULL, 10);
+    sg_buf_free(&out);
+    return v;
 }
 
 static void test_hit_miss_expiry(void **state)
@@ -178,11 +192,16 @@ static void test_watch_given_up(void **state)
     (void)state;
     sg_l1_t *c = sg_l1_create(1 << 20);
     sg_l1_miss_t *m1, *m2, *m3;
+    size_t bytes, entries;
     assert_null(sg_l1_lookup(c, "k", 1, 0, &m1));
     assert_null(sg_l1_lookup(c, "k", 1, 0, &m2));
-    sg_l1_miss_release(m1); /* m2 still holds it */
+    assert_int_equal(pending_gauge(), 1); /* two misses, one key's place */
+    sg_l1_miss_release(m1);               /* m2 still holds it */
     assert_null(sg_l1_miss_result(m2, 0));
-    sg_l1_miss_release(m2); /* the last: the key's place goes */
+    sg_l1_miss_release(m2);           /* the last: the key's place goes */
+    sg_l1_usage(c, &bytes, &entries); /* (the gauges follow each lookup and store) */
+    assert_null(sg_l1_get(c, "k", 1, 0));
+    assert_int_equal(pending_gauge(), 0);
     assert_null(sg_l1_lookup(c, "k", 1, 0, &m3));
     sg_blob_t *b = blob_of("[3]");
     sg_l1_put(c, "k", 1, b, UINT64_MAX);
@@ -190,7 +209,6 @@ static void test_watch_given_up(void **state)
     assert_ptr_equal(got, b);
     sg_blob_release(got);
     sg_l1_miss_release(m3);
-    size_t bytes, entries;
     sg_l1_usage(c, &bytes, &entries);
     assert_int_equal(entries, 1);
     assert_null(sg_l1_lookup(c, "other", 5, 0, &m1));
