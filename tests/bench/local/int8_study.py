@@ -36,7 +36,8 @@ A scheme SPEC is comma-separated key=value pairs (defaults: plain per-channel / 
                    Hadamard transform with random signs (x' = H D x, W' = W D H^T: the product is unchanged,
                    outliers are spread over the block before both are quantised)
     gptq=0         GPTQ rounding of the weights (1, 2, 3: the calibration inputs, as bc), with the
-                   per-channel scales of round-to-nearest; damp=0.01 (of H's mean diagonal)
+                   per-channel scales of round-to-nearest; damp=0.01 (of H's mean diagonal); gb=N: H kept
+                   block-diagonal, blocks of N inputs (0: whole)
     rb=64          the rotation's block (a power of 2; the encoder's is 64; capped at k)
     res=           matrices whose weights get a second int8 residual term (w ~ s1 q1 + s2 q2)
 E.g. --scheme "" (plain int8) --scheme "ctr=2,rot=all" (what the encoder runs, calibrated with --calib)
@@ -96,7 +97,7 @@ def c_embeddings(encode, model, queries, precision, prefix):
 
 def parse_scheme(spec):
     s = {"w": 8, "g": 0, "a": 8, "ag": 0, "clip": 0, "bc": 0, "ctr": 0, "keep": "", "bf16": "", "asym": "", "af": "", "res": "", "aclip": 1.0, "acl": "all", "agsel": "all",
-         "ares": "", "rot": "", "rb": 64, "gptq": 0, "damp": 0.01}
+         "ares": "", "rot": "", "rb": 64, "gptq": 0, "damp": 0.01, "gb": 0}
     for kv in filter(None, spec.split(",")):
         k, v = kv.split("=", 1)
         assert k in s, "unknown scheme key %s" % k
@@ -161,7 +162,7 @@ def rotation(k, block, seed=5):
     return f
 
 
-def gptq(w, xcal, mu, rot, levels, damp):
+def gptq(w, xcal, mu, rot, levels, damp, gb=0):
     """GPTQ (Frantar et al. 2022) with the per-channel scales of round-to-nearest: the columns are
     quantised in order and each one's rounding error is spread over the columns not yet quantised,
     weighted by the inverse of the calibration inputs' second moment H = X^T X (X centred, rotated)."""
@@ -171,6 +172,9 @@ def gptq(w, xcal, mu, rot, levels, damp):
     x = x.double()
     h = x.T @ x
     k = h.shape[0]
+    if gb and gb < h.shape[0]:  # block-diagonal H: only the correlations within blocks of gb inputs
+        mask = torch.block_diag(*[torch.ones(gb, gb, dtype=h.dtype)] * (h.shape[0] // gb))
+        h = h * mask
     dead = torch.diag(h) == 0
     h[dead, dead] = 1
     h += damp * torch.mean(torch.diag(h)) * torch.eye(k, dtype=h.dtype)
@@ -242,7 +246,7 @@ class QLinear:
             self.rot = rotation(k, s["rb"])
             w = self.rot(w)  # W D H^T: each row rotated like an input row
         if xcal is not None and s["gptq"]:
-            q, sc = gptq(w, xcal, xmean if s["ctr"] else None, self.rot, levels, s["damp"])
+            q, sc = gptq(w, xcal, xmean if s["ctr"] else None, self.rot, levels, s["damp"], s["gb"])
         elif s["clip"]:
             sc = mse_scale(w, levels, g)
             wg = w.reshape(w.shape[0], -1, g if g and g < k else k)
