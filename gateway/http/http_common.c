@@ -19,8 +19,9 @@ void sg_send_body(h2o_req_t *req, int status, const char *ctype, const char *bod
     req->res.status = status;
     req->res.reason = sg_http_reason(status);
     req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
-    h2o_iovec_t buf = h2o_strdup(&req->pool, body, len);
+    if (ctype != NULL)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
+    h2o_iovec_t buf = h2o_strdup(&req->pool, body != NULL ? body : "", len);
     h2o_start_response(req, &generator);
     h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
 }

@@ -13,7 +13,8 @@
 
 struct st_sg_query_result_t;
 
-/** Answers `status` with `body` (copied into the request's pool) as `ctype`. */
+/** Answers `status` with `body` (copied into the request's pool; NULL: none) as `ctype` (NULL: no
+ * Content-Type), after any headers the caller added. */
 void sg_send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len);
 /** Answers `status` with a JSON body (copied into the request's pool). */
 void sg_send_json(h2o_req_t *req, int status, const char *body, size_t len);

@@ -503,16 +503,8 @@ static void on_replies(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
 
 static void send_http(h2o_req_t *req, int ep, int status, const char *ctype, const char *body, size_t len)
 {
-    static h2o_generator_t generator = {NULL, NULL};
-    req->res.status = status;
-    req->res.reason = sg_http_reason(status);
-    req->res.content_length = len;
-    if (ctype != NULL)
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
-    h2o_iovec_t buf = h2o_strdup(&req->pool, body != NULL ? body : "", len);
-    h2o_start_response(req, &generator);
-    h2o_send(req, &buf, 1, H2O_SEND_STATE_FINAL);
+    sg_send_body(req, status, ctype, body, len);
     count_http(ep, status);
 }
 
