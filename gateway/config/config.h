@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include "redis_conf.h"
 
-/** A spend budget (gateway/budget.c): backend calls allowed per calendar period (UTC). */
+/** A spend budget (gateway/policy/budget.c): backend calls allowed per calendar period (UTC). */
 typedef struct st_sg_budget_conf_t {
     int enabled;      /* 0: no budget */
     uint64_t queries; /* backend queries allowed per period */

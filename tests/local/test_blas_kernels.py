@@ -1,4 +1,4 @@
-"""The BLAS kernel choice (backends/common/blas.c) through the real gateway and tools: the log line,
+"""The BLAS kernel choice (lib/blas.c) through the real gateway and tools: the log line,
 the "blas" object of /stats and the searchgate_blas_info metric, for each way the choice is made;
 the local backend's "precision" (bf16 where the CPU has AVX512_BF16/AMX, refused or fallen back
 from where it has not; int8 on the kernel the CPU's features allow) and "encoder_blas" (the own

@@ -1,5 +1,5 @@
 /*
- * fuzz_config.c -- libFuzzer harness for the gateway's config loader (gateway/config.c,
+ * fuzz_config.c -- libFuzzer harness for the gateway's config loader (gateway/config/config.c,
  * sg_config_parse: what `searchgate --config` and `--check` read). The input is the file. Checks:
  * never crashes or leaks (the config is freed after success and after failure); a failure has a
  * message; a success holds every cross-key rule of configuration.md: at least one backend, names

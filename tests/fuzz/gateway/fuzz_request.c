@@ -1,6 +1,6 @@
 /*
  * fuzz_request.c -- libFuzzer harness for the /retrieve and /access body parser
- * (gateway/request.c). Byte 0 picks /access (bit 0) and one of four limit sets (bits 1-2); the
+ * (gateway/http/request.c). Byte 0 picks /access (bit 0) and one of four limit sets (bits 1-2); the
  * rest is the body. Checks: never crashes or leaks; a failure is 400, 413 or 422 with a message;
  * a success stays within the limits (queries, bytes per query, topk; topk 0 for /access), lays
  * the queries out back to back in the arena without NULs, and means the same when re-encoded:

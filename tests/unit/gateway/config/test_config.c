@@ -1,4 +1,4 @@
-/* Unit tests: config validation (gateway/config.c); every error names the key and the value. */
+/* Unit tests: config validation (gateway/config/config.c); every error names the key and the value. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

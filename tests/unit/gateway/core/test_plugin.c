@@ -1,4 +1,4 @@
-/* Unit tests: the plugin loader (gateway/plugin.c) and the example plugin through the ABI. */
+/* Unit tests: the plugin loader (gateway/core/plugin.c) and the example plugin through the ABI. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * test_stats_ring.c -- the dashboard's per-second ring (gateway/stats_ring.c): what one second
+ * test_stats_ring.c -- the dashboard's per-second ring (gateway/core/stats_ring.c): what one second
  * counts, the p50/p99 of its coarse latency histogram, the window's clamping, the current second
  * left out of the series (it is still filling) and the hit ratio over a window.
  */

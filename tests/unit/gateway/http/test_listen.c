@@ -1,4 +1,4 @@
-/* Unit tests: gateway/listen.c -- resolving, the exclusive-port probe, and the /proc check that
+/* Unit tests: gateway/http/listen.c -- resolving, the exclusive-port probe, and the /proc check that
  * finds a listener on our port that is not one of ours (another process joining the
  * SO_REUSEPORT group between the probe and the binds). */
 #include <setjmp.h>

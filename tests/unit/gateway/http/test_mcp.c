@@ -1,4 +1,4 @@
-/* Unit tests: the pure parts of the MCP endpoint (gateway/mcp.c, gateway/mcp_tools.c): Accept
+/* Unit tests: the pure parts of the MCP endpoint (gateway/http/mcp.c, gateway/http/mcp_tools.c): Accept
  * negotiation, protocol versions, and the two text formats of search results. */
 #include <setjmp.h>
 #include <stdarg.h>

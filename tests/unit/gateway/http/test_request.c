@@ -1,4 +1,4 @@
-/* Unit tests: parsing and validating /retrieve and /access bodies (gateway/request.c). */
+/* Unit tests: parsing and validating /retrieve and /access bodies (gateway/http/request.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

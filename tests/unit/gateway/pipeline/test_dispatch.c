@@ -1,5 +1,5 @@
 /*
- * Unit tests: singleflight against the cache (gateway/dispatch.c with cache/), driven step by step
+ * Unit tests: singleflight against the cache (gateway/pipeline/dispatch.c with cache/), driven step by step
  * so the races that let a duplicate reach the backend twice happen deterministically.
  *
  * Two loops (h2o contexts run by hand on this thread), one backend whose search() only records the

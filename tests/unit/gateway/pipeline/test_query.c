@@ -1,5 +1,5 @@
 /*
- * Unit tests: the internal query pipeline (gateway/query.h) driven directly, the way MCP and
+ * Unit tests: the internal query pipeline (gateway/pipeline/query.h) driven directly, the way MCP and
  * composite routes call it -- no HTTP anywhere. One loop (an h2o context run by hand on this
  * thread), one backend whose search() only records the call, so the test decides when and how a
  * call completes; the real cache (L1), dispatch, admission and client rate limits around it.

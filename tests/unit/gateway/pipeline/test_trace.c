@@ -1,5 +1,5 @@
 /*
- * Unit tests: query traces (gateway/trace.h) through their interface: a config with trace objects
+ * Unit tests: query traces (gateway/pipeline/trace.h) through their interface: a config with trace objects
  * (config.c reads them), sg_trace_configure(), requests handed over as the pipeline hands them, and the
  * lines the writer thread wrote, compared byte for byte. Also the buffer bound: records that do not
  * fit are dropped and counted, whole.

@@ -1,4 +1,4 @@
-/* Unit tests: the calendar periods of spend budgets (gateway/budget.c), UTC, against dates worked
+/* Unit tests: the calendar periods of spend budgets (gateway/policy/budget.c), UTC, against dates worked
  * out independently (Python's calendar.timegm). */
 #include <setjmp.h>
 #include <stdarg.h>
