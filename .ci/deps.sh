@@ -8,7 +8,7 @@ what=${1:-run}
 pkgs="build-essential cmake pkg-config libh2o-evloop-dev libcurl4-openssl-dev libcjson-dev libhiredis-dev libssl-dev
       libfaiss-dev libopenblas-dev libutf8proc-dev libstemmer-dev zlib1g-dev libcmocka-dev dpkg-dev ca-certificates dict-gcide redis-server python3"
 test_pkgs="clang clang-format curl chromium nghttp2-client nghttp2-server openssl python3-numpy python3-torch libdnnl2
-           python3-aiohttp python3-requests python3-yaml redis-sentinel stunnel4 haproxy debootstrap"
+           python3-aiohttp python3-requests python3-yaml redis-sentinel stunnel4 haproxy debootstrap gdb"
 case "$what" in
   run) ;;
   test) pkgs="$pkgs $test_pkgs" ;;
