@@ -1127,36 +1127,44 @@ static void method_not_allowed(h2o_req_t *req, int ep, const char *allow)
     http_error(req, ep, 405, SG_MCP_INVALID_REQUEST, msg);
 }
 
-int sg_mcp_route(sg_loop_t *loop, h2o_req_t *req)
+static int is_method(h2o_req_t *req, const char *m, size_t len)
+{
+    return h2o_memis(req->method.base, req->method.len, m, len);
+}
+
+int sg_mcp_serve_mcp(sg_loop_t *loop, h2o_req_t *req)
 {
     if (!loop->server->cfg->mcp.enabled)
         return 0;
-    h2o_iovec_t p = req->path_normalized;
-    h2o_iovec_t m = req->method;
-    if (h2o_memis(p.base, p.len, H2O_STRLIT("/mcp"))) {
-        if (h2o_memis(m.base, m.len, H2O_STRLIT("POST")))
-            on_mcp_post(loop, req);
-        else if (h2o_memis(m.base, m.len, H2O_STRLIT("DELETE")))
-            on_mcp_delete(loop, req);
-        else /* GET: this server starts no messages of its own, so it offers no stream there (allowed by the spec) */
-            method_not_allowed(req, EP_MCP, "POST, DELETE");
-        return 1;
-    }
-    if (h2o_memis(p.base, p.len, H2O_STRLIT("/sse"))) {
-        if (h2o_memis(m.base, m.len, H2O_STRLIT("GET")))
-            on_sse_get(loop, req);
-        else
-            method_not_allowed(req, EP_SSE, "GET");
-        return 1;
-    }
-    if (h2o_memis(p.base, p.len, H2O_STRLIT("/messages"))) {
-        if (h2o_memis(m.base, m.len, H2O_STRLIT("POST")))
-            on_messages_post(loop, req);
-        else
-            method_not_allowed(req, EP_MESSAGES, "POST");
-        return 1;
-    }
-    return 0;
+    if (is_method(req, H2O_STRLIT("POST")))
+        on_mcp_post(loop, req);
+    else if (is_method(req, H2O_STRLIT("DELETE")))
+        on_mcp_delete(loop, req);
+    else /* GET: this server starts no messages of its own, so it offers no stream there (allowed by the spec) */
+        method_not_allowed(req, EP_MCP, "POST, DELETE");
+    return 1;
+}
+
+int sg_mcp_serve_sse(sg_loop_t *loop, h2o_req_t *req)
+{
+    if (!loop->server->cfg->mcp.enabled)
+        return 0;
+    if (is_method(req, H2O_STRLIT("GET")))
+        on_sse_get(loop, req);
+    else
+        method_not_allowed(req, EP_SSE, "GET");
+    return 1;
+}
+
+int sg_mcp_serve_messages(sg_loop_t *loop, h2o_req_t *req)
+{
+    if (!loop->server->cfg->mcp.enabled)
+        return 0;
+    if (is_method(req, H2O_STRLIT("POST")))
+        on_messages_post(loop, req);
+    else
+        method_not_allowed(req, EP_MESSAGES, "POST");
+    return 1;
 }
 
 /* ---- life cycle ---- */

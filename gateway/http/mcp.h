@@ -36,8 +36,12 @@ void sg_mcp_init_loop(sg_loop_t *loop);
 void sg_mcp_stop_loop(sg_loop_t *loop);
 /** On the loop thread, before its context is disposed. */
 void sg_mcp_dispose_loop(sg_loop_t *loop);
-/** Answers /mcp, /sse and /messages (when mcp.enabled); returns 1 when it handled the request. */
-int sg_mcp_route(sg_loop_t *loop, h2o_req_t *req);
+/** The handlers of the three paths (server.c registers each on its own path when mcp.enabled):
+ * /mcp (streamable HTTP: POST, DELETE), /sse (the legacy stream: GET) and /messages (its POSTs);
+ * another method gets a 405. Each returns 0 without answering when MCP is off, else 1. */
+int sg_mcp_serve_mcp(sg_loop_t *loop, h2o_req_t *req);
+int sg_mcp_serve_sse(sg_loop_t *loop, h2o_req_t *req);
+int sg_mcp_serve_messages(sg_loop_t *loop, h2o_req_t *req);
 
 /* ---- the protocol's pure pieces (no loop, no session; unit-tested) ---- */
 

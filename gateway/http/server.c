@@ -358,7 +358,8 @@ struct st_path_handler_t {
     int route;   /* R_* */
     int guarded; /* shows backends, upstreams or client ids: the admin key when keys are in use */
     void (*get)(h2o_req_t *);
-    int is_access; /* /access, else /retrieve */
+    int is_access;                        /* /access, else /retrieve */
+    int (*mcp)(sg_loop_t *, h2o_req_t *); /* the MCP routes: mcp.h's handler of this path */
 };
 
 static int is_method(h2o_req_t *req, const char *m, size_t len)
@@ -393,11 +394,10 @@ static int serve_retrieve(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *r
     return sg_retrieve_handle(loop, req, h->is_access, name, nlen);
 }
 
-/* /mcp, /sse, /messages (registered when mcp.enabled) */
+/* /mcp, /sse, /messages (registered when mcp.enabled), each exactly: h2o matches a prefix */
 static int serve_mcp(const path_handler_t *h, sg_loop_t *loop, h2o_req_t *req)
 {
-    (void)h;
-    if (!sg_mcp_route(loop, req))
+    if (!path_is(req->path_normalized, h->path) || !h->mcp(loop, req))
         return not_found(req);
     log_small(req);
     return 0;
@@ -473,9 +473,9 @@ static void register_paths(h2o_hostconf_t *hostconf, const sg_config_t *cfg)
     static const path_handler_t paths[] = {
         {.path = "/retrieve", .serve = serve_retrieve},
         {.path = "/access", .serve = serve_retrieve, .is_access = 1},
-        {.path = "/mcp", .serve = serve_mcp},
-        {.path = "/sse", .serve = serve_mcp},
-        {.path = "/messages", .serve = serve_mcp},
+        {.path = "/mcp", .serve = serve_mcp, .mcp = sg_mcp_serve_mcp},
+        {.path = "/sse", .serve = serve_mcp, .mcp = sg_mcp_serve_sse},
+        {.path = "/messages", .serve = serve_mcp, .mcp = sg_mcp_serve_messages},
         {.path = "/admin/reload", .serve = serve_admin},
         {.path = "/health", .serve = serve_get, .route = SG_OPS_HEALTH, .get = on_health},
         {.path = "/metrics", .serve = serve_get, .route = SG_OPS_METRICS, .guarded = 1, .get = on_metrics},

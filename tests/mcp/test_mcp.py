@@ -202,6 +202,9 @@ class Protocol(unittest.TestCase):
         self.assertEqual(r.headers["allow"], "POST, DELETE")
         self.assertEqual(sgtest.request(self.gw.port, "PUT", "/messages?session_id=x").status, 405)
         self.assertEqual(sgtest.request(self.gw.port, "POST", "/sse", "{}").status, 405)
+        # each path is exact (h2o registers prefixes): anything below them is no route
+        for path in ("/mcp/x", "/sse/x", "/messages/x"):
+            self.assertEqual(sgtest.request(self.gw.port, "POST", path, "{}").status, 404, path)
 
     def test_sessions(self):
         sid, _ = initialize(self.gw)
