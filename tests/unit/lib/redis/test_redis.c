@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include "../redis_server.h"
+#include "../../redis_server.h"
 #include "common.h"
 #include "redis.h"
 
