@@ -1,12 +1,12 @@
 /*
- * Unit tests: the MCP tools (gateway/http/mcp_tools.c) -- the tool table and its tools/list
- * schemas, tools/call's argument checks, and the tool results built from the pipeline's answers
+ * Unit tests: the MCP tools (gateway/http/mcp_tools.c) -- the two text formats of search results,
+ * the tool table and its tools/list schemas, tools/call's argument checks, and the tool results built from the pipeline's answers
  * (plain routes through sg_query_start(), a fusion route through sg_fusion_start()). The gateway
  * is fusion_gateway.h's: routes a (the default) and b (with a page store) over a fake plugin the
  * test completes, and the fusion route f over them. mcp_tools.c answers through mcp.c's
  * sg__mcp_item_result/_error/_done, which need a POST of the transport: this binary is linked with
  * -Wl,--wrap for those three (tests/unit/CMakeLists.txt), so the test sees exactly what the tools
- * answer. The transport and the two text formats: test_mcp.c; over HTTP: tests/mcp.
+ * answer. The transport: test_mcp.c; over HTTP: tests/mcp.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,7 +117,8 @@ static uint64_t tool_count(const char *tool, const char *outcome)
     char l[128];
     snprintf(l, sizeof(l), "tool=\"%s\",outcome=\"%s\"", tool, outcome);
     return atomic_load(
-        &sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).", l)->v);
+        &sg_metrics_counter("searchgate_mcp_tool_calls_total", "MCP tools/call by tool and outcome (error: isError results).", l)
+             ->v);
 }
 
 static const char *text_of(const cJSON *r, int i)
@@ -125,6 +126,65 @@ static const char *text_of(const cJSON *r, int i)
     const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "content"), i), "text");
     assert_true(cJSON_IsString(t));
     return t->valuestring;
+}
+
+/* ---- the two text formats of search results (mcp.text_format) ---- */
+
+static char *format(int results_json, const char *query, const char *hits_json)
+{
+    cJSON *hits = cJSON_Parse(hits_json);
+    sg_buf_t b = {0};
+    sg_buf_append(&b, "", 0);
+    int r = results_json ? sg_mcp_format_results_json(&b, query, hits) : sg_mcp_format_search_r1(&b, hits);
+    cJSON_Delete(hits);
+    if (r != 0) {
+        sg_buf_free(&b);
+        return NULL;
+    }
+    return b.base;
+}
+
+static void test_search_r1_text(void **state)
+{
+    (void)state;
+    /* scored hits, flat hits, a document with only title/text, one without a newline, none at all */
+    char *t =
+        format(0, NULL,
+               "[{\"document\":{\"id\":\"0\",\"contents\":\"\\\"Evan Morris\\\"\\nEvan L. Morris was a lobbyist.\\nSecond "
+               "line.\"},\"score\":0.9},{\"id\":\"1\",\"contents\":\"\\\"Flat\\\"\\nflat text\"},{\"document\":{\"title\":\"T\","
+               "\"text\":\"body\"},\"score\":0.1},{\"document\":{\"contents\":\"one line\"}},{\"document\":{}}]");
+    assert_non_null(t);
+    assert_string_equal(t, "Doc 1(Title: \"Evan Morris\") Evan L. Morris was a lobbyist.\nSecond line.\n"
+                           "Doc 2(Title: \"Flat\") flat text\n"
+                           "Doc 3(Title: T) body\n"
+                           "Doc 4(Title: one line) \n"
+                           "Doc 5(Title: ) \n");
+    free(t);
+    t = format(0, NULL, "[]");
+    assert_string_equal(t, "");
+    free(t);
+    assert_null(format(0, NULL, "{\"a\":1}"));
+}
+
+static void test_results_json_text(void **state)
+{
+    (void)state;
+    char *t =
+        format(1, "it's [x]",
+               "[{\"document\":{\"id\":\"0\",\"contents\":\"\\\"It's [1]\\\"\\nA ] b 'c'\",\"url\":\"https://e/1\"},\"score\":0.5},"
+               "{\"document\":{\"contents\":\"\\\"X\\\"\\ny\",\"title\":\"Own title\",\"text\":\"own text\"},\"score\":1}]");
+    assert_non_null(t);
+    assert_string_equal(
+        t, "{\"query\":\"it\\u0027s [x\\u005d\",\"results\":["
+           "{\"title\":\"It\\u0027s [1\\u005d\",\"url\":\"https://e/1\",\"content\":\"A \\u005d b \\u0027c\\u0027\",\"score\":0.5},"
+           "{\"title\":\"Own title\",\"url\":\"\",\"content\":\"own text\",\"score\":1.0}]}");
+    /* still plain JSON */
+    cJSON *j = cJSON_Parse(t);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "results"), 0), "content")->valuestring,
+                        "A ] b 'c'");
+    cJSON_Delete(j);
+    free(t);
 }
 
 /* ---- the tool table ---- */
@@ -191,7 +251,8 @@ static void test_tools_list(void **state)
 
     const cJSON *f = tool_named(tools, "search_f");
     assert_string_equal(path(f, "title", NULL, NULL)->valuestring, "Search f");
-    assert_non_null(strstr(path(f, "description", NULL, NULL)->valuestring, "Search the f route (fusion of other routes backend)."));
+    assert_non_null(
+        strstr(path(f, "description", NULL, NULL)->valuestring, "Search the f route (fusion of other routes backend)."));
 
     const cJSON *a = tool_named(tools, "access_f");
     assert_string_equal(path(a, "title", NULL, NULL)->valuestring, "Access pages of f");
@@ -245,8 +306,10 @@ static void test_invalid_calls(void **state)
     expect_invalid("{\"name\":\"search\",\"arguments\":{\"query\":null,\"queries\":null}}", one_msg);
     expect_invalid("{\"name\":\"search\",\"arguments\":{\"query\":\"q\",\"queries\":[\"r\"]}}", one_msg);
     expect_invalid("{\"name\":\"search\",\"arguments\":{\"query\":5}}", "arguments.query must be a string");
-    expect_invalid("{\"name\":\"search\",\"arguments\":{\"queries\":[]}}", "arguments.queries must be a non-empty array of strings");
-    expect_invalid("{\"name\":\"search\",\"arguments\":{\"queries\":\"q\"}}", "arguments.queries must be a non-empty array of strings");
+    expect_invalid("{\"name\":\"search\",\"arguments\":{\"queries\":[]}}",
+                   "arguments.queries must be a non-empty array of strings");
+    expect_invalid("{\"name\":\"search\",\"arguments\":{\"queries\":\"q\"}}",
+                   "arguments.queries must be a non-empty array of strings");
     expect_invalid("{\"name\":\"search\",\"arguments\":{\"queries\":[\"1\",\"2\",\"3\",\"4\",\"5\"]}}",
                    "arguments.queries has 5 entries, over limits.max_queries (4)");
     expect_invalid("{\"name\":\"search\",\"arguments\":{\"queries\":[\"1\",2]}}", "arguments.queries[1] must be a string");
@@ -408,12 +471,10 @@ static void test_cancel(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tools_list),
-        cmocka_unit_test(test_invalid_calls),
-        cmocka_unit_test(test_search_result),
-        cmocka_unit_test(test_search_failure_is_a_tool_error),
-        cmocka_unit_test(test_fusion_search),
-        cmocka_unit_test(test_result_too_large),
+        cmocka_unit_test(test_search_r1_text), cmocka_unit_test(test_results_json_text),
+        cmocka_unit_test(test_tools_list),     cmocka_unit_test(test_invalid_calls),
+        cmocka_unit_test(test_search_result),  cmocka_unit_test(test_search_failure_is_a_tool_error),
+        cmocka_unit_test(test_fusion_search),  cmocka_unit_test(test_result_too_large),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

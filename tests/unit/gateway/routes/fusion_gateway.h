@@ -222,7 +222,8 @@ static uint64_t fg_requests(int code)
 {
     char l[64];
     snprintf(l, sizeof(l), "backend=\"f\",code=\"%d\"", code);
-    return atomic_load(&sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l)->v);
+    return atomic_load(
+        &sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l)->v);
 }
 
 #endif

@@ -151,7 +151,7 @@ static void test_fan_out_and_merge(void **state)
     for (size_t c = 0; c < 2; ++c) {
         const sg_search *s = fg_calls[c == 0 ? ca : cb].s;
         assert_int_equal(s->n_queries, 2); /* "fm x" once */
-        assert_int_equal(s->topk, 10);      /* sg_fusion_depth(): max(topk 3, 10) */
+        assert_int_equal(s->topk, 10);     /* sg_fusion_depth(): max(topk 3, 10) */
         assert_memory_equal(s->queries[0].text, "fm x", 4);
         assert_memory_equal(s->queries[1].text, "fm y", 4);
     }
@@ -406,7 +406,8 @@ static void test_cancel(void **state)
     fg_n_calls = 0;
     char l[64];
     snprintf(l, sizeof(l), "backend=\"f\",code=\"other\"");
-    sg_counter_t *other = sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
+    sg_counter_t *other =
+        sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
     uint64_t before = atomic_load(&other->v);
     outcome_t o;
     const char *texts[] = {"cn x"};
@@ -489,16 +490,11 @@ static void test_count_early(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fan_out_and_merge),
-        cmocka_unit_test(test_partial_answer),
-        cmocka_unit_test(test_every_leg_failed),
-        cmocka_unit_test(test_estimate_too_large),
-        cmocka_unit_test(test_exact_too_large),
-        cmocka_unit_test(test_rate_limit_once_per_batch),
-        cmocka_unit_test(test_deadline_shared_by_legs),
-        cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_root_entry_and_access),
-        cmocka_unit_test(test_count_early),
+        cmocka_unit_test(test_fan_out_and_merge),       cmocka_unit_test(test_partial_answer),
+        cmocka_unit_test(test_every_leg_failed),        cmocka_unit_test(test_estimate_too_large),
+        cmocka_unit_test(test_exact_too_large),         cmocka_unit_test(test_rate_limit_once_per_batch),
+        cmocka_unit_test(test_deadline_shared_by_legs), cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_root_entry_and_access),   cmocka_unit_test(test_count_early),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
