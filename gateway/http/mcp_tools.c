@@ -131,9 +131,10 @@ static void append_tool(sg_jw_t *w, const mcp_tool_t *t, const sg_config_t *cfg)
     if (!t->is_access) {
         snprintf(title, sizeof(title), "Search %s", rname);
         sg_buf_appendf(&desc,
-                       "Search the %s route (%s backend). Returns the top documents for each query, as text formatted like the "
+                       "Search the %s route (%s%s). Returns the top documents for each query, as text formatted like the "
                        "Search-R1 observation (Doc 1(Title: ...) text) and as structured documents.",
-                       rname, fc != NULL ? "fusion of other routes" : t->route->core->plugin.vt->name);
+                       rname, fc != NULL ? "a fusion of other routes" : t->route->core->plugin.vt->name,
+                       fc != NULL ? "" : " backend");
     } else {
         snprintf(title, sizeof(title), "Access pages of %s", rname);
         sg_buf_appendf(&desc,

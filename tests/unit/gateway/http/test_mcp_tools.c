@@ -251,8 +251,7 @@ static void test_tools_list(void **state)
 
     const cJSON *f = tool_named(tools, "search_f");
     assert_string_equal(path(f, "title", NULL, NULL)->valuestring, "Search f");
-    assert_non_null(
-        strstr(path(f, "description", NULL, NULL)->valuestring, "Search the f route (fusion of other routes backend)."));
+    assert_non_null(strstr(path(f, "description", NULL, NULL)->valuestring, "Search the f route (a fusion of other routes)."));
 
     const cJSON *a = tool_named(tools, "access_f");
     assert_string_equal(path(a, "title", NULL, NULL)->valuestring, "Access pages of f");
