@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The config tables (sg_cfg_key_t, lib/cfg.h) against their documentation: for every
 backends/<name>/ whose sources hold a table and that has a docs/backends/<name>.md, and for the
-gateway's own tables (gateway/**/*.c) against docs/configuration.md, the keys of each table and the
+gateway's own tables (gateway/**/*.c, lib/**/*.c) against docs/configuration.md (or the page of
+their own that PAGES names: docs/rerank.md, docs/fusion.md), the keys of each table and the
 keys of the page's `| key | type | default | bounds | ...` table that shares the most of them must
 be the same, and each key's row must agree with its entry:
 
@@ -28,6 +29,9 @@ CALL = re.compile(r"\b(SG_CFG_(?:INT|DOUBLE|BOOL|STRING|PATH|ENUM|TEXT|CUSTOM_KE
 CHOICES = re.compile(r"const char \*const (\w+)\[\] = \{([^}]*)\};")
 DEFINE = re.compile(r"#define (SG_\w+_KEYS)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
 CREATE_LIMIT = 80
+# the gateway's tables documented on a page of their own (the others: docs/configuration.md), and
+# the prefix their keys have in the page's key column
+PAGES = {"rerank_config": ("rerank.md", ""), "fusion_config": ("fusion.md", "fusion.")}
 
 
 def split_args(text, start):
@@ -145,7 +149,8 @@ def code_tables(plugin_dir, macros, choices, recursive=False):
                         e["def"] = c_string(rest[1]) if kind == "STRING" else None
                     elif kind == "ENUM":
                         e["choices"] = choices[rest[0]]
-                        e["def"] = e["choices"][c_number(rest[1]) if re.fullmatch(r"[0-9]+", rest[1]) else choices[rest[1]]]
+                        i = c_number(rest[1]) if re.fullmatch(r"-?[0-9]+", rest[1]) else choices[rest[1]]
+                        e["def"] = e["choices"][i] if i >= 0 else None  # -1: not set (decided at start-up)
                     elif kind == "TEXT":
                         e["def"], e["maxlen"] = c_string(rest[0]) or "", c_number(rest[1])
                     keys[c_string(args[2])] = e
@@ -246,7 +251,7 @@ def check_key(name, k, e, row, where):
         if ("true" if d else "false") not in row["default"]:
             bad("'s default %s is not in its default (%s)" % ("true" if d else "false", row["default"]))
     elif kind == "ENUM":
-        if d not in row["default"]:
+        if d is not None and d not in row["default"]:
             bad("'s default %s is not in its default (%s)" % (d, row["default"]))
         for ch in e["choices"]:
             if ch not in row["bounds"]:
@@ -312,17 +317,26 @@ def main():
         if not tables or not os.path.exists(page):
             continue
         checked += check_tables(name, tables, page, errors)
-    # the gateway's own configuration (gateway/config/config.c and any other table of gateway/)
-    gateway_tables = code_tables(os.path.join(ROOT, "gateway"), macros, choices, recursive=True)
-    page = os.path.join(ROOT, "docs", "configuration.md")
+    # the gateway's own configuration: the tables of gateway/ and lib/ (cache.redis is read by
+    # lib/redis) against docs/configuration.md, or the page of their own that PAGES names
     if not os.path.isdir(os.path.join(ROOT, "gateway")):
         pass  # a tree of plugins only (the self-test's copies)
-    elif not gateway_tables:
-        errors.append("gateway: no config table found under gateway/ (the gateway reads its config through lib/cfg tables)")
-    elif not os.path.exists(page):
-        errors.append("gateway: docs/configuration.md is missing")
     else:
-        checked += check_tables("gateway", gateway_tables, page, errors)
+        gateway_tables = []
+        for top in ("gateway", "lib"):
+            gateway_tables += code_tables(os.path.join(ROOT, top), macros, choices, recursive=True)
+        if not gateway_tables:
+            errors.append("gateway: no config table found under gateway/ (the gateway reads its config through lib/cfg tables)")
+        by_page = {}
+        for table, keys in gateway_tables:
+            page, prefix = PAGES.get(table, ("configuration.md", ""))
+            by_page.setdefault(page, []).append((table, {prefix + k: e for k, e in keys.items()}))
+        for page, tables in sorted(by_page.items()):
+            path = os.path.join(ROOT, "docs", page)
+            if not os.path.exists(path):
+                errors.append("gateway: docs/%s is missing" % page)
+            else:
+                checked += check_tables("gateway", tables, path, errors)
     for e in errors:
         print(e)
     if checked == 0:

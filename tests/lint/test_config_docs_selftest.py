@@ -15,8 +15,8 @@ LINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_config_doc
 
 
 def copy_tree(t):
-    for pattern in ("backends/*/*.c", "backends/*/*.h", "docs/backends/*.md", "gateway/**/*.c", "gateway/**/*.h", "lib/*.h",
-                    "docs/configuration.md"):
+    for pattern in ("backends/*/*.c", "backends/*/*.h", "docs/backends/*.md", "gateway/**/*.c", "gateway/**/*.h", "lib/**/*.c",
+                    "lib/**/*.h", "docs/configuration.md", "docs/rerank.md", "docs/fusion.md"):
         for src in glob.glob(os.path.join(ROOT, pattern), recursive=True):
             dst = os.path.join(t, os.path.relpath(src, ROOT))
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -72,6 +72,11 @@ DRIFTS = [
      "gateway: mode's choice drop is not in its bounds"),
     ("gateway/config/config.c", "SG_CFG_BOOL(sg_config_t, mcp.enabled, \"enabled\", 1)", "SG_CFG_BOOL(sg_config_t, mcp.enabled, \"enabled\", 0)",
      "gateway: enabled's default false is not in its default"),
+    # a route's or client's "trace" (trace_conf.c) against configuration.md's "Query traces"
+    ("docs/configuration.md", "| `keep` | integer | 0 (all) | 0 – 10^6 |", "| `keep` | integer | 0 (all) | 0 – 10^5 |",
+     "gateway: keep's maximum 1000000 is not in its bounds (0 – 10^5) on docs/configuration.md"),
+    ("gateway/config/trace_conf.c", "\"rotate_bytes\", 0, (int64_t)1 << 50, 268435456)", "\"rotate_bytes\", 0, (int64_t)1 << 50, 1 << 20)",
+     "gateway: rotate_bytes's default 1048576 is not in its default"),
     ("backends/upstream/upstream.c", "    self->conf.name = \"upstream\";\n", "    self->conf.name = \"upstream\";\n" + "    (void)0;\n" * 60,
      "backends/upstream/upstream.c: up_create is"),
 ]
