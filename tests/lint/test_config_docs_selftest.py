@@ -77,6 +77,11 @@ DRIFTS = [
      "gateway: keep's maximum 1000000 is not in its bounds (0 – 10^5) on docs/configuration.md"),
     ("gateway/config/trace_conf.c", "\"rotate_bytes\", 0, (int64_t)1 << 50, 268435456)", "\"rotate_bytes\", 0, (int64_t)1 << 50, 1 << 20)",
      "gateway: rotate_bytes's default 1048576 is not in its default"),
+    # a route's "rerank" (rerank_conf.c) against docs/rerank.md
+    ("docs/rerank.md", "| `batch` | integer | 32 |", "| `batch` | integer | 16 |", "gateway: batch's default 32 is not in its default (16) on docs/rerank.md"),
+    ("gateway/config/rerank_conf.c", "{\"fast\", \"slow\", NULL}", "{\"fast\", \"slow\", \"exact\", NULL}",
+     "gateway: truncation's choice exact is not in its bounds"),
+    ("docs/rerank.md", "| `workers` |", "| `threads` |", "gateway: key workers of rerank_config is not on docs/rerank.md"),
     ("backends/upstream/upstream.c", "    self->conf.name = \"upstream\";\n", "    self->conf.name = \"upstream\";\n" + "    (void)0;\n" * 60,
      "backends/upstream/upstream.c: up_create is"),
 ]
