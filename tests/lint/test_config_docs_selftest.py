@@ -82,6 +82,12 @@ DRIFTS = [
     ("gateway/config/rerank_conf.c", "{\"fast\", \"slow\", NULL}", "{\"fast\", \"slow\", \"exact\", NULL}",
      "gateway: truncation's choice exact is not in its bounds"),
     ("docs/rerank.md", "| `workers` |", "| `threads` |", "gateway: key workers of rerank_config is not on docs/rerank.md"),
+    # cache.redis (lib/redis/redis_conf.c) against configuration.md's "cache.redis"
+    ("docs/configuration.md", "| `timeout_ms` | integer | 50 | 1–60000 |", "| `timeout_ms` | integer | 50 | 1–6000 |",
+     "gateway: timeout_ms's maximum 60000 is not in its bounds (1–6000) on docs/configuration.md"),
+    ("lib/redis/redis_conf.c", "\"db\", 0, 2147483647, 0)", "\"db\", 0, 2147483647, 1)", "gateway: db's default 1 is not in its default (0)"),
+    ("docs/configuration.md", "| `sentinel_username` |", "| `sentinel_user` |",
+     "gateway: key sentinel_username of redis_config is not on docs/configuration.md"),
     ("backends/upstream/upstream.c", "    self->conf.name = \"upstream\";\n", "    self->conf.name = \"upstream\";\n" + "    (void)0;\n" * 60,
      "backends/upstream/upstream.c: up_create is"),
 ]

@@ -518,6 +518,21 @@ static void test_budgets(void **state)
         if (r == 0 || strstr(e, cases[i].needle) == NULL)
             fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
     }
+    /* a host of 255 bytes is one, of 256 is not */
+    for (size_t n = 255; n <= 256; ++n) {
+        char host[300], json[512];
+        memset(host, 'h', n);
+        host[n] = '\0';
+        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"host\":\"%s\"}}}", host);
+        char e[512] = "";
+        int r = parse(json, &cfg, e);
+        if (n == 255 && r == 0)
+            assert_int_equal(strlen(cfg.cache.redis.node.host), 255);
+        sg_config_free(&cfg);
+        if (n == 255 ? r != 0
+                     : (r == 0 || strstr(e, "cache.redis.host: expected a host name or address of 1 to 255 bytes") == NULL))
+            fail_msg("host of %zu bytes: got %d \"%s\"", n, r, e);
+    }
 }
 
 static void test_load_file(void **state)
@@ -596,7 +611,23 @@ static void test_redis(void **state)
         const char *json;
         const char *needle;
     } cases[] = {
-        {R("{\"password\":\"x\"}"), "cache.redis.password: unknown key (allowed: host, port, timeout_ms, prefix, username,"},
+        {R("{\"password\":\"x\"}"), "cache.redis.password: unknown key (allowed: host, port, timeout_ms, prefix, username, "
+                                    "password_env, db, sentinels, master, sentinel_username, sentinel_password_env)"},
+        {R("{\"port\":65536}"), "cache.redis.port: expected an integer in [1, 65535], got 65536"},
+        {R("{\"port\":\"6379\"}"), "cache.redis.port: expected an integer in [1, 65535], got \"6379\""},
+        {R("{\"host\":7}"), "cache.redis.host: expected a non-empty string, got 7"},
+        {R("{\"timeout_ms\":0}"), "cache.redis.timeout_ms: expected an integer in [1, 60000], got 0"},
+        {R("{\"timeout_ms\":60001}"), "cache.redis.timeout_ms: expected an integer in [1, 60000], got 60001"},
+        {R("{\"db\":2147483648}"), "cache.redis.db: expected an integer in [0, 2147483647], got 2147483648"},
+        /* several wrong keys: the mode's keys, then timeout_ms, db, and the user last */
+        {R("{\"port\":0,\"master\":\"m\"}"), "cache.redis.master: needs sentinels"},
+        {R("{\"db\":-1,\"timeout_ms\":0,\"port\":0}"), "cache.redis.port: expected an integer in [1, 65535], got 0"},
+        {R("{\"db\":-1,\"timeout_ms\":0}"), "cache.redis.timeout_ms: expected an integer in [1, 60000], got 0"},
+        {R("{\"db\":-1,\"username\":\"a b\",\"password_env\":\"SG_TEST_REDIS_PW\"}"), "cache.redis.db: expected an integer"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"timeout_ms\":0,\"sentinel_username\":\"u\"}"),
+         "cache.redis.sentinel_username: needs sentinel_password_env"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"timeout_ms\":0,\"username\":\"u\"}"),
+         "cache.redis.timeout_ms: expected an integer in [1, 60000], got 0"},
         {R("{\"password_env\":\"SG_TEST_UNSET_VAR\"}"),
          "cache.redis.password_env: environment variable SG_TEST_UNSET_VAR (named here) is not set or empty"},
         {R("{\"username\":\"sg\"}"), "cache.redis.username: needs password_env"},
@@ -626,6 +657,21 @@ static void test_redis(void **state)
         sg_config_free(&cfg);
         if (r == 0 || strstr(e, cases[i].needle) == NULL || strstr(e, "hunter2") != NULL)
             fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
+    }
+    /* a host of 255 bytes is one, of 256 is not */
+    for (size_t n = 255; n <= 256; ++n) {
+        char host[300], json[512];
+        memset(host, 'h', n);
+        host[n] = '\0';
+        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"host\":\"%s\"}}}", host);
+        char e[512] = "";
+        int r = parse(json, &cfg, e);
+        if (n == 255 && r == 0)
+            assert_int_equal(strlen(cfg.cache.redis.node.host), 255);
+        sg_config_free(&cfg);
+        if (n == 255 ? r != 0
+                     : (r == 0 || strstr(e, "cache.redis.host: expected a host name or address of 1 to 255 bytes") == NULL))
+            fail_msg("host of %zu bytes: got %d \"%s\"", n, r, e);
     }
 }
 
