@@ -29,9 +29,13 @@ CALL = re.compile(r"\b(SG_CFG_(?:INT|DOUBLE|BOOL|STRING|PATH|ENUM|TEXT|CUSTOM_KE
 CHOICES = re.compile(r"const char \*const (\w+)\[\] = \{([^}]*)\};")
 DEFINE = re.compile(r"#define (SG_\w+_KEYS)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
 CREATE_LIMIT = 80
-# the gateway's tables documented on a page of their own (the others: docs/configuration.md), and
-# the prefix their keys have in the page's key column
-PAGES = {"rerank_config": ("rerank.md", ""), "fusion_config": ("fusion.md", "fusion.")}
+# the gateway's tables documented on a page of their own (the others: docs/configuration.md), the
+# prefix their keys have in the page's key column, and the table of the enclosing object whose
+# CUSTOM key they replace in the page's table (a fusion route's "fusion" is documented as the
+# rows fusion.routes, fusion.method, ... of the route's table)
+PAGES = {"rerank_config": ("rerank.md", "", None), "fusion_route_config": ("fusion.md", "", None),
+         "fusion_config": ("fusion.md", "fusion.", "fusion_route_config")}
+CONSTANTS = {}  # the #define NAME <number> of the scanned headers, for tables that name them
 
 
 def split_args(text, start):
@@ -73,7 +77,8 @@ def c_string(arg):
 
 def c_number(arg):
     """An integer or floating constant expression of a table (1 << 24, 64u << 20, 1e6, -1, NAN)."""
-    a = re.sub(r"(?<=[0-9])[uUlL]+\b", "", arg.replace("(int64_t)", "").replace("(double)", ""))
+    a = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda m: CONSTANTS.get(m.group(0), m.group(0)), arg)
+    a = re.sub(r"(?<=[0-9])[uUlL]+\b", "", a.replace("(int64_t)", "").replace("(double)", ""))
     if a.strip() in ("NAN", "-NAN"):
         return float("nan")
     if not re.fullmatch(r"[0-9eE.+\-*<>() ]+", a):
@@ -100,8 +105,11 @@ def header_macros():
     macros = {}
     for path in scanned("*.h"):
         with open(path) as f:
-            for name, params, body in DEFINE.findall(f.read()):
-                macros[name] = ([p.strip() for p in params.split(",")], body.replace("\\\n", " "))
+            text = f.read()
+        for name, params, body in DEFINE.findall(text):
+            macros[name] = ([p.strip() for p in params.split(",")], body.replace("\\\n", " "))
+        for name, value in re.findall(r"^#define ([A-Z_][A-Z0-9_]*) ([0-9][0-9.eE]*)[uUlL]*\s*$", text, re.M):
+            CONSTANTS.setdefault(name, value)
     return macros
 
 
@@ -327,10 +335,22 @@ def main():
             gateway_tables += code_tables(os.path.join(ROOT, top), macros, choices, recursive=True)
         if not gateway_tables:
             errors.append("gateway: no config table found under gateway/ (the gateway reads its config through lib/cfg tables)")
-        by_page = {}
+        by_page, joined = {}, {}
         for table, keys in gateway_tables:
-            page, prefix = PAGES.get(table, ("configuration.md", ""))
-            by_page.setdefault(page, []).append((table, {prefix + k: e for k, e in keys.items()}))
+            page, prefix, into = PAGES.get(table, ("configuration.md", "", None))
+            keys = {prefix + k: e for k, e in keys.items()}
+            if into is not None:
+                joined[into] = (prefix.rstrip("."), keys)
+            else:
+                by_page.setdefault(page, []).append((table, keys))
+        for tables in by_page.values():
+            for table, keys in tables:
+                if table in joined:
+                    key, inner = joined.pop(table)
+                    keys.pop(key, None)
+                    keys.update(inner)
+        for into in joined:
+            errors.append("gateway: no table %s to document the keys of its object in" % into)
         for page, tables in sorted(by_page.items()):
             path = os.path.join(ROOT, "docs", page)
             if not os.path.exists(path):

@@ -88,6 +88,14 @@ DRIFTS = [
     ("lib/redis/redis_conf.c", "\"db\", 0, 2147483647, 0)", "\"db\", 0, 2147483647, 1)", "gateway: db's default 1 is not in its default (0)"),
     ("docs/configuration.md", "| `sentinel_username` |", "| `sentinel_user` |",
      "gateway: key sentinel_username of redis_config is not on docs/configuration.md"),
+    # a fusion route and its "fusion" object (config_fusion.c, one page table) against docs/fusion.md
+    ("docs/fusion.md", "| `fusion.k` | number | 60 |", "| `fusion.k` | number | 50 |",
+     "gateway: fusion.k's default 60 is not in its default (50) on docs/fusion.md"),
+    ("gateway/config/config_fusion.c", "{\"rrf\", \"weighted\", NULL}", "{\"rrf\", \"weighted\", \"max\", NULL}",
+     "gateway: fusion.method's choice max is not in its bounds"),
+    ("docs/fusion.md", "| `fusion.depth` |", "| `depth` |", "gateway: key fusion.depth of fusion_route_config is not on docs/fusion.md"),
+    ("gateway/config/fusion_conf.h", "#define SG_FUSION_DEFAULT_K 60.0", "#define SG_FUSION_DEFAULT_K 30.0",
+     "gateway: fusion.k's default 30 is not in its default (60)"),
     ("backends/upstream/upstream.c", "    self->conf.name = \"upstream\";\n", "    self->conf.name = \"upstream\";\n" + "    (void)0;\n" * 60,
      "backends/upstream/upstream.c: up_create is"),
 ]
