@@ -56,7 +56,8 @@ char *sg_cfg_resolve(const char *base_dir, const char *p);
  * same messages as the sg_cfg_* functions above. Keys whose reading is truly specific to the
  * plugin (a default computed at run time, a nested object, a list) are SG_CFG_CUSTOM entries: the
  * table names them (so they are allowed and documented) and the plugin reads them itself.
- * tests/lint/test_config_docs.py checks every table against its docs/backends/<plugin>.md. */
+ * tests/lint/test_config_docs.py checks every table against its docs/backends/<plugin>.md, and the
+ * gateway's (gateway/, lib/) against docs/configuration.md or the page its PAGES names. */
 
 enum { SG_CFG_CUSTOM, SG_CFG_INT, SG_CFG_DOUBLE, SG_CFG_BOOL, SG_CFG_STRING, SG_CFG_PATH, SG_CFG_ENUM, SG_CFG_TEXT };
 

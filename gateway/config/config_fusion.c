@@ -58,11 +58,32 @@ static void build_identity(sg_fusion_conf_t *fc)
     fc->identity = b.base;
 }
 
+/* A fusion route: an entry of backends[] with a "fusion" object (docs/fusion.md, "Settings").
+ * Read by hand: topk, timeout_ms and fusion.depth (the limits bound them), the trace, and
+ * fusion.routes, weights and normalize (they name other routes). */
+static const sg_cfg_key_t fusion_route_config[] = {
+    SG_CFG_STRING(sg_fusion_conf_t, name, "name", 1, NULL),
+    SG_CFG_CUSTOM_KEY("fusion"),
+    SG_CFG_CUSTOM_KEY("topk"),
+    SG_CFG_CUSTOM_KEY("timeout_ms"),
+    SG_CFG_CUSTOM_KEY("trace"),
+};
+
+/* its "fusion" object; docs/fusion.md writes its keys fusion.routes, fusion.method, ... */
+static const sg_cfg_key_t fusion_config[] = {
+    SG_CFG_CUSTOM_KEY("routes"),
+    SG_CFG_ENUM(sg_fusion_conf_t, method, "method", method_names, SG_FUSION_RRF),
+    SG_CFG_DOUBLE(sg_fusion_conf_t, k, "k", 0, 1e6, SG_FUSION_DEFAULT_K),
+    SG_CFG_CUSTOM_KEY("weights"),
+    SG_CFG_CUSTOM_KEY("normalize"),
+    SG_CFG_CUSTOM_KEY("depth"),
+};
+enum { FUSION_METHOD = 1, FUSION_K = 2 }; /* the entries of fusion_config read between the legs and the weights */
+
 /* The keys a fusion route shares with plugin routes: name, topk, timeout_ms. The keys only plugin
  * routes have would be silently meaningless here, so they are refused with the reason. */
 static int parse_route_keys(sg_cfg_t *c, sg_config_t *cfg, const cJSON *o, sg_fusion_conf_t *fc)
 {
-    static const char *const keys[] = {"name", "fusion", "topk", "timeout_ms", "trace", NULL};
     static const char *const plugin_only[] = {"plugin", "config",      "max_inflight", "max_queue", "chunk",
                                               "cache",  "cache_ttl_s", "fallback",     NULL};
     int64_t v;
@@ -72,7 +93,7 @@ static int parse_route_keys(sg_cfg_t *c, sg_config_t *cfg, const cJSON *o, sg_fu
             return sg_cfg_fail(c, plugin_only[i], p,
                                "not allowed on a fusion route (its legs are other routes, which keep their own settings)");
     }
-    if (sg_cfg_check_keys(c, o, keys) != 0 || sg_cfg_string(c, o, "name", 1, NULL, &fc->name) != 0)
+    if (sg_cfg_read(c, o, fusion_route_config, SG_CFG_N(fusion_route_config), NULL, fc) != 0)
         return -1;
     for (const char *p = fc->name; *p != '\0'; ++p)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
@@ -174,7 +195,6 @@ static int parse_normalize(sg_cfg_t *cf, const cJSON *f, sg_fusion_conf_t *fc)
 
 int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, char *err, size_t err_size)
 {
-    static const char *const fkeys[] = {"routes", "method", "k", "weights", "normalize", "depth", NULL};
     char path[64], fpath[80];
     snprintf(path, sizeof(path), "backends[%zu]", cfg_index);
     snprintf(fpath, sizeof(fpath), "backends[%zu].fusion", cfg_index);
@@ -187,14 +207,16 @@ int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, cha
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fusion");
     if (!cJSON_IsObject(f))
         return sg_cfg_fail(&c, "fusion", f, "expected an object {\"routes\": [...], \"method\": \"rrf\"|\"weighted\", ...}");
-    if (sg_cfg_check_keys(&cf, f, fkeys) != 0 || parse_legs(&cf, f, fc) != 0)
+    const char *allowed[SG_CFG_N(fusion_config) + 1];
+    sg_cfg_table_keys(fusion_config, SG_CFG_N(fusion_config), allowed, 0, SG_CFG_N(fusion_config) + 1);
+    if (sg_cfg_check_keys(&cf, f, allowed) != 0 || parse_legs(&cf, f, fc) != 0)
         return -1;
-    if (sg_cfg_enum(&cf, f, "method", method_names, SG_FUSION_RRF, &fc->method) != 0)
+    if (sg_cfg_read_ex(&cf, f, fusion_config + FUSION_METHOD, 1, NULL, fc, SG_CFG_KEYS_CHECKED) != 0)
         return -1;
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(f, "k");
     if (fc->method != SG_FUSION_RRF && kv != NULL)
         return sg_cfg_fail(&cf, "k", kv, "applies to method \"rrf\" only");
-    if (sg_cfg_double(&cf, f, "k", 0, 1e6, SG_FUSION_DEFAULT_K, &fc->k) != 0)
+    if (sg_cfg_read_ex(&cf, f, fusion_config + FUSION_K, 1, NULL, fc, SG_CFG_KEYS_CHECKED) != 0)
         return -1;
     if (parse_weights(&cf, f, fc) != 0 || parse_normalize(&cf, f, fc) != 0)
         return -1;

@@ -61,9 +61,20 @@ static char *trace_file(const char *base_dir, const char *raw, const char *name)
     return b.base;
 }
 
+/* A "trace" object (docs/configuration.md, "Query traces"); "path" is read as given, then made the
+ * file's path (trace_file). */
+static const sg_cfg_key_t trace_config[] = {
+    SG_CFG_STRING(sg_trace_conf_t, path, "path", 1, NULL),
+    SG_CFG_DOUBLE(sg_trace_conf_t, sample, "sample", 0, 1, 1),
+    SG_CFG_CUSTOM_KEY("fields"),
+    SG_CFG_INT(sg_trace_conf_t, rotate_bytes, "rotate_bytes", 0, (int64_t)1 << 50, 268435456),
+    SG_CFG_INT(sg_trace_conf_t, rotate_s, "rotate_s", 0, 31536000, 0),
+    SG_CFG_INT(sg_trace_conf_t, keep, "keep", 0, 1000000, 0),
+    SG_CFG_INT(sg_trace_conf_t, buffer_bytes, "buffer_bytes", 4096, (int64_t)1 << 36, 16 << 20),
+};
+
 int sg_trace_conf_parse(sg_cfg_t *c, const cJSON *parent, const char *base_dir, const char *name, sg_trace_conf_t **out)
 {
-    static const char *const keys[] = {"path", "sample", "fields", "rotate_bytes", "rotate_s", "keep", "buffer_bytes", NULL};
     *out = NULL;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, "trace");
     if (o == NULL || cJSON_IsNull(o))
@@ -73,32 +84,23 @@ int sg_trace_conf_parse(sg_cfg_t *c, const cJSON *parent, const char *base_dir, 
     char where[200];
     snprintf(where, sizeof(where), "%s%strace", c->path, c->path[0] != '\0' ? "." : "");
     sg_cfg_t ct = {where, c->err, c->err_size};
-    if (sg_cfg_check_keys(&ct, o, keys) != 0)
+    const char *allowed[SG_CFG_N(trace_config) + 1];
+    sg_cfg_table_keys(trace_config, SG_CFG_N(trace_config), allowed, 0, SG_CFG_N(trace_config) + 1);
+    if (sg_cfg_check_keys(&ct, o, allowed) != 0)
         return -1;
     sg_trace_conf_t *t = sg_mem_calloc(1, sizeof(*t));
     *out = t; /* the caller owns it from here, valid or not */
     t->where = sg_strdup(where);
-    char *raw = NULL;
-    if (sg_cfg_string(&ct, o, "path", 1, NULL, &raw) != 0)
+    /* in the table's order ("fields", a list, read by hand in its place): the first message when
+     * several keys are wrong is the one it always was */
+    if (sg_cfg_read_ex(&ct, o, trace_config, 2, base_dir, t, SG_CFG_KEYS_CHECKED) != 0)
         return -1;
+    char *raw = t->path;
     t->path = trace_file(base_dir, raw, name);
     free(raw);
-    int64_t v;
-    if (sg_cfg_double(&ct, o, "sample", 0, 1, 1, &t->sample) != 0 || parse_fields(&ct, o, &t->fields) != 0)
+    if (parse_fields(&ct, o, &t->fields) != 0)
         return -1;
-    if (sg_cfg_int(&ct, o, "rotate_bytes", 0, (int64_t)1 << 50, 268435456, &v) != 0)
-        return -1;
-    t->rotate_bytes = (uint64_t)v;
-    if (sg_cfg_int(&ct, o, "rotate_s", 0, 31536000, 0, &v) != 0)
-        return -1;
-    t->rotate_s = (uint32_t)v;
-    if (sg_cfg_int(&ct, o, "keep", 0, 1000000, 0, &v) != 0)
-        return -1;
-    t->keep = (uint32_t)v;
-    if (sg_cfg_int(&ct, o, "buffer_bytes", 4096, (int64_t)1 << 36, 16 << 20, &v) != 0)
-        return -1;
-    t->buffer_bytes = (uint64_t)v;
-    return 0;
+    return sg_cfg_read_ex(&ct, o, trace_config + 2, SG_CFG_N(trace_config) - 2, base_dir, t, SG_CFG_KEYS_CHECKED);
 }
 
 int sg_trace_conf_check_shared(sg_trace_conf_t *const *all, size_t n, char *err, size_t err_size)

@@ -132,23 +132,31 @@ static int read_auth(sg_cfg_t *c, const cJSON *r, const char *user_key, const ch
     return 0;
 }
 
+/* cache.redis (docs/configuration.md, "cache.redis"). The table reads host and port (one server)
+ * and then timeout_ms and db; the rest is read by hand: the sentinels and the master (Sentinel
+ * mode), each user with the variable that holds its password (read_auth), and prefix, which is
+ * the cache's (config.c reads it). */
+static const sg_cfg_key_t redis_config[] = {
+    SG_CFG_STRING(sg_redis_conf_t, node.host, "host", 0, "127.0.0.1"),
+    SG_CFG_INT(sg_redis_conf_t, node.port, "port", 1, 65535, 6379),
+    SG_CFG_INT(sg_redis_conf_t, timeout_ms, "timeout_ms", 1, 60000, 50),
+    SG_CFG_CUSTOM_KEY("prefix"),
+    SG_CFG_CUSTOM_KEY("username"),
+    SG_CFG_CUSTOM_KEY("password_env"),
+    SG_CFG_INT(sg_redis_conf_t, db, "db", 0, 2147483647, 0),
+    SG_CFG_CUSTOM_KEY("sentinels"),
+    SG_CFG_CUSTOM_KEY("master"),
+    SG_CFG_CUSTOM_KEY("sentinel_username"),
+    SG_CFG_CUSTOM_KEY("sentinel_password_env"),
+};
+enum { REDIS_NODE_KEYS = 2 }; /* host and port: the first entries, read only without sentinels */
+
 int sg_redis_conf_read(sg_redis_conf_t *out, sg_cfg_t *c, const cJSON *r)
 {
-    static const char *const keys[] = {"host",
-                                       "port",
-                                       "timeout_ms",
-                                       "prefix",
-                                       "username",
-                                       "password_env",
-                                       "db",
-                                       "sentinels",
-                                       "master",
-                                       "sentinel_username",
-                                       "sentinel_password_env",
-                                       NULL};
-    int64_t v;
+    const char *allowed[SG_CFG_N(redis_config) + 1];
     memset(out, 0, sizeof(*out));
-    if (sg_cfg_check_keys(c, r, keys) != 0)
+    sg_cfg_table_keys(redis_config, SG_CFG_N(redis_config), allowed, 0, SG_CFG_N(redis_config) + 1);
+    if (sg_cfg_check_keys(c, r, allowed) != 0)
         return -1;
     out->enabled = 1;
     if (present(r, "sentinels")) {
@@ -165,19 +173,15 @@ int sg_redis_conf_read(sg_redis_conf_t *out, sg_cfg_t *c, const cJSON *r)
         for (size_t i = 0; sentinel_only[i] != NULL; ++i)
             if (present(r, sentinel_only[i]))
                 return sg_cfg_fail(c, sentinel_only[i], NULL, "needs sentinels (it is a Sentinel setting)");
-        if (sg_cfg_string(c, r, "host", 0, "127.0.0.1", &out->node.host) != 0 || sg_cfg_int(c, r, "port", 1, 65535, 6379, &v) != 0)
+        if (sg_cfg_read_ex(c, r, redis_config, REDIS_NODE_KEYS, NULL, out, SG_CFG_KEYS_CHECKED) != 0)
             return -1;
-        out->node.port = (uint16_t)v;
-        if (out->node.host[0] == '\0' || strlen(out->node.host) > 255)
+        if (strlen(out->node.host) > 255)
             return sg_cfg_fail(c, "host", cJSON_GetObjectItemCaseSensitive(r, "host"),
                                "expected a host name or address of 1 to 255 bytes");
     }
-    if (sg_cfg_int(c, r, "timeout_ms", 1, 60000, 50, &v) != 0)
+    if (sg_cfg_read_ex(c, r, redis_config + REDIS_NODE_KEYS, SG_CFG_N(redis_config) - REDIS_NODE_KEYS, NULL, out,
+                       SG_CFG_KEYS_CHECKED) != 0)
         return -1;
-    out->timeout_ms = (uint32_t)v;
-    if (sg_cfg_int(c, r, "db", 0, 2147483647, 0, &v) != 0)
-        return -1;
-    out->db = (uint32_t)v;
     return read_auth(c, r, "username", "password_env", &out->username, &out->password, &out->password_env);
 }
 

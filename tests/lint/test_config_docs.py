@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The config tables (sg_cfg_key_t, lib/cfg.h) against their documentation: for every
 backends/<name>/ whose sources hold a table and that has a docs/backends/<name>.md, and for the
-gateway's own tables (gateway/**/*.c) against docs/configuration.md, the keys of each table and the
+gateway's own tables (gateway/**/*.c, lib/**/*.c) against docs/configuration.md (or the page of
+their own that PAGES names: docs/rerank.md, docs/fusion.md), the keys of each table and the
 keys of the page's `| key | type | default | bounds | ...` table that shares the most of them must
 be the same, and each key's row must agree with its entry:
 
@@ -28,6 +29,13 @@ CALL = re.compile(r"\b(SG_CFG_(?:INT|DOUBLE|BOOL|STRING|PATH|ENUM|TEXT|CUSTOM_KE
 CHOICES = re.compile(r"const char \*const (\w+)\[\] = \{([^}]*)\};")
 DEFINE = re.compile(r"#define (SG_\w+_KEYS)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
 CREATE_LIMIT = 80
+# the gateway's tables documented on a page of their own (the others: docs/configuration.md), the
+# prefix their keys have in the page's key column, and the table of the enclosing object whose
+# CUSTOM key they replace in the page's table (a fusion route's "fusion" is documented as the
+# rows fusion.routes, fusion.method, ... of the route's table)
+PAGES = {"rerank_config": ("rerank.md", "", None), "fusion_route_config": ("fusion.md", "", None),
+         "fusion_config": ("fusion.md", "fusion.", "fusion_route_config")}
+CONSTANTS = {}  # the #define NAME <number> of the scanned headers, for tables that name them
 
 
 def split_args(text, start):
@@ -69,7 +77,8 @@ def c_string(arg):
 
 def c_number(arg):
     """An integer or floating constant expression of a table (1 << 24, 64u << 20, 1e6, -1, NAN)."""
-    a = re.sub(r"(?<=[0-9])[uUlL]+\b", "", arg.replace("(int64_t)", "").replace("(double)", ""))
+    a = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda m: CONSTANTS.get(m.group(0), m.group(0)), arg)
+    a = re.sub(r"(?<=[0-9])[uUlL]+\b", "", a.replace("(int64_t)", "").replace("(double)", ""))
     if a.strip() in ("NAN", "-NAN"):
         return float("nan")
     if not re.fullmatch(r"[0-9eE.+\-*<>() ]+", a):
@@ -96,8 +105,11 @@ def header_macros():
     macros = {}
     for path in scanned("*.h"):
         with open(path) as f:
-            for name, params, body in DEFINE.findall(f.read()):
-                macros[name] = ([p.strip() for p in params.split(",")], body.replace("\\\n", " "))
+            text = f.read()
+        for name, params, body in DEFINE.findall(text):
+            macros[name] = ([p.strip() for p in params.split(",")], body.replace("\\\n", " "))
+        for name, value in re.findall(r"^#define ([A-Z_][A-Z0-9_]*) ([0-9][0-9.eE]*)[uUlL]*\s*$", text, re.M):
+            CONSTANTS.setdefault(name, value)
     return macros
 
 
@@ -145,7 +157,8 @@ def code_tables(plugin_dir, macros, choices, recursive=False):
                         e["def"] = c_string(rest[1]) if kind == "STRING" else None
                     elif kind == "ENUM":
                         e["choices"] = choices[rest[0]]
-                        e["def"] = e["choices"][c_number(rest[1]) if re.fullmatch(r"[0-9]+", rest[1]) else choices[rest[1]]]
+                        i = c_number(rest[1]) if re.fullmatch(r"-?[0-9]+", rest[1]) else choices[rest[1]]
+                        e["def"] = e["choices"][i] if i >= 0 else None  # -1: not set (decided at start-up)
                     elif kind == "TEXT":
                         e["def"], e["maxlen"] = c_string(rest[0]) or "", c_number(rest[1])
                     keys[c_string(args[2])] = e
@@ -246,7 +259,7 @@ def check_key(name, k, e, row, where):
         if ("true" if d else "false") not in row["default"]:
             bad("'s default %s is not in its default (%s)" % ("true" if d else "false", row["default"]))
     elif kind == "ENUM":
-        if d not in row["default"]:
+        if d is not None and d not in row["default"]:
             bad("'s default %s is not in its default (%s)" % (d, row["default"]))
         for ch in e["choices"]:
             if ch not in row["bounds"]:
@@ -312,17 +325,38 @@ def main():
         if not tables or not os.path.exists(page):
             continue
         checked += check_tables(name, tables, page, errors)
-    # the gateway's own configuration (gateway/config/config.c and any other table of gateway/)
-    gateway_tables = code_tables(os.path.join(ROOT, "gateway"), macros, choices, recursive=True)
-    page = os.path.join(ROOT, "docs", "configuration.md")
+    # the gateway's own configuration: the tables of gateway/ and lib/ (cache.redis is read by
+    # lib/redis) against docs/configuration.md, or the page of their own that PAGES names
     if not os.path.isdir(os.path.join(ROOT, "gateway")):
         pass  # a tree of plugins only (the self-test's copies)
-    elif not gateway_tables:
-        errors.append("gateway: no config table found under gateway/ (the gateway reads its config through lib/cfg tables)")
-    elif not os.path.exists(page):
-        errors.append("gateway: docs/configuration.md is missing")
     else:
-        checked += check_tables("gateway", gateway_tables, page, errors)
+        gateway_tables = []
+        for top in ("gateway", "lib"):
+            gateway_tables += code_tables(os.path.join(ROOT, top), macros, choices, recursive=True)
+        if not gateway_tables:
+            errors.append("gateway: no config table found under gateway/ (the gateway reads its config through lib/cfg tables)")
+        by_page, joined = {}, {}
+        for table, keys in gateway_tables:
+            page, prefix, into = PAGES.get(table, ("configuration.md", "", None))
+            keys = {prefix + k: e for k, e in keys.items()}
+            if into is not None:
+                joined[into] = (prefix.rstrip("."), keys)
+            else:
+                by_page.setdefault(page, []).append((table, keys))
+        for tables in by_page.values():
+            for table, keys in tables:
+                if table in joined:
+                    key, inner = joined.pop(table)
+                    keys.pop(key, None)
+                    keys.update(inner)
+        for into in joined:
+            errors.append("gateway: no table %s to document the keys of its object in" % into)
+        for page, tables in sorted(by_page.items()):
+            path = os.path.join(ROOT, "docs", page)
+            if not os.path.exists(path):
+                errors.append("gateway: docs/%s is missing" % page)
+            else:
+                checked += check_tables("gateway", tables, path, errors)
     for e in errors:
         print(e)
     if checked == 0:

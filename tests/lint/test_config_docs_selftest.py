@@ -15,8 +15,8 @@ LINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_config_doc
 
 
 def copy_tree(t):
-    for pattern in ("backends/*/*.c", "backends/*/*.h", "docs/backends/*.md", "gateway/**/*.c", "gateway/**/*.h", "lib/*.h",
-                    "docs/configuration.md"):
+    for pattern in ("backends/*/*.c", "backends/*/*.h", "docs/backends/*.md", "gateway/**/*.c", "gateway/**/*.h", "lib/**/*.c",
+                    "lib/**/*.h", "docs/configuration.md", "docs/rerank.md", "docs/fusion.md"):
         for src in glob.glob(os.path.join(ROOT, pattern), recursive=True):
             dst = os.path.join(t, os.path.relpath(src, ROOT))
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -72,6 +72,30 @@ DRIFTS = [
      "gateway: mode's choice drop is not in its bounds"),
     ("gateway/config/config.c", "SG_CFG_BOOL(sg_config_t, mcp.enabled, \"enabled\", 1)", "SG_CFG_BOOL(sg_config_t, mcp.enabled, \"enabled\", 0)",
      "gateway: enabled's default false is not in its default"),
+    # a route's or client's "trace" (trace_conf.c) against configuration.md's "Query traces"
+    ("docs/configuration.md", "| `keep` | integer | 0 (all) | 0 – 10^6 |", "| `keep` | integer | 0 (all) | 0 – 10^5 |",
+     "gateway: keep's maximum 1000000 is not in its bounds (0 – 10^5) on docs/configuration.md"),
+    ("gateway/config/trace_conf.c", "\"rotate_bytes\", 0, (int64_t)1 << 50, 268435456)", "\"rotate_bytes\", 0, (int64_t)1 << 50, 1 << 20)",
+     "gateway: rotate_bytes's default 1048576 is not in its default"),
+    # a route's "rerank" (rerank_conf.c) against docs/rerank.md
+    ("docs/rerank.md", "| `batch` | integer | 32 |", "| `batch` | integer | 16 |", "gateway: batch's default 32 is not in its default (16) on docs/rerank.md"),
+    ("gateway/config/rerank_conf.c", "{\"fast\", \"slow\", NULL}", "{\"fast\", \"slow\", \"exact\", NULL}",
+     "gateway: truncation's choice exact is not in its bounds"),
+    ("docs/rerank.md", "| `workers` |", "| `threads` |", "gateway: key workers of rerank_config is not on docs/rerank.md"),
+    # cache.redis (lib/redis/redis_conf.c) against configuration.md's "cache.redis"
+    ("docs/configuration.md", "| `timeout_ms` | integer | 50 | 1–60000 |", "| `timeout_ms` | integer | 50 | 1–6000 |",
+     "gateway: timeout_ms's maximum 60000 is not in its bounds (1–6000) on docs/configuration.md"),
+    ("lib/redis/redis_conf.c", "\"db\", 0, 2147483647, 0)", "\"db\", 0, 2147483647, 1)", "gateway: db's default 1 is not in its default (0)"),
+    ("docs/configuration.md", "| `sentinel_username` |", "| `sentinel_user` |",
+     "gateway: key sentinel_username of redis_config is not on docs/configuration.md"),
+    # a fusion route and its "fusion" object (config_fusion.c, one page table) against docs/fusion.md
+    ("docs/fusion.md", "| `fusion.k` | number | 60 |", "| `fusion.k` | number | 50 |",
+     "gateway: fusion.k's default 60 is not in its default (50) on docs/fusion.md"),
+    ("gateway/config/config_fusion.c", "{\"rrf\", \"weighted\", NULL}", "{\"rrf\", \"weighted\", \"max\", NULL}",
+     "gateway: fusion.method's choice max is not in its bounds"),
+    ("docs/fusion.md", "| `fusion.depth` |", "| `depth` |", "gateway: key fusion.depth of fusion_route_config is not on docs/fusion.md"),
+    ("gateway/config/fusion_conf.h", "#define SG_FUSION_DEFAULT_K 60.0", "#define SG_FUSION_DEFAULT_K 30.0",
+     "gateway: fusion.k's default 30 is not in its default (60)"),
     ("backends/upstream/upstream.c", "    self->conf.name = \"upstream\";\n", "    self->conf.name = \"upstream\";\n" + "    (void)0;\n" * 60,
      "backends/upstream/upstream.c: up_create is"),
 ]

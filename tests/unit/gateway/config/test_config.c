@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "config.h"
+#include "trace_conf.h"
 
 #define BACKEND "{\"name\":\"ex\",\"plugin\":\"example\"}"
 
@@ -517,6 +518,21 @@ static void test_budgets(void **state)
         if (r == 0 || strstr(e, cases[i].needle) == NULL)
             fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
     }
+    /* a host of 255 bytes is one, of 256 is not */
+    for (size_t n = 255; n <= 256; ++n) {
+        char host[300], json[512];
+        memset(host, 'h', n);
+        host[n] = '\0';
+        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"host\":\"%s\"}}}", host);
+        char e[512] = "";
+        int r = parse(json, &cfg, e);
+        if (n == 255 && r == 0)
+            assert_int_equal(strlen(cfg.cache.redis.node.host), 255);
+        sg_config_free(&cfg);
+        if (n == 255 ? r != 0
+                     : (r == 0 || strstr(e, "cache.redis.host: expected a host name or address of 1 to 255 bytes") == NULL))
+            fail_msg("host of %zu bytes: got %d \"%s\"", n, r, e);
+    }
 }
 
 static void test_load_file(void **state)
@@ -595,7 +611,23 @@ static void test_redis(void **state)
         const char *json;
         const char *needle;
     } cases[] = {
-        {R("{\"password\":\"x\"}"), "cache.redis.password: unknown key (allowed: host, port, timeout_ms, prefix, username,"},
+        {R("{\"password\":\"x\"}"), "cache.redis.password: unknown key (allowed: host, port, timeout_ms, prefix, username, "
+                                    "password_env, db, sentinels, master, sentinel_username, sentinel_password_env)"},
+        {R("{\"port\":65536}"), "cache.redis.port: expected an integer in [1, 65535], got 65536"},
+        {R("{\"port\":\"6379\"}"), "cache.redis.port: expected an integer in [1, 65535], got \"6379\""},
+        {R("{\"host\":7}"), "cache.redis.host: expected a non-empty string, got 7"},
+        {R("{\"timeout_ms\":0}"), "cache.redis.timeout_ms: expected an integer in [1, 60000], got 0"},
+        {R("{\"timeout_ms\":60001}"), "cache.redis.timeout_ms: expected an integer in [1, 60000], got 60001"},
+        {R("{\"db\":2147483648}"), "cache.redis.db: expected an integer in [0, 2147483647], got 2147483648"},
+        /* several wrong keys: the mode's keys, then timeout_ms, db, and the user last */
+        {R("{\"port\":0,\"master\":\"m\"}"), "cache.redis.master: needs sentinels"},
+        {R("{\"db\":-1,\"timeout_ms\":0,\"port\":0}"), "cache.redis.port: expected an integer in [1, 65535], got 0"},
+        {R("{\"db\":-1,\"timeout_ms\":0}"), "cache.redis.timeout_ms: expected an integer in [1, 60000], got 0"},
+        {R("{\"db\":-1,\"username\":\"a b\",\"password_env\":\"SG_TEST_REDIS_PW\"}"), "cache.redis.db: expected an integer"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"timeout_ms\":0,\"sentinel_username\":\"u\"}"),
+         "cache.redis.sentinel_username: needs sentinel_password_env"},
+        {R("{\"sentinels\":[\"a:1\"],\"master\":\"m\",\"timeout_ms\":0,\"username\":\"u\"}"),
+         "cache.redis.timeout_ms: expected an integer in [1, 60000], got 0"},
         {R("{\"password_env\":\"SG_TEST_UNSET_VAR\"}"),
          "cache.redis.password_env: environment variable SG_TEST_UNSET_VAR (named here) is not set or empty"},
         {R("{\"username\":\"sg\"}"), "cache.redis.username: needs password_env"},
@@ -626,6 +658,93 @@ static void test_redis(void **state)
         if (r == 0 || strstr(e, cases[i].needle) == NULL || strstr(e, "hunter2") != NULL)
             fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
     }
+    /* a host of 255 bytes is one, of 256 is not */
+    for (size_t n = 255; n <= 256; ++n) {
+        char host[300], json[512];
+        memset(host, 'h', n);
+        host[n] = '\0';
+        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"host\":\"%s\"}}}", host);
+        char e[512] = "";
+        int r = parse(json, &cfg, e);
+        if (n == 255 && r == 0)
+            assert_int_equal(strlen(cfg.cache.redis.node.host), 255);
+        sg_config_free(&cfg);
+        if (n == 255 ? r != 0
+                     : (r == 0 || strstr(e, "cache.redis.host: expected a host name or address of 1 to 255 bytes") == NULL))
+            fail_msg("host of %zu bytes: got %d \"%s\"", n, r, e);
+    }
+}
+
+/* a route's or client's "trace" (trace_conf.c's table): defaults, values, and the messages of bad
+ * values, which name the key in the table's order */
+static void test_trace(void **state)
+{
+    (void)state;
+    sg_config_t cfg;
+    char err[512];
+#define T(body) "{\"backends\":[{\"name\":\"ex\",\"plugin\":\"example\",\"trace\":" body "}]}"
+    assert_int_equal(parse(T("{\"path\":\"traces/\"}"), &cfg, err), 0);
+    const sg_trace_conf_t *t = cfg.backends[0].trace;
+    assert_non_null(t);
+    assert_string_equal(t->path, "/etc/sg/traces/ex.jsonl");
+    assert_string_equal(t->where, "backends[0].trace");
+    assert_true(t->sample == 1.0);
+    assert_int_equal(t->fields, SG_TRACE_F_DEFAULT);
+    assert_int_equal(t->rotate_bytes, 268435456);
+    assert_int_equal(t->rotate_s, 0);
+    assert_int_equal(t->keep, 0);
+    assert_int_equal(t->buffer_bytes, 16 << 20);
+    sg_config_free(&cfg);
+    assert_int_equal(parse(T("{\"path\":\"/t/run.jsonl\",\"sample\":0.25,\"fields\":[\"query_hash\",\"ms\"],"
+                             "\"rotate_bytes\":1125899906842624,\"rotate_s\":3600,\"keep\":7,\"buffer_bytes\":4096}"),
+                           &cfg, err),
+                     0);
+    t = cfg.backends[0].trace;
+    assert_string_equal(t->path, "/t/run.jsonl");
+    assert_true(t->sample == 0.25);
+    assert_int_equal(t->fields, SG_TRACE_F_QUERY_HASH | SG_TRACE_F_MS);
+    assert_true(t->rotate_bytes == (uint64_t)1 << 50);
+    assert_int_equal(t->rotate_s, 3600);
+    assert_int_equal(t->keep, 7);
+    assert_int_equal(t->buffer_bytes, 4096);
+    sg_config_free(&cfg);
+    assert_int_equal(parse(T("null"), &cfg, err), 0);
+    assert_null(cfg.backends[0].trace);
+    sg_config_free(&cfg);
+
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        {T("{}"), "backends[0].trace.path: required key is missing"},
+        {T("{\"path\":\"\"}"), "backends[0].trace.path: expected a non-empty string, got \"\""},
+        {T("{\"path\":\"/t\",\"rotate\":5}"),
+         "backends[0].trace.rotate: unknown key (allowed: path, sample, fields, rotate_bytes, rotate_s, keep, buffer_bytes)"},
+        {T("{\"path\":\"/t\",\"sample\":1.5}"), "backends[0].trace.sample: expected a number in [0, 1], got 1.5"},
+        {T("{\"path\":\"/t\",\"fields\":[]}"), "backends[0].trace.fields: expected a non-empty array of field names"},
+        {T("{\"path\":\"/t\",\"fields\":[\"nope\"]}"), "backends[0].trace.fields: unknown field (expected time, request,"},
+        {T("{\"path\":\"/t\",\"rotate_bytes\":-1}"),
+         "backends[0].trace.rotate_bytes: expected an integer in [0, 1125899906842624], got -1"},
+        {T("{\"path\":\"/t\",\"rotate_s\":31536001}"),
+         "backends[0].trace.rotate_s: expected an integer in [0, 31536000], got 31536001"},
+        {T("{\"path\":\"/t\",\"keep\":1.5}"), "backends[0].trace.keep: expected an integer in [0, 1000000], got 1.5"},
+        {T("{\"path\":\"/t\",\"buffer_bytes\":4095}"),
+         "backends[0].trace.buffer_bytes: expected an integer in [4096, 68719476736], got 4095"},
+        /* several wrong keys: the first in the table's order is named */
+        {T("{\"keep\":-1,\"sample\":2}"), "backends[0].trace.path: required key is missing"},
+        {T("{\"path\":\"/t\",\"keep\":-1,\"fields\":7,\"sample\":2}"), "backends[0].trace.sample: expected a number in [0, 1]"},
+        {T("{\"path\":\"/t\",\"keep\":-1,\"fields\":7}"), "backends[0].trace.fields: expected a non-empty array"},
+        {T("[]"), "backends[0].trace: expected an object"},
+        {"{\"backends\":[" BACKEND "],\"clients\":{\"default\":{\"trace\":{\"path\":\"/t\",\"keep\":-2}}}}",
+         "clients.default.trace.keep: expected an integer in [0, 1000000], got -2"},
+    };
+#undef T
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        char e[512] = "";
+        int r = parse(cases[i].json, &cfg, e);
+        sg_config_free(&cfg);
+        if (r == 0 || strstr(e, cases[i].want) == NULL)
+            fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].want);
+    }
 }
 
 int main(void)
@@ -641,6 +760,7 @@ int main(void)
                                        cmocka_unit_test(test_listen_sockets),
                                        cmocka_unit_test(test_listen_policy),
                                        cmocka_unit_test(test_listen_entries),
-                                       cmocka_unit_test(test_redis)};
+                                       cmocka_unit_test(test_redis),
+                                       cmocka_unit_test(test_trace)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -125,12 +125,44 @@ static void test_conf_errors(void **state)
                  "", "backends[3].fallback: names a fusion route");
 }
 
+/* the whole messages of the keys the tables read (config_fusion.c), and which one a config with
+ * several wrong keys gets: the order in which they are read */
+static void test_conf_messages(void **state)
+{
+    (void)state;
+    expect_error("{\"fusion\":{\"routes\":[\"bm\",\"e5\"]}}", "", "backends[2].name: required key is missing");
+    expect_error("{\"name\":\"\",\"fusion\":{\"routes\":[\"bm\",\"e5\"]}}", "",
+                 "backends[2].name: expected a non-empty string, got \"\"");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"]},\"topk\":3,\"extra\":1}", "",
+                 "backends[2].extra: unknown key (allowed: name, fusion, topk, timeout_ms, trace)");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"extra\":1}}", "",
+                 "backends[2].fusion.extra: unknown key (allowed: routes, method, k, weights, normalize, depth)");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"method\":\"max\"}}", "",
+                 "backends[2].fusion.method: expected one of \"rrf\", \"weighted\", got \"max\"");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"k\":1000001}}", "",
+                 "backends[2].fusion.k: expected a number in [0, 1e+06], got 1000001");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"depth\":1001}}", "",
+                 "backends[2].fusion.depth: expected an integer in [1, 1000], got 1001");
+    /* several wrong keys */
+    expect_error("{\"name\":\"h y\",\"topk\":0,\"fusion\":{\"routes\":[\"bm\",\"e5\"]}}", "",
+                 "backends[2].name: may only contain letters, digits, '-' and '_'");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\"],\"method\":\"max\"}}", "",
+                 "backends[2].fusion.routes: expected 2 to 8");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"method\":\"max\",\"k\":-1}}", "",
+                 "backends[2].fusion.method: expected one of");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"method\":\"weighted\",\"k\":-1}}", "",
+                 "backends[2].fusion.k: applies to method \"rrf\" only");
+    expect_error("{\"name\":\"hy\",\"fusion\":{\"routes\":[\"bm\",\"e5\"],\"k\":-1,\"weights\":[1]}}", "",
+                 "backends[2].fusion.k: expected a number in [0, 1e+06], got -1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conf_rrf),
         cmocka_unit_test(test_conf_weighted),
         cmocka_unit_test(test_conf_errors),
+        cmocka_unit_test(test_conf_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,8 +109,53 @@ static void test_config_key(void **state)
     sg_config_free(&cfg);
 }
 
+/* the whole messages (rerank_conf.c's table and its cross-checks), and which one a config with
+ * several wrong keys gets: the first in the table's order, then the bounds one key sets another */
+static void test_messages(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        uint32_t topk;
+        const char *want;
+    } cases[] = {
+        {"{}", 3, "backends[0].rerank.model: required key is missing"},
+        {"{\"model\":\"/m\",\"candidate\":5}", 3,
+         "backends[0].rerank.candidate: unknown key (allowed: model, candidates, max_length, workers, max_queue, batch, "
+         "activation, "
+         "score_label, truncation)"},
+        {"{\"model\":\"/m\",\"candidates\":0}", 1, "backends[0].rerank.candidates: expected an integer in [1, 10000], got 0"},
+        {"{\"model\":\"/m\",\"max_length\":1048577}", 3,
+         "backends[0].rerank.max_length: expected an integer in [3, 1048576], got 1048577"},
+        {"{\"model\":\"/m\",\"workers\":257}", 3, "backends[0].rerank.workers: expected an integer in [1, 256], got 257"},
+        {"{\"model\":\"/m\",\"max_queue\":0}", 3, "backends[0].rerank.max_queue: expected an integer in [1, 100000000], got 0"},
+        {"{\"model\":\"/m\",\"batch\":100001}", 3, "backends[0].rerank.batch: expected an integer in [1, 100000], got 100001"},
+        {"{\"model\":\"/m\",\"activation\":\"relu\"}", 3,
+         "backends[0].rerank.activation: expected one of \"identity\", \"sigmoid\", \"tanh\", got \"relu\""},
+        {"{\"model\":\"/m\",\"score_label\":100001}", 3,
+         "backends[0].rerank.score_label: expected an integer in [0, 100000], got 100001"},
+        {"{\"model\":\"/m\",\"truncation\":\"middle\"}", 3,
+         "backends[0].rerank.truncation: expected one of \"fast\", \"slow\", got \"middle\""},
+        {"{\"model\":\"/m\",\"candidates\":2}", 3,
+         "backends[0].rerank.candidates: must be at least the route's topk (3): the stage returns the topk best of the candidates, "
+         "got 2"},
+        {"{\"model\":\"/m\",\"candidates\":40,\"max_queue\":39}", 3,
+         "backends[0].rerank.max_queue: must be at least candidates (40): it counts (query, passage) pairs, got 39"},
+        {"{\"model\":\"/m\",\"batch\":0,\"workers\":0}", 3, "backends[0].rerank.workers: expected an integer in [1, 256], got 0"},
+        {"[1]", 3, "backends[0].rerank: expected an object {\"model\": DIR, \"candidates\": N, ...}, got [1]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        sg_rerank_conf_t *rc = NULL;
+        char err[512] = "";
+        int r = parse(cases[i].json, cases[i].topk, &rc, err);
+        if (r != -1 || rc != NULL || strcmp(err, cases[i].want) != 0)
+            fail_msg("case %zu: %s\n  got %d \"%s\"\n  want \"%s\"", i, cases[i].json, r, err, cases[i].want);
+    }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_conf), cmocka_unit_test(test_config_key)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_conf), cmocka_unit_test(test_config_key),
+                                       cmocka_unit_test(test_messages)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
