@@ -18,9 +18,9 @@ static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_invalid_values;
 #define INVALID_LOG_MS 10000
 static sg_log_every_t invalid_log;
 
-void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len)
+/* sg_cache_key(), appended to what `out` holds. */
+static void key_append(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len)
 {
-    out->len = 0;
     sg_buf_appends(out, identity);
     if (params == NULL || params[0] == '\0') {
         sg_buf_appendf(out, "%c%u%c", 0x1f, topk, 0x1f); /* the key of requests without search parameters */
@@ -30,6 +30,12 @@ void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char
         sg_buf_appendc(out, 0x1f);
     }
     sg_buf_append(out, text, len);
+}
+
+void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char *params, const char *text, size_t len)
+{
+    out->len = 0;
+    key_append(out, identity, topk, params, text, len);
 }
 
 /* Redis key: prefix + hex SHA-256 of the binary key, so keys have a fixed size and hold no query text. */
@@ -202,22 +208,27 @@ typedef struct st_mget_t {
     uint32_t *key_off, *key_len;
     char **keys; /* binary keys of the Redis lookups (for the L1 promotion) */
     size_t *key_lens;
-    uint32_t n; /* Redis lookups */
-    uint32_t idx[];
+    uint32_t n;    /* Redis lookups */
+    uint32_t *idx; /* the text of each Redis lookup */
 } mget_t;
 
+/* One allocation per lookup: the struct, then its per-text arrays (pointers first, for alignment). */
 static mget_t *mget_new(const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx)
 {
-    uint32_t n = req->n != 0 ? req->n : 1;
-    mget_t *m = sg_mem_calloc(1, sizeof(*m) + n * sizeof(uint32_t));
+    size_t n = req->n != 0 ? req->n : 1;
+    mget_t *m = sg_mem_calloc(1, sizeof(*m) + n * (sizeof(*m->blobs) + sizeof(*m->misses) + 3 * sizeof(uint32_t) + 1));
+    char *p = (char *)(m + 1);
+    m->blobs = (sg_blob_t **)p;
+    p += n * sizeof(*m->blobs);
+    m->misses = (sg_l1_miss_t **)p;
+    p += n * sizeof(*m->misses);
+    m->idx = (uint32_t *)p;
+    m->key_off = m->idx + n;
+    m->key_len = m->key_off + n;
+    m->tier = (uint8_t *)(m->key_len + n);
     m->cb = cb;
     m->ctx = ctx;
     m->ttl_s = req->ttl_s;
-    m->blobs = sg_mem_calloc(n, sizeof(*m->blobs));
-    m->tier = sg_mem_calloc(n, 1);
-    m->misses = sg_mem_calloc(n, sizeof(*m->misses));
-    m->key_off = sg_mem_alloc(n * sizeof(*m->key_off));
-    m->key_len = sg_mem_alloc(n * sizeof(*m->key_len));
     m->answer = (sg_cache_answer_t){req->n, m->blobs, m->tier, m->misses, m->key_off, m->key_len};
     return m;
 }
@@ -229,11 +240,6 @@ static void mget_finish(mget_t *m)
         free(m->keys[i]);
     free(m->keys);
     free(m->key_lens);
-    free(m->blobs);
-    free(m->tier);
-    free(m->misses);
-    free(m->key_off);
-    free(m->key_len);
     free(m);
 }
 
@@ -312,14 +318,11 @@ static int send_mget(sg_redis_t *redis, mget_t *m, const sg_buf_t *keys, uint32_
 void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx)
 {
     mget_t *m = mget_new(req, cb, ctx);
-    sg_buf_t key = {0};
     for (uint32_t i = 0; i < req->n; ++i) { /* the keys, made once: the caller stores results under them */
-        sg_cache_key(&key, req->identity, req->topk, req->params, req->texts[i], req->lens[i]);
         m->key_off[i] = (uint32_t)req->keys->len;
-        m->key_len[i] = (uint32_t)key.len;
-        sg_buf_append(req->keys, key.base, key.len);
+        key_append(req->keys, req->identity, req->topk, req->params, req->texts[i], req->lens[i]);
+        m->key_len[i] = (uint32_t)(req->keys->len - m->key_off[i]);
     }
-    sg_buf_free(&key);
     uint32_t missing = 0;
     uint64_t now = sg_now_ms();
     for (uint32_t i = 0; i < req->n; ++i) {
