@@ -518,21 +518,6 @@ static void test_budgets(void **state)
         if (r == 0 || strstr(e, cases[i].needle) == NULL)
             fail_msg("case %zu: %s\n  got %d \"%s\"\n  want an error containing \"%s\"", i, cases[i].json, r, e, cases[i].needle);
     }
-    /* a host of 255 bytes is one, of 256 is not */
-    for (size_t n = 255; n <= 256; ++n) {
-        char host[300], json[512];
-        memset(host, 'h', n);
-        host[n] = '\0';
-        snprintf(json, sizeof(json), "{\"backends\":[" BACKEND "],\"cache\":{\"redis\":{\"host\":\"%s\"}}}", host);
-        char e[512] = "";
-        int r = parse(json, &cfg, e);
-        if (n == 255 && r == 0)
-            assert_int_equal(strlen(cfg.cache.redis.node.host), 255);
-        sg_config_free(&cfg);
-        if (n == 255 ? r != 0
-                     : (r == 0 || strstr(e, "cache.redis.host: expected a host name or address of 1 to 255 bytes") == NULL))
-            fail_msg("host of %zu bytes: got %d \"%s\"", n, r, e);
-    }
 }
 
 static void test_load_file(void **state)
