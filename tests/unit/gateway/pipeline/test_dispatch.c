@@ -334,6 +334,23 @@ static void fill_l1(void)
     }
 }
 
+/* Query `a` of `text` on loop 0 starts a flight; then query b of the same text, on loop 1, does
+ * its cache lookup while that flight is in the air (it misses, leaving its watch), and stops
+ * there, as if its MGET were outstanding. Returns b. */
+static sg_query_t *lookup_while_in_flight(const char *text, sg_query_t **a)
+{
+    sg_query_t *b = new_request(1, text);
+    *a = new_request(0, text);
+    sg__query_lookup(*a);
+    assert_int_equal(n_calls, 1);
+    const char *texts[] = {b->uniq[0].text};
+    const uint32_t lens[] = {b->uniq[0].len};
+    sg_cache_lookup_t req = {core.identity, b->topk, NULL, 1, texts, lens, 60, &b->keys};
+    b->keys_of = &backend;
+    sg_cache_lookup(NULL, &req, keep_answer, b);
+    return b;
+}
+
 /* The duplicate's cache lookup missed while the flight was in the air (its MGET outstanding),
  * and by the time it dispatches, the flight's result has left L1 again (evicted by other
  * results): the watch its lookup left on the key still carries the result, so the backend is
@@ -342,15 +359,7 @@ static void test_lookup_watch_outlives_the_entry(void **state)
 {
     (void)state;
     reset_counts();
-    sg_query_t *b = new_request(1, "tallest mountain");
-    sg_query_t *a = new_request(0, "tallest mountain");
-    sg__query_lookup(a);
-    assert_int_equal(n_calls, 1);
-    const char *texts[] = {b->uniq[0].text};
-    const uint32_t lens[] = {b->uniq[0].len};
-    sg_cache_lookup_t req = {core.identity, b->topk, NULL, 1, texts, lens, 60, &b->keys};
-    b->keys_of = &backend;
-    sg_cache_lookup(NULL, &req, keep_answer, b); /* b's L1 lookup misses now */
+    sg_query_t *a, *b = lookup_while_in_flight("tallest mountain", &a); /* b's L1 lookup misses now */
     complete(0);
     run_loop(0);
     assert_true(a->responded);
@@ -372,15 +381,7 @@ static void test_lookup_watch_expired_looks_in_l1(void **state)
 {
     (void)state;
     reset_counts();
-    sg_query_t *b = new_request(1, "deepest lake");
-    sg_query_t *a = new_request(0, "deepest lake");
-    sg__query_lookup(a);
-    assert_int_equal(n_calls, 1);
-    const char *texts[] = {b->uniq[0].text};
-    const uint32_t lens[] = {b->uniq[0].len};
-    sg_cache_lookup_t req = {core.identity, b->topk, NULL, 1, texts, lens, 60, &b->keys};
-    b->keys_of = &backend;
-    sg_cache_lookup(NULL, &req, keep_answer, b); /* b's L1 lookup misses now */
+    sg_query_t *a, *b = lookup_while_in_flight("deepest lake", &a); /* b's L1 lookup misses now */
     const uint32_t ttl = bconf.cache_ttl_s;
     bconf.cache_ttl_s = 0; /* a's store fills b's watch with a result that expires at once */
     complete(0);
