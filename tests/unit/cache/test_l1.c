@@ -35,6 +35,19 @@ static long pending_gauge(void)
     return v;
 }
 
+/* Stores an entry of about 1 KB under "key<i>", never expiring. */
+static void put_filler(sg_l1_t *c, int i)
+{
+    char frag[1000], key[16];
+    memset(frag, 'x', sizeof(frag));
+    frag[0] = '[';
+    frag[sizeof(frag) - 1] = '\0';
+    int n = snprintf(key, sizeof(key), "key%d", i);
+    sg_blob_t *b = blob_of(frag);
+    sg_l1_put(c, key, (size_t)n, b, UINT64_MAX);
+    sg_blob_release(b);
+}
+
 static void test_hit_miss_expiry(void **state)
 {
     (void)state;
@@ -58,17 +71,9 @@ static void test_hit_miss_expiry(void **state)
 static void test_byte_budget_lru(void **state)
 {
     (void)state;
-    char frag[1000];
-    memset(frag, 'x', sizeof(frag));
-    frag[0] = '[';
-    frag[sizeof(frag) - 1] = '\0';
     sg_l1_t *c = sg_l1_create(16 * 1024);
     for (int i = 0; i < 100; ++i) {
-        char key[16];
-        int n = snprintf(key, sizeof(key), "key%d", i);
-        sg_blob_t *b = blob_of(frag);
-        sg_l1_put(c, key, (size_t)n, b, UINT64_MAX);
-        sg_blob_release(b);
+        put_filler(c, i);
         /* keep key0 hot: it must survive every eviction */
         sg_blob_t *hot = sg_l1_get(c, "key0", 4, 0);
         assert_non_null(hot);
@@ -153,22 +158,13 @@ static void test_watch_filled_by_the_store(void **state)
 static void test_watch_outlives_its_entry(void **state)
 {
     (void)state;
-    char frag[1000];
-    memset(frag, 'x', sizeof(frag));
-    frag[0] = '[';
-    frag[sizeof(frag) - 1] = '\0';
     sg_l1_t *c = sg_l1_create(16 * 1024);
     sg_l1_miss_t *m, *big_m;
     assert_null(sg_l1_lookup(c, "k", 1, 0, &m));
     sg_blob_t *b = blob_of("[\"k\"]");
     sg_l1_put(c, "k", 1, b, UINT64_MAX);
-    for (int i = 0; i < 40; ++i) { /* evicts "k" */
-        char key[16];
-        int n = snprintf(key, sizeof(key), "key%d", i);
-        sg_blob_t *x = blob_of(frag);
-        sg_l1_put(c, key, (size_t)n, x, UINT64_MAX);
-        sg_blob_release(x);
-    }
+    for (int i = 0; i < 40; ++i) /* evicts "k" */
+        put_filler(c, i);
     assert_null(sg_l1_get(c, "k", 1, 0));
     sg_blob_t *got = sg_l1_miss_result(m, 0);
     assert_ptr_equal(got, b);
