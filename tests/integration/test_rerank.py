@@ -165,7 +165,7 @@ class Cache(unittest.TestCase):
         return r.json()["result"][0]
 
     def wait_keys(self, n):
-        self.assertTrue(sgtest_wait(lambda: int(self.redis.command("DBSIZE")) >= n), "Redis never got %d keys" % n)
+        self.assertTrue(sgtest.wait_for(lambda: int(self.redis.command("DBSIZE")) >= n, 5), "Redis never got %d keys" % n)
 
     def test_repeat_hits_and_other_settings_miss(self):
         g = self.start()
@@ -201,15 +201,6 @@ class Cache(unittest.TestCase):
         self.assertEqual(g.metric("searchgate_rerank_pairs_total"), 8)
         self.assertEqual(g.metric("searchgate_rerank_calls_total"), 1)
         self.assertEqual(g.metric("searchgate_coalesced_queries_total") + g.metric("searchgate_cache_hits_total"), 5)
-
-
-def sgtest_wait(pred, timeout=5.0):
-    end = time.time() + scaled(timeout)
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 class Slow(unittest.TestCase):
@@ -258,9 +249,9 @@ class Slow(unittest.TestCase):
             r = g.retrieve(["the city of the river"], topk=3, headers={"X-Timeout-Ms": self.deadline_ms()})
             self.assertEqual(r.status, 504, r)
             # the stage stops scoring at its next pass instead of finishing the call's pairs
-            self.assertTrue(sgtest_wait(lambda: g.metric("searchgate_rerank_dropped_total") >= 1, 2 * self.full + 5),
+            self.assertTrue(sgtest.wait_for(lambda: g.metric("searchgate_rerank_dropped_total") >= 1, 2 * self.full + 5),
                             g.get("/metrics").body.decode()[-3000:])
-            self.assertTrue(sgtest_wait(lambda: g.metric("searchgate_rerank_pending_pairs") == 0, 2 * self.full + 5))
+            self.assertTrue(sgtest.wait_for(lambda: g.metric("searchgate_rerank_pending_pairs") == 0, 2 * self.full + 5))
             self.assertLess(g.metric("searchgate_rerank_pairs_total") - self.base, self.N)
             self.assertEqual(g.metric("searchgate_rerank_queries_total"), 2)  # the calibration only
         finally:
@@ -277,11 +268,11 @@ class Slow(unittest.TestCase):
 
             t = threading.Thread(target=slow)
             t.start()
-            self.assertTrue(sgtest_wait(lambda: g.metric("searchgate_rerank_pairs_total") > self.base, 2 * self.full + 5))
+            self.assertTrue(sgtest.wait_for(lambda: g.metric("searchgate_rerank_pairs_total") > self.base, 2 * self.full + 5))
             # the only worker is busy: this call waits in the queue until its deadline
             r = g.retrieve(["a second question"], topk=3, headers={"X-Timeout-Ms": self.deadline_ms()})
             self.assertEqual(r.status, 504, r)
-            self.assertTrue(sgtest_wait(lambda: g.metric("searchgate_rerank_dropped_total", reason="canceled") == 1))
+            self.assertTrue(sgtest.wait_for(lambda: g.metric("searchgate_rerank_dropped_total", reason="canceled") == 1, 5))
             self.assertEqual(g.metric("searchgate_rerank_queued_pairs"), 0)
             t.join()
             self.assertEqual(first["r"].status, 200, first["r"])
@@ -300,7 +291,7 @@ class Slow(unittest.TestCase):
 
             t = threading.Thread(target=slow)
             t.start()
-            self.assertTrue(sgtest_wait(lambda: g.metric("searchgate_rerank_pending_pairs") == self.N))
+            self.assertTrue(sgtest.wait_for(lambda: g.metric("searchgate_rerank_pending_pairs") == self.N, 5))
             r = g.retrieve(["another question"], topk=3)
             t.join()
             self.assertEqual(r.status, 503, r)
