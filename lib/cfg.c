@@ -270,16 +270,19 @@ size_t sg_cfg_table_keys(const sg_cfg_key_t *table, size_t n, const char **allow
     return len;
 }
 
+int sg_cfg_check_table(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n)
+{
+    const char *allowed[65];
+    if (n >= sizeof(allowed) / sizeof(allowed[0]))
+        return sg_cfg_fail(c, NULL, NULL, "too many keys in the config table");
+    sg_cfg_table_keys(table, n, allowed, 0, sizeof(allowed) / sizeof(allowed[0]));
+    return sg_cfg_check_keys(c, obj, allowed);
+}
+
 int sg_cfg_read_ex(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst, int flags)
 {
-    if (obj != NULL && !(flags & SG_CFG_KEYS_CHECKED)) {
-        const char *allowed[65];
-        if (n >= sizeof(allowed) / sizeof(allowed[0]))
-            return sg_cfg_fail(c, NULL, NULL, "too many keys in the config table");
-        sg_cfg_table_keys(table, n, allowed, 0, sizeof(allowed) / sizeof(allowed[0]));
-        if (sg_cfg_check_keys(c, obj, allowed) != 0)
-            return -1;
-    }
+    if (obj != NULL && !(flags & SG_CFG_KEYS_CHECKED) && sg_cfg_check_table(c, obj, table, n) != 0)
+        return -1;
     for (size_t i = 0; i < n; ++i) {
         if ((flags & SG_CFG_OVERLAY) && !table[i].required && get(obj, table[i].key) == NULL)
             continue; /* absent: the destination keeps what the caller put there */

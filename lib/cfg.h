@@ -139,6 +139,10 @@ enum {
      * there (e.g. a keyed client's quota defaults to clients.default's). A required key still fails. */
     SG_CFG_OVERLAY = 2
 };
+/** sg_cfg_check_keys() with the keys of `table` (n entries, at most 64) as the allowed list: what
+ * sg_cfg_read() checks first, for a reader that then reads the table in slices (SG_CFG_KEYS_CHECKED)
+ * or not at all. Returns 0, or -1 with the message in `c`. */
+int sg_cfg_check_table(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n);
 /** sg_cfg_read() with SG_CFG_* flags (0: exactly sg_cfg_read()). */
 int sg_cfg_read_ex(sg_cfg_t *c, const cJSON *obj, const sg_cfg_key_t *table, size_t n, const char *base_dir, void *dst, int flags);
 /**

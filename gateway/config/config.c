@@ -201,9 +201,7 @@ static int parse_budget(sg_cfg_t *c, const cJSON *o, const sg_budget_conf_t *def
     sg_cfg_t cb = {path, c->err, c->err_size};
     if (!cJSON_IsObject(b))
         return sg_cfg_fail(c, "budget", b, "expected an object {\"queries\": N, \"period\": \"day\"} or null");
-    const char *allowed[8];
-    sg_cfg_table_keys(budget_config, SG_CFG_N(budget_config), allowed, 0, 8);
-    if (sg_cfg_check_keys(&cb, b, allowed) != 0)
+    if (sg_cfg_check_table(&cb, b, budget_config, SG_CFG_N(budget_config)) != 0)
         return -1;
     if (cJSON_GetObjectItemCaseSensitive(b, "queries") == NULL)
         return sg_cfg_fail(&cb, "queries", NULL, "is required (backend queries allowed per period)");
@@ -603,9 +601,7 @@ static int parse_sockets(sg_config_t *cfg, sg_cfg_t *c, const cJSON *o, const sg
 static int parse_listen_entry(sg_config_t *cfg, const cJSON *o, const char *where, char *err, size_t err_size)
 {
     sg_cfg_t c = {where, err, err_size};
-    const char *allowed[16];
-    sg_cfg_table_keys(listen_config, SG_CFG_N(listen_config), allowed, 0, 16);
-    if (o != NULL && sg_cfg_check_keys(&c, o, allowed) != 0)
+    if (o != NULL && sg_cfg_check_table(&c, o, listen_config, SG_CFG_N(listen_config)) != 0)
         return -1;
     sg_listen_conf_t policy = {0};
     int rc = parse_policy(&c, o, &policy) != 0 || parse_sockets(cfg, &c, o, &policy) != 0 ? -1 : 0;

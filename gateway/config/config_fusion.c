@@ -207,9 +207,7 @@ int sg_fusion_conf_parse(sg_config_t *cfg, const cJSON *o, size_t cfg_index, cha
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fusion");
     if (!cJSON_IsObject(f))
         return sg_cfg_fail(&c, "fusion", f, "expected an object {\"routes\": [...], \"method\": \"rrf\"|\"weighted\", ...}");
-    const char *allowed[SG_CFG_N(fusion_config) + 1];
-    sg_cfg_table_keys(fusion_config, SG_CFG_N(fusion_config), allowed, 0, SG_CFG_N(fusion_config) + 1);
-    if (sg_cfg_check_keys(&cf, f, allowed) != 0 || parse_legs(&cf, f, fc) != 0)
+    if (sg_cfg_check_table(&cf, f, fusion_config, SG_CFG_N(fusion_config)) != 0 || parse_legs(&cf, f, fc) != 0)
         return -1;
     if (sg_cfg_read_ex(&cf, f, fusion_config + FUSION_METHOD, 1, NULL, fc, SG_CFG_KEYS_CHECKED) != 0)
         return -1;

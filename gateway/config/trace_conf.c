@@ -84,9 +84,7 @@ int sg_trace_conf_parse(sg_cfg_t *c, const cJSON *parent, const char *base_dir, 
     char where[200];
     snprintf(where, sizeof(where), "%s%strace", c->path, c->path[0] != '\0' ? "." : "");
     sg_cfg_t ct = {where, c->err, c->err_size};
-    const char *allowed[SG_CFG_N(trace_config) + 1];
-    sg_cfg_table_keys(trace_config, SG_CFG_N(trace_config), allowed, 0, SG_CFG_N(trace_config) + 1);
-    if (sg_cfg_check_keys(&ct, o, allowed) != 0)
+    if (sg_cfg_check_table(&ct, o, trace_config, SG_CFG_N(trace_config)) != 0)
         return -1;
     sg_trace_conf_t *t = sg_mem_calloc(1, sizeof(*t));
     *out = t; /* the caller owns it from here, valid or not */

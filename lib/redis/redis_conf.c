@@ -153,10 +153,8 @@ enum { REDIS_NODE_KEYS = 2 }; /* host and port: the first entries, read only wit
 
 int sg_redis_conf_read(sg_redis_conf_t *out, sg_cfg_t *c, const cJSON *r)
 {
-    const char *allowed[SG_CFG_N(redis_config) + 1];
     memset(out, 0, sizeof(*out));
-    sg_cfg_table_keys(redis_config, SG_CFG_N(redis_config), allowed, 0, SG_CFG_N(redis_config) + 1);
-    if (sg_cfg_check_keys(c, r, allowed) != 0)
+    if (sg_cfg_check_table(c, r, redis_config, SG_CFG_N(redis_config)) != 0)
         return -1;
     out->enabled = 1;
     if (present(r, "sentinels")) {
