@@ -138,10 +138,60 @@ __attribute__((target("avx2,fma"))) static void tile_4x3(const float *x0, const 
     HSUM4(o12 + 8, a20, a21, a22, a23);
 }
 
-/* ip[q * rows + r] = x[q] . y[r]; `pad` holds 4 * d floats */
-static void block_ip_avx2(const float *x, size_t n, const float *y, int rows, int d, float *ip, float *pad)
+/* The AVX-512 kernel: 4 rows x 6 queries (24 accumulators of the 32 registers), 16 floats a step.
+ * Each accumulator is folded to 8 lanes, then summed as the AVX2 kernel's are (HSUM4), so every
+ * (query, row) score takes the same sums in either tile shape. */
+#define FOLD512(a) _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))
+
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void tile512_4x1(const float *x, const float *y0, int d, float *o4)
 {
-    float o[12];
+    const float *y1 = y0 + d, *y2 = y1 + d, *y3 = y2 + d;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < d; c += 16) {
+        __m512 v = _mm512_loadu_ps(x + c);
+        a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(y0 + c), a0);
+        a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(y1 + c), a1);
+        a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(y2 + c), a2);
+        a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(y3 + c), a3);
+    }
+    HSUM4(o4, FOLD512(a0), FOLD512(a1), FOLD512(a2), FOLD512(a3));
+}
+
+#define Q6(i)                                                                                                                      \
+    do {                                                                                                                           \
+        __m512 v = _mm512_loadu_ps(x0 + (size_t)(i) * (size_t)d + c);                                                              \
+        a[i][0] = _mm512_fmadd_ps(v, b0, a[i][0]);                                                                                 \
+        a[i][1] = _mm512_fmadd_ps(v, b1, a[i][1]);                                                                                 \
+        a[i][2] = _mm512_fmadd_ps(v, b2, a[i][2]);                                                                                 \
+        a[i][3] = _mm512_fmadd_ps(v, b3, a[i][3]);                                                                                 \
+    } while (0)
+
+/* 6 queries x0 + i * d against the 4 rows y0..y3: o[4 * i .. 4 * i + 3] */
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) static void tile512_4x6(const float *x0, const float *y0, int d, float *o24)
+{
+    const float *y1 = y0 + d, *y2 = y1 + d, *y3 = y2 + d;
+    __m512 a[6][4];
+    for (int i = 0; i < 6; ++i)
+        a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm512_setzero_ps();
+    for (int c = 0; c < d; c += 16) {
+        __m512 b0 = _mm512_loadu_ps(y0 + c), b1 = _mm512_loadu_ps(y1 + c), b2 = _mm512_loadu_ps(y2 + c),
+               b3 = _mm512_loadu_ps(y3 + c);
+        Q6(0);
+        Q6(1);
+        Q6(2);
+        Q6(3);
+        Q6(4);
+        Q6(5);
+    }
+    for (int i = 0; i < 6; ++i)
+        HSUM4(o24 + 4 * i, FOLD512(a[i][0]), FOLD512(a[i][1]), FOLD512(a[i][2]), FOLD512(a[i][3]));
+}
+#undef Q6
+
+/* ip[q * rows + r] = x[q] . y[r]; `pad` holds 4 * d floats; `wide`: the AVX-512 tiles (d % 16 == 0) */
+static void block_ip_avx2(const float *x, size_t n, const float *y, int rows, int d, float *ip, float *pad, int wide)
+{
+    float o[24];
     for (int r = 0; r < rows; r += 4) {
         const float *t = y + (size_t)r * (size_t)d;
         int m = rows - r < 4 ? rows - r : 4;
@@ -151,6 +201,18 @@ static void block_ip_avx2(const float *x, size_t n, const float *y, int rows, in
             t = pad;
         }
         size_t q = 0;
+        if (wide) {
+            for (; q + 6 <= n; q += 6) {
+                tile512_4x6(x + q * (size_t)d, t, d, o);
+                for (int a = 0; a < 6; ++a)
+                    memcpy(ip + (q + (size_t)a) * (size_t)rows + r, o + 4 * a, sizeof(float) * (size_t)m);
+            }
+            for (; q < n; ++q) {
+                tile512_4x1(x + q * (size_t)d, t, d, o);
+                memcpy(ip + q * (size_t)rows + r, o, sizeof(float) * (size_t)m);
+            }
+            continue;
+        }
         for (; q + 3 <= n; q += 3) {
             tile_4x3(x + q * (size_t)d, t, d, o);
             for (int a = 0; a < 3; ++a)
@@ -165,24 +227,27 @@ static void block_ip_avx2(const float *x, size_t n, const float *y, int rows, in
 
 #endif
 
-/* ip[q * rows + r] = x[q] . y[r] for the block's rows */
-static void block_ip(const float *x, size_t n, const float *y, int rows, int d, float *ip, float *pad)
+/* ip[q * rows + r] = x[q] . y[r] for the block's rows: in place (pad != NULL; `wide`: AVX-512), else sgemm */
+static void block_ip(const float *x, size_t n, const float *y, int rows, int d, float *ip, float *pad, int wide)
 {
 #ifdef SG_FLATSCAN_X86
     if (pad != NULL) {
-        block_ip_avx2(x, n, y, rows, d, ip, pad);
+        block_ip_avx2(x, n, y, rows, d, ip, pad, wide);
         return;
     }
 #endif
     (void)pad;
+    (void)wide;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, rows, d, 1.0f, x, d, y, d, 0.0f, ip, rows);
 }
 
 int sg_flatscan_pick(uint32_t features, int dim)
 {
 #ifdef SG_FLATSCAN_X86
-    uint32_t avx2 = SG_CPU_AVX2 | SG_CPU_FMA;
-    if ((features & avx2) == avx2 && !(features & SG_CPU_AVX512F) && dim > 0 && dim % 8 == 0)
+    uint32_t avx2 = SG_CPU_AVX2 | SG_CPU_FMA, avx512 = avx2 | SG_CPU_AVX512F | SG_CPU_AVX512DQ;
+    if ((features & avx512) == avx512 && dim > 0 && dim % 16 == 0)
+        return SG_FLATSCAN_AVX512;
+    if ((features & avx2) == avx2 && dim > 0 && dim % 8 == 0)
         return SG_FLATSCAN_AVX2;
 #endif
     (void)features;
@@ -192,7 +257,7 @@ int sg_flatscan_pick(uint32_t features, int dim)
 
 const char *sg_flatscan_kernel_name(int kernel)
 {
-    return kernel == SG_FLATSCAN_AVX2 ? "avx2" : "sgemm";
+    return kernel == SG_FLATSCAN_AVX512 ? "avx512" : kernel == SG_FLATSCAN_AVX2 ? "avx2" : "sgemm";
 }
 
 typedef struct st_scan_job_t {
@@ -228,7 +293,7 @@ static void scan_task(void *arg, size_t slice, unsigned slot)
     for (int64_t b0 = r0; b0 < r1; b0 += BLOCK_ROWS) {
         int rows = (int)(r1 - b0 < BLOCK_ROWS ? r1 - b0 : BLOCK_ROWS);
         const float *y = fs->xb + (size_t)b0 * (size_t)d;
-        block_ip(j->x, j->n, y, rows, d, ip, pad);
+        block_ip(j->x, j->n, y, rows, d, ip, pad, j->fs->kernel == SG_FLATSCAN_AVX512);
         if (l2) {
             for (int r = 0; r < rows; ++r) {
                 const float *yr = y + (size_t)r * (size_t)d;
@@ -294,7 +359,7 @@ int sg_flatscan_search(const sg_flatscan_t *fs, sg_par_t *par, size_t n, const f
     j.ynorm = malloc((size_t)slots * BLOCK_ROWS * sizeof(float) + 1);
     int fast = 0;
 #ifdef SG_FLATSCAN_X86
-    fast = fs->kernel == SG_FLATSCAN_AVX2 && fs->dim % 8 == 0;
+    fast = (fs->kernel == SG_FLATSCAN_AVX2 && fs->dim % 8 == 0) || (fs->kernel == SG_FLATSCAN_AVX512 && fs->dim % 16 == 0);
 #endif
     if (fast)
         j.pad = malloc((size_t)slots * 4 * (size_t)fs->dim * sizeof(float));

@@ -395,12 +395,17 @@ class BlasKernels(unittest.TestCase):
             gw.stop()
 
     def test_flat_scan_kernel(self):
-        """The flat scan's kernel follows the CPU's features (SG_CPU_FEATURES can hide them): AVX2
-        in place with AVX2+FMA and no AVX-512, sgemm otherwise; both answer the same ids."""
+        """The flat scan's kernel follows the CPU's features (SG_CPU_FEATURES can hide them):
+        AVX-512 in place with AVX-512 F+DQ, AVX2 in place with AVX2+FMA, sgemm otherwise; all
+        answer the same ids."""
         fl = cpu_flags()
-        native = "avx2" if {"avx2", "fma"} <= fl and "avx512f" not in fl else "sgemm"
+        native = ("avx512" if {"avx512f", "avx512dq", "avx2", "fma"} <= fl else
+                  "avx2" if {"avx2", "fma"} <= fl else "sgemm")
+        runs = [("native", {}, native), ("no-avx2", {"SG_CPU_FEATURES": "sse3,avx"}, "sgemm")]
+        if native == "avx512":
+            runs.append(("no-avx512", {"SG_CPU_FEATURES": "sse3,avx,fma,avx2"}, "avx2"))
         answers = {}
-        for name, env, want in (("native", {}, native), ("no-avx2", {"SG_CPU_FEATURES": "sse3,avx"}, "sgemm")):
+        for name, env, want in runs:
             gw = self.start(env)
             try:
                 self.assertEqual(gw.metric("searchgate_backend_local_flat_scan_kernel", kernel=want), 1.0, name)
@@ -409,8 +414,10 @@ class BlasKernels(unittest.TestCase):
                 answers[name] = [[h["document"]["id"] for h in q] for q in r.json()["result"]]
             finally:
                 log = gw.stop()
-            self.assertIn("flat scan: " + ("AVX2 kernel in place" if want == "avx2" else "sgemm blocks"), log)
-        self.assertEqual(answers["native"], answers["no-avx2"])
+            self.assertIn("flat scan: " + {"avx512": "AVX-512 kernel in place", "avx2": "AVX2 kernel in place"}.get(
+                want, "sgemm blocks"), log)
+        for name in answers:
+            self.assertEqual(answers[name], answers["native"], name)
 
     def test_precision_bad_value(self):
         gw = sgtest.Gateway({"backends": [{"name": "dense", "plugin": "local", "config": {

@@ -324,6 +324,45 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xFFFFFF) / (float)0x1000000 - 0.5f;
 }
 
+/* One kernel against FAISS's results (wl/wd) on 1 to 4 workers. `tail_dup` (in-place kernels):
+ * query 0 is row 0 and the last row is its copy, in a padded tile: they must score bit-identically,
+ * lower id first (sgemm's blocking may round twins apart). In-place kernels also give every query
+ * the same bits alone (the one-query tile) as in the batch (the wide tiles). */
+static void check_kernel(const sg_flatscan_t *fs, int rows, int k, const float *q, size_t nq, const int64_t *wl, const float *wd,
+                         int64_t *gl, float *gd, int tail_dup)
+{
+    char err[256];
+    for (unsigned workers = 1; workers <= 4; ++workers) {
+        pool_t p;
+        pool_start(&p, workers);
+        sg_team_open(&p.team, 0, workers);
+        assert_int_equal(sg_flatscan_search(fs, workers > 1 ? &p.team.par : NULL, nq, q, k, gd, gl, err, sizeof(err)), 0);
+        sg_team_close(&p.team);
+        pool_stop(&p);
+        if (tail_dup) {
+            assert_int_equal(gl[0], 0);
+            assert_int_equal(gl[1], rows - 1);
+            assert_memory_equal(&gd[0], &gd[1], sizeof(float));
+        }
+        /* (FAISS's own sgemm may round the twins apart: their order is checked above) */
+        for (size_t i = tail_dup ? 2 : 0; i < nq * (size_t)k; ++i) {
+            assert_int_equal(gl[i], wl[i]);
+            if (wl[i] >= 0)
+                assert_true(fabsf(gd[i] - wd[i]) <= 1e-4f * (1.0f + fabsf(wd[i])));
+        }
+    }
+    if (fs->kernel == SG_FLATSCAN_SGEMM)
+        return;
+    float d1[64];
+    int64_t l1[64];
+    assert_true(k <= 64);
+    for (size_t i = 0; i < nq; ++i) {
+        assert_int_equal(sg_flatscan_search(fs, NULL, 1, q + i * (size_t)fs->dim, k, d1, l1, err, sizeof(err)), 0);
+        assert_memory_equal(l1, gl + i * (size_t)k, sizeof(int64_t) * (size_t)k);
+        assert_memory_equal(d1, gd + i * (size_t)k, sizeof(float) * (size_t)k);
+    }
+}
+
 /* tail_dup: the last row is a copy of row 0, so it sits in a block's last, partial tile of
  * rows (the AVX2 kernel's padded path) while its twin sits in a full one */
 static void check_metric(int metric, int rows, int dim, int k, int dup, int tail_dup)
@@ -341,8 +380,6 @@ static void check_metric(int metric, int rows, int dim, int k, int dup, int tail
         memcpy(xb + (size_t)(r + dup) * (size_t)dim, xb + (size_t)r * (size_t)dim, sizeof(float) * (size_t)dim);
     sg_cpu_t cpu;
     sg_cpu_read(&cpu);
-    if (sg_flatscan_pick(cpu.features, dim) == SG_FLATSCAN_SGEMM)
-        tail_dup = 0; /* sgemm's blocking may round twins apart: no exact tie to check */
     if (tail_dup)
         memcpy(xb + (size_t)(rows - 1) * (size_t)dim, xb, sizeof(float) * (size_t)dim);
     void *idx;
@@ -354,7 +391,7 @@ static void check_metric(int metric, int rows, int dim, int k, int dup, int tail
     assert_int_equal(sg_fidx_open(path, NULL, &ix, err, sizeof(err)), 0);
     sg_flatscan_t fs;
     assert_int_equal(sg_flatscan_init(&fs, &ix), 0);
-    fs.kernel = sg_flatscan_pick(cpu.features, dim);
+    int best = sg_flatscan_pick(cpu.features, dim);
     enum { NQ = 17 };
     float *q = malloc(sizeof(float) * NQ * (size_t)dim);
     for (int i = 0; i < NQ * dim; ++i)
@@ -365,28 +402,20 @@ static void check_metric(int metric, int rows, int dim, int k, int dup, int tail
     sg_fidx_set_blas_threshold(1);
     assert_int_equal(sg_fidx_search(&ix, NQ, q, k, wd, wl, err, sizeof(err)), 0);
     sg_flatscan_canonical(metric, NQ, k, wd, wl);
-    for (unsigned workers = 1; workers <= 4; ++workers) {
-        pool_t p;
-        pool_start(&p, workers);
-        sg_team_open(&p.team, 0, workers);
-        assert_int_equal(sg_flatscan_search(&fs, workers > 1 ? &p.team.par : NULL, NQ, q, k, gd, gl, err, sizeof(err)), 0);
-        sg_team_close(&p.team);
-        pool_stop(&p);
-        if (tail_dup) { /* query 0 is row 0: it and its copy score bit-identically, lower id first */
-            assert_int_equal(gl[0], 0);
-            assert_int_equal(gl[1], rows - 1);
-            assert_memory_equal(&gd[0], &gd[1], sizeof(float));
-        }
-        /* (FAISS's own sgemm may round the twins apart: their order is checked above) */
-        for (int i = tail_dup ? 2 : 0; i < NQ * k; ++i) {
-            assert_int_equal(gl[i], wl[i]);
-            if (wl[i] >= 0)
-                assert_true(fabsf(gd[i] - wd[i]) <= 1e-4f * (1.0f + fabsf(wd[i])));
-        }
+    /* every kernel this CPU runs for these vectors: sgemm, AVX2 in place, AVX-512 in place */
+    int kernels[3], nk = 0;
+    kernels[nk++] = SG_FLATSCAN_SGEMM;
+    if (sg_flatscan_pick(cpu.features & ~SG_CPU_AVX512F, dim) == SG_FLATSCAN_AVX2)
+        kernels[nk++] = SG_FLATSCAN_AVX2;
+    if (best == SG_FLATSCAN_AVX512)
+        kernels[nk++] = SG_FLATSCAN_AVX512;
+    for (int i = 0; i < nk; ++i) {
+        fs.kernel = kernels[i];
+        print_message("flatscan %s, %d rows x %d\n", sg_flatscan_kernel_name(fs.kernel), rows, dim);
+        check_kernel(&fs, rows, k, q, NQ, wl, wd, gl, gd, tail_dup && fs.kernel != SG_FLATSCAN_SGEMM);
     }
-    if (dup > 0) { /* query 0 is row 0: its duplicate scores the same, lower id first */
+    if (dup > 0) /* query 0 is row 0: its duplicate scores the same, lower id first */
         assert_int_equal(wl[0], metric == SG_FIDX_L2 ? 0 : wl[0]);
-    }
     sg_fidx_close(&ix);
     free(xb);
     free(q);
@@ -404,7 +433,7 @@ static void test_flatscan_ip(void **state)
     check_metric(SG_FIDX_IP, 5000, 48, 10, 3, 0);
 }
 
-/* rows that end in partial tiles (2051 = 2 blocks + 3) and 17 queries (5 x 3 + 2): every path
+/* rows that end in partial tiles (2051 = 2 blocks + 3) and 17 queries (5 x 3 + 2, 2 x 6 + 5): every path
  * of the block kernel, the same results as FAISS, ties across full and padded tiles exact */
 static void test_flatscan_tails(void **state)
 {
@@ -412,7 +441,8 @@ static void test_flatscan_tails(void **state)
     sg_cpu_t cpu;
     sg_cpu_read(&cpu);
     print_message("flatscan kernel for 40-d vectors here: %s\n", sg_flatscan_kernel_name(sg_flatscan_pick(cpu.features, 40)));
-    check_metric(SG_FIDX_IP, 2051, 40, 4, 0, 1);
+    check_metric(SG_FIDX_IP, 2051, 40, 4, 0, 1); /* AVX2 in place (not a multiple of 16) */
+    check_metric(SG_FIDX_IP, 2051, 32, 4, 0, 1); /* AVX-512 in place where the CPU has it */
     check_metric(SG_FIDX_L2, 2049, 24, 3, 0, 1);
     check_metric(SG_FIDX_IP, 1030, 20, 3, 0, 0); /* 20 floats: not a multiple of 8, sgemm */
 }
@@ -438,12 +468,16 @@ static void test_flatscan_pick(void **state)
 #if defined(__x86_64__)
     assert_int_equal(sg_flatscan_pick(avx2, 768), SG_FLATSCAN_AVX2);
     assert_int_equal(sg_flatscan_pick(avx2, 8), SG_FLATSCAN_AVX2);
+    assert_int_equal(sg_flatscan_pick(avx512, 768), SG_FLATSCAN_AVX512);
+    assert_int_equal(sg_flatscan_pick(avx512, 40), SG_FLATSCAN_AVX2);                     /* not a multiple of 16 */
+    assert_int_equal(sg_flatscan_pick(avx512 & ~SG_CPU_AVX512DQ, 768), SG_FLATSCAN_AVX2); /* no DQ */
 #endif
-    assert_int_equal(sg_flatscan_pick(avx2, 20), SG_FLATSCAN_SGEMM);                /* not a multiple of 8 */
-    assert_int_equal(sg_flatscan_pick(avx512, 768), SG_FLATSCAN_SGEMM);             /* OpenBLAS's AVX-512 kernels */
+    assert_int_equal(sg_flatscan_pick(avx2, 20), SG_FLATSCAN_SGEMM); /* not a multiple of 8 */
+    assert_int_equal(sg_flatscan_pick(avx512, 20), SG_FLATSCAN_SGEMM);
     assert_int_equal(sg_flatscan_pick(avx2 & ~SG_CPU_FMA, 768), SG_FLATSCAN_SGEMM); /* no FMA */
     assert_int_equal(sg_flatscan_pick(SG_CPU_SSE3 | SG_CPU_AVX, 768), SG_FLATSCAN_SGEMM);
     assert_string_equal(sg_flatscan_kernel_name(SG_FLATSCAN_AVX2), "avx2");
+    assert_string_equal(sg_flatscan_kernel_name(SG_FLATSCAN_AVX512), "avx512");
     assert_string_equal(sg_flatscan_kernel_name(SG_FLATSCAN_SGEMM), "sgemm");
 }
 

@@ -88,10 +88,12 @@ int main(int argc, char **argv)
     if (sg_flatscan_init(&fs, &ix) == 0) {
         sg_cpu_t cpu;
         sg_cpu_read(&cpu);
-        const int kernels[] = {SG_FLATSCAN_SGEMM, sg_flatscan_pick(cpu.features, ix.dim)};
+        /* sgemm, then each in-place kernel up to the one the CPU gets (AVX-512 CPUs run AVX2 too) */
+        int best = sg_flatscan_pick(cpu.features, ix.dim);
+        const int kernels[] = {SG_FLATSCAN_SGEMM, SG_FLATSCAN_AVX2, SG_FLATSCAN_AVX512};
         const int fnq[] = {1, 8, 22, 32};
-        for (int kk = 0; kk < 2; ++kk) {
-            if (kk == 1 && kernels[1] == SG_FLATSCAN_SGEMM)
+        for (int kk = 0; kk < 3; ++kk) {
+            if (kk > 0 && (best == SG_FLATSCAN_SGEMM || kernels[kk] > best || ix.dim % (kk == 1 ? 8 : 16) != 0))
                 break;
             fs.kernel = kernels[kk];
             for (int j = 0; j < 4; ++j) {
