@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* token budget of one forward pass; larger encode calls run in several passes */
@@ -126,11 +127,27 @@ struct sg_e5_workspace {
     int32_t *ids;   /* token ids of the current encode call */
     uint32_t *lens; /* per text: number of ids */
     size_t cap_texts;
-    uint64_t tokens; /* tokens run through the layers, ever */
-    double *calib;   /* int8 calibration only: per layer, the column sums of each product's input */
+    uint64_t tokens;               /* tokens run through the layers, ever */
+    uint64_t step_ns[SG_E5_STEPS]; /* time in each step, ever (sg_e5_workspace_step_ns) */
+    double *calib;                 /* int8 calibration only: per layer, the column sums of each product's input */
 };
 
 /* ---- helpers ---- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* step `step` ended now: its time is added to w's, and the next one starts */
+static uint64_t lap(sg_e5_workspace *w, int step, uint64_t t0)
+{
+    uint64_t t1 = now_ns();
+    w->step_ns[step] += t1 - t0;
+    return t1;
+}
 
 uint64_t sg__e5_hash(uint64_t h, const void *data, size_t n)
 {
@@ -877,8 +894,10 @@ static void prod_task(void *arg, size_t i, unsigned slot)
 
 /* How a team cuts a product into tasks: about four per thread, so that the dynamic claiming evens
  * out uneven threads. Whole rows (LayerNorm fused) when the input outweighs the weights (each
- * row slice reads every weight) and there are rows enough; else slices of 4 panels (the AVX-512
- * tile's width), thinner or crossed with row slices when that leaves too few tasks. */
+ * row slice reads every weight) and there are rows enough; column slices alone, as thin as one
+ * panel, for a few rows (up to 4 row tiles: a lone query's product is bound by reading its
+ * weights, and a slice crossed with row slices would read them twice); else slices of 4 panels
+ * (the AVX-512 tile's width), thinner or crossed with row slices when that leaves too few tasks. */
 static void plan_product(prod_t *p, unsigned threads, size_t w_bytes, size_t x_row_bytes)
 {
     size_t block = BLOCK_BYTES / (x_row_bytes > 0 ? x_row_bytes : 1);
@@ -891,6 +910,8 @@ static void plan_product(prod_t *p, unsigned threads, size_t w_bytes, size_t x_r
     size_t want = 4 * (size_t)threads, rblocks = (p->t + TILE_ROWS - 1) / TILE_ROWS;
     if (p->t * x_row_bytes >= w_bytes && rblocks >= want) {
         p->rchunks = want;
+    } else if (p->t <= 4 * TILE_ROWS) { /* a few rows: the weights' bytes decide, so each is read once */
+        p->pchunks = want < (size_t)p->np ? (int)want : p->np;
     } else {
         size_t pc = p->np / 4 > 0 ? (size_t)p->np / 4 : 1;
         if (pc > want)
@@ -1181,6 +1202,7 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types,
     const sg_e5_model *m = w->m;
     const sg_e5_config *c = &m->cfg;
     const int h = c->hidden, dh = c->hidden / c->heads;
+    uint64_t t0 = now_ns();
     size_t t = prepare_pass(w, lens, n);
     if (t == 0)
         return -1;
@@ -1197,20 +1219,29 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types,
         }
     }
     layer_norm_par(w, w->x, NULL, t, h, &m->ln_emb, c->ln_eps);
+    t0 = lap(w, SG_E5_STEP_EMBED, t0);
     attn_job_t aj = {w, lens, h, dh, c->heads, 1.0f / sqrtf((float)dh)};
     for (int li = 0; li < c->layers; ++li) {
         const layer_t *L = &m->layers[li];
         if (product(w, L, P_QKV, w->x, t, h, w->qkv, 3 * h, 0, NULL, NULL) != 0)
             return -1;
+        t0 = lap(w, SG_E5_STEP_QKV, t0);
         sg_par_run(w->par, n * (size_t)c->heads, attn_task, &aj);
-        if (product(w, L, P_O, w->ctx, t, h, w->tmp, h, 0, w->x, &L->ln_attn) != 0 ||
-            product(w, L, P_INTER, w->tmp, t, h, w->inter, c->intermediate, 1, NULL, NULL) != 0 ||
-            product(w, L, P_OUT, w->inter, t, c->intermediate, w->x, h, 0, w->tmp, &L->ln_out) != 0)
+        t0 = lap(w, SG_E5_STEP_ATTENTION, t0);
+        if (product(w, L, P_O, w->ctx, t, h, w->tmp, h, 0, w->x, &L->ln_attn) != 0)
             return -1;
+        t0 = lap(w, SG_E5_STEP_O, t0);
+        if (product(w, L, P_INTER, w->tmp, t, h, w->inter, c->intermediate, 1, NULL, NULL) != 0)
+            return -1;
+        t0 = lap(w, SG_E5_STEP_INTER, t0);
+        if (product(w, L, P_OUT, w->inter, t, c->intermediate, w->x, h, 0, w->tmp, &L->ln_out) != 0)
+            return -1;
+        t0 = lap(w, SG_E5_STEP_OUT, t0);
     }
     w->tokens += t;
     if (head == SG__E5_HEAD_POOLER) {
         pooler_head(w, n, out);
+        lap(w, SG_E5_STEP_POOL, t0);
         return 0;
     }
     /* mean pooling over each sequence, then L2 normalisation */
@@ -1232,6 +1263,7 @@ static int forward(sg_e5_workspace *w, const int32_t *ids, const uint8_t *types,
         for (int j = 0; j < h; ++j)
             o[j] *= inv;
     }
+    lap(w, SG_E5_STEP_POOL, t0);
     return 0;
 }
 
@@ -1350,6 +1382,7 @@ int sg_e5_encode(const sg_e5_model *m, sg_e5_workspace *w, const char *prefix, c
         snprintf(err, err_size, "out of memory tokenising %zu texts", n);
         goto out;
     }
+    uint64_t t0 = now_ns();
     for (size_t i = 0; i < n; ++i) {
         ptrs[i] = buf + i * (size_t)max_len;
         int k = sg_wp_encode(m->wp, prefix, texts[i], lens[i], max_len, ptrs[i]);
@@ -1359,6 +1392,7 @@ int sg_e5_encode(const sg_e5_model *m, sg_e5_workspace *w, const char *prefix, c
         }
         tl[i] = (uint32_t)k;
     }
+    lap(w, SG_E5_STEP_TOKENIZE, t0);
     rc = sg_e5_encode_ids(w, (const int32_t *const *)ptrs, tl, n, out, err, err_size);
 out:
     free(buf);
@@ -1913,4 +1947,15 @@ const char *sg_e5_engine(const sg_e5_model *m, char *buf, size_t size)
 uint64_t sg_e5_workspace_tokens(const sg_e5_workspace *w)
 {
     return w->tokens;
+}
+
+const char *sg_e5_step_name(int step)
+{
+    static const char *const names[SG_E5_STEPS] = {"tokenize", "embed", "qkv", "attention", "o", "inter", "out", "pool"};
+    return step >= 0 && step < SG_E5_STEPS ? names[step] : "?";
+}
+
+void sg_e5_workspace_step_ns(const sg_e5_workspace *w, uint64_t ns[SG_E5_STEPS])
+{
+    memcpy(ns, w->step_ns, sizeof(w->step_ns));
 }

@@ -95,6 +95,25 @@ void sg_e5_workspace_set_par(sg_e5_workspace *w, sg_par_t *par);
 /** Tokens `w` has run through the layers since it was made (no padding is ever computed). */
 uint64_t sg_e5_workspace_tokens(const sg_e5_workspace *w);
 
+/** The steps of an encode call, each timed on the calling thread (a step split over a team: from
+ * its start until its last task returned). SG_E5_STEP_O and SG_E5_STEP_OUT include their
+ * residual + LayerNorm; SG_E5_STEP_INTER its GELU. */
+enum {
+    SG_E5_STEP_TOKENIZE,
+    SG_E5_STEP_EMBED,
+    SG_E5_STEP_QKV,
+    SG_E5_STEP_ATTENTION,
+    SG_E5_STEP_O,
+    SG_E5_STEP_INTER,
+    SG_E5_STEP_OUT,
+    SG_E5_STEP_POOL,
+    SG_E5_STEPS
+};
+/** "tokenize", "embed", "qkv", "attention", "o", "inter", "out", "pool" */
+const char *sg_e5_step_name(int step);
+/** Nanoseconds `w` has spent in each step since it was made, into ns[SG_E5_STEPS]. */
+void sg_e5_workspace_step_ns(const sg_e5_workspace *w, uint64_t ns[SG_E5_STEPS]);
+
 /**
  * Encodes `n` texts (each prefixed with `prefix`, tokenised with `max_len`, padded to the longest
  * in the batch) into `out` (n * dim floats, L2-normalised). Returns 0, or -1 with `err` set.

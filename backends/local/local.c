@@ -10,17 +10,18 @@
  * searches FAISS once for the whole batch and stores each query's labels and distances in its
  * call; whichever worker finishes a call's last query builds its DOCs and calls done().
  *
- * Teams (team.h, "teams": true, the CPU default): the worker that takes a batch leads it, and
- * workers that find nothing queued join the running batch with the fewest helpers and take
- * tasks of each of its steps (the encoder's column slices and attention heads, a flat index's row
- * slices). One client (c=1) so gets every core, and under load batches stay full, each product
- * split over several cores, instead of many small single-threaded batches whose products run far
- * below the cores' rate. Helpers stay until the batch ends. When more than `max_batch` queries
- * are queued no team forms (the idle workers have work of their own): the worker takes its share
- * of the queue (queued / idle workers) and runs it alone. With "teams": false (and on the GPU
- * path) that is the rule for every batch, waking another worker for the rest. BLAS/OpenMP pools are kept at one thread
- * each either way. The queue is bounded in queued queries: past `max_queue` search() returns
- * SG_EOVERLOAD (503 + Retry-After).
+ * Teams (team.h, "teams": true, the CPU default): the worker that takes a batch (up to max_batch
+ * queries) leads it and opens it to the whole pool: its steps (the encoder's column slices and
+ * attention heads, a flat index's row slices) are cut for every worker, and a worker that finds
+ * nothing queued joins the running batch with the fewest helpers -- idle when it started, or free
+ * later when its own batch ended -- and takes tasks until that batch ends. One client (c=1) so gets
+ * every core, and under load several batches run at once, each split over the workers sharing it.
+ * A free worker waits up to max_wait_ms for a full batch, except for a lone query (the only one
+ * queued while fewer than 1.5 are in the backend on average: one client at a time), which starts at
+ * once. With "teams": false (and on the GPU path) each worker runs its own batch alone and takes
+ * its share of the queue (queued / idle workers), waking another worker for the rest. BLAS/OpenMP
+ * pools are kept at one thread each either way. The queue is bounded in queued queries: past
+ * `max_queue` search() returns SG_EOVERLOAD (503 + Retry-After).
  *
  * cancel() marks the call; its queued queries are dropped and done(SG_ECANCELED) is called by a
  * worker once no batch of it is running. destroy() stops the workers and completes what is left
@@ -133,7 +134,10 @@ struct sg_backend {
     size_t queued;        /* queries waiting in the search FIFO */
     size_t n_workers_cfg; /* the "workers" key (0: default) */
     size_t busy;          /* workers running a batch */
-    size_t helping;       /* workers helping another's batch (teams) */
+    size_t running;       /* queries in the batches that run */
+    double in_system;     /* queries queued or running, averaged over time (fill_target) */
+    uint64_t in_system_us;
+    size_t in_system_level; /* queued + running since in_system_us */
     int stopping;
     worker_t *workers;
     size_t n_workers;
@@ -143,6 +147,7 @@ struct sg_backend {
     _Atomic uint64_t team_batches;
     _Atomic uint64_t tokens, padded_tokens; /* tokens the encoder computed; padding among them (GPU) */
     _Atomic uint64_t sorted_batches;        /* GPU batches encoded in length order */
+    _Atomic uint64_t step_ns[SG_E5_STEPS];  /* the encoder's steps, summed over batches (sg_e5_workspace_step_ns) */
 };
 
 static uint64_t now_us(void)
@@ -417,7 +422,8 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
         w->cap_k = k;
     }
     uint64_t t0 = now_us(), tok0 = sg_e5_workspace_tokens(w->ws), gtok0 = w->gpu.tokens, gpad0 = w->gpu.padded;
-    uint64_t sorted0 = w->gpu.sorted_batches;
+    uint64_t sorted0 = w->gpu.sorted_batches, st0[SG_E5_STEPS], st1[SG_E5_STEPS];
+    sg_e5_workspace_step_ns(w->ws, st0);
     sg_e5_workspace_set_par(w->ws, par);
     int rc = self->gpu != NULL
                  ? sg_local_gpu_encode(self->gpu, &w->gpu, self->model, self->prefix, w->texts, w->lens, n, w->vecs, err, err_size)
@@ -438,6 +444,10 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
     atomic_fetch_add(&self->tokens, sg_e5_workspace_tokens(w->ws) - tok0 + (w->gpu.tokens - gtok0));
     atomic_fetch_add(&self->padded_tokens, w->gpu.padded - gpad0);
     atomic_fetch_add(&self->sorted_batches, w->gpu.sorted_batches - sorted0);
+    sg_e5_workspace_step_ns(w->ws, st1);
+    for (int i = 0; i < SG_E5_STEPS; ++i)
+        if (st1[i] != st0[i])
+            atomic_fetch_add_explicit(&self->step_ns[i], st1[i] - st0[i], memory_order_relaxed);
     atomic_fetch_add(&self->batches, 1);
     atomic_fetch_add(&self->batch_queries, n);
     if (rc != 0) {
@@ -453,6 +463,28 @@ static int run_batch(struct sg_backend *self, worker_t *w, size_t n, sg_par_t *p
         memcpy(j->labels + w->items[i].q * tk, w->labels + i * k, tk * sizeof(int64_t));
     }
     return 0;
+}
+
+/* The queries in the backend (queued or running), averaged over the last ~100 ms: Little's law's
+ * count of the clients that keep it busy. Called after each change of either (mu held). */
+static void observe_load(struct sg_backend *self)
+{
+    uint64_t now = now_us();
+    double w = (double)(now - self->in_system_us) / 100000.0; /* the level since the last change, for that long */
+    self->in_system += (w < 1.0 ? w : 1.0) * ((double)self->in_system_level - self->in_system);
+    self->in_system_us = now;
+    self->in_system_level = self->queued + self->running;
+}
+
+/* How many queued queries a free worker waits for (at most max_wait_ms, from the oldest): a full
+ * batch, unless one query is queued while a single client keeps the backend busy (fewer than 1.5
+ * queries in it on average): nobody else is coming, and that query starts at once instead of
+ * waiting out max_wait_ms. (A target that follows the mean load instead measured worse: it splits
+ * closed-loop clients, whose answers leave together, into ever smaller batches; see
+ * docs/backends/local.md.) (mu held) */
+static size_t fill_target(const struct sg_backend *self)
+{
+    return self->queued == 1 && self->in_system < 1.5 ? 1 : self->max_batch;
 }
 
 static void *worker_main(void *arg)
@@ -496,11 +528,9 @@ static void *worker_main(void *arg)
                 }
             }
             if (t != NULL) {
-                self->helping++;
                 pthread_mutex_unlock(&self->mu);
                 sg_team_help(t, w->idx, &self->no_leave);
                 pthread_mutex_lock(&self->mu);
-                self->helping--;
                 continue;
             }
         }
@@ -509,7 +539,7 @@ static void *worker_main(void *arg)
             continue;
         }
         uint64_t now = self->host->now_ms();
-        if (self->queued < self->max_batch && self->max_wait_ms > 0) {
+        if (self->queued < fill_target(self) && self->max_wait_ms > 0) {
             uint64_t due = self->fifo_head->enq_ms + self->max_wait_ms;
             if (now < due) {
                 struct timespec ts;
@@ -525,14 +555,14 @@ static void *worker_main(void *arg)
                 continue;
             }
         }
-        size_t idle = self->n_workers - self->busy - self->helping; /* this one included */
+        /* Teams: up to max_batch queries, the batch open to every worker (its steps cut for the
+         * whole pool, so that helpers who come free later can join it; more rows per product per
+         * core than many small batches). Without teams: this worker's share of the queue (queued /
+         * free workers), so that in a closed loop (N clients each waiting for its answer) every
+         * core gets a batch. */
         size_t limit = self->max_batch;
-        /* More queued than one batch: the idle workers will find work of their own, so none would
-         * join a team (they help only when nothing is queued) and splitting this batch's products
-         * would only cost. Then, as without teams, share the queue with them: in a closed loop (N
-         * clients each waiting for its answer) every core gets a batch. */
-        int share = !self->teams || self->queued > self->max_batch;
-        if (share) {
+        if (!self->teams) {
+            size_t idle = self->n_workers - self->busy; /* this one included */
             limit = (self->queued + idle - 1) / idle;
             if (limit > self->max_batch)
                 limit = self->max_batch;
@@ -540,13 +570,11 @@ static void *worker_main(void *arg)
         size_t n = take_batch(self, w, now, limit != 0 ? limit : 1);
         if (n == 0)
             continue;
-        /* teams: the whole queue in one batch, its products split over the idle workers that join
-         * (more rows per product per core than many small batches: the matrix units' efficiency
-         * grows with them) */
-        int team = !share && idle > 1;
+        self->running += n;
+        int team = self->teams && self->n_workers > 1;
         self->busy++;
         if (team) {
-            sg_team_open(&self->team[w->idx], w->idx, (unsigned)idle);
+            sg_team_open(&self->team[w->idx], w->idx, (unsigned)self->n_workers);
             pthread_cond_broadcast(&self->cv);
         } else if (self->fifo_head != NULL) {
             pthread_cond_signal(&self->cv); /* the rest is for another worker */
@@ -560,6 +588,8 @@ static void *worker_main(void *arg)
         }
         pthread_mutex_lock(&self->mu);
         self->busy--;
+        self->running -= n;
+        observe_load(self);
         /* account per job; items of one job are contiguous */
         for (size_t i = 0; i < n;) {
             job_t *j = w->items[i].job;
@@ -674,6 +704,7 @@ static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn
         else
             pthread_cond_signal(&self->cv);
     }
+    observe_load(self);
     pthread_mutex_unlock(&self->mu);
     atomic_fetch_add(is_access ? &self->access_calls : &self->calls, 1);
     atomic_fetch_add(&self->queries, s->n_queries);
@@ -816,6 +847,18 @@ static void local_stats(struct sg_backend *self, void *sink)
         helped += (double)atomic_load(&self->team[i].helped_tasks);
     h->metric(sink, "local_team_helped_tasks_total", "Tasks of team batches that helping workers ran.", SG_METRIC_COUNTER, NULL,
               helped);
+    double helper_ns = 0;
+    for (size_t i = 0; i < self->n_workers && self->team != NULL; ++i)
+        helper_ns += (double)atomic_load(&self->team[i].helper_ns);
+    h->metric(sink, "local_team_helper_seconds_total", "Time helping workers spent taking and running tasks of team batches.",
+              SG_METRIC_COUNTER, NULL, helper_ns / 1e9);
+    for (int i = 0; i < SG_E5_STEPS; ++i) {
+        char l[32];
+        snprintf(l, sizeof(l), "step=\"%s\"", sg_e5_step_name(i));
+        h->metric(sink, "local_encode_step_seconds_total",
+                  "Time the encoder spent in each step, on the thread running the batch, summed over batches.", SG_METRIC_COUNTER,
+                  l, (double)atomic_load(&self->step_ns[i]) / 1e9);
+    }
     h->metric(sink, "local_encode_seconds_total", "Time spent encoding queries, summed over workers.", SG_METRIC_COUNTER, NULL,
               (double)atomic_load(&self->encode_us) / 1e6);
     h->metric(sink, "local_search_seconds_total", "Time spent in FAISS searches, summed over workers.", SG_METRIC_COUNTER, NULL,
@@ -1063,9 +1106,10 @@ static void pick_scan_kernel(struct sg_backend *self)
     cpu_seen(&cpu);
     self->flat.kernel = sg_flatscan_pick(cpu.features, self->flat.dim);
     self->host->log(SG_LOG_INFO, self->name, "flat scan: %s",
-                    self->flat.kernel == SG_FLATSCAN_AVX2
-                        ? "AVX2 kernel in place (the CPU has AVX2 and FMA but not AVX-512)"
-                        : "sgemm blocks (the CPU has AVX-512, or no AVX2, or the dimension is not a multiple of 8)");
+                    self->flat.kernel == SG_FLATSCAN_AVX512 ? "AVX-512 kernel in place (the CPU has AVX-512 F and DQ)"
+                    : self->flat.kernel == SG_FLATSCAN_AVX2
+                        ? "AVX2 kernel in place (the CPU has AVX2 and FMA)"
+                        : "sgemm blocks (no AVX2 and FMA, or the dimension is not a multiple of 8)");
 }
 
 /* "encoder_blas": what runs the float32 encoder's products. "auto": the own kernels over weights
@@ -1593,6 +1637,7 @@ static sg_status local_create(const sg_host_api *host, const char *instance, con
     self->max_queue = cf.max_queue;
     self->omp_threads = cf.omp_threads;
     self->teams = cf.teams;
+    self->in_system_us = now_us();
     if (load_model(self, &cf, &anchor, &gpu_index, err, err_size) != 0 || open_index(self, &cf, gpu_index, err, err_size) != 0 ||
         open_corpus(self, &cf, &tc, err, err_size) != 0)
         goto fail;

@@ -4,12 +4,28 @@
 #include "team.h"
 
 #include <sched.h>
+#include <time.h>
 
 static inline void relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* whether the current step has a task left to claim */
+static int has_task(sg_team_t *t)
+{
+    uint64_t v = atomic_load_explicit(&t->word, memory_order_acquire);
+    uint32_t gen = (uint32_t)(v >> 32);
+    return (size_t)(v & 0xffffffffu) < atomic_load_explicit(&t->step[gen & 1].n, memory_order_relaxed);
 }
 
 /* Claims and runs tasks of the current step until none is left; returns how many it ran. `self`
@@ -73,6 +89,7 @@ void sg_team_init(sg_team_t *t, unsigned workers)
     atomic_init(&t->sessions, 0);
     atomic_init(&t->helped_tasks, 0);
     atomic_init(&t->tasks, 0);
+    atomic_init(&t->helper_ns, 0);
 }
 
 void sg_team_open(sg_team_t *t, unsigned lead, unsigned threads)
@@ -92,11 +109,13 @@ size_t sg_team_help(sg_team_t *t, unsigned self, const _Atomic int *leave)
 {
     size_t ran = 0;
     unsigned idle = 0;
+    uint64_t busy = 0;
     atomic_fetch_add_explicit(&t->members, 1, memory_order_relaxed);
     while (atomic_load_explicit(&t->open, memory_order_acquire) && !atomic_load_explicit(leave, memory_order_relaxed)) {
-        size_t r = drain(t, self);
-        if (r != 0) {
-            ran += r;
+        if (has_task(t)) {
+            uint64_t t0 = now_ns();
+            ran += drain(t, self);
+            busy += now_ns() - t0;
             idle = 0;
             continue;
         }
@@ -108,5 +127,6 @@ size_t sg_team_help(sg_team_t *t, unsigned self, const _Atomic int *leave)
     }
     atomic_fetch_sub_explicit(&t->members, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&t->helped_tasks, ran, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->helper_ns, busy, memory_order_relaxed);
     return ran;
 }

@@ -28,6 +28,7 @@ typedef struct st_sg_team_t {
     _Atomic unsigned lead;    /* the lead worker's index (helpers' slots count from it) */
     _Atomic unsigned members; /* helpers inside sg_team_help() */
     _Atomic uint64_t sessions, helped_tasks, tasks;
+    _Atomic uint64_t helper_ns; /* time helpers spent taking and running tasks */
 } sg_team_t;
 
 /** `workers` is the pool's size: slots are numbered 0 .. workers-1. */

@@ -401,6 +401,31 @@ static void test_batches_gather_calls(void **state)
     vt->destroy(b);
 }
 
+/* One client sending one query at a time (on average fewer than 1.5 queries in the backend): each
+ * query starts at once instead of waiting max_wait_ms for others that will not come. A call of
+ * several queries still waits (test_overload_cancel_deadline relies on it). */
+static void test_lone_query_starts_at_once(void **state)
+{
+    (void)state;
+    sg_backend *b = create_ok("\"workers\": 2, \"max_batch\": 64, \"max_wait_ms\": 5000");
+    for (int i = 0; i < 4; ++i) {
+        call_t c;
+        const char *t = words[i];
+        call_init(&c, &t, 1, 3);
+        uint64_t t0 = host_now_ms();
+        assert_int_equal(vt->search(b, &c.s, on_done, &c), SG_OK);
+        assert_true(call_wait(&c, 20000));
+        assert_int_equal(c.status, SG_OK);
+        uint64_t took = host_now_ms() - t0;
+        fprintf(stderr, "lone query %d: %llu ms\n", i, (unsigned long long)took);
+        assert_true(took < 2500); /* before: 5000 ms, the whole max_wait_ms */
+        expect_brute(&c, 0, t, 3);
+        call_free(&c);
+    }
+    assert_true(metric(b, "local_batches_total") == 4);
+    vt->destroy(b);
+}
+
 static void test_large_call_is_split(void **state)
 {
     (void)state;
@@ -642,6 +667,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_search_matches_brute_force),
         cmocka_unit_test(test_batches_gather_calls),
+        cmocka_unit_test(test_lone_query_starts_at_once),
         cmocka_unit_test(test_large_call_is_split),
         cmocka_unit_test(test_overload_cancel_deadline),
         cmocka_unit_test(test_destroy_completes_pending),

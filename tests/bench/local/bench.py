@@ -203,10 +203,29 @@ def metrics(port):
     except OSError:
         return None
     out = {}
-    for name in ("batches_total", "batch_queries_total", "encode_seconds_total", "search_seconds_total", "tokens_total"):
+    for name in ("batches_total", "batch_queries_total", "encode_seconds_total", "search_seconds_total", "tokens_total",
+                 "team_helper_seconds_total", "workers"):
         m = re.search(r"^searchgate_backend_local_%s\{[^}]*\} (\S+)$" % name, text, re.M)
         out[name] = float(m.group(1)) if m else 0.0
+    for step, v in re.findall(r'^searchgate_backend_local_encode_step_seconds_total\{[^}]*step="(\w+)"[^}]*\} (\S+)$', text, re.M):
+        out["step_" + step] = float(v)
     return out
+
+
+STEPS = ("tokenize", "embed", "qkv", "attention", "o", "inter", "out", "pool")
+
+
+def breakdown(d, wall):
+    """Where a row's time went (from the local backend's counters): the share of the cores' time that
+    was busy (the batches' wall time on the workers leading them, plus the time helpers spent in
+    tasks, over the row's wall time x workers), and each batch's mean milliseconds per step (on the
+    leading worker: a step split over a team lasts until its last task returns), FAISS included."""
+    b = d["batches_total"]
+    if b <= 0 or not d.get("workers"):
+        return ""
+    busy = (d["encode_seconds_total"] + d["search_seconds_total"] + d["team_helper_seconds_total"]) / (wall * d["workers"])
+    steps = " ".join("%s %.2f" % (st, 1000 * d.get("step_" + st, 0.0) / b) for st in STEPS)
+    return "cores busy %.0f%%; per batch ms: %s, search %.2f" % (100 * busy, steps, 1000 * d["search_seconds_total"] / b)
 
 
 def run_points(srv, seconds, queries, offset0):
@@ -232,9 +251,14 @@ def run_points(srv, seconds, queries, offset0):
                 r["tokens"] = d["tokens_total"]  # 0 from a build without the counter
                 extra = "; mean batch %.1f, encode %.1f + FAISS %.1f ms/query" % (
                     r["mean_batch"], r["encode_ms_per_query"], r["search_ms_per_query"])
+                wall = float(str(r.get("duration", "0")).rstrip("s") or 0) or float(dur)
+                d["workers"] = after["workers"]  # a gauge
+                r["breakdown"] = breakdown(d, wall)
         log("  %-26s %8.1f q/s  p50 %8.1f ms  p99 %8.1f ms  (%d requests, non-2xx %d%s%s)" % (
             label, r["qps"], r["p50_ms"] or -1, r["p99_ms"] or -1, r["requests"], r["non2xx"],
             ", socket errors " + r["socket_errors"] if r["socket_errors"] else "", extra))
+        if r.get("breakdown"):
+            log("  %-26s %s" % ("", r["breakdown"]))
         res[label] = r
     return res
 
@@ -340,6 +364,9 @@ def main():
     ap.add_argument("--baseline", help="another build (the code before a change): its default start, run in the same session")
     ap.add_argument("--points", help="comma-separated rows to run, 0-4 (default: all): 0 = c=1, 1 = c=16, 2 = c=64, "
                                      "3 = 32-query requests, 4 = 512-query requests")
+    ap.add_argument("--env-variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
+                    help="also run this build with these environment variables set (repeatable; a key cfg.KEY sets the backend's "
+                         "config key KEY instead), printed against the default")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args()
     if a.points:
@@ -362,7 +389,7 @@ def main():
     # ---- the machine's bounds, with the kernels OpenBLAS picks and with the best ones ----
     log("bounds: matrix products and memory bandwidth (the gateway's kernel choice, then %s forced)" % best)
     b_def = bounds(build, model, queries, clean, 3)
-    b_best = bounds(build, model, queries, forced, 3)
+    b_best = b_def if b_def["core"] == best else bounds(build, model, queries, forced, 3)  # the same kernels: measured once
     results["bounds"] = {"default": b_def, "forced": b_best}
     log("  default %s: %.1f GFLOP/s (one query's products, all cores), %.1f (32 queries'), %.1f GB/s; forced %s: %.1f, %.1f"
         % (b_def["core"], b_def["gflops_allcores_x1"], b_def["gflops_allcores_x32"], b_def["bandwidth_gbs"], b_best["core"],
@@ -390,6 +417,16 @@ def main():
             g, results["searchgate_" + name] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, name, clean,
                                                            extra=extra)
             g.stop()
+    env_variants = []
+    for spec in a.env_variant:
+        name, _, kvs = spec.partition(":")
+        pairs = [kv.split("=", 1) for kv in kvs.split(",") if kv]
+        env = dict(clean, **{k: v for k, v in pairs if not k.startswith("cfg.")})
+        extra = {k[4:]: json.loads(v) if v[:1] in "0123456789tfn[{" else v for k, v in pairs if k.startswith("cfg.")}
+        g, results["searchgate_env_" + name] = run_gateway(build, a.workdir, model, index, corpus, queries, a.seconds, name, env,
+                                                           extra=extra)
+        g.stop()
+        env_variants.append((name, kvs))
     if a.baseline:
         g, results["searchgate_baseline"] = run_gateway(os.path.abspath(a.baseline), a.workdir, model, index, corpus, queries,
                                                         a.seconds, "baseline", clean)
@@ -477,6 +514,17 @@ def main():
         v = results["searchgate_" + name]["points"]
         print("%s: " % label + ", ".join("%s %.1f q/s (%.2fx default)" % (l, v[l]["qps"], v[l]["qps"] / max(
             results["searchgate"]["points"][l]["qps"], 1e-9)) for l, _, _ in POINTS))
+    for name, kvs in env_variants:
+        v = results["searchgate_env_" + name]["points"]
+        cells = []
+        for l, conns, per in POINTS:
+            if conns == 1 and per == 1:
+                frac = "%.2fx floor" % (v[l]["p50_ms"] / floor_ms(b_def, a.rows, dim)) if v[l]["p50_ms"] else "?"
+            else:
+                frac = "%.0f%% of bound" % (100.0 * v[l]["qps"] / bound_qps(b_def, a.rows, dim, v[l].get("mean_batch", 1.0)))
+            cells.append("%s %.1f q/s (%s, %.2fx default)" % (l, v[l]["qps"], frac, v[l]["qps"] / max(
+                results["searchgate"]["points"][l]["qps"], 1e-9)))
+        print("%s (%s): %s" % (name, kvs, "; ".join(cells)))
     if a.bf16:
         bf = results["searchgate_bf16"]["points"]
         print("bf16: " + ", ".join("%s %.1f q/s (%.2fx fp32)" % (l, bf[l]["qps"], bf[l]["qps"] / results["searchgate"]["points"][l]["qps"])
