@@ -2,7 +2,7 @@
  * outcome.c -- the end of a client request the pipeline ran (outcome.h): one record of it in every
  * meter, the dashboard's ring, the debug log and the traces, and the error handed to its done(),
  * for a query (query.c) and a fusion route's request (routes/fusion_route.c) alike. What differs
- * between them comes from the request type's table: how its work stops, what it is, how its
+ * between them comes from the request type's table: how its work stops and what it is, how its
  * done() is called.
  */
 #include "outcome.h"
@@ -65,9 +65,8 @@ static uint64_t end(const sg_outcome_type_t *t, void *req, int *answered, sg_rat
                     sg_outcome_t *o)
 {
     *answered = 1;
-    t->stop(req);
+    t->end(req, o);
     sg_rate_stop(rate);
-    t->describe(req, o);
     return record(o, status, type);
 }
 

@@ -12,8 +12,9 @@
  *   cancel  the caller went away: finish as 499 "client_gone", done() not called.
  *
  * A request type hands these steps what is its own in a table (sg_outcome_type_t): how its work
- * stops, what it is (describe), how its done() is called and its reference dropped. The steps
- * only call forward into that table. Loop thread of the request.
+ * stops and what it is (one call, end(), so a request's end enters its file once more, not
+ * twice), how its done() is called and its reference dropped. The steps only call forward into
+ * that table. Loop thread of the request.
  */
 #ifndef SG_GATEWAY_OUTCOME_H
 #define SG_GATEWAY_OUTCOME_H
@@ -45,7 +46,7 @@ typedef struct st_sg_query_result_t {
     const struct st_sg_route_t *fallback; /* the route's fallback answered some of the queries, or NULL */
 } sg_query_result_t;
 
-/** A request as its end records it: filled by its type's describe(), borrowed by the step. */
+/** A request as its end records it: filled by its type's end(), borrowed by the step. */
 typedef struct st_sg_outcome_t {
     const char *request_id;
     const char *what;   /* the debug log line's word for it: "POST /retrieve", "POST /access", "fusion" */
@@ -65,10 +66,9 @@ typedef struct st_sg_outcome_t {
 
 /** What a request type does at its end, handed to the steps below with the request (`req`). */
 typedef struct st_sg_outcome_type_t {
-    /** Stops its own work: timers, flights, its parts. */
-    void (*stop)(void *req);
-    /** Fills in what it is (the log line's extra only when sg_log_enabled(SG_LL_DEBUG)). */
-    void (*describe)(void *req, sg_outcome_t *out);
+    /** Stops its own work (timers, flights, its parts) and fills in what it is (the log line's
+     * extra only when sg_log_enabled(SG_LL_DEBUG)). */
+    void (*end)(void *req, sg_outcome_t *out);
     /** Hands its done() the failure `res`. */
     void (*answer)(void *req, const sg_query_result_t *res);
     /** Drops the request's own reference, the one its done() or its cancel ends. */

@@ -85,9 +85,8 @@ static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
 
 /* ---- the end of a query (outcome.h): what it is, and its own work to stop ---- */
 
-static void outcome_of(void *ctx, sg_outcome_t *o)
+static void outcome_of(sg_query_t *q, sg_outcome_t *o)
 {
-    sg_query_t *q = ctx;
     sg_route_t *b = q->backend;
     const char *fallback = q->fallback_used ? q->serving->conf->name : NULL;
     o->request_id = q->request_id;
@@ -122,9 +121,8 @@ static void outcome_of(void *ctx, sg_outcome_t *o)
 }
 
 /* Stops the query's work: its deadline or budget timer, its flights still out. */
-static void stop(void *ctx)
+static void stop(sg_query_t *q)
 {
-    sg_query_t *q = ctx;
     if (h2o_linklist_is_linked(&q->link))
         h2o_linklist_unlink(&q->link);
     sg_timer_stop(&q->loop->timers, &q->timer);
@@ -135,13 +133,19 @@ static void stop(void *ctx)
         }
 }
 
+static void end(void *ctx, sg_outcome_t *o)
+{
+    stop(ctx);
+    outcome_of(ctx, o);
+}
+
 static void answer_failure(void *ctx, const sg_query_result_t *res)
 {
     sg_query_t *q = ctx;
     q->done(q->ctx, res);
 }
 
-static const sg_outcome_type_t query_type = {stop, outcome_of, answer_failure, query_release};
+static const sg_outcome_type_t query_type = {end, answer_failure, query_release};
 
 /* Ends the query's work and records it. The caller then answers (or not: cancelled). */
 static void finish(sg_query_t *q, int status, const char *type)

@@ -85,33 +85,24 @@ static void too_large(const sg_respond_bound_t *b, const char *how, uint64_t byt
              b->kind, b->name, how, (unsigned long long)bytes, detail, (unsigned long long)b->max);
 }
 
-uint64_t sg_respond_check_estimate(sg_server_t *s, const sg_respond_bound_t *b, uint32_t n, const char *unit, uint64_t per,
-                                   uint32_t doc, const char *note, char *msg, size_t msg_size)
+void sg__respond_over_estimate(sg_server_t *s, const sg_respond_bound_t *b, uint64_t low, uint32_t n, const char *unit,
+                               uint64_t per, uint32_t doc, const char *note, char *msg, size_t msg_size)
 {
-    if (b->max == 0 || doc == 0)
-        return 0;
-    uint64_t low = b->envelope + (uint64_t)n * per * (doc / 2);
-    if (low <= b->max)
-        return 0;
     sg_counter_add(s->responses.m_too_large_estimate, 1);
     char detail[200];
     snprintf(detail, sizeof(detail), " (%u queries x %s %llu x ~%u bytes per document%s)", n, unit, (unsigned long long)per,
              doc / 2, note);
     too_large(b, "would be at least about", low, detail, msg, msg_size);
-    return low;
 }
 
-int sg_respond_check_exact(sg_server_t *s, const sg_respond_bound_t *b, uint64_t bytes, uint32_t pending, uint32_t distinct,
-                           char *msg, size_t msg_size)
+void sg__respond_over_exact(sg_server_t *s, const sg_respond_bound_t *b, uint64_t bytes, uint32_t pending, uint32_t distinct,
+                            char *msg, size_t msg_size)
 {
-    if (b->max == 0 || bytes <= b->max)
-        return 0;
     sg_counter_add(s->responses.m_too_large_exact, 1);
     char detail[96] = "";
     if (pending != 0)
         snprintf(detail, sizeof(detail), " with %u of %u distinct queries still to come", pending, distinct);
     too_large(b, pending != 0 ? "is already" : "is", bytes, detail, msg, msg_size);
-    return -1;
 }
 
 static int cmp_ptr(const void *a, const void *b)

@@ -283,9 +283,8 @@ static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
 
 /* ---- the end of a fusion request (outcome.h): what it is, and its own work to stop ---- */
 
-static void outcome_of(void *ctx, sg_outcome_t *o)
+static void outcome_of(fusion_req_t *fr, sg_outcome_t *o)
 {
-    fusion_req_t *fr = ctx;
     fusion_route_t *r = fr->route;
     o->request_id = fr->request_id;
     o->what = "fusion";
@@ -304,15 +303,20 @@ static void outcome_of(void *ctx, sg_outcome_t *o)
 }
 
 /* Stops the legs still running (each counted as its own 499 on its route). */
-static void stop(void *ctx)
+static void stop(fusion_req_t *fr)
 {
-    fusion_req_t *fr = ctx;
     for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
         sg_query_t *q = fr->legs[l].q;
         fr->legs[l].q = NULL;
         if (q != NULL)
             sg_query_cancel(q);
     }
+}
+
+static void end(void *ctx, sg_outcome_t *o)
+{
+    stop(ctx);
+    outcome_of(ctx, o);
 }
 
 static void answer_failure(void *ctx, const sg_query_result_t *res)
@@ -326,7 +330,7 @@ static void fusion_req_release(void *ctx)
     fusion_req_unref(ctx);
 }
 
-static const sg_outcome_type_t fusion_type = {stop, outcome_of, answer_failure, fusion_req_release};
+static const sg_outcome_type_t fusion_type = {end, answer_failure, fusion_req_release};
 
 static void fail(fusion_req_t *fr, int status, const char *type, const char *msg, uint32_t retry_after)
 {

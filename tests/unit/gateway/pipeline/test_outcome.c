@@ -35,16 +35,11 @@ static sg_route_meters_t meters;
 static sg_client_conf_t client_conf;
 static sg_client_t client = {.id = "c1", .conf = &client_conf};
 
-static void fake_stop(void *req)
+static void fake_end(void *req, sg_outcome_t *o)
 {
     fake_req_t *r = req;
     assert_true(r->answered); /* marked answered before its work stops */
     ++r->stopped;
-}
-
-static void fake_describe(void *req, sg_outcome_t *o)
-{
-    fake_req_t *r = req;
     o->request_id = "0-42";
     o->what = "test";
     o->client = &client;
@@ -74,7 +69,7 @@ static void fake_release(void *req)
     ++((fake_req_t *)req)->released;
 }
 
-static const sg_outcome_type_t fake_type = {fake_stop, fake_describe, fake_answer, fake_release};
+static const sg_outcome_type_t fake_type = {fake_end, fake_answer, fake_release};
 
 static uint64_t v(const sg_counter_t *c)
 {
