@@ -246,10 +246,8 @@ static void route_metrics(sg_route_t *b)
 {
     const sg_backend_conf_t *bc = b->conf;
     char l[256];
-    sg_status_metrics_register(bc->name, b->requests, b->queries);
+    sg_route_meters_register(&b->meters, bc->name);
     snprintf(l, sizeof(l), "backend=\"%s\"", bc->name);
-    b->latency = sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
-    b->inflight_requests = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
     b->inflight_queries =
         sg_metrics_gauge("searchgate_backend_inflight_queries", "Queries handed to the plugin and not yet answered.", l);
     b->queued_queries = sg_metrics_gauge("searchgate_backend_queued_queries", "Queries waiting for admission to the plugin.", l);

@@ -96,10 +96,7 @@ struct st_sg_route_t {
     const sg_backend_conf_t *conf; /* in gen->cfg */
     sg_route_core_t *core;         /* the plugin instance and the admission state (shared across reloads) */
     /* metrics */
-    sg_counter_t *requests[SG_NUM_CODES];
-    sg_counter_t *queries[SG_NUM_CODES];
-    sg_hist_t *latency;
-    sg_gauge_t *inflight_requests;
+    sg_route_meters_t meters;     /* its requests by status, their latency, in flight (status.h) */
     sg_gauge_t *inflight_queries; /* handed to the plugin */
     sg_gauge_t *queued_queries;   /* waiting for admission */
     sg_counter_t *calls;          /* plugin search() calls */

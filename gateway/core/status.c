@@ -19,7 +19,7 @@ int sg_code_index(int status)
     return SG_CODE_OTHER;
 }
 
-void sg_status_metrics_register(const char *name, sg_counter_t **requests, sg_counter_t **queries)
+void sg_route_meters_register(sg_route_meters_t *m, const char *name)
 {
     char l[256];
     for (int c = 0; c < SG_NUM_CODES; ++c) {
@@ -27,20 +27,22 @@ void sg_status_metrics_register(const char *name, sg_counter_t **requests, sg_co
             snprintf(l, sizeof(l), "backend=\"%s\",code=\"other\"", name);
         else
             snprintf(l, sizeof(l), "backend=\"%s\",code=\"%d\"", name, sg_code_values[c]);
-        requests[c] = sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
-        queries[c] =
+        m->requests[c] = sg_metrics_counter("searchgate_requests_total", "Retrieve/access requests by backend and HTTP status.", l);
+        m->queries[c] =
             sg_metrics_counter("searchgate_queries_total", "Queries in retrieve/access requests by backend and HTTP status.", l);
     }
+    snprintf(l, sizeof(l), "backend=\"%s\"", name);
+    m->latency = sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
+    m->inflight = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
 }
 
-uint64_t sg_status_metrics_count(sg_counter_t *const *requests, sg_counter_t *const *queries, sg_hist_t *latency, int status,
-                                 uint32_t n_queries, uint64_t start_us)
+uint64_t sg_route_meters_count(const sg_route_meters_t *m, int status, uint32_t n_queries, uint64_t start_us)
 {
     int ci = sg_code_index(status);
     uint64_t lat = sg_now_us() - start_us;
-    sg_counter_add(requests[ci], 1);
-    sg_counter_add(queries[ci], n_queries);
-    sg_hist_observe_us(latency, lat);
+    sg_counter_add(m->requests[ci], 1);
+    sg_counter_add(m->queries[ci], n_queries);
+    sg_hist_observe_us(m->latency, lat);
     return lat;
 }
 

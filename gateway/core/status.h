@@ -33,13 +33,19 @@ int sg_code_index(int status);
 /** The status of each SG_CODE_* (0 for SG_CODE_OTHER). */
 extern const int sg_code_values[SG_NUM_CODES];
 
-/** Registers searchgate_requests_total and searchgate_queries_total of route `name` (a plugin
- * route or a fusion route) for every SG_CODE_*, into `requests` and `queries`. */
-void sg_status_metrics_register(const char *name, sg_counter_t **requests, sg_counter_t **queries);
-/** Counts one request of `n_queries` answered `status` on a route's metrics (by status, and its
- * latency from `start_us`); returns that latency (us). */
-uint64_t sg_status_metrics_count(sg_counter_t *const *requests, sg_counter_t *const *queries, sg_hist_t *latency, int status,
-                                 uint32_t n_queries, uint64_t start_us);
+/** Where a route counts its requests, a plugin route (route.h) and a fusion route alike. */
+typedef struct st_sg_route_meters_t {
+    sg_counter_t *requests[SG_NUM_CODES]; /* searchgate_requests_total by SG_CODE_* */
+    sg_counter_t *queries[SG_NUM_CODES];  /* searchgate_queries_total by SG_CODE_* */
+    sg_hist_t *latency;                   /* searchgate_request_duration_seconds */
+    sg_gauge_t *inflight;                 /* searchgate_inflight_requests */
+} sg_route_meters_t;
+
+/** Registers the meters of route `name` (every SG_CODE_* of its per-status counters) into `m`. */
+void sg_route_meters_register(sg_route_meters_t *m, const char *name);
+/** Counts one request of `n_queries` answered `status` on `m` (by status, and its latency from
+ * `start_us`); returns that latency (us). */
+uint64_t sg_route_meters_count(const sg_route_meters_t *m, int status, uint32_t n_queries, uint64_t start_us);
 
 /** The reason phrase of an HTTP status the gateway sends ("Error" for one it never sends). */
 const char *sg_http_reason(int status);

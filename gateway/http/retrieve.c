@@ -19,11 +19,11 @@
 #include "fusion_route.h"
 #include "gen.h"
 #include "json.h"
+#include "outcome.h"
 #include "provenance.h"
 #include "query.h"
 #include "request.h"
 #include "respond.h"
-#include "stats_ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,10 +100,8 @@ static void answer_early(h2o_req_t *req, int is_access, sg_route_t *b, const sg_
 {
     if (sg_log_enabled(SG_LL_DEBUG))
         log_early(is_access, b, client, status, type, n_queries, start_us);
-    if (b != NULL) {
-        uint64_t lat = sg_status_metrics_count(b->requests, b->queries, b->latency, status, n_queries, start_us);
-        sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
-    }
+    if (b != NULL)
+        sg_outcome_count_early(&b->meters, status, n_queries, start_us);
     if (status == 401) /* and the connection ends: its next request meets the connection gate again */
         req->http1_is_persistent = 0;
     sg_http_answer_early(req, status, type, msg, b != NULL ? &b->prov : NULL);

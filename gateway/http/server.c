@@ -192,8 +192,8 @@ static void stats_backends(const sg_gen_t *g, sg_jw_t *w)
         sg_route_t *be = &g->routes[i];
         uint64_t req_total = 0, q_total = 0;
         for (int c = 0; c < SG_NUM_CODES; ++c) {
-            req_total += atomic_load(&be->requests[c]->v);
-            q_total += atomic_load(&be->queries[c]->v);
+            req_total += atomic_load(&be->meters.requests[c]->v);
+            q_total += atomic_load(&be->meters.queries[c]->v);
         }
         sg_jw_key(w, be->conf->name);
         sg_jw_obj(w);

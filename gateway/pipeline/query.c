@@ -7,6 +7,10 @@
  *   then one MGET to Redis; it answers once through a callback) -> dispatch the misses (dispatch.c:
  *   singleflight, admission, plugin; a failure may move to the route's fallback) -> done()
  *
+ * Its end -- the record in the meters, the ring, the log and the traces, the error handed to done()
+ * -- is outcome.c's, handed this file's query_type (what a query is, how its work stops); a fusion
+ * route's request ends through the same steps.
+ *
  * Everything here runs on the query's loop thread. The query holds one reference on itself until
  * it has answered (or was cancelled); an outstanding Redis round trip (cache lookup, shared rate
  * limit) holds another, so the callback finds it alive and sees it has already answered. A
@@ -20,8 +24,8 @@
 #include "budget.h"
 #include "hmap.h"
 #include "rate.h"
+#include "outcome.h"
 #include "respond.h"
-#include "stats_ring.h"
 #include "../../cache/cache.h"
 
 #include <stdio.h>
@@ -72,18 +76,6 @@ static void query_release(void *ctx)
     sg__query_unref(ctx);
 }
 
-/* log_level debug: one line per query, whatever its outcome. */
-static void log_query(const sg_query_t *q, int status, const char *type)
-{
-    char cache[96] = "";
-    if (!q->is_access)
-        snprintf(cache, sizeof(cache), " distinct=%u l1=%u redis=%u misses=%u", q->n_uniq, q->hits_l1, q->hits_redis, q->misses);
-    SG_LOG(SG_LL_DEBUG, "request", "%s POST %s backend=%s client=%s status=%d%s%s queries=%u%s%s%s ms=%.3f", q->request_id,
-           q->is_access ? "/access" : "/retrieve", q->backend->conf->name, q->client->id, status, type != NULL ? " error=" : "",
-           type != NULL ? type : "", q->n_queries, cache, q->fallback_used ? " fallback=" : "",
-           q->fallback_used ? q->serving->conf->name : "", (double)(sg_now_us() - q->start_us) / 1000.0);
-}
-
 static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
 {
     const sg_query_t *q = ctx;
@@ -91,80 +83,79 @@ static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
     *out = (sg_trace_item_t){u->text, u->len, u->blob, u->fallback_tried && u->blob != NULL ? SG_SRC_FALLBACK : u->source};
 }
 
-/* The route's or the client's query trace (trace.h), when either traces this request. A query
- * its caller admitted is not traced: the caller's request is (a fusion route's). */
-static void trace(const sg_query_t *q, int status, const char *type, uint64_t lat)
-{
-    const sg_trace_conf_t *rt = q->backend->conf->trace, *ct = q->client->conf->trace;
-    if ((rt == NULL && ct == NULL) || q->admitted)
-        return;
-    sg_trace_event_t ev = {.request_id = q->request_id,
-                           .route = q->backend->conf->name,
-                           .fallback = q->fallback_used ? q->serving->conf->name : NULL,
-                           .client = q->client->id,
-                           .is_access = q->is_access,
-                           .topk = q->topk,
-                           .params = q->params,
-                           .n = q->n_queries,
-                           .slot = q->slot_uniq,
-                           .n_distinct = q->n_uniq,
-                           .status = status,
-                           .error = type,
-                           .start_us = q->start_us,
-                           .latency_us = lat,
-                           .item = trace_item,
-                           .ctx = q};
-    sg_trace_request(rt, ct, &ev);
-}
+/* ---- the end of a query (outcome.h): what it is, and its own work to stop ---- */
 
-/* Records the outcome in every metric and the traces; called exactly once per query. */
-static void record(sg_query_t *q, int status, const char *type)
+static void outcome_of(sg_query_t *q, sg_outcome_t *o)
 {
-    if (sg_log_enabled(SG_LL_DEBUG))
-        log_query(q, status, type);
     sg_route_t *b = q->backend;
-    uint64_t lat = sg_status_metrics_count(b->requests, b->queries, b->latency, status, q->n_queries, q->start_us);
-    trace(q, status, type, lat);
-    sg_gauge_add(b->inflight_requests, -1);
-    if (!q->admitted) { /* else the caller's request is the client's request */
-        sg_counter_add(q->client->m_requests, 1);
-        sg_counter_add(q->client->m_queries, q->n_queries);
-    }
-    sg_counter_add(q->client->m_hits_l1, q->hits_l1);
-    sg_counter_add(q->client->m_hits_redis, q->hits_redis);
-    sg_counter_add(q->client->m_misses, q->misses);
-    if (status == 504)
-        sg_counter_add(q->client->m_timeouts, 1);
+    const char *fallback = q->fallback_used ? q->serving->conf->name : NULL;
+    o->request_id = q->request_id;
+    o->what = q->is_access ? "POST /access" : "POST /retrieve";
+    o->client = q->client;
+    o->n_queries = q->n_queries;
+    o->start_us = q->start_us;
+    o->admitted = q->admitted;
+    o->meters = &b->meters;
+    o->cache_misses = q->is_access ? NULL : b->cache_misses;
+    o->hits_l1 = q->hits_l1;
+    o->hits_redis = q->hits_redis;
+    o->misses = q->misses;
+    o->route_trace = b->conf->trace;
+    o->ev = (sg_trace_event_t){.route = b->conf->name,
+                               .fallback = fallback,
+                               .is_access = q->is_access,
+                               .topk = q->topk,
+                               .params = q->params,
+                               .n = q->n_queries,
+                               .slot = q->slot_uniq,
+                               .n_distinct = q->n_uniq,
+                               .item = trace_item,
+                               .ctx = q};
+    if (!sg_log_enabled(SG_LL_DEBUG))
+        return;
+    char cache[96] = "";
     if (!q->is_access)
-        sg_counter_add(b->cache_misses, q->misses);
-    sg_ring_record_request(q->n_queries, q->hits_l1 + q->hits_redis, q->misses, status >= 400, lat);
+        snprintf(cache, sizeof(cache), " distinct=%u l1=%u redis=%u misses=%u", q->n_uniq, q->hits_l1, q->hits_redis, q->misses);
+    snprintf(o->log_more, sizeof(o->log_more), "%s%s%s", cache, fallback != NULL ? " fallback=" : "",
+             fallback != NULL ? fallback : "");
 }
 
-/* Ends the query's work: timers, flights, metrics. The caller then answers (or not: cancelled). */
-static void finish(sg_query_t *q, int status, const char *type)
+/* Stops the query's work: its deadline or budget timer, its flights still out. */
+static void stop(sg_query_t *q)
 {
-    q->responded = 1;
     if (h2o_linklist_is_linked(&q->link))
         h2o_linklist_unlink(&q->link);
     sg_timer_stop(&q->loop->timers, &q->timer);
-    sg_rate_stop(&q->rate);
     for (uint32_t i = 0; i < q->n_uniq; ++i)
         if (q->uniq[i].waiter != NULL) { /* an early answer: detach from the flights still out */
             sg__dispatch_abandon(q);
             break;
         }
-    record(q, status, type);
+}
+
+static void end(void *ctx, sg_outcome_t *o)
+{
+    stop(ctx);
+    outcome_of(ctx, o);
+}
+
+static void answer_failure(void *ctx, const sg_query_result_t *res)
+{
+    sg_query_t *q = ctx;
+    q->done(q->ctx, res);
+}
+
+static const sg_outcome_type_t query_type = {end, answer_failure, query_release};
+
+/* Ends the query's work and records it. The caller then answers (or not: cancelled). */
+static void finish(sg_query_t *q, int status, const char *type)
+{
+    sg_outcome_finish(&query_type, q, &q->responded, &q->rate, status, type);
 }
 
 static void fail(sg_query_t *q, int status, const char *type, const char *msg, uint32_t retry_after)
 {
-    if (q->responded)
-        return;
-    finish(q, status, type);
-    sg_query_result_t res = {
-        .status = status, .type = type, .message = msg, .retry_after_s = retry_after, .request_id = q->request_id};
-    q->done(q->ctx, &res);
-    sg__query_unref(q);
+    sg_outcome_fail(&query_type, q, &q->responded, &q->rate, status, type, msg, retry_after);
 }
 
 static int check_bounds(sg_query_t *q);
@@ -200,14 +191,10 @@ static void took_blob(sg_query_t *q, sg_uq_t *u)
     q->blob_bytes += sg_blob_footprint(u->blob);
 }
 
-static void fail_too_large(sg_query_t *q, const char *how, uint64_t bytes, const char *detail)
+/* Whose answer the query's is, and its bound (respond.h). */
+static sg_respond_bound_t bound(const sg_query_t *q)
 {
-    char msg[400];
-    snprintf(
-        msg, sizeof(msg),
-        "backend %s: the answer %s %llu bytes%s, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
-        q->backend->conf->name, how, (unsigned long long)bytes, detail, (unsigned long long)q->max_response_bytes);
-    fail(q, 413, "too_large", msg, 0);
+    return (sg_respond_bound_t){"backend", q->backend->conf->name, q->max_response_bytes, q->envelope_bytes};
 }
 
 /* The answer so far fits limits.max_response_bytes, and the blobs the query holds are charged
@@ -215,12 +202,10 @@ static void fail_too_large(sg_query_t *q, const char *how, uint64_t bytes, const
 static int check_bounds(sg_query_t *q)
 {
     sg_server_t *s = q->loop->server;
-    if (q->max_response_bytes != 0 && q->envelope_bytes + q->result_bytes > q->max_response_bytes) {
-        sg_counter_add(s->responses.m_too_large_exact, 1);
-        char detail[96] = "";
-        if (q->n_pending != 0)
-            snprintf(detail, sizeof(detail), " with %u of %u distinct queries still to come", q->n_pending, q->n_uniq);
-        fail_too_large(q, q->n_pending != 0 ? "is already" : "is", q->envelope_bytes + q->result_bytes, detail);
+    sg_respond_bound_t b = bound(q);
+    char msg[400];
+    if (sg_respond_check_exact(s, &b, q->envelope_bytes + q->result_bytes, q->n_pending, q->n_uniq, msg, sizeof(msg)) != 0) {
+        fail(q, 413, "too_large", msg, 0);
         return -1;
     }
     if (q->blob_bytes <= q->held)
@@ -247,18 +232,16 @@ static int check_bounds(sg_query_t *q)
 static int check_estimate(sg_query_t *q)
 {
     uint32_t doc = sg_route_doc_bytes(q->backend, q->is_access);
-    if (q->max_response_bytes == 0 || doc == 0)
-        return 0;
     uint64_t per = q->is_access ? 1 : q->topk;
-    uint64_t low = q->envelope_bytes + (uint64_t)q->n_queries * per * (doc / 2);
-    if (low > q->max_response_bytes) {
-        sg_counter_add(q->loop->server->responses.m_too_large_estimate, 1);
-        char detail[200];
-        snprintf(detail, sizeof(detail), " (%u queries x %s %llu x ~%u bytes per document, half the route's mean)", q->n_queries,
-                 q->is_access ? "pages" : "topk", (unsigned long long)per, doc / 2);
-        fail_too_large(q, "would be at least about", low, detail);
+    sg_respond_bound_t b = bound(q);
+    char msg[400];
+    if (sg_respond_check_estimate(q->loop->server, &b, q->n_queries, q->is_access ? "pages" : "topk", per, doc,
+                                  ", half the route's mean", msg, sizeof(msg)) != 0) {
+        fail(q, 413, "too_large", msg, 0);
         return -1;
     }
+    if (q->max_response_bytes == 0 || doc == 0)
+        return 0;
     uint64_t mem = (uint64_t)q->n_uniq * per * ((uint64_t)doc + 32);
     q->reserve = mem < q->max_response_bytes ? mem : q->max_response_bytes;
     return 0;
@@ -532,10 +515,8 @@ void sg_query_fail_all(sg_loop_t *loop, const char *why)
 
 void sg_query_cancel(sg_query_t *q)
 {
-    if (q == NULL || q->responded)
-        return;
-    finish(q, 499, "client_gone");
-    sg__query_unref(q);
+    if (q != NULL)
+        sg_outcome_cancel(&query_type, q, &q->responded, &q->rate);
 }
 
 static int uq_eq(const void *item, const void *key, size_t key_len, const void *ud)
@@ -607,7 +588,7 @@ static sg_query_t *query_new(sg_loop_t *loop, const sg_query_spec_t *spec, sg_qu
     }
     index_distinct(q, off, spec->lens);
     free(off);
-    sg_gauge_add(spec->route->inflight_requests, 1);
+    sg_gauge_add(spec->route->meters.inflight, 1);
     return q;
 }
 
@@ -615,10 +596,7 @@ sg_query_t *sg_query_start(sg_loop_t *loop, const sg_query_spec_t *spec, sg_quer
 {
     sg_query_t *q = query_new(loop, spec, done, ctx);
     /* deadline: the route's timeout from arrival, which the caller may only shorten */
-    uint64_t timeout_us = (uint64_t)spec->route->conf->timeout_ms * 1000;
-    uint64_t deadline_us = q->start_us + timeout_us;
-    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
-        deadline_us = spec->deadline_us > q->start_us ? spec->deadline_us : q->start_us;
+    uint64_t deadline_us = sg_query_deadline_us(q->start_us, spec->route->conf->timeout_ms, spec->deadline_us);
     q->deadline_ms = deadline_us / 1000;
 
     query_ref(q); /* the caller's handle stays valid through what follows */

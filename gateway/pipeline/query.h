@@ -23,6 +23,7 @@
 #include "route.h"
 #include "clients.h"
 #include "blob.h"
+#include "outcome.h"
 
 /** A running query (opaque). Valid from sg_query_start() until done() ran or sg_query_cancel(). */
 typedef struct st_sg_query_t sg_query_t;
@@ -57,26 +58,22 @@ typedef struct st_sg_query_spec_t {
     uint64_t envelope_bytes;
 } sg_query_spec_t;
 
-/** The outcome, passed to done(). Every pointer is borrowed for the duration of the callback. */
-typedef struct st_sg_query_result_t {
-    int status;              /* 200, or the HTTP status of the failure (429, 503, 504, 502, ...) */
-    const char *type;        /* error type for the client ("timeout", "rate_limited", ...); NULL on 200 */
-    const char *message;     /* error message for the client; NULL on 200 */
-    uint32_t retry_after_s;  /* > 0: the client may retry after this many seconds */
-    uint32_t n;              /* on 200: spec.n, else 0 */
-    sg_blob_t *const *blobs; /* on 200: one result per spec text, in spec order (repeated texts
-                              * share a blob); sg_blob_ref() one to keep it */
-    const char *request_id;  /* the id the query logs under */
-    /* on 200, where the answers came from (X-Searchgate-Provenance, provenance.h): */
-    uint32_t n_distinct;                  /* distinct texts of the batch (on a fusion route: summed over the legs that answered) */
-    uint32_t n_cached;                    /* of them answered by the cache (L1 or Redis) */
-    int cache_on;                         /* the answers went through the cache (the route caches; never /access) */
-    const char *params;                   /* the canonical search parameters the route's backend was given, or NULL */
-    const struct st_sg_route_t *fallback; /* the route's fallback answered some of the queries, or NULL */
-} sg_query_result_t;
+/* The outcome passed to done(), sg_query_result_t, is outcome.h's: a fusion route's requests end
+ * the same way. */
 
 /** Called exactly once per query that was not cancelled, on the query's loop thread. */
 typedef void (*sg_query_done_fn)(void *ctx, const sg_query_result_t *res);
+
+/** The deadline (sg_now_us() clock) of a request that arrived at `start_us` on a route whose
+ * timeout is `timeout_ms`: that timeout, or `asked_us` (0: none) when the caller asks for an
+ * earlier one -- never before the arrival. A fusion route's request takes its own the same way. */
+static inline uint64_t sg_query_deadline_us(uint64_t start_us, uint32_t timeout_ms, uint64_t asked_us)
+{
+    uint64_t deadline_us = start_us + (uint64_t)timeout_ms * 1000;
+    if (asked_us != 0 && asked_us < deadline_us)
+        deadline_us = asked_us > start_us ? asked_us : start_us;
+    return deadline_us;
+}
 
 /**
  * Starts a query on `loop` (the calling loop thread's). Returns the query, or NULL when it

@@ -33,6 +33,7 @@
 #include "respond.h"
 #include "gen.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -74,6 +75,34 @@ uint64_t sg_respond_size(sg_blob_t *const *blobs, uint32_t n, int shape)
     for (uint32_t i = 0; i < n; ++i)
         total += sg_blob_shape_len(blobs[i], shape);
     return total;
+}
+
+/* The 413 message of an answer over its bound: "<kind> <name>: the answer <how> <bytes> bytes<detail>, ...". */
+static void too_large(const sg_respond_bound_t *b, const char *how, uint64_t bytes, const char *detail, char *msg, size_t msg_size)
+{
+    snprintf(msg, msg_size,
+             "%s %s: the answer %s %llu bytes%s, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
+             b->kind, b->name, how, (unsigned long long)bytes, detail, (unsigned long long)b->max);
+}
+
+void sg__respond_over_estimate(sg_server_t *s, const sg_respond_bound_t *b, uint64_t low, uint32_t n, const char *unit,
+                               uint64_t per, uint32_t doc, const char *note, char *msg, size_t msg_size)
+{
+    sg_counter_add(s->responses.m_too_large_estimate, 1);
+    char detail[200];
+    snprintf(detail, sizeof(detail), " (%u queries x %s %llu x ~%u bytes per document%s)", n, unit, (unsigned long long)per,
+             doc / 2, note);
+    too_large(b, "would be at least about", low, detail, msg, msg_size);
+}
+
+void sg__respond_over_exact(sg_server_t *s, const sg_respond_bound_t *b, uint64_t bytes, uint32_t pending, uint32_t distinct,
+                            char *msg, size_t msg_size)
+{
+    sg_counter_add(s->responses.m_too_large_exact, 1);
+    char detail[96] = "";
+    if (pending != 0)
+        snprintf(detail, sizeof(detail), " with %u of %u distinct queries still to come", pending, distinct);
+    too_large(b, pending != 0 ? "is already" : "is", bytes, detail, msg, msg_size);
 }
 
 static int cmp_ptr(const void *a, const void *b)

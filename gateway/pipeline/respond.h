@@ -81,6 +81,56 @@ static inline uint64_t sg_respond_envelope(uint32_t n)
 {
     return 13 + (n > 0 ? (uint64_t)n - 1 : 0);
 }
+/** Whose answer is bounded, and by how much (limits.max_response_bytes), for the two 413 checks
+ * below: the same for a query's answer and a route type's (a fusion route's fused answer). */
+typedef struct st_sg_respond_bound_t {
+    const char *kind;  /* the message's subject: "backend", "fusion route" */
+    const char *name;  /* the route's name */
+    uint64_t max;      /* the most bytes of the whole answer; 0 = no bound */
+    uint64_t envelope; /* what the entry point writes around the results */
+} sg_respond_bound_t;
+
+/* The 413s of the checks below, once they found the answer over its bound (respond.c): counted by
+ * stage, the client's message written into `msg`. Out of line: an answer within bounds never
+ * leaves the caller's file. */
+void sg__respond_over_estimate(sg_server_t *s, const sg_respond_bound_t *b, uint64_t low, uint32_t n, const char *unit,
+                               uint64_t per, uint32_t doc, const char *note, char *msg, size_t msg_size);
+void sg__respond_over_exact(sg_server_t *s, const sg_respond_bound_t *b, uint64_t bytes, uint32_t pending, uint32_t distinct,
+                            char *msg, size_t msg_size);
+
+/**
+ * Before any work: the least the answer would be -- `n` queries of `per` documents each (`unit`:
+ * "topk" or "pages"), at half the mean DOC size `doc` (the safe side of a mean; `note` says whose,
+ * e.g. ", half the route's mean", or "") plus the envelope -- fits b->max. Returns 0 when it does
+ * or nothing bounds or is known (b->max or `doc` 0); else that estimate, counted as a 413
+ * (searchgate_response_too_large_total{stage="estimate"}) with the client's message in `msg`.
+ */
+static inline uint64_t sg_respond_check_estimate(sg_server_t *s, const sg_respond_bound_t *b, uint32_t n, const char *unit,
+                                                 uint64_t per, uint32_t doc, const char *note, char *msg, size_t msg_size)
+{
+    if (b->max == 0 || doc == 0)
+        return 0;
+    uint64_t low = b->envelope + (uint64_t)n * per * (doc / 2);
+    if (low <= b->max)
+        return 0;
+    sg__respond_over_estimate(s, b, low, n, unit, per, doc, note, msg, msg_size);
+    return low;
+}
+
+/**
+ * On the results: `bytes` of the answer so far (the envelope included), with `pending` of
+ * `distinct` queries still to come (0: all in), fit b->max. Returns 0, or -1: a 413 counted
+ * (stage="exact") with the client's message in `msg`.
+ */
+static inline int sg_respond_check_exact(sg_server_t *s, const sg_respond_bound_t *b, uint64_t bytes, uint32_t pending,
+                                         uint32_t distinct, char *msg, size_t msg_size)
+{
+    if (b->max == 0 || bytes <= b->max)
+        return 0;
+    sg__respond_over_exact(s, b, bytes, pending, distinct, msg, msg_size);
+    return -1;
+}
+
 /** The exact size of the answer {"result":[P0,...]} where Pi is blobs[i] in `shape` (blob.h). */
 uint64_t sg_respond_size(sg_blob_t *const *blobs, uint32_t n, int shape);
 /** The bytes of the distinct blobs among `blobs` (a repeated query shares its blob). */

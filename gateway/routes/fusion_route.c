@@ -16,6 +16,12 @@
  * once for the batch (the same step as the pipeline's, rate.h) and is the client's request. The fused result is not cached: the
  * legs are, and merging their cached lists costs microseconds (docs/fusion.md has the measurement).
  *
+ * What it shares with a query is the pipeline's: the deadline (sg_query_deadline_us), the two 413
+ * checks of the answer's size (respond.h: the estimate before any work, the exact size of the fused
+ * answer), and its end (outcome.h: counted once on the fusion route and the client, the ring, the
+ * debug log, the traces, the error answer, a cancel). What is its own: the fan-out to the legs,
+ * the merge, the answer when some or every leg failed.
+ *
  * Loop thread only. A fusion query holds one reference on itself until it has answered or was
  * cancelled; a Redis round trip for a global rate limit holds another.
  */
@@ -23,10 +29,10 @@
 #include "runtime.h"
 #include "clients.h"
 #include "dispatch.h"
-#include "stats_ring.h"
 #include "gen.h"
 #include "hmap.h"
 #include "json.h"
+#include "outcome.h"
 #include "provenance.h"
 #include "query.h"
 #include "rate.h"
@@ -40,11 +46,8 @@
 /* per fusion route (index as in its generation's cfg->fusions) */
 typedef struct st_fusion_route_t {
     const sg_fusion_conf_t *conf;
-    sg_counter_t *requests[SG_NUM_CODES];
-    sg_counter_t *queries[SG_NUM_CODES];
-    sg_hist_t *latency;
-    sg_gauge_t *inflight;
-    sg_provenance_t prov; /* its settings and its legs' data fingerprints */
+    sg_route_meters_t meters; /* its requests by status, their latency, in flight (status.h) */
+    sg_provenance_t prov;     /* its settings and its legs' data fingerprints */
 } fusion_route_t;
 
 /* The fusion routes of one configuration generation (gen.h). */
@@ -132,13 +135,7 @@ sg_fusion_table_t *sg_fusion_build(const sg_gen_t *g)
     for (size_t i = 0; i < t->n; ++i) {
         fusion_route_t *r = &t->routes[i];
         r->conf = &cfg->fusions[i];
-        const char *name = r->conf->name;
-        sg_status_metrics_register(name, r->requests, r->queries);
-        char l[256];
-        snprintf(l, sizeof(l), "backend=\"%s\"", name);
-        r->latency =
-            sg_metrics_hist("searchgate_request_duration_seconds", "Retrieve/access request latency, arrival to response.", l);
-        r->inflight = sg_metrics_gauge("searchgate_inflight_requests", "Retrieve/access requests being processed.", l);
+        sg_route_meters_register(&r->meters, r->conf->name);
         register_partial(r->conf);
         describe(g, r);
     }
@@ -284,67 +281,60 @@ static void trace_item(const void *ctx, uint32_t d, sg_trace_item_t *out)
     *out = (sg_trace_item_t){fr->uniq_text[d], fr->uniq_len[d], b, b != NULL ? SG_SRC_FUSION : SG_SRC_NONE};
 }
 
-/* The fusion route's or the client's query trace (trace.h), when either traces this request. */
-static void trace(const fusion_req_t *fr, int status, const char *type, uint64_t lat)
-{
-    const sg_trace_conf_t *rt = fr->route->conf->trace, *ct = fr->client->conf->trace;
-    if (rt == NULL && ct == NULL)
-        return;
-    sg_trace_event_t ev = {.request_id = fr->request_id,
-                           .route = fr->route->conf->name,
-                           .client = fr->client->id,
-                           .topk = fr->topk,
-                           .n = fr->n_queries,
-                           .slot = fr->slot_uniq,
-                           .n_distinct = fr->n_uniq,
-                           .status = status,
-                           .error = type,
-                           .start_us = fr->start_us,
-                           .latency_us = lat,
-                           .item = trace_item,
-                           .ctx = fr};
-    sg_trace_request(rt, ct, &ev);
-}
+/* ---- the end of a fusion request (outcome.h): what it is, and its own work to stop ---- */
 
-/* Counts the outcome once: on the fusion route and, as one request, on the client; and traces it. */
-static void record(fusion_req_t *fr, int status, const char *type)
+static void outcome_of(fusion_req_t *fr, sg_outcome_t *o)
 {
     fusion_route_t *r = fr->route;
-    uint64_t lat = sg_status_metrics_count(r->requests, r->queries, r->latency, status, fr->n_queries, fr->start_us);
-    trace(fr, status, type, lat);
-    sg_gauge_add(r->inflight, -1);
-    sg_counter_add(fr->client->m_requests, 1);
-    sg_counter_add(fr->client->m_queries, fr->n_queries);
-    if (status == 504)
-        sg_counter_add(fr->client->m_timeouts, 1);
-    sg_ring_record_request(fr->n_queries, 0, 0, status >= 400, lat);
-    SG_LOG(SG_LL_DEBUG, "request", "%s fusion backend=%s client=%s status=%d%s%s queries=%u ms=%.3f", fr->request_id, r->conf->name,
-           fr->client->id, status, type != NULL ? " error=" : "", type != NULL ? type : "", fr->n_queries, (double)lat / 1000.0);
+    o->request_id = fr->request_id;
+    o->what = "fusion";
+    o->client = fr->client;
+    o->n_queries = fr->n_queries;
+    o->start_us = fr->start_us;
+    o->meters = &r->meters;
+    o->route_trace = r->conf->trace;
+    o->ev = (sg_trace_event_t){.route = r->conf->name,
+                               .topk = fr->topk,
+                               .n = fr->n_queries,
+                               .slot = fr->slot_uniq,
+                               .n_distinct = fr->n_uniq,
+                               .item = trace_item,
+                               .ctx = fr};
 }
 
-/* Ends the query: stops what still runs and counts it. The caller then answers (or not: cancelled). */
-static void finish(fusion_req_t *fr, int status, const char *type)
+/* Stops the legs still running (each counted as its own 499 on its route). */
+static void stop(fusion_req_t *fr)
 {
-    fr->answered = 1;
-    sg_rate_stop(&fr->rate);
     for (uint32_t l = 0; l < fr->route->conf->n_legs; ++l) {
         sg_query_t *q = fr->legs[l].q;
         fr->legs[l].q = NULL;
         if (q != NULL)
             sg_query_cancel(q);
     }
-    record(fr, status, type);
 }
+
+static void end(void *ctx, sg_outcome_t *o)
+{
+    stop(ctx);
+    outcome_of(ctx, o);
+}
+
+static void answer_failure(void *ctx, const sg_query_result_t *res)
+{
+    fusion_req_t *fr = ctx;
+    fr->done(fr->ctx, res, NULL);
+}
+
+static void fusion_req_release(void *ctx)
+{
+    fusion_req_unref(ctx);
+}
+
+static const sg_outcome_type_t fusion_type = {end, answer_failure, fusion_req_release};
 
 static void fail(fusion_req_t *fr, int status, const char *type, const char *msg, uint32_t retry_after)
 {
-    if (fr->answered)
-        return;
-    finish(fr, status, type);
-    sg_query_result_t res = {
-        .status = status, .type = type, .message = msg, .retry_after_s = retry_after, .request_id = fr->request_id};
-    fr->done(fr->ctx, &res, NULL);
-    fusion_req_unref(fr);
+    sg_outcome_fail(&fusion_type, fr, &fr->answered, &fr->rate, status, type, msg, retry_after);
 }
 
 /* How specific a leg's failure is, for the answer when every leg failed: the client's own error
@@ -451,6 +441,12 @@ static sg_blob_t *fuse_one(fusion_req_t *fr, uint32_t u)
     return blob;
 }
 
+/* Whose answer the fused one is, and its bound (respond.h). */
+static sg_respond_bound_t bound(const fusion_req_t *fr)
+{
+    return (sg_respond_bound_t){"fusion route", fr->route->conf->name, fr->max_response_bytes, fr->envelope_bytes};
+}
+
 /* The fused answer fits limits.max_response_bytes (0), or the request was answered 413 (-1:
  * `fr` may be freed then). */
 static int check_size(fusion_req_t *fr, sg_blob_t **fused)
@@ -460,20 +456,16 @@ static int check_size(fusion_req_t *fr, sg_blob_t **fused)
     uint64_t size = fr->envelope_bytes;
     for (uint32_t i = 0; i < fr->n_queries; ++i)
         size += sg_blob_shape_len(fused[fr->slot_uniq[i]], fr->shape);
-    if (size <= fr->max_response_bytes)
+    sg_respond_bound_t b = bound(fr);
+    char msg[400];
+    if (sg_respond_check_exact(fr->loop->server, &b, size, 0, fr->n_uniq, msg, sizeof(msg)) == 0)
         return 0;
-    sg_counter_add(fr->loop->server->responses.m_too_large_exact, 1);
-    char msg[300];
-    snprintf(msg, sizeof(msg),
-             "fusion route %s: the answer is %llu bytes, over limits.max_response_bytes (%llu): ask for fewer queries or a smaller "
-             "topk",
-             fr->route->conf->name, (unsigned long long)size, (unsigned long long)fr->max_response_bytes);
     fail(fr, 413, "too_large", msg, 0);
     return -1;
 }
 
-/* Before any work: the fused answer estimated from the legs' mean DOC size (halved, as the
- * query pipeline does) fits limits.max_response_bytes (0), or the request was answered 413. */
+/* Before any work: the fused answer estimated from the legs' mean DOC size (the largest, halved,
+ * as the query pipeline does) fits limits.max_response_bytes (0), or the request was answered 413. */
 static int check_estimate(fusion_req_t *fr)
 {
     const sg_fusion_conf_t *fc = fr->route->conf;
@@ -482,15 +474,10 @@ static int check_estimate(fusion_req_t *fr)
         uint32_t d = sg_route_doc_bytes(&fr->gen->routes[fc->legs[l]], SG_OP_SEARCH);
         doc = d > doc ? d : doc;
     }
-    uint64_t low = fr->envelope_bytes + (uint64_t)fr->n_queries * fr->topk * (doc / 2);
-    if (fr->max_response_bytes == 0 || doc == 0 || low <= fr->max_response_bytes)
-        return 0;
-    sg_counter_add(fr->loop->server->responses.m_too_large_estimate, 1);
+    sg_respond_bound_t b = bound(fr);
     char msg[400];
-    snprintf(msg, sizeof(msg),
-             "fusion route %s: the answer would be at least about %llu bytes (%u queries x topk %u x ~%u bytes per document), over "
-             "limits.max_response_bytes (%llu): ask for fewer queries or a smaller topk",
-             fc->name, (unsigned long long)low, fr->n_queries, fr->topk, doc / 2, (unsigned long long)fr->max_response_bytes);
+    if (sg_respond_check_estimate(fr->loop->server, &b, fr->n_queries, "topk", fr->topk, doc, "", msg, sizeof(msg)) == 0)
+        return 0;
     fail(fr, 413, "too_large", msg, 0);
     return -1;
 }
@@ -520,8 +507,8 @@ static void respond(fusion_req_t *fr)
         snprintf(labels, sizeof(labels), "route=\"%s\",leg=\"%s\",reason=\"%s\"", fc->name, fc->leg_names[l], reason);
         sg_counter_add(sg_metrics_counter("searchgate_fusion_partial_total", PARTIAL_HELP, labels), 1);
     }
-    fr->fused = fused;
-    finish(fr, 200, NULL);
+    fr->fused = fused; /* for the trace */
+    sg_outcome_finish(&fusion_type, fr, &fr->answered, &fr->rate, 200, NULL);
     fr->fused = NULL;
     sg_blob_t **blobs = sg_mem_alloc(fr->n_queries * sizeof(*blobs));
     for (uint32_t i = 0; i < fr->n_queries; ++i)
@@ -629,19 +616,12 @@ static void fusion_req_hold(void *ctx)
     ++((fusion_req_t *)ctx)->refs;
 }
 
-static void fusion_req_release(void *ctx)
-{
-    fusion_req_unref(ctx);
-}
-
 static const sg_rate_next_t rate_next = {rate_admitted, rate_refused, fusion_req_gone, fusion_req_hold, fusion_req_release};
 
 void sg_fusion_cancel(sg_fusion_query_t *fr)
 {
-    if (fr == NULL || fr->answered)
-        return;
-    finish(fr, 499, "client_gone");
-    fusion_req_unref(fr);
+    if (fr != NULL)
+        sg_outcome_cancel(&fusion_type, fr, &fr->answered, &fr->rate);
 }
 
 /* whether the distinct text at `item` (&fr->uniq_text[u]) is the key */
@@ -696,14 +676,11 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
     fr->n_queries = spec->n;
     fr->topk = spec->topk != 0 ? spec->topk : fc->topk;
     fr->start_us = spec->start_us != 0 ? spec->start_us : sg_now_us();
-    uint64_t deadline_us = fr->start_us + (uint64_t)fc->timeout_ms * 1000;
-    if (spec->deadline_us != 0 && spec->deadline_us < deadline_us)
-        deadline_us = spec->deadline_us > fr->start_us ? spec->deadline_us : fr->start_us;
-    fr->deadline_us = deadline_us;
+    fr->deadline_us = sg_query_deadline_us(fr->start_us, fc->timeout_ms, spec->deadline_us);
     fr->shape = spec->shape;
     fr->max_response_bytes = spec->max_response_bytes;
     fr->envelope_bytes = spec->envelope_bytes;
-    sg_gauge_add(r->inflight, 1);
+    sg_gauge_add(r->meters.inflight, 1);
     dedup_queries(fr, spec);
     ++fr->refs;                  /* the caller's handle stays valid through what follows */
     if (check_estimate(fr) == 0) /* the legs are not charged again; it may wait at most until the deadline */
@@ -718,6 +695,5 @@ sg_fusion_query_t *sg_fusion_start(sg_loop_t *loop, const sg_fusion_spec_t *spec
 void sg_fusion_count_early(sg_gen_t *g, int fi, int status, uint32_t n_queries, uint64_t start_us)
 {
     fusion_route_t *r = &g->fusion->routes[fi];
-    uint64_t lat = sg_status_metrics_count(r->requests, r->queries, r->latency, status, n_queries, start_us);
-    sg_ring_record_request(n_queries, 0, 0, status >= 400, lat);
+    sg_outcome_count_early(&r->meters, status, n_queries, start_us);
 }

@@ -5,9 +5,9 @@ computes for a query and its first-stage documents, in plain torch (Debian's pyt
   title = contents.split("\\n")[0], text = "\\n".join(contents.split("\\n")[1:]),
   passage = f"(Title: {title}) {text}";
 * scores as sentence-transformers' CrossEncoder.predict: the BertForSequenceClassification of
-  tests/local/make_xenc_fixture.py (Hugging Face's architecture and parameter names, loaded with
+  tests/backends/encoder/make_xenc_fixture.py (Hugging Face's architecture and parameter names, loaded with
   strict=True from the folder's model.safetensors), the reference tokenizer
-  (tests/local/ref_tokenizer.py) with "longest_first" truncation as the fast tokenizer does it,
+  (tests/backends/encoder/ref_tokenizer.py) with "longest_first" truncation as the fast tokenizer does it,
   then the activation config.json names;
 * order: sorted(..., key=score, reverse=True), a stable sort, so ties keep the first-stage order.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "local"))
+sys.path.insert(0, os.path.join(HERE, "..", "backends", "encoder"))
 
 import make_xenc_fixture as fx  # noqa: E402
 

@@ -1,6 +1,6 @@
 /*
  * test_xenc.c -- the BERT cross-encoder (xenc.h) against the goldens of tests/fixtures/xenc-tiny
- * and xenc-tiny-3labels (tests/local/make_xenc_fixture.py: BertForSequenceClassification and
+ * and xenc-tiny-3labels (tests/backends/encoder/make_xenc_fixture.py: BertForSequenceClassification and
  * BertTokenizer followed in plain torch; tests/fixtures/README.md):
  *
  *   - pair token ids and types exactly, with both truncation rules;

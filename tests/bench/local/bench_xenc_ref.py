@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The peer of bench_xenc.c: the same rerank load (30 candidates x 256 tokens, one query per call)
-through the plain-torch BertForSequenceClassification of tests/local/make_xenc_fixture.py (the
+through the plain-torch BertForSequenceClassification of tests/backends/encoder/make_xenc_fixture.py (the
 reference the cross-encoder goldens come from; transformers' eager BERT, float32, CPU), as
 sentence-transformers' CrossEncoder.predict runs it on a CPU: one padded batch under no_grad.
 Only the model is timed: CrossEncoder tokenises with the Rust `tokenizers` library, which Debian
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "local"))  # make_xenc_fixture.py
+sys.path.insert(0, os.path.join(HERE, "..", "..", "backends", "encoder"))  # make_xenc_fixture.py
 import make_xenc_fixture as ref  # noqa: E402
 
 WORDS = ("the of and in to was is for on as by with he at from his an were are which this also be has first new one "

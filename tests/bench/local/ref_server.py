@@ -4,7 +4,7 @@
 as it runs on a CPU machine. Written here from that behaviour, not copied; what Debian cannot
 provide is replaced:
 
-  * transformers' tokenizer -> tests/local/ref_tokenizer.py (the same uncased WordPiece, checked
+  * transformers' tokenizer -> tests/backends/encoder/ref_tokenizer.py (the same uncased WordPiece, checked
     against transformers' own ids), and its model -> a plain-torch BertModel loading the same
     model.safetensors (parsed with json + numpy; the safetensors package is not in Debian);
   * the datasets library -> the corpus as a Python list of dicts, read line by line;
@@ -37,7 +37,7 @@ import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "local"))  # ref_tokenizer.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "backends", "encoder"))  # ref_tokenizer.py
 from ref_tokenizer import BertTokenizer, check_golden  # noqa: E402
 
 # ---------------------------------------------------------------- tokenizer: ref_tokenizer.py

@@ -33,9 +33,9 @@ static void one_route_init(sg_config_t *cfg, sg_backend_conf_t *bconf, sg_route_
     gen->n_routes = 1;
     gen->server = server;
     for (int i = 0; i < SG_NUM_CODES; ++i)
-        r->requests[i] = r->queries[i] = c;
-    r->latency = r->call_latency = h;
-    r->inflight_requests = r->inflight_queries = r->queued_queries = r->floor_ms = g;
+        r->meters.requests[i] = r->meters.queries[i] = c;
+    r->meters.latency = r->call_latency = h;
+    r->meters.inflight = r->inflight_queries = r->queued_queries = r->floor_ms = g;
     r->call_errors = r->batch_queries = r->expired = r->fallbacks = r->shed = r->coalesced = c;
     r->cache_hits_l1 = r->cache_hits_redis = r->cache_misses = r->calls = r->floor_refused = c;
     server->cfg = cfg;

@@ -95,9 +95,9 @@ static int setup(void **state)
 {
     (void)state;
     one_route_init(&cfg, &bconf, &backend, &core, &gen, &server, &fake_vt, &dummy_c, &dummy_g, &dummy_h);
-    backend.requests[sg_code_index(200)] = &m_r200;
-    backend.requests[sg_code_index(499)] = &m_r499;
-    backend.requests[sg_code_index(504)] = &m_r504;
+    backend.meters.requests[sg_code_index(200)] = &m_r200;
+    backend.meters.requests[sg_code_index(499)] = &m_r499;
+    backend.meters.requests[sg_code_index(504)] = &m_r504;
     backend.expired = &m_expired;
     backend.calls = &m_calls;
     backend.cache_hits_l1 = &m_hits_l1;

@@ -1,8 +1,9 @@
 /*
  * test_respond.c -- the pure parts of the bounds of answers (issue 19): a blob's pieces in each
  * shape are exactly the bytes the answer had when it was built whole (the streaming writer
- * copies pieces), answer sizes, the process's response budget, and what a route can ever admit
- * of one request (sg_dispatch_capacity: 413 instead of 503 forever).
+ * copies pieces), answer sizes, the process's response budget, the two 413 checks of an answer's
+ * size, and what a route can ever admit of one request (sg_dispatch_capacity: 413 instead of 503
+ * forever).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,6 +108,47 @@ static void test_budget(void **state)
     sg_respond_release(&s, 5000);
 }
 
+/* The two 413 checks a query's answer and a fused one share: the estimate before any work (half
+ * the mean DOC size a document) and the exact size, each counted by stage, with the message that
+ * names the route, the sizes and the limit. */
+static void test_too_large_checks(void **state)
+{
+    (void)state;
+    sg_server_t s;
+    memset(&s, 0, sizeof(s));
+    sg_counter_t estimate = {0}, exact = {0};
+    s.responses.m_too_large_estimate = &estimate;
+    s.responses.m_too_large_exact = &exact;
+    char msg[400] = "";
+    sg_respond_bound_t b = {"backend", "wiki", 3099, 100};
+    /* 100 + 2 x 3 x 500 = 3100 */
+    assert_int_equal(sg_respond_check_estimate(&s, &b, 2, "topk", 3, 1000, ", half the route's mean", msg, sizeof(msg)), 3100);
+    assert_string_equal(msg, "backend wiki: the answer would be at least about 3100 bytes (2 queries x topk 3 x ~500 bytes per "
+                             "document, half the route's mean), over limits.max_response_bytes (3099): ask for fewer queries "
+                             "or a smaller topk");
+    assert_int_equal(atomic_load(&estimate.v), 1);
+    b.max = 3100; /* at the limit it runs */
+    assert_int_equal(sg_respond_check_estimate(&s, &b, 2, "topk", 3, 1000, "", msg, sizeof(msg)), 0);
+    b.max = 0; /* no bound, or no mean known: nothing to estimate */
+    assert_int_equal(sg_respond_check_estimate(&s, &b, 2, "topk", 3, 1000, "", msg, sizeof(msg)), 0);
+    b.max = 10;
+    assert_int_equal(sg_respond_check_estimate(&s, &b, 2, "topk", 3, 0, "", msg, sizeof(msg)), 0);
+    assert_int_equal(atomic_load(&estimate.v), 1);
+
+    sg_respond_bound_t f = {"fusion route", "hy", 100, 20};
+    assert_int_equal(sg_respond_check_exact(&s, &f, 100, 0, 2, msg, sizeof(msg)), 0);
+    assert_int_equal(sg_respond_check_exact(&s, &f, 101, 0, 2, msg, sizeof(msg)), -1);
+    assert_string_equal(msg, "fusion route hy: the answer is 101 bytes, over limits.max_response_bytes (100): ask for fewer "
+                             "queries or a smaller topk");
+    assert_int_equal(sg_respond_check_exact(&s, &f, 150, 1, 3, msg, sizeof(msg)), -1);
+    assert_string_equal(msg, "fusion route hy: the answer is already 150 bytes with 1 of 3 distinct queries still to come, over "
+                             "limits.max_response_bytes (100): ask for fewer queries or a smaller topk");
+    assert_int_equal(atomic_load(&exact.v), 2);
+    f.max = 0;
+    assert_int_equal(sg_respond_check_exact(&s, &f, 1u << 30, 0, 1, msg, sizeof(msg)), 0);
+    assert_int_equal(atomic_load(&estimate.v), 1);
+}
+
 /* The route's mean DOC size (route.h), which the estimate reads: the first call's mean, then a
  * moving mean of 1/8 per call, never 0 once measured; search and access apart. */
 static void test_doc_mean(void **state)
@@ -195,11 +237,8 @@ static void test_capacity(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pieces_are_the_fragment),
-        cmocka_unit_test(test_sizes),
-        cmocka_unit_test(test_budget),
-        cmocka_unit_test(test_doc_mean),
-        cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_pieces_are_the_fragment), cmocka_unit_test(test_sizes),    cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_too_large_checks),        cmocka_unit_test(test_doc_mean), cmocka_unit_test(test_capacity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 """BERT uncased WordPiece tokenization, as transformers 4.36 performs it (BertTokenizer and
 BertTokenizerFast), written here from its rules for the Python references and fixture makers of
-tests/ (Debian has no transformers): tests/local/make_xenc_fixture.py, tests/integration/xenc_ref.py
-and tests/bench/local/ref_server.py. check_golden() compares it with tests/fixtures/
+tests/ (Debian has no transformers): tests/backends/encoder/make_xenc_fixture.py,
+tests/integration/xenc_ref.py and tests/bench/local/ref_server.py. check_golden() compares it with tests/fixtures/
 tokenizer_golden.jsonl, made with transformers itself; the scripts that write fixtures refuse to
 run unless it reproduces every case id for id.
 
@@ -29,7 +29,7 @@ import re
 import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GOLDEN = os.path.join(HERE, "..", "fixtures", "tokenizer_golden.jsonl")
+GOLDEN = os.path.join(HERE, "..", "..", "fixtures", "tokenizer_golden.jsonl")
 
 SPECIAL = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")
 CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),

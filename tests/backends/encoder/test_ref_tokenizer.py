@@ -7,7 +7,7 @@ import unittest
 
 import ref_tokenizer as rt
 
-VOCAB = os.path.join(rt.HERE, "..", "fixtures", "e5-tiny", "vocab.txt")
+VOCAB = os.path.join(rt.HERE, "..", "..", "fixtures", "e5-tiny", "vocab.txt")
 
 
 class RefTokenizer(unittest.TestCase):

@@ -12,8 +12,8 @@ plain torch, on Debian's python3-torch (Debian has no `transformers`):
 
 The reference follows transformers 4.36 (the version the e5 fixtures were made with):
 
-  * tokenizer: tests/local/ref_tokenizer.py (BERT uncased WordPiece written from its rules, literal
-    special tokens kept whole; shared with tests/bench/local/ref_server.py); before writing
+  * tokenizer: ref_tokenizer.py beside this script (BERT uncased WordPiece written from its rules,
+    literal special tokens kept whole; shared with tests/bench/local/ref_server.py); before writing
     anything this script checks that it reproduces tests/fixtures/tokenizer_golden.jsonl (made
     with transformers itself) id for id. Pairs are `[CLS] A [SEP] B [SEP]` with token types 0 for
     `[CLS] A [SEP]` and 1 for `B [SEP]`, truncated `longest_first` to max_length. The two
@@ -31,7 +31,7 @@ Each pair is scored alone; the script also scores all pairs as one padded batch,
 does, and checks it agrees. It prints how far a few plausible mistakes (tanh GELU, token types all
 0, no tanh in the pooler, the other truncation rule) move the logits, against the 1e-5 tolerance.
 
-    /usr/bin/python3 tests/local/make_xenc_fixture.py [--out tests/fixtures]
+    /usr/bin/python3 tests/backends/encoder/make_xenc_fixture.py [--out tests/fixtures]
 """
 import argparse
 import json
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "..", "fixtures")
+FIXTURES = os.path.join(HERE, "..", "..", "fixtures")
 sys.path.insert(0, HERE)
 from ref_tokenizer import BertTokenizer, check_golden  # noqa: E402,F401 - BertTokenizer is used by importers too
 
