@@ -783,8 +783,9 @@ static void test_store_reaches_redis_through_the_calls_loop(void **state)
     assert_int_equal(n_calls, 2);
     complete(0); /* "the plugin's thread": L1 at once, the Redis write queued for loop 0 */
     complete(1);
-    assert_non_null(peek_l1("who wrote macbeth", 17));
-    sg_blob_release(peek_l1("who wrote macbeth", 17));
+    sg_blob_t *in_l1 = peek_l1("who wrote macbeth", 17);
+    assert_non_null(in_l1);
+    sg_blob_release(in_l1);
     run_loop(1);
     int synced = 0;
     size_t len = 4;
