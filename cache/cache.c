@@ -425,14 +425,14 @@ static write_t *take_queue(sg_cache_writer_t *w)
 {
     pthread_mutex_lock(&w->mu);
     write_t *list = w->head;
-    size_t n = w->n;
+    int64_t n = (int64_t)w->n;
     w->head = NULL;
     w->tail = &w->head;
     w->n = 0;
     w->bytes = 0;
     w->wake_sent = 0;
+    sg_gauge_add(m_queued, -n);
     pthread_mutex_unlock(&w->mu);
-    sg_gauge_add(m_queued, -(int64_t)n);
     return list;
 }
 
@@ -502,6 +502,7 @@ static void queue_write(sg_cache_writer_t *w, const char *key, size_t key_len, s
         w->tail = &x->next;
         ++w->n;
         w->bytes += blob->json_len;
+        sg_gauge_add(m_queued, 1); /* under the lock, like take_queue()'s: never below 0 */
         queued = 1;
         wake = !w->wake_sent;
         w->wake_sent = 1;
@@ -512,7 +513,6 @@ static void queue_write(sg_cache_writer_t *w, const char *key, size_t key_len, s
         sg_counter_add(m_queue_dropped, 1);
         return;
     }
-    sg_gauge_add(m_queued, 1);
     if (wake)
         h2o_multithread_send_message(&w->receiver, &w->wake);
 }
