@@ -113,7 +113,8 @@ check-format:
 	git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cc' | xargs clang-format --dry-run --Werror
 
 # One request's walk through gateway/ and cache/ under gdb: each file entered by at most two direct
-# calls (docs/architecture.md, "Crossings"); a build whose tail calls keep their frames
+# calls (docs/architecture.md, "Crossings"), without Redis and (deps-test installs redis-server)
+# with it; a build whose tail calls keep their frames
 check-crossings: deps-test
 	cmake -S . -B $(XING_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-fno-optimize-sibling-calls $(CMAKE_ARGS)
 	cmake --build $(XING_BUILD) -j$(JOBS) --target searchgate sg_example

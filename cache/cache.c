@@ -1,5 +1,14 @@
 /*
  * cache.c -- keys, the Redis value format, and the lookup/store steps of a /retrieve request.
+ *
+ * The store is one call, made on the thread that has the result (the plugin's): it puts the
+ * result in L1 there, then queues its Redis SET on the writer of the loop the result is for. A
+ * loop's hiredis connection is used on that loop only, so the writer -- a mutex-guarded FIFO per
+ * loop plus one h2o_multithread message that wakes the loop when the FIFO stops being empty --
+ * carries the write there, and the SET is sent from the writer's receiver (on_writes), a callback
+ * of the loop's queue: no other file calls into the cache for it. The FIFO is bounded in writes
+ * and in result bytes; a store that finds it full keeps its L1 copy and drops the Redis write
+ * (counted). The writer ends before its connection, dropping what it still holds.
  */
 #include "cache.h"
 #include "redis.h"
@@ -13,7 +22,8 @@
 static sg_l1_t *l1; /* NULL when cache.l1_bytes is 0 */
 static size_t l1_max_bytes;
 static char *prefix; /* of every Redis key */
-static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_invalid_values;
+static sg_counter_t *m_redis_bypass, *m_redis_lookups, *m_invalid_values, *m_queue_dropped;
+static sg_gauge_t *m_queued; /* writes in the loops' write-behind queues */
 /* the "invalid value" log line: at most one per INVALID_LOG_MS, with the count of those not logged */
 #define INVALID_LOG_MS 10000
 static sg_log_every_t invalid_log;
@@ -36,21 +46,6 @@ void sg_cache_key(sg_buf_t *out, const char *identity, uint32_t topk, const char
 {
     out->len = 0;
     key_append(out, identity, topk, params, text, len);
-}
-
-/* Redis key: prefix + hex SHA-256 of the binary key, so keys have a fixed size and hold no query text. */
-static void redis_key(sg_buf_t *out, const char *pfx, const char *key, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char d[SHA256_DIGEST_LENGTH];
-    SHA256((const unsigned char *)key, len, d);
-    out->len = 0;
-    sg_buf_appends(out, pfx);
-    sg_buf_appends(out, "r1:");
-    for (size_t i = 0; i < sizeof(d); ++i) {
-        sg_buf_appendc(out, hex[d[i] >> 4]);
-        sg_buf_appendc(out, hex[d[i] & 15]);
-    }
 }
 
 void sg_cache_encode(sg_buf_t *out, const sg_blob_t *blob)
@@ -179,6 +174,12 @@ void sg_cache_init(size_t l1_bytes, const char *redis_prefix)
     m_invalid_values = sg_metrics_counter(
         "searchgate_cache_invalid_values_total",
         "Values read from Redis that were not valid cache entries (damaged or foreign): treated as misses, and replaced.", "");
+    m_queue_dropped = sg_metrics_counter("searchgate_cache_redis_write_queue_dropped_total",
+                                         "Redis cache writes dropped because their loop's write-behind queue was full (or the "
+                                         "loop stopped before sending them); the results stay in L1.",
+                                         "");
+    m_queued = sg_metrics_gauge("searchgate_cache_redis_write_queue",
+                                "Redis cache writes waiting in the loops' write-behind queues for their loop to send them.", "");
 }
 
 void sg_cache_dispose(void)
@@ -193,6 +194,37 @@ void sg_cache_dispose(void)
 static const char *redis_prefix(void)
 {
     return prefix != NULL ? prefix : "";
+}
+
+/* The Redis key of a binary key, written to `out` (redis_key_len() bytes): the prefix + "r1:" + hex
+ * SHA-256 of the binary key, so keys have a fixed size and hold no query text. Any thread. */
+static void redis_key_to(char *out, const char *key, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)key, len, d);
+    size_t n = strlen(redis_prefix());
+    memcpy(out, redis_prefix(), n);
+    memcpy(out + n, "r1:", 3);
+    out += n + 3;
+    for (size_t i = 0; i < sizeof(d); ++i) {
+        *out++ = hex[d[i] >> 4];
+        *out++ = hex[d[i] & 15];
+    }
+}
+
+static size_t redis_key_len(void)
+{
+    return strlen(redis_prefix()) + 3 + 2 * SHA256_DIGEST_LENGTH;
+}
+
+/* redis_key_to() into `out` (cleared first). */
+static void redis_key(sg_buf_t *out, const char *key, size_t len)
+{
+    out->len = 0;
+    sg_buf_reserve(out, redis_key_len());
+    redis_key_to(out->base, key, len);
+    out->len = redis_key_len();
 }
 
 /* One lookup: its answer as it fills, and while it waits for Redis the entries L1 did not answer,
@@ -302,7 +334,7 @@ static int send_mget(sg_redis_t *redis, mget_t *m, const sg_buf_t *keys, uint32_
         m->idx[k] = i;
         m->keys[k] = sg_strndup(key, m->key_len[i]);
         m->key_lens[k] = m->key_len[i];
-        redis_key(&rkeys[k], redis_prefix(), key, m->key_len[i]);
+        redis_key(&rkeys[k], key, m->key_len[i]);
         argv[k + 1] = rkeys[k].base;
         argvlen[k + 1] = rkeys[k].len;
     }
@@ -349,31 +381,148 @@ void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_l
     sg_counter_add(m_redis_lookups, 1);
 }
 
-void sg_cache_put_l1(const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s)
-{
-    if (l1 != NULL)
-        sg_l1_put(l1, key, key_len, blob, sg_now_ms() + (uint64_t)ttl_s * 1000);
-}
-
 sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len)
 {
     return l1 != NULL ? sg_l1_get(l1, key, key_len, sg_now_ms()) : NULL;
 }
 
-void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s)
+/* ---- the store: L1 at once, Redis on the loop that owns the connection ---- */
+
+/* One queued Redis write: the result and its Redis key (made on the storing thread). */
+typedef struct st_write_t {
+    struct st_write_t *next;
+    sg_blob_t *blob;
+    uint32_t ttl_s;
+    uint32_t rkey_len;
+    char rkey[]; /* redis_key_to(), NUL-terminated */
+} write_t;
+
+struct st_sg_cache_writer_t {
+    h2o_multithread_receiver_t receiver; /* on the loop's queue: on_writes */
+    h2o_multithread_message_t wake;      /* in the receiver's messages while wake_sent */
+    sg_redis_t *redis;
+    size_t max_writes, max_bytes;
+    pthread_mutex_t mu;
+    write_t *head, **tail; /* the queue, oldest first; under mu, like the three below */
+    size_t n, bytes;       /* writes queued and the bytes of their results */
+    int wake_sent;         /* `wake` was sent and on_writes has not taken the queue since */
+};
+
+/* SET key value EX ttl, fire-and-forget (lib/redis drops and counts it when Redis is down or too
+ * many writes are outstanding). `val` is scratch space. Loop thread of `redis`. */
+static void send_set(sg_redis_t *redis, const write_t *x, sg_buf_t *val)
 {
-    if (redis == NULL)
-        return;
-    sg_buf_t rk = {0}, val = {0};
     char ttl[16];
-    redis_key(&rk, redis_prefix(), key, key_len);
-    sg_cache_encode(&val, blob);
-    snprintf(ttl, sizeof(ttl), "%u", ttl_s);
-    const char *argv[5] = {"SET", rk.base, val.base, "EX", ttl};
-    size_t argvlen[5] = {3, rk.len, val.len, 2, strlen(ttl)};
+    sg_cache_encode(val, x->blob);
+    snprintf(ttl, sizeof(ttl), "%u", x->ttl_s);
+    const char *argv[5] = {"SET", x->rkey, val->base, "EX", ttl};
+    size_t argvlen[5] = {3, x->rkey_len, val->len, 2, strlen(ttl)};
     sg_redis_command(redis, NULL, NULL, 5, argv, argvlen);
-    sg_buf_free(&rk);
+}
+
+/* Takes the whole queue out of `w` (its writes, oldest first). */
+static write_t *take_queue(sg_cache_writer_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    write_t *list = w->head;
+    int64_t n = (int64_t)w->n;
+    w->head = NULL;
+    w->tail = &w->head;
+    w->n = 0;
+    w->bytes = 0;
+    w->wake_sent = 0;
+    sg_gauge_add(m_queued, -n);
+    pthread_mutex_unlock(&w->mu);
+    return list;
+}
+
+/* The loop's turn: sends what was queued since the last one. */
+static void on_writes(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    sg_cache_writer_t *w = H2O_STRUCT_FROM_MEMBER(sg_cache_writer_t, receiver, receiver);
+    while (!h2o_linklist_is_empty(messages)) /* `wake`, unlinked before wake_sent is cleared: a store may send it again */
+        h2o_linklist_unlink(messages->next);
+    sg_buf_t val = {0};
+    for (write_t *x = take_queue(w), *next; x != NULL; x = next) {
+        next = x->next;
+        send_set(w->redis, x, &val);
+        sg_blob_release(x->blob);
+        free(x);
+    }
     sg_buf_free(&val);
+}
+
+sg_cache_writer_t *sg_cache_writer_create(h2o_multithread_queue_t *queue, sg_redis_t *redis, size_t max_writes, size_t max_bytes)
+{
+    sg_cache_writer_t *w = sg_mem_calloc(1, sizeof(*w));
+    w->redis = redis;
+    w->max_writes = max_writes;
+    w->max_bytes = max_bytes;
+    w->tail = &w->head;
+    pthread_mutex_init(&w->mu, NULL);
+    h2o_multithread_register_receiver(queue, &w->receiver, on_writes);
+    return w;
+}
+
+void sg_cache_writer_destroy(sg_cache_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    /* a wake sent but not delivered (the loop stops before its turn): out of the receiver's
+     * messages, which no other thread touches any more */
+    if (h2o_linklist_is_linked(&w->wake.link))
+        h2o_linklist_unlink(&w->wake.link);
+    h2o_multithread_unregister_receiver(w->receiver.queue, &w->receiver);
+    uint64_t dropped = 0;
+    for (write_t *x = take_queue(w), *next; x != NULL; x = next, ++dropped) {
+        next = x->next;
+        sg_blob_release(x->blob);
+        free(x);
+    }
+    sg_counter_add(m_queue_dropped, dropped);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+/* Queues the Redis write of `blob` under `key` on `w`, or drops it when the queue is full. */
+static void queue_write(sg_cache_writer_t *w, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s)
+{
+    size_t rlen = redis_key_len();
+    write_t *x = sg_mem_alloc(sizeof(*x) + rlen + 1);
+    x->next = NULL;
+    x->ttl_s = ttl_s;
+    x->rkey_len = (uint32_t)rlen;
+    redis_key_to(x->rkey, key, key_len);
+    x->rkey[rlen] = '\0';
+    int queued = 0, wake = 0;
+    pthread_mutex_lock(&w->mu);
+    if (w->n < w->max_writes && w->bytes + blob->json_len <= w->max_bytes) {
+        x->blob = sg_blob_ref(blob);
+        *w->tail = x;
+        w->tail = &x->next;
+        ++w->n;
+        w->bytes += blob->json_len;
+        sg_gauge_add(m_queued, 1); /* under the lock, like take_queue()'s: never below 0 */
+        queued = 1;
+        wake = !w->wake_sent;
+        w->wake_sent = 1;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!queued) {
+        free(x);
+        sg_counter_add(m_queue_dropped, 1);
+        return;
+    }
+    if (wake)
+        h2o_multithread_send_message(&w->receiver, &w->wake);
+}
+
+void sg_cache_store(sg_cache_writer_t *w, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s)
+{
+    if (l1 != NULL) /* first: it fills the watches on the key, before the caller's flight ends */
+        sg_l1_put(l1, key, key_len, blob, sg_now_ms() + (uint64_t)ttl_s * 1000);
+    if (w != NULL)
+        queue_write(w, key, key_len, blob, ttl_s);
 }
 
 void sg_cache_stats_json(sg_jw_t *w, int redis_state)

@@ -85,13 +85,36 @@ typedef void (*sg_cache_lookup_cb)(void *ctx, const sg_cache_answer_t *answer);
  * `cb` exactly once, on this loop thread -- before returning when no Redis round trip is needed.
  */
 void sg_cache_lookup(sg_redis_t *redis, const sg_cache_lookup_t *req, sg_cache_lookup_cb cb, void *ctx);
-/** Stores one result in L1 for `ttl_s` seconds (no-op without L1). Any thread. */
-void sg_cache_put_l1(const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
+/**
+ * The Redis writes of one loop thread: a bounded write-behind queue. A store on any thread (the
+ * plugin's) queues the result's Redis SET; the loop that owns `redis` sends it (a loop's hiredis
+ * connection is used on that loop only), woken by an h2o_multithread message on its queue. At most
+ * `max_writes` writes holding at most `max_bytes` bytes of results wait: beyond that a store keeps
+ * its L1 copy and drops the Redis write, counted in searchgate_cache_redis_write_queue_dropped_total.
+ */
+typedef struct st_sg_cache_writer_t sg_cache_writer_t;
+
+/* The gateway's bounds of one loop's queue: as many writes as lib/redis lets wait on a connection */
+#define SG_CACHE_WRITE_QUEUE_WRITES 10000
+#define SG_CACHE_WRITE_QUEUE_BYTES ((size_t)64 << 20)
+
+/** Creates the writer of the loop that runs `queue` and owns `redis` (not NULL). That loop thread. */
+sg_cache_writer_t *sg_cache_writer_create(h2o_multithread_queue_t *queue, sg_redis_t *redis, size_t max_writes, size_t max_bytes);
+/**
+ * Ends the writer (NULL: nothing), on its loop thread, once no thread stores through it any more
+ * and before its Redis connection is destroyed: the writes still queued are dropped (counted) and
+ * their results released; none is sent.
+ */
+void sg_cache_writer_destroy(sg_cache_writer_t *w);
+/**
+ * Stores one result for `ttl_s` seconds: in L1 at once (no-op without L1; the store fills L1's
+ * watches on the key), and in Redis through `w` (NULL: no Redis), fire-and-forget, under the same
+ * key and value format as the lookup reads. Any thread; takes its own references on `blob`.
+ */
+void sg_cache_store(sg_cache_writer_t *w, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
 /** The L1 entry under `key` (a referenced blob), or NULL. Any thread. (A key the cache step looked
  * up is watched instead: sg_cache_answer_t.misses.) */
 sg_blob_t *sg_cache_get_l1(const char *key, size_t key_len);
-/** Stores one result in Redis for `ttl_s` seconds, fire-and-forget. The loop thread of `redis`. */
-void sg_cache_put_redis(sg_redis_t *redis, const char *key, size_t key_len, sg_blob_t *blob, uint32_t ttl_s);
 /** Appends cache state as JSON members ("l1":{...},"redis":{...}) for /stats; `redis_state` is 1
  * (a connection is up), 0 (none), 2 (the circuit breaker is open), 3 (Redis refuses the
  * connection set-up) or -1 (Redis is off). With sentinels, "redis" names the current master. */

@@ -18,6 +18,9 @@ registered -- told apart by the call instruction before the return address, x86-
 
 With no --config it serves the example plugin (one route, one loop thread, no Redis, no budget),
 and the request (default: one query, topk 3) misses L1, so the walk goes to the plugin and back.
+--with-redis walks that configuration a second time with cache.redis, on an empty redis-server
+the script starts on a free loopback port (so the request misses Redis too, and its result is
+written there); the report covers both walks, and the Redis walk must have written the value.
 The counts depend on what the compiler inlined: compare builds of the same type. A tail call
 hides its caller's frame (the entry is then counted from the caller's caller, often in another
 file), so measure a RelWithDebInfo build configured with -fno-optimize-sibling-calls; the report
@@ -31,10 +34,12 @@ warns when the binary was not:
     scripts/crossings.py --build /work/wt/base/build --detail
     scripts/crossings.py --config my.json --body '{"queries": ["q"], "topk": 5}'
     scripts/crossings.py --build build-xing --max-direct 2   # the check (CTest lint_crossings)
+    scripts/crossings.py --build build-xing --max-direct 2 --with-redis /usr/bin/redis-server   # and with Redis
 
-Needs gdb. Exit status 0, or 1 when the gateway did not start or gdb failed, or with --max-direct
-when a file was entered by more direct calls than that (or the binary keeps sibling calls, whose
-counts mean nothing for it).
+Needs gdb (and, for --with-redis, redis-server). Exit status 0, or 1 when the gateway or Redis did
+not start or gdb failed, or with --max-direct when a file was entered by more direct calls than
+that in either walk (or the binary keeps sibling calls, whose counts mean nothing for it, or the
+Redis walk wrote nothing to Redis).
 """
 import argparse
 import json
@@ -196,14 +201,68 @@ def wait_ready(port, proc, timeout):
     return False
 
 
-def measure(args, work):
+def resp(port, *args):
+    """One Redis command on a connection of its own; the reply: an int, bytes, str, or None (nil)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        s.sendall(out)
+        f = s.makefile("rb")
+        line = f.readline().rstrip(b"\r\n")
+        kind, rest = line[:1], line[1:]
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else f.read(n + 2)[:n]
+        if kind in (b"+", b"-"):
+            return rest.decode()
+        raise RuntimeError("unexpected Redis reply %r" % line)
+
+
+class RedisServer:
+    """An empty redis-server on a free loopback port, no persistence (like the test suites')."""
+
+    def __init__(self, exe, work):
+        self.port = free_port()
+        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                      "--dir", work, "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if resp(self.port, "PING") == "PONG":
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server (%s) did not start" % exe)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def measure(args, work, redis_port=None):
     port = free_port()
     config = args.config
     if config is None:
         config = os.path.join(work, "gateway.json")
+        conf = {"listen": {"host": "127.0.0.1", "port": port}, "threads": 1,
+                "backends": [{"name": "example", "plugin": "example", "config": {"documents": DOCS}}]}
+        if redis_port is not None:
+            conf["cache"] = {"redis": {"host": "127.0.0.1", "port": redis_port, "timeout_ms": 1000}}
         with open(config, "w") as f:
-            json.dump({"listen": {"host": "127.0.0.1", "port": port}, "threads": 1,
-                       "backends": [{"name": "example", "plugin": "example", "config": {"documents": DOCS}}]}, f)
+            json.dump(conf, f)
     script = os.path.join(work, "count.py")
     with open(script, "w") as f:
         f.write(GDB_SCRIPT)
@@ -247,7 +306,9 @@ def sibling_calls_kept(build):
     return "-fno-optimize-sibling-calls" in info
 
 
-def report(status, body, entries, detail, build, max_direct=None):
+def report(status, body, entries, detail, build, max_direct=None, title=None):
+    if title is not None:
+        print("== %s" % title)
     print("request: HTTP %d, %d bytes" % (status, len(body)))
     kept = sibling_calls_kept(build)
     if kept is False:
@@ -297,19 +358,46 @@ def main():
     ap.add_argument("--max-direct", type=int, metavar="N",
                     help="exit 1 when a file is entered by more than N direct calls (a check; needs a build with "
                          "-fno-optimize-sibling-calls)")
+    ap.add_argument("--with-redis", metavar="REDIS_SERVER",
+                    help="also walk the default configuration with cache.redis, on an empty redis-server (this "
+                         "executable) started on a free loopback port")
     args = ap.parse_args()
+    if args.with_redis is not None and args.config is not None:
+        ap.error("--with-redis walks the default configuration; for another one, put cache.redis in --config")
+    rc = walk(args, None)
+    if args.with_redis is not None:
+        print()
+        rc = walk(args, args.with_redis) or rc
+    return rc
+
+
+def walk(args, redis_exe):
+    """One walk (with Redis when `redis_exe` is set): measures, checks, prints. Exit status."""
     with tempfile.TemporaryDirectory(prefix="sg-crossings-") as work:
+        redis = None
         try:
-            status, body, entries = measure(args, work)
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            with open(os.path.join(work, "gdb.log")) as f:
-                sys.stderr.write(f.read()[-4000:])
+            redis = RedisServer(redis_exe, work) if redis_exe is not None else None
+            status, body, entries = measure(args, work, redis.port if redis is not None else None)
+            written = resp(redis.port, "DBSIZE") if redis is not None else None
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            if os.path.exists(os.path.join(work, "gdb.log")):
+                with open(os.path.join(work, "gdb.log")) as f:
+                    sys.stderr.write(f.read()[-4000:])
             sys.stderr.write("crossings: %s\n" % e)
             return 1
+        finally:
+            if redis is not None:
+                redis.stop()
+    title = ("with Redis (cache.redis, empty: the request misses it; %d value%s written)" %
+             (written, "" if written == 1 else "s")) if redis_exe is not None else None
     if args.max_direct is not None and status != 200:
         print("crossings: the request was answered %d, not 200: the walk did not reach the backend" % status)
         return 1
-    return report(status, body, entries, args.detail, args.build, args.max_direct)
+    rc = report(status, body, entries, args.detail, args.build, args.max_direct, title)
+    if redis_exe is not None and args.max_direct is not None and not written:
+        print("crossings: the walk with Redis wrote nothing to Redis: it did not cover the Redis store")
+        rc = 1
+    return rc
 
 
 if __name__ == "__main__":

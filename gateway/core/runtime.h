@@ -59,6 +59,8 @@ struct st_sg_loop_t {
     h2o_linklist_t active;                 /* sg_query_t not yet answered (for shutdown) */
     /* per-loop Redis connection (lib/redis/redis.c: the cache, budgets, global limits); NULL when Redis is off */
     struct st_sg_redis_t *redis;
+    /* its Redis cache writes (cache.h: stored on any thread, sent on this loop); NULL when Redis is off */
+    struct st_sg_cache_writer_t *cache_writer;
     sg_mcp_loop_t *mcp;   /* MCP SSE streams of this loop (mcp.c); NULL when mcp is off */
     sg_gate_loop_t *gate; /* accepting and the connections not yet handed to h2o (gate.c) */
     /* the configuration generation this loop serves new requests with (gen.h): a reference, taken

@@ -667,8 +667,10 @@ static void loop_init(sg_loop_t *l)
     l->gen = sg_gen_acquire(s); /* the loop's reference on the current generation (gen.h) */
     if (s->hooks != NULL && s->hooks->loop_init != NULL)
         s->hooks->loop_init(l);
-    if (s->cfg->cache.redis.enabled)
+    if (s->cfg->cache.redis.enabled) {
         l->redis = sg_redis_create(l->loop, &l->timers, l->id, &s->cfg->cache.redis);
+        l->cache_writer = sg_cache_writer_create(l->ctx.queue, l->redis, SG_CACHE_WRITE_QUEUE_WRITES, SG_CACHE_WRITE_QUEUE_BYTES);
+    }
     sg_mcp_init_loop(l);
 }
 
@@ -725,10 +727,12 @@ static void *loop_main(void *arg)
         sg_timers_run(&l->timers);
         atomic_store_explicit(&l->alive_ms, sg_now_ms(), memory_order_relaxed);
     }
-    sg_gate_dispose_loop(l);           /* what the gate still holds (the grace ran out) */
-    pthread_barrier_wait(&s->barrier); /* every loop stopped serving */
-    pthread_barrier_wait(&s->barrier); /* the plugins are destroyed */
-    drain(l);                          /* their cancellations */
+    sg_gate_dispose_loop(l);                  /* what the gate still holds (the grace ran out) */
+    pthread_barrier_wait(&s->barrier);        /* every loop stopped serving */
+    pthread_barrier_wait(&s->barrier);        /* the plugins are destroyed */
+    drain(l);                                 /* their cancellations, and the cache writes they queued */
+    sg_cache_writer_destroy(l->cache_writer); /* no more stores; before the connection it writes on */
+    l->cache_writer = NULL;
     sg_redis_destroy(l->redis);
     l->redis = NULL;
     drain(l);

@@ -30,7 +30,8 @@
  *
  * Locks: a flight's waiter list and table membership are guarded by its shard mutex; admission
  * state by the backend's admit_mutex; L1 has its own mutex, taken inside a shard lock but never
- * the other way round (a watch is read without it). No lock is held while calling into a plugin.
+ * the other way round (a watch is read without it); the cache store (L1's, then the Redis write
+ * queue's mutex) runs with no lock of dispatch's held. No lock is held while calling into a plugin.
  */
 #include "dispatch.h"
 #include "plugin.h"
@@ -134,7 +135,7 @@ struct st_sg_call_t {
     char *params; /* search.params: the request's canonical search parameters, or NULL */
     sg_query *queries;
     sg_flight_t **flights;
-    sg_blob_t **blobs; /* results, kept for the cache fill on the origin loop */
+    sg_blob_t **blobs; /* results (released with the call) */
     size_t n;
     uint64_t start_us;
     sg_status status;
@@ -855,9 +856,10 @@ static void call_start(sg_call_t *c)
     }
 }
 
-/* Runs on any thread (usually the plugin's): turns the result into blobs, wakes every waiter of
- * every flight of the call, then hands the call back to its origin loop for admission release
- * and the cache fill. */
+/* Runs on any thread (usually the plugin's): turns the result into blobs, stores them in the
+ * cache (one sg_cache_store() each: L1 here, Redis through the writer of the call's loop), wakes
+ * every waiter of every flight of the call, then hands the call back to its origin loop for
+ * admission release. */
 static void call_complete(sg_call_t *c, const sg_result *res)
 {
     sg_status st = res->status;
@@ -891,12 +893,12 @@ static void call_complete(sg_call_t *c, const sg_result *res)
         if (st != SG_OK)
             sg_counter_add(c->backend->call_errors, 1);
     }
-    /* results into L1 first (which fills the watches on their keys): once a flight leaves the
-     * table, a duplicate must find its result */
+    /* results into the cache first -- L1 at once (which fills the watches on their keys): once a
+     * flight leaves the table, a duplicate must find its result; Redis through the call's loop */
     for (size_t i = 0; i < c->n; ++i) {
         sg_flight_t *f = c->flights[i];
         if (st == SG_OK && f->key != NULL)
-            sg_cache_put_l1(f->key, f->key_len, c->blobs[i], c->backend->conf->cache_ttl_s);
+            sg_cache_store(c->origin->cache_writer, f->key, f->key_len, c->blobs[i], c->backend->conf->cache_ttl_s);
         sg_l1_miss_release(f->miss);
         f->miss = NULL;
     }
@@ -966,11 +968,6 @@ static void on_finished(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             if (c->client != NULL)
                 atomic_fetch_sub(&c->client->st->inflight, c->n);
         }
-        if (c->status == SG_OK && c->origin->redis != NULL) /* L1: call_complete() */
-            for (size_t i = 0; i < c->n; ++i)
-                if (c->flights[i]->key != NULL)
-                    sg_cache_put_redis(c->origin->redis, c->flights[i]->key, c->flights[i]->key_len, c->blobs[i],
-                                       b->conf->cache_ttl_s);
         if (!was_running)
             sg_budget_unused(c->origin, &c->budget); /* never reached the plugin: not spent */
         if (was_running)

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/sha.h>
 
 typedef struct {
     pid_t pid;
@@ -78,6 +79,67 @@ static inline void test_redis_stop(test_redis_t *r)
         waitpid(r->pid, NULL, 0);
         r->pid = 0;
     }
+}
+
+/* The Redis key the result cache (cache/cache.c) stores a binary cache key under: the prefix,
+ * "r1:", the hex SHA-256 of the key -- the format every replica reads. `out`: 70 bytes + the prefix. */
+static inline void test_redis_cache_key(char *out, const char *prefix, const char *key, size_t len)
+{
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)key, len, d);
+    out += sprintf(out, "%sr1:", prefix);
+    for (size_t i = 0; i < sizeof(d); ++i)
+        out += sprintf(out, "%02x", d[i]);
+}
+
+/*
+ * One command on a connection of its own, with a plain blocking socket: the tests' oracle of what
+ * is in Redis, independent of the gateway's client. Returns the reply's type (':' integer, '$'
+ * bulk string, '+' status, '-' error; 0 when the server could not be asked); `*num` is an
+ * integer's value (a nil bulk string's: -1), `bulk` (when not NULL) receives a bulk string's
+ * bytes (malloc'ed, NUL-terminated; NULL for nil) and `bulk_len` its length. Arrays are not read.
+ */
+static inline int test_redis_call(uint16_t port, int argc, const char **argv, long long *num, char **bulk, size_t *bulk_len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (bulk != NULL)
+        *bulk = NULL;
+    *num = 0;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    FILE *f = fdopen(fd, "r+");
+    fprintf(f, "*%d\r\n", argc);
+    for (int i = 0; i < argc; ++i)
+        fprintf(f, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
+    fflush(f);
+    char line[512];
+    int type = 0;
+    if (fgets(line, sizeof(line), f) != NULL) {
+        type = line[0];
+        *num = strtoll(line + 1, NULL, 10);
+        if (type == '$' && *num >= 0) {
+            char *b = malloc((size_t)*num + 3);
+            size_t got = fread(b, 1, (size_t)*num + 2, f); /* the bytes and their CRLF */
+            if (got != (size_t)*num + 2) {
+                free(b);
+                type = 0;
+            } else {
+                b[*num] = '\0';
+                if (bulk_len != NULL)
+                    *bulk_len = (size_t)*num;
+                if (bulk != NULL)
+                    *bulk = b;
+                else
+                    free(b);
+            }
+        }
+    }
+    fclose(f);
+    return type;
 }
 
 #endif

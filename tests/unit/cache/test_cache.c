@@ -1,6 +1,9 @@
 /* Unit tests: the result cache's keys and its Redis value format (cache/cache.c): a key with search
  * parameters, and values read back only when they are exactly what the writer makes. Built twice,
- * like lib/test_json.c: unit_cache and unit_cache_portable (lib/json.c's portable string scan). */
+ * like lib/test_json.c: unit_cache and unit_cache_portable (lib/json.c's portable string scan).
+ * The store's Redis half, against a real redis-server on a free port (skipped without one): a
+ * store on another thread reaches Redis through the loop's write-behind queue, a full queue drops
+ * and counts, and a writer ended with writes queued releases them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,9 @@
 #include "server.h"
 #include "dispatch.h"
 #include "../cache/cache.h"
+#include "../redis_server.h"
+
+#include <pthread.h>
 
 /* The key of a request with search parameters differs from the plain one (and from other
  * parameters); without parameters ("" or NULL) it is the key every earlier release wrote. */
@@ -81,7 +87,7 @@ static void test_lookup_makes_the_keys(void **state)
     sg_hit hit = {"{\"id\":\"b\"}", 10, 1.0};
     sg_hits hits = {&hit, 1};
     sg_blob_t *stored = sg_blob_from_hits(&hits);
-    sg_cache_put_l1(want.base, want.len, stored, 60);
+    sg_cache_store(NULL, want.base, want.len, stored, 60);
     sg_buf_appends(&keys, "earlier"); /* the lookup appends */
     const char *texts[] = {"alpha", "beta"};
     const uint32_t lens[] = {5, 4};
@@ -104,7 +110,7 @@ static void test_lookup_makes_the_keys(void **state)
     sg_cache_key(&want, identity, 5, "nprobe=8", "alpha", 5);
     assert_int_equal(got.key_len[0], want.len);
     assert_memory_equal(keys.base + got.key_off[0], want.base, want.len);
-    sg_cache_put_l1(keys.base + got.key_off[0], got.key_len[0], stored, 60); /* the miss's answer */
+    sg_cache_store(NULL, keys.base + got.key_off[0], got.key_len[0], stored, 60); /* the miss's answer */
     sg_blob_t *late = sg_l1_miss_result(got.misses[0], sg_now_ms());
     assert_ptr_equal(late, stored);
     sg_blob_release(late);
@@ -233,9 +239,290 @@ static void test_cache_value_content(void **state)
     sg_buf_free(&enc);
 }
 
+/* ---- the store's Redis half: one loop, its queue, its connection and its writer ---- */
+
+typedef struct {
+    h2o_evloop_t *loop;
+    h2o_multithread_queue_t *queue;
+    sg_timers_t timers;
+    sg_redis_conf_t conf;
+    sg_redis_t *redis;
+    test_redis_t server;
+    sg_cache_writer_t *writer; /* the test's, ended by the teardown */
+} loop_fixture_t;
+
+/* Runs the loop (its sockets and timers) until `*flag` or `ms` passed. */
+static void run_until(loop_fixture_t *f, const int *flag, uint64_t ms)
+{
+    uint64_t end = sg_now_ms() + ms;
+    while ((flag == NULL || !*flag) && sg_now_ms() < end) {
+        h2o_evloop_run(f->loop, sg_timers_next_wait(&f->timers, 10));
+        sg_timers_run(&f->timers);
+    }
+}
+
+/* A loop with a connection to a redis-server of its own (state: NULL without one: the tests skip). */
+static int loop_setup(void **state)
+{
+    loop_fixture_t *f = sg_mem_calloc(1, sizeof(*f));
+    f->loop = h2o_evloop_create();
+    f->queue = h2o_multithread_create_queue(f->loop);
+    *state = f;
+    if (!test_redis_available() || test_redis_start(&f->server, 0) != 0)
+        return 0;
+    f->conf.enabled = 1;
+    f->conf.node.host = sg_strdup("127.0.0.1");
+    f->conf.node.port = f->server.port;
+    f->conf.timeout_ms = 500;
+    f->redis = sg_redis_create(f->loop, &f->timers, 0, &f->conf);
+    uint64_t end = sg_now_ms() + 5000;
+    while (!sg_redis_is_up(f->redis) && sg_now_ms() < end)
+        run_until(f, NULL, 10);
+    return 0;
+}
+
+/* Also after a failed test: the writer, the cache, the connection, the server. */
+static int loop_teardown(void **state)
+{
+    loop_fixture_t *f = *state;
+    sg_cache_writer_destroy(f->writer);
+    sg_cache_dispose();
+    sg_redis_destroy(f->redis);
+    h2o_multithread_destroy_queue(f->queue);
+    h2o_evloop_run(f->loop, 0); /* the queue's socket closes */
+    free(f->queue);
+    sg_timers_dispose(&f->timers);
+    h2o_evloop_destroy(f->loop);
+    test_redis_stop(&f->server);
+    free(f->conf.node.host);
+    free(f);
+    return 0;
+}
+
+/* The fixture of a test that needs Redis up, or skip. */
+static loop_fixture_t *with_redis(void **state)
+{
+    loop_fixture_t *f = *state;
+    if (f->redis == NULL || !sg_redis_is_up(f->redis))
+        skip();
+    return f;
+}
+
+/* Waits until every command sent so far on the loop's connection was answered (a PING after them). */
+static void on_pong(void *arg, redisReply *reply)
+{
+    (void)reply;
+    *(int *)arg = 1;
+}
+
+static void loop_sync(loop_fixture_t *f)
+{
+    int done = 0;
+    size_t len = 4;
+    assert_int_equal(sg_redis_command(f->redis, on_pong, &done, 1, (const char *[]){"PING"}, &len), 0);
+    run_until(f, &done, 3000);
+    assert_true(done);
+}
+
+static int64_t queued_gauge(void)
+{
+    return atomic_load(&sg_metrics_gauge("searchgate_cache_redis_write_queue", "", "")->v);
+}
+
+static uint64_t queue_dropped(void)
+{
+    return atomic_load(&sg_metrics_counter("searchgate_cache_redis_write_queue_dropped_total", "", "")->v);
+}
+
+static sg_blob_t *one_hit_blob(const char *doc)
+{
+    sg_hit hit = {doc, strlen(doc), 0.25};
+    sg_hits hits = {&hit, 1};
+    return sg_blob_from_hits(&hits);
+}
+
+typedef struct {
+    sg_cache_writer_t *w;
+    const char *key;
+    size_t key_len;
+    sg_blob_t *blob;
+} store_arg_t;
+
+static void *store_thread(void *arg)
+{
+    store_arg_t *a = arg;
+    sg_cache_store(a->w, a->key, a->key_len, a->blob, 60);
+    return NULL;
+}
+
+/* A miss served: the lookup misses L1 and Redis, the flight's result is stored on the plugin's
+ * thread (another thread), and the loop sends it: the value is in Redis under the key every
+ * replica reads, in the value format, with the route's TTL, and a later lookup with nothing in
+ * L1 finds it there. The watch the miss left is filled at once, before the loop ran. */
+static void test_store_reaches_redis(void **state)
+{
+    loop_fixture_t *f = with_redis(state);
+    sg_cache_init(1 << 20, "t:");
+    sg_cache_writer_t *w = f->writer = sg_cache_writer_create(f->queue, f->redis, 16, 1 << 20);
+    const char *identity = "local|local|1.0.0|x";
+    const char *texts[] = {"who wrote hamlet"};
+    const uint32_t lens[] = {16};
+    sg_buf_t keys = {0};
+    answered_t got = {0};
+    sg_cache_lookup_t req = {identity, 3, NULL, 1, texts, lens, 60, &keys};
+    sg_cache_lookup(f->redis, &req, on_answer, &got);
+    run_until(f, &got.calls, 3000);
+    assert_int_equal(got.calls, 1);
+    assert_null(got.blobs[0]); /* a miss in L1 and in Redis */
+    assert_int_equal(got.tier[0], SG_CACHE_MISS);
+    assert_non_null(got.misses[0]);
+
+    sg_blob_t *blob = one_hit_blob("{\"id\":\"7\",\"contents\":\"Hamlet\"}");
+    int64_t queued = queued_gauge();
+    store_arg_t arg = {w, keys.base + got.key_off[0], got.key_len[0], blob};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, store_thread, &arg), 0);
+    pthread_join(t, NULL);
+    sg_blob_t *filled = sg_l1_miss_result(got.misses[0], sg_now_ms()); /* L1 at once */
+    assert_ptr_equal(filled, blob);
+    sg_blob_release(filled);
+    sg_l1_miss_release(got.misses[0]);
+    assert_int_equal(queued_gauge(), queued + 1); /* the Redis write waits for the loop */
+
+    run_until(f, NULL, 50); /* the loop's turn: the SET goes out */
+    loop_sync(f);
+    assert_int_equal(queued_gauge(), queued);
+    char rkey[128];
+    test_redis_cache_key(rkey, "t:", arg.key, arg.key_len);
+    char *value = NULL;
+    size_t value_len = 0;
+    long long n;
+    assert_int_equal(test_redis_call(f->server.port, 2, (const char *[]){"GET", rkey}, &n, &value, &value_len), '$');
+    assert_non_null(value);
+    sg_buf_t want = {0};
+    sg_cache_encode(&want, blob);
+    assert_int_equal(value_len, want.len);
+    assert_memory_equal(value, want.base, want.len);
+    assert_int_equal(test_redis_call(f->server.port, 2, (const char *[]){"TTL", rkey}, &n, NULL, NULL), ':');
+    assert_true(n > 0 && n <= 60);
+
+    /* another replica (nothing in L1) finds it in Redis */
+    sg_cache_writer_destroy(w);
+    f->writer = NULL;
+    sg_cache_dispose();
+    sg_cache_init(0, "t:");
+    answered_t again = {0};
+    keys.len = 0;
+    sg_cache_lookup(f->redis, &req, on_answer, &again);
+    run_until(f, &again.calls, 3000);
+    assert_int_equal(again.calls, 1);
+    assert_int_equal(again.tier[0], SG_CACHE_REDIS);
+    assert_non_null(again.blobs[0]);
+    assert_int_equal(again.blobs[0]->json_len, blob->json_len);
+    assert_memory_equal(again.blobs[0]->json, blob->json, blob->json_len);
+    sg_blob_release(again.blobs[0]);
+    sg_blob_release(blob);
+    free(value);
+    sg_buf_free(&want);
+    sg_buf_free(&keys);
+}
+
+/* A full write-behind queue (in writes, then in bytes) keeps the result in L1, drops its Redis
+ * write and counts it; what was queued still reaches Redis. */
+static void test_write_queue_full_drops(void **state)
+{
+    loop_fixture_t *f = with_redis(state);
+    sg_cache_init(1 << 20, "");
+    sg_blob_t *blob = one_hit_blob("{\"id\":\"1\",\"contents\":\"a document of some size\"}");
+    sg_cache_writer_t *w = f->writer = sg_cache_writer_create(f->queue, f->redis, 2, 3 * blob->json_len);
+    const char *keys[] = {"key-0", "key-1", "key-2"};
+    uint64_t dropped = queue_dropped();
+    int64_t queued = queued_gauge();
+    for (int i = 0; i < 3; ++i)
+        sg_cache_store(w, keys[i], 5, blob, 60);
+    assert_int_equal(queue_dropped() - dropped, 1); /* the third: over 2 writes */
+    assert_int_equal(queued_gauge(), queued + 2);
+    for (int i = 0; i < 3; ++i) { /* every result is in L1 */
+        sg_blob_t *b = sg_cache_get_l1(keys[i], 5);
+        assert_ptr_equal(b, blob);
+        sg_blob_release(b);
+    }
+    run_until(f, NULL, 50);
+    loop_sync(f);
+    assert_int_equal(queued_gauge(), queued);
+    long long n;
+    char rkey[128];
+    for (int i = 0; i < 3; ++i) {
+        test_redis_cache_key(rkey, "", keys[i], 5);
+        assert_int_equal(test_redis_call(f->server.port, 2, (const char *[]){"EXISTS", rkey}, &n, NULL, NULL), ':');
+        assert_int_equal(n, i < 2 ? 1 : 0);
+    }
+    /* in bytes (3 x the small result's allowed): one large result fits, a second does not */
+    sg_buf_t big = {0};
+    sg_buf_appends(&big, "{\"id\":\"2\",\"contents\":\"");
+    for (size_t i = 0; i < blob->json_len; ++i)
+        sg_buf_appendc(&big, 'x');
+    sg_buf_appends(&big, "\"}");
+    sg_blob_t *large = one_hit_blob(big.base);
+    assert_true(large->json_len <= 3 * blob->json_len && 2 * large->json_len > 3 * blob->json_len);
+    dropped = queue_dropped();
+    sg_cache_store(w, "key-3", 5, large, 60); /* fits */
+    sg_cache_store(w, "key-4", 5, large, 60); /* over the bytes, though under 2 writes */
+    assert_int_equal(queue_dropped() - dropped, 1);
+    run_until(f, NULL, 50);
+    loop_sync(f);
+    test_redis_cache_key(rkey, "", "key-3", 5);
+    assert_int_equal(test_redis_call(f->server.port, 2, (const char *[]){"EXISTS", rkey}, &n, NULL, NULL), ':');
+    assert_int_equal(n, 1);
+    test_redis_cache_key(rkey, "", "key-4", 5);
+    assert_int_equal(test_redis_call(f->server.port, 2, (const char *[]){"EXISTS", rkey}, &n, NULL, NULL), ':');
+    assert_int_equal(n, 0);
+    sg_cache_writer_destroy(w);
+    f->writer = NULL;
+    sg_blob_release(large);
+    sg_blob_release(blob);
+    sg_buf_free(&big);
+}
+
+/* The loop stops before its turn: the writer, ended with writes queued and its wake-up not
+ * delivered, releases their results (their references come back), counts them dropped and sends
+ * nothing -- the connection is destroyed after it. (ASan: nothing leaks.) */
+static void test_writer_destroy_frees_queued(void **state)
+{
+    loop_fixture_t *f = with_redis(state);
+    sg_cache_init(0, ""); /* no L1: the queue holds the only other references */
+    sg_blob_t *blob = one_hit_blob("{\"id\":\"3\",\"contents\":\"queued\"}");
+    sg_cache_writer_t *w = f->writer = sg_cache_writer_create(f->queue, f->redis, 16, 1 << 20);
+    uint64_t dropped = queue_dropped();
+    int64_t queued = queued_gauge();
+    sg_cache_store(w, "q-0", 3, blob, 60);
+    sg_cache_store(w, "q-1", 3, blob, 60);
+    sg_cache_store(w, "q-2", 3, blob, 60);
+    assert_int_equal(atomic_load(&blob->refs), 4);
+    sg_cache_writer_destroy(w);
+    f->writer = NULL;
+    assert_int_equal(atomic_load(&blob->refs), 1);
+    assert_int_equal(queue_dropped() - dropped, 3);
+    assert_int_equal(queued_gauge(), queued);
+    run_until(f, NULL, 50); /* nothing is sent after it */
+    loop_sync(f);
+    long long n;
+    char rkey[128];
+    test_redis_cache_key(rkey, "", "q-0", 3);
+    assert_int_equal(test_redis_call(f->server.port, 2, (const char *[]){"EXISTS", rkey}, &n, NULL, NULL), ':');
+    assert_int_equal(n, 0);
+    sg_blob_release(blob);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_key_params), cmocka_unit_test(test_lookup_makes_the_keys),
-                                       cmocka_unit_test(test_cache_value_docs_bounded), cmocka_unit_test(test_cache_value_content)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_params),
+        cmocka_unit_test(test_lookup_makes_the_keys),
+        cmocka_unit_test(test_cache_value_docs_bounded),
+        cmocka_unit_test(test_cache_value_content),
+        cmocka_unit_test_setup_teardown(test_store_reaches_redis, loop_setup, loop_teardown),
+        cmocka_unit_test_setup_teardown(test_write_queue_full_drops, loop_setup, loop_teardown),
+        cmocka_unit_test_setup_teardown(test_writer_destroy_frees_queued, loop_setup, loop_teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,9 @@
  * call, so the test decides when a call completes and when each loop gets to run.
  *
  * Also the admission caps a plugin's limits() hands to the gateway (ABI 1.2): in-flight, queue
- * and qps counted per query or per call, the chunk they imply, and the retry budget.
+ * and qps counted per query or per call, the chunk they imply, and the retry budget; and a
+ * completed call's store into Redis, through the cache writer of the call's loop (a real
+ * redis-server on a free port; skipped without one).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +26,7 @@
 #include "gen.h"
 #include "../cache/cache.h"
 #include "one_route.h"
+#include "../../redis_server.h"
 
 /* ---- a backend whose calls the test completes ---- */
 
@@ -329,7 +332,7 @@ static void fill_l1(void)
         char key[16];
         int n = snprintf(key, sizeof(key), "filler%d", i);
         sg_blob_t *b = sg_blob_from_hits(&hits);
-        sg_cache_put_l1(key, (size_t)n, b, 60);
+        sg_cache_store(NULL, key, (size_t)n, b, 60);
         sg_blob_release(b);
     }
 }
@@ -392,7 +395,7 @@ static void test_lookup_watch_expired_looks_in_l1(void **state)
     assert_null(peek_l1("deepest lake", 12));
     sg_buf_t key = {0};
     sg__query_cache_key(&key, &backend, 3, NULL, "deepest lake", 12);
-    sg_cache_put_l1(key.base, key.len, a->uniq[0].blob, 60); /* a later flight's fresh result */
+    sg_cache_store(NULL, key.base, key.len, a->uniq[0].blob, 60); /* a later flight's fresh result */
     sg_buf_free(&key);
     sg__query_after_cache(b);
     assert_int_equal(n_calls, 1);
@@ -696,6 +699,114 @@ static void test_retry_budget(void **state)
     assert_int_equal(backend.max_attempts[0], 1);
 }
 
+/* ---- Redis on loop 0: its connection and cache writer, as server.c sets a loop up ---- */
+
+static test_redis_t redis_server;
+static sg_redis_conf_t redis_conf;
+
+/* Runs loop 0 with its timers until `*flag` or `ms` passed. */
+static void run_loop0_until(const int *flag, uint64_t ms)
+{
+    uint64_t end = sg_now_ms() + ms;
+    while ((flag == NULL || !*flag) && sg_now_ms() < end) {
+        h2o_evloop_run(loops[0].loop, sg_timers_next_wait(&loops[0].timers, 10));
+        sg_timers_run(&loops[0].timers);
+    }
+}
+
+static int setup_redis(void **state)
+{
+    (void)state;
+    if (!test_redis_available() || test_redis_start(&redis_server, 0) != 0)
+        return 0;
+    redis_conf.enabled = 1;
+    redis_conf.node.host = sg_strdup("127.0.0.1");
+    redis_conf.node.port = redis_server.port;
+    redis_conf.timeout_ms = 500;
+    loops[0].redis = sg_redis_create(loops[0].loop, &loops[0].timers, 0, &redis_conf);
+    uint64_t end = sg_now_ms() + 5000;
+    while (!sg_redis_is_up(loops[0].redis) && sg_now_ms() < end)
+        run_loop0_until(NULL, 10);
+    loops[0].cache_writer = sg_cache_writer_create(loops[0].ctx.queue, loops[0].redis, 16, 1 << 20);
+    return 0;
+}
+
+static int teardown_redis(void **state)
+{
+    (void)state;
+    sg_cache_writer_destroy(loops[0].cache_writer);
+    loops[0].cache_writer = NULL;
+    sg_redis_destroy(loops[0].redis);
+    loops[0].redis = NULL;
+    test_redis_stop(&redis_server);
+    free(redis_conf.node.host);
+    redis_conf.node.host = NULL;
+    return 0;
+}
+
+static void on_pong(void *arg, redisReply *reply)
+{
+    (void)reply;
+    *(int *)arg = 1;
+}
+
+/* Whether Redis holds the cache entry of `text` of the test backend (the value's bytes in `*value`). */
+static int in_redis(const char *text, char **value, size_t *value_len)
+{
+    sg_buf_t key = {0};
+    sg__query_cache_key(&key, &backend, 3, NULL, text, strlen(text));
+    char rkey[128];
+    test_redis_cache_key(rkey, "", key.base, key.len);
+    sg_buf_free(&key);
+    long long n;
+    assert_int_equal(test_redis_call(redis_server.port, 2, (const char *[]){"GET", rkey}, &n, value, value_len), '$');
+    return *value != NULL;
+}
+
+/* A miss served on loop 0 (whose lookup asked Redis first) is stored in Redis by the call's own
+ * store, carried to loop 0's connection by its cache writer; the result of a call of loop 1,
+ * which has no writer, goes to L1 only. The writes are sent by loop 0 alone. */
+static void test_store_reaches_redis_through_the_calls_loop(void **state)
+{
+    (void)state;
+    if (loops[0].redis == NULL || !sg_redis_is_up(loops[0].redis))
+        skip();
+    reset_counts();
+    sg_query_t *a = new_request(0, "who wrote macbeth");
+    sg_query_t *b = new_request(1, "who wrote lear");
+    sg__query_lookup(a); /* L1 misses: an MGET on loop 0's connection, answered nil */
+    sg__query_lookup(b); /* no Redis on loop 1: a call at once */
+    assert_int_equal(n_calls, 1);
+    uint64_t end = sg_now_ms() + 3000;
+    while (n_calls < 2 && sg_now_ms() < end)
+        run_loop0_until(NULL, 10);
+    assert_int_equal(n_calls, 2);
+    complete(0); /* "the plugin's thread": L1 at once, the Redis write queued for loop 0 */
+    complete(1);
+    sg_blob_t *in_l1 = peek_l1("who wrote macbeth", 17);
+    assert_non_null(in_l1);
+    sg_blob_release(in_l1);
+    run_loop(1);
+    int synced = 0;
+    size_t len = 4;
+    run_loop0_until(&a->responded, 3000); /* its delivery, and the queued write in the same turns */
+    assert_int_equal(sg_redis_command(loops[0].redis, on_pong, &synced, 1, (const char *[]){"PING"}, &len), 0);
+    run_loop0_until(&synced, 3000);
+    assert_true(a->responded && b->responded);
+    char *value = NULL;
+    size_t value_len = 0;
+    assert_true(in_redis("who wrote macbeth", &value, &value_len));
+    sg_buf_t want = {0};
+    sg_cache_encode(&want, a->uniq[0].blob);
+    assert_int_equal(value_len, want.len);
+    assert_memory_equal(value, want.base, want.len);
+    free(value);
+    sg_buf_free(&want);
+    assert_false(in_redis("who wrote lear", &value, &value_len));
+    sg__query_unref(a);
+    sg__query_unref(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -711,6 +822,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retry_budget, setup_caps, teardown_caps),
         cmocka_unit_test_setup_teardown(test_retry_takes_a_token, setup_caps, teardown_caps),
         cmocka_unit_test_setup_teardown(test_access_shares_the_search_caps, setup_caps, teardown_caps),
+        cmocka_unit_test_setup_teardown(test_store_reaches_redis_through_the_calls_loop, setup_redis, teardown_redis),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
