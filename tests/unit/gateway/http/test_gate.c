@@ -158,9 +158,17 @@ static void test_host_loopback(void **state)
     for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); ++i)
         expect_host_origin(pass[i], NULL, 1, NULL, NULL);
     expect_host_origin(NULL, NULL, 1, NULL, NULL); /* no Host: h2o's default authority, not judged */
-    static const char *const refuse[] = {
-        "evil.example", "evil.example:8000",    "corp.example", "xcorp.example", "127.0.0.1.evil.example", "128.0.0.1",
-        "[::2]",        "api.example.org.evil", "localhostx",   "10.1.2.3"};
+    static const char *const refuse[] = {"evil.example",
+                                         "evil.example:8000",
+                                         "corp.example",
+                                         "xcorp.example",
+                                         "evilcorp.example",
+                                         "127.0.0.1.evil.example",
+                                         "128.0.0.1",
+                                         "[::2]",
+                                         "api.example.org.evil",
+                                         "localhostx",
+                                         "10.1.2.3"};
     for (size_t i = 0; i < sizeof(refuse) / sizeof(refuse[0]); ++i)
         expect_host_origin(refuse[i], NULL, 0, "host", refuse[i]);
 }
