@@ -328,6 +328,15 @@ static void test_stop(void **state)
 
 /* ---- the shared limit of global clients ---- */
 
+/* The loop's Redis connection from now on: 0 when there is none (no redis-server, or it did not start). */
+static int use_redis(void)
+{
+    if (redis == NULL || !sg_redis_is_up(redis))
+        return 0;
+    loop.redis = redis;
+    return 1;
+}
+
 /* No Redis connection: this replica's fallback bucket (rate and burst / clients.global_replicas)
  * decides within the call, and the hold taken for the round trip is given back at once. */
 static void test_global_without_redis(void **state)
@@ -359,9 +368,8 @@ static void test_global_without_redis(void **state)
 static void test_global_in_redis(void **state)
 {
     (void)state;
-    if (redis == NULL || !sg_redis_is_up(redis))
+    if (!use_redis())
         skip();
-    loop.redis = redis;
     client_t cl;
     make_client(&cl, "shared", (sg_client_conf_t){.rate = 1, .burst = 2, .mode = SG_RL_REJECT, .global = 1, .weight = 1});
     sg_rate_t r[3];
@@ -390,9 +398,8 @@ static void test_global_in_redis(void **state)
 static void test_global_gone_and_wait(void **state)
 {
     (void)state;
-    if (redis == NULL || !sg_redis_is_up(redis))
+    if (!use_redis())
         skip();
-    loop.redis = redis;
     client_t cl, q;
     make_client(&cl, "left", (sg_client_conf_t){.rate = 1, .burst = 2, .mode = SG_RL_REJECT, .global = 1, .weight = 1});
     sg_rate_t r;
