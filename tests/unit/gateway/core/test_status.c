@@ -70,8 +70,11 @@ static void test_reasons(void **state)
 static void test_metrics(void **state)
 {
     (void)state;
-    sg_counter_t *requests[SG_NUM_CODES], *queries[SG_NUM_CODES];
-    sg_status_metrics_register("r1", requests, queries);
+    sg_route_meters_t m, again, other;
+    sg_route_meters_register(&m, "r1");
+    sg_counter_t **requests = m.requests, **queries = m.queries;
+    assert_non_null(m.latency);
+    assert_non_null(m.inflight);
     for (int c = 0; c < SG_NUM_CODES; ++c) {
         assert_non_null(requests[c]);
         assert_non_null(queries[c]);
@@ -80,20 +83,17 @@ static void test_metrics(void **state)
             assert_ptr_not_equal(requests[c], requests[d]);
     }
     /* the same series when registered again (a reload keeps a route's counts) */
-    sg_counter_t *again[SG_NUM_CODES], *qagain[SG_NUM_CODES];
-    sg_status_metrics_register("r1", again, qagain);
-    assert_memory_equal(again, requests, sizeof(again));
+    sg_route_meters_register(&again, "r1");
+    assert_memory_equal(again.requests, requests, sizeof(again.requests));
     /* another route: series of its own */
-    sg_counter_t *other[SG_NUM_CODES], *qother[SG_NUM_CODES];
-    sg_status_metrics_register("r2", other, qother);
-    assert_ptr_not_equal(other[SG_CODE_200], requests[SG_CODE_200]);
+    sg_route_meters_register(&other, "r2");
+    assert_ptr_not_equal(other.requests[SG_CODE_200], requests[SG_CODE_200]);
 
-    sg_hist_t *lat = sg_metrics_hist("test_status_latency_seconds", "test", "");
     uint64_t start = sg_now_us() - 20000; /* 20 ms ago */
-    uint64_t l = sg_status_metrics_count(requests, queries, lat, 200, 3, start);
+    uint64_t l = sg_route_meters_count(&m, 200, 3, start);
     assert_true(l >= 20000 && l < 20000 + 10 * 1000000ull);
-    sg_status_metrics_count(requests, queries, lat, 429, 2, sg_now_us());
-    sg_status_metrics_count(requests, queries, lat, 499, 5, sg_now_us()); /* a client gone: "other" */
+    sg_route_meters_count(&m, 429, 2, sg_now_us());
+    sg_route_meters_count(&m, 499, 5, sg_now_us()); /* a client gone: "other" */
     assert_int_equal(atomic_load(&requests[SG_CODE_200]->v), 1);
     assert_int_equal(atomic_load(&queries[SG_CODE_200]->v), 3);
     assert_int_equal(atomic_load(&requests[SG_CODE_429]->v), 1);
@@ -101,7 +101,7 @@ static void test_metrics(void **state)
     assert_int_equal(atomic_load(&requests[SG_CODE_OTHER]->v), 1);
     assert_int_equal(atomic_load(&queries[SG_CODE_OTHER]->v), 5);
     assert_int_equal(atomic_load(&requests[SG_CODE_504]->v), 0);
-    assert_int_equal(atomic_load(&other[SG_CODE_200]->v), 0);
+    assert_int_equal(atomic_load(&other.requests[SG_CODE_200]->v), 0);
 
     /* the labels: backend and code, "other" for SG_CODE_OTHER */
     sg_buf_t b = {0};
@@ -112,7 +112,7 @@ static void test_metrics(void **state)
     assert_non_null(strstr(b.base, "searchgate_requests_total{backend=\"r1\",code=\"other\"} 1\n"));
     assert_non_null(strstr(b.base, "searchgate_queries_total{backend=\"r1\",code=\"other\"} 5\n"));
     assert_non_null(strstr(b.base, "searchgate_requests_total{backend=\"r2\",code=\"504\"} 0\n"));
-    assert_non_null(strstr(b.base, "test_status_latency_seconds_count 3\n"));
+    assert_non_null(strstr(b.base, "searchgate_request_duration_seconds_count{backend=\"r1\"} 3\n"));
     sg_buf_free(&b);
     sg_metrics_reset();
 }

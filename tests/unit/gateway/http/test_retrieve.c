@@ -85,7 +85,7 @@ static uint64_t route_count(const char *name, int status)
 {
     const sg_route_t *r = sg_gen_route(hg_server.gen, name, strlen(name));
     assert_non_null(r);
-    return atomic_load(&r->requests[sg_code_index(status)]->v);
+    return atomic_load(&r->meters.requests[sg_code_index(status)]->v);
 }
 
 /* Asserts a JSON error answer: `status`, its type, a message containing `msg_part`, and the JSON
