@@ -17,8 +17,8 @@
  * later when its own batch ended -- and takes tasks until that batch ends. One client (c=1) so gets
  * every core, and under load several batches run at once, each split over the workers sharing it.
  * A free worker waits up to max_wait_ms for a full batch, except for a lone query (the only one
- * queued while fewer than 1.5 are in the backend on average: one client at a time), which starts at
- * once. With "teams": false (and on the GPU path) each worker runs its own batch alone and takes
+ * queued, arrived into an empty backend while fewer than 1.5 are in it on average: one client at a
+ * time), which starts at once. With "teams": false (and on the GPU path) each worker runs its own batch alone and takes
  * its share of the queue (queued / idle workers), waking another worker for the rest. BLAS/OpenMP
  * pools are kept at one thread each either way. The queue is bounded in queued queries: past
  * `max_queue` search() returns SG_EOVERLOAD (503 + Retry-After).
@@ -69,6 +69,7 @@ struct st_job_t {
     sg_done_fn done;
     void *cb_data;
     int is_access, in_fifo;
+    int alone;                 /* queued into an empty backend (nothing queued or running): fill_target */
     size_t n, taken, finished; /* queries; taken by batches; finished by batches */
     uint64_t enq_ms;
     sg_status fail;
@@ -477,14 +478,15 @@ static void observe_load(struct sg_backend *self)
 }
 
 /* How many queued queries a free worker waits for (at most max_wait_ms, from the oldest): a full
- * batch, unless one query is queued while a single client keeps the backend busy (fewer than 1.5
- * queries in it on average): nobody else is coming, and that query starts at once instead of
- * waiting out max_wait_ms. (A target that follows the mean load instead measured worse: it splits
- * closed-loop clients, whose answers leave together, into ever smaller batches; see
- * docs/backends/local.md.) (mu held) */
+ * batch, unless the one query queued came into an empty backend while a single client keeps it
+ * busy (fewer than 1.5 queries in it on average): nobody else is coming, and that query starts at
+ * once instead of waiting out max_wait_ms. A query that arrived while another was queued or
+ * running has company and waits as before. (A target that follows the mean load instead measured
+ * worse: it splits closed-loop clients, whose answers leave together, into ever smaller batches;
+ * see docs/backends/local.md.) (mu held) */
 static size_t fill_target(const struct sg_backend *self)
 {
-    return self->queued == 1 && self->in_system < 1.5 ? 1 : self->max_batch;
+    return self->queued == 1 && self->fifo_head->alone && self->in_system < 1.5 ? 1 : self->max_batch;
 }
 
 static void *worker_main(void *arg)
@@ -693,6 +695,7 @@ static sg_status enqueue(struct sg_backend *self, const sg_search *s, sg_done_fn
         self->fin_head = j;
         pthread_cond_signal(&self->cv);
     } else {
+        j->alone = self->queued + self->running == 0;
         *self->fifo_tail = j;
         self->fifo_tail = &j->next;
         j->in_fifo = 1;

@@ -401,9 +401,10 @@ static void test_batches_gather_calls(void **state)
     vt->destroy(b);
 }
 
-/* One client sending one query at a time (on average fewer than 1.5 queries in the backend): each
- * query starts at once instead of waiting max_wait_ms for others that will not come. A call of
- * several queries still waits (test_overload_cancel_deadline relies on it). */
+/* One client sending one query at a time (each into an empty backend, on average fewer than 1.5
+ * queries in it): each query starts at once instead of waiting max_wait_ms for others that will
+ * not come. A call of several queries still waits (test_overload_cancel_deadline relies on it), as
+ * does a query that arrives while another is in the backend (test_batches_gather_calls). */
 static void test_lone_query_starts_at_once(void **state)
 {
     (void)state;
