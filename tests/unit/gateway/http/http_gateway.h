@@ -28,6 +28,7 @@
 #include "status.h"
 #include "../cache/cache.h"
 #include "h2o_loopback.h"
+#include <cJSON.h>
 
 static sg_config_t hg_cfg;
 static sg_server_t hg_server;
@@ -173,6 +174,38 @@ static inline lb_conn_t *hg_request(const char *method, const char *path, const 
 static inline uint64_t hg_ops_count(int route, int status)
 {
     return atomic_load(&hg_server.http_requests[route][sg_code_index(status)]->v);
+}
+
+/* ---- the answers' checks (cmocka.h is included before this header) ---- */
+
+/* The answer's body as JSON, after its Content-Type (application/json) and its length. */
+static inline cJSON *hg_json(lb_conn_t *c)
+{
+    assert_string_equal(lb_res_header(c, "content-type"), "application/json");
+    assert_int_equal(c->req.res.content_length, c->body_len);
+    cJSON *j = cJSON_Parse(c->body);
+    if (j == NULL)
+        fail_msg("not JSON: %s", c->body);
+    return j;
+}
+
+/* A JSON error answer ({"error":{"code","type","message"},"detail"}): `status` with its reason
+ * phrase, `type`, and a message that contains `msg` (`exact`: is `msg`), repeated as the detail. */
+static inline void hg_expect_error(lb_conn_t *c, int status, const char *type, const char *msg, int exact)
+{
+    assert_int_equal(c->req.res.status, status);
+    assert_string_equal(c->req.res.reason, sg_http_reason(status));
+    cJSON *j = hg_json(c);
+    cJSON *e = cJSON_GetObjectItem(j, "error");
+    assert_int_equal(cJSON_GetObjectItem(e, "code")->valueint, status);
+    assert_string_equal(cJSON_GetObjectItem(e, "type")->valuestring, type);
+    const char *m = cJSON_GetObjectItem(e, "message")->valuestring;
+    if (exact)
+        assert_string_equal(m, msg);
+    else if (strstr(m, msg) == NULL)
+        fail_msg("message \"%s\" does not say \"%s\"", m, msg);
+    assert_string_equal(cJSON_GetObjectItem(j, "detail")->valuestring, m);
+    cJSON_Delete(j);
 }
 
 #endif
