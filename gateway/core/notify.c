@@ -81,6 +81,8 @@ uint64_t sg_notify_watchdog_usec(void)
         if (*end != '\0' || p != (long)getpid())
             return 0; /* meant for another process (e.g. a parent that exec'ed us without clearing it) */
     }
+    if (us[0] < '0' || us[0] > '9')
+        return 0; /* strtoull would take " 5", "+5" and "-1" (as 2^64 - 1) */
     errno = 0;
     unsigned long long v = strtoull(us, &end, 10);
     if (errno != 0 || *end != '\0' || v == 0)

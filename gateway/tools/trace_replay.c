@@ -337,8 +337,9 @@ static void append_route(sg_buf_t *out, const xfer_t *x, const opts_t *o)
     }
 }
 
-/* Writes one line per query of the batch `x` carried. `status` is the HTTP status (0: no answer). */
-static void write_lines(FILE *out, const xfer_t *x, const opts_t *o, const batch_t *b, int status, const char *error)
+/* Writes one line per query of the batch `x` carried. `status` is the HTTP status (0: no answer).
+ * Returns the status written: 0 for a 200 whose "result" is not one list per query. */
+static int write_lines(FILE *out, const xfer_t *x, const opts_t *o, const batch_t *b, int status, const char *error)
 {
     cJSON *doc = status == 200 ? cJSON_ParseWithLength(x->resp.base, x->resp.len) : NULL;
     const cJSON *result = cJSON_GetObjectItemCaseSensitive(doc, "result");
@@ -385,6 +386,7 @@ static void write_lines(FILE *out, const xfer_t *x, const opts_t *o, const batch
         sg_buf_free(&l);
     }
     cJSON_Delete(doc);
+    return status;
 }
 
 /* A finished transfer: its lines, with the HTTP status and the error type of a failed one. */
@@ -406,8 +408,8 @@ static int finish(FILE *out, const opts_t *o, const replay_t *r, xfer_t *x, CURL
             cJSON_Delete(doc);
         }
     }
-    write_lines(out, x, o, &r->batches[x->batch], (int)code, err);
-    return code == 200 ? 0 : 1;
+    /* a 200 without an answer per query (bad_response) failed too */
+    return write_lines(out, x, o, &r->batches[x->batch], (int)code, err) == 200 ? 0 : 1;
 }
 
 /* ---- the command ---- */

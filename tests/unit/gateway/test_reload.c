@@ -22,6 +22,7 @@
 #include "assembly.h"
 #include "reload.h"
 #include "http_common.h"
+#include "notify_sock.h"
 #include "status.h"
 
 #define ADMIN_KEY "admin-secret"
@@ -61,11 +62,11 @@ static int setup(void **state)
         fail_msg("%s", err);
     sg_gen_publish(&asm_server, g);
     /* systemd's notification socket */
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s/notify", asm_dir);
-    notify_fd = socket(AF_UNIX, SOCK_DGRAM, 0);
-    assert_int_equal(bind(notify_fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
-    setenv("NOTIFY_SOCKET", sun.sun_path, 1);
+    char path[sizeof(((struct sockaddr_un *)NULL)->sun_path)];
+    snprintf(path, sizeof(path), "%s/notify", asm_dir);
+    notify_fd = notify_sock_bind(path);
+    assert_true(notify_fd >= 0);
+    setenv("NOTIFY_SOCKET", path, 1);
     /* the loop */
     memset(&loop, 0, sizeof(loop));
     memset(admin_counts, 0, sizeof(admin_counts));
@@ -110,11 +111,7 @@ static int teardown(void **state)
 /* The next notification to systemd (10 s at most). */
 static void next_notification(char *out, size_t size)
 {
-    struct pollfd p = {notify_fd, POLLIN, 0};
-    assert_int_equal(poll(&p, 1, 10000), 1);
-    ssize_t n = recv(notify_fd, out, size - 1, 0);
-    assert_true(n > 0);
-    out[n] = '\0';
+    assert_true(notify_sock_next(notify_fd, out, size, 10000) > 0);
 }
 
 /* One reload's notifications: RELOADING=1 first, then READY=1 with the outcome (returned). */
