@@ -1,6 +1,6 @@
 /*
- * status.c -- the HTTP statuses the gateway answers (status.h): one table gives both the metrics'
- * index and the reason phrase.
+ * status.c -- the HTTP statuses the gateway answers (status.h): the metrics' index of each status
+ * (sg_code_values) and the reason phrase of each (reasons[]), and a route's meters.
  */
 #include "status.h"
 

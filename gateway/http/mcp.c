@@ -30,6 +30,7 @@
 #include "json.h"
 #include "hmap.h"
 #include "respond.h"
+#include "status.h"
 
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -1057,7 +1058,7 @@ static void on_sse_get(sg_loop_t *loop, h2o_req_t *req)
         return;
     }
     req->res.status = 200;
-    req->res.reason = "OK";
+    req->res.reason = sg_http_reason(200);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-accel-buffering"), 0, NULL, H2O_STRLIT("no"));

@@ -32,6 +32,7 @@
  */
 #include "respond.h"
 #include "gen.h"
+#include "status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,7 +437,7 @@ void sg_respond_blobs(h2o_req_t *req, sg_blob_t *const *blobs, uint32_t n, int s
     if (st->total > st->cap)
         sg_counter_add(loop->server->responses.m_streamed, 1);
     req->res.status = 200;
-    req->res.reason = "OK";
+    req->res.reason = sg_http_reason(200);
     req->res.content_length = (size_t)st->total;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
     h2o_start_response(req, &st->gen);

@@ -28,7 +28,6 @@
 #include "fusion_route.h"
 #include "runtime.h"
 #include "clients.h"
-#include "dispatch.h"
 #include "gen.h"
 #include "hmap.h"
 #include "json.h"
