@@ -28,6 +28,7 @@
 #include "fusion_route.h"
 #include "runtime.h"
 #include "clients.h"
+#include "dispatch.h" /* sg_blob_from_hits */
 #include "gen.h"
 #include "hmap.h"
 #include "json.h"
