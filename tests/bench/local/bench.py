@@ -514,14 +514,17 @@ def main():
         v = results["searchgate_" + name]["points"]
         print("%s: " % label + ", ".join("%s %.1f q/s (%.2fx default)" % (l, v[l]["qps"], v[l]["qps"] / max(
             results["searchgate"]["points"][l]["qps"], 1e-9)) for l, _, _ in POINTS))
+    def of_bound(x, conns, per):
+        """A row against its bound: c=1's p50 over the floor, a loaded row's q/s over the fp32 bound."""
+        if conns == 1 and per == 1:
+            return "%.2fx floor" % (x["p50_ms"] / floor_ms(b_def, a.rows, dim)) if x["p50_ms"] else "?"
+        return "%.0f%% of fp32 bound" % (100.0 * x["qps"] / bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0)))
+
     for name, kvs in env_variants:
         v = results["searchgate_env_" + name]["points"]
         cells = []
         for l, conns, per in POINTS:
-            if conns == 1 and per == 1:
-                frac = "%.2fx floor" % (v[l]["p50_ms"] / floor_ms(b_def, a.rows, dim)) if v[l]["p50_ms"] else "?"
-            else:
-                frac = "%.0f%% of bound" % (100.0 * v[l]["qps"] / bound_qps(b_def, a.rows, dim, v[l].get("mean_batch", 1.0)))
+            frac = of_bound(v[l], conns, per)
             cells.append("%s %.1f q/s (%s, %.2fx default)" % (l, v[l]["qps"], frac, v[l]["qps"] / max(
                 results["searchgate"]["points"][l]["qps"], 1e-9)))
         print("%s (%s): %s" % (name, kvs, "; ".join(cells)))
@@ -557,13 +560,10 @@ def main():
             cells = []
             for name, res, int8 in rows:
                 x = res["points"][label]
-                if conns == 1 and per == 1:
-                    frac = "%.2fx floor" % (x["p50_ms"] / floor_ms(b_def, a.rows, dim)) if x["p50_ms"] else "?"
-                else:
-                    frac = "%.0f%% of fp32 bound" % (100.0 * x["qps"] / bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0)))
-                    if int8:
-                        frac += ", %.0f%% of int8 bound" % (
-                            100.0 * x["qps"] / bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0), int8=True))
+                frac = of_bound(x, conns, per)
+                if int8 and not (conns == 1 and per == 1):
+                    frac += ", %.0f%% of int8 bound" % (
+                        100.0 * x["qps"] / bound_qps(b_def, a.rows, dim, x.get("mean_batch", 1.0), int8=True))
                 cells.append("%s %.1f q/s (%s)" % (name.split(" ")[0], x["qps"], frac))
             after = results["searchgate"]["points"][label]["qps"]
             ratio = ", ".join("%s/after %.2fx" % (n.split(" ")[0], r["points"][label]["qps"] / max(after, 1e-9))

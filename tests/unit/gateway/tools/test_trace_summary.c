@@ -245,12 +245,7 @@ static void test_stdin(void **state)
 
 static void check_fails(const char *const *args, int rc, const char *want_err)
 {
-    char *out, *err;
-    assert_int_equal(summary(args, &out, &err), rc);
-    assert_string_equal(out, "");
-    assert_string_equal(err, want_err);
-    free(out);
-    free(err);
+    tool_check_fails(sg__tool_summary, args, rc, want_err);
 }
 
 static void test_bad_arguments(void **state)

@@ -97,4 +97,16 @@ static int tool_run(tool_fn fn, const char *const *args, char **out, char **err)
     return rc;
 }
 
+/* A refusal: `fn` on `args` exits `rc`, prints nothing on standard output and exactly `want_err`
+ * on standard error (cmocka.h is included before this header). */
+static inline void tool_check_fails(tool_fn fn, const char *const *args, int rc, const char *want_err)
+{
+    char *out, *err;
+    assert_int_equal(tool_run(fn, args, &out, &err), rc);
+    assert_string_equal(out, "");
+    assert_string_equal(err, want_err);
+    free(out);
+    free(err);
+}
+
 #endif
