@@ -18,9 +18,9 @@
  * every core, and under load several batches run at once, each split over the workers sharing it.
  * A free worker waits up to max_wait_ms for a full batch, except for a lone query (the only one
  * queued, arrived into an empty backend while fewer than 1.5 are in it on average: one client at a
- * time), which starts at once. With "teams": false (and on the GPU path) each worker runs its own batch alone and takes
- * its share of the queue (queued / idle workers), waking another worker for the rest. BLAS/OpenMP
- * pools are kept at one thread each either way. The queue is bounded in queued queries: past
+ * time), which starts at once. With "teams": false (and on the GPU path) each worker runs its own
+ * batch alone and takes its share of the queue (queued / idle workers), waking another worker for
+ * the rest. BLAS/OpenMP pools are kept at one thread each either way. The queue is bounded in queued queries: past
  * `max_queue` search() returns SG_EOVERLOAD (503 + Retry-After).
  *
  * cancel() marks the call; its queued queries are dropped and done(SG_ECANCELED) is called by a
